@@ -1,0 +1,307 @@
+"""Generate `generated/xla_native_functions/` from `native_functions.yaml`.
+
+    python -m codegen.generate            # regenerate (writes only what changed)
+    python -m codegen.generate --check    # exit 1 and print the diff if generated/ is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from .manifest import SECTIONS, Manifest, ManifestEntry, ManifestError, lint_order, load_manifest
+from .model import ATTR, ATTR_LIST, OpSpec, make_op_spec, unambiguous_name
+from .schemas import SchemaDatabase, load_schema_database
+from .sources import FunctionSource, scan_functions, signature_problems
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = "xla_native_functions"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+# The runtime's user-facing API, re-exported by the package __init__ (runtime/api.py).
+PUBLIC_API = (
+    "OperatorNotFound",
+    "compile",
+    "config",
+    "default_env",
+    "mark_step",
+    "metrics_report",
+    "reset_metrics",
+    "to_torch",
+    "to_xla",
+)
+
+
+@dataclass
+class Result:
+    files: dict[str, str]
+    warnings: list[str] = field(default_factory=list)
+    ops: list[OpSpec] = field(default_factory=list)
+
+
+def _suggest(name: str, db: SchemaDatabase) -> str:
+    close = difflib.get_close_matches(name, db.records.keys(), n=3, cutoff=0.6)
+    base = name.split(".")[0]
+    overloads = sorted(k for k in db.records if k.split(".")[0] == base)
+    hints = []
+    if overloads:
+        hints.append("its overloads are " + ", ".join(overloads[:12]) + (" ..." if len(overloads) > 12 else ""))
+    elif close:
+        hints.append("did you mean " + ", ".join(close) + "?")
+    return "; ".join(hints)
+
+
+def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
+    """Manifest entries and their derived in-place / out= variants, as OpSpecs."""
+    groups = db.by_group()
+    listed = {e.op for e in manifest.entries}
+    specs: list[OpSpec] = []
+    errors: list[str] = []
+    for entry in manifest.entries:
+        rec = db.records.get(entry.op)
+        if rec is None:
+            hint = _suggest(entry.op, db)
+            errors.append(
+                f"{entry.where(manifest.path)}: unknown aten operator '{entry.op}' "
+                f"(torch {db.torch_version}){'; ' + hint if hint else ''}"
+            )
+            continue
+        functional = next((r for r in groups[rec.group] if r.kind == "functional"), None)
+        if rec.kind != "functional" and functional is not None and "core" not in rec.tags:
+            errors.append(
+                f"{entry.where(manifest.path)}: '{entry.op}' is the {rec.kind} form of '{functional.name}'; "
+                f"list '{functional.name}' instead (its in-place and out= forms are derived from it)"
+            )
+            continue
+        if rec.composite_implicit:
+            errors.append(
+                f"{entry.where(manifest.path)}: '{entry.op}' is CompositeImplicitAutograd: PyTorch decomposes it "
+                "before it reaches a backend, so listing it has no effect; list the ops it decomposes into"
+            )
+            continue
+        spec = make_op_spec(entry.op, rec.schema, entry.section, rec.is_view, rec.kind)
+        specs.append(spec)
+        if rec.kind != "functional":
+            continue
+        for variant in sorted(groups[rec.group], key=lambda r: r.name):
+            if variant.kind not in ("inplace", "out") or variant.name in listed:
+                continue
+            if rec.is_view:
+                continue  # in-place views (t_, squeeze_) change metadata only; not derived
+            vspec = make_op_spec(variant.name, variant.schema, entry.section, False, variant.kind, functional=spec.name)
+            if variant.kind == "out" and len(vspec.outs) != len(spec.returns):
+                continue
+            specs.append(vspec)
+    if errors:
+        raise ManifestError("\n".join(errors))
+    return specs
+
+
+def _schema_params(spec: OpSpec) -> tuple[list[str], list[str], dict[str, str]]:
+    positional = [a.name for a in spec.inputs if not a.kwarg_only]
+    kwonly = [a.name for a in spec.inputs if a.kwarg_only]
+    defaults = {a.name: a.default for a in spec.inputs if a.default is not None}
+    return positional, kwonly, defaults
+
+
+def check_sources(manifest: Manifest, specs: list[OpSpec], root: Path) -> tuple[dict[str, FunctionSource], list[str]]:
+    """Every full_codegen op has its lowering and shape function, every supported op its
+    implementation, each with the schema's parameters. Returns the functions found and
+    warnings for orphans."""
+    lowerings = scan_functions(root, "lowerings", prefix="lower_")
+    shape_fns = scan_functions(root, "shape_fns", suffix="_output_shape")
+    impls = scan_functions(root, "runtime", prefix="impl_")
+    lines = {e.op: e.line for e in manifest.entries}
+    missing: list[str] = []
+    mismatched: list[str] = []
+    used: set[str] = set()
+    for spec in specs:
+        if spec.functional is not None:
+            continue
+        wanted: list[tuple[str, dict[str, FunctionSource], str]] = []
+        if spec.section == "full_codegen":
+            wanted = [(spec.lowering, lowerings, "lowerings/<family>.py"), (spec.shape_fn, shape_fns, "shape_fns/<family>.py")]
+        elif spec.section == "supported":
+            wanted = [(spec.impl, impls, "runtime/<module>.py")]
+        positional, kwonly, defaults = _schema_params(spec)
+        for fname, table, where in wanted:
+            used.add(fname)
+            fn = table.get(fname)
+            place = f"{manifest.path}:{lines[spec.op]}"
+            if fn is None:
+                missing.append(f"  {place}: {spec.op} needs, in {where}:\n      def {fname}({spec.signature(include_out=False)}):")
+                continue
+            problems = signature_problems(fn, positional, kwonly, defaults)
+            if problems:
+                mismatched.append(
+                    f"  {fn.path}:{fn.line}: {fname} does not match the schema of {spec.op} ({spec.schema}):\n"
+                    + "".join(f"      - {p}\n" for p in problems)
+                    + f"    expected: def {fname}({spec.signature(include_out=False)}):"
+                )
+    errors = []
+    if missing:
+        errors.append(f"{len(missing)} handwritten function(s) are missing:\n" + "\n".join(missing))
+    if mismatched:
+        errors.append("handwritten function(s) disagree with their schema:\n" + "\n".join(mismatched))
+    if errors:
+        raise ManifestError("\n".join(errors))
+    warnings = [
+        f"{fn.path}:{fn.line}: warning: '{name}' is not used by any manifest entry (orphan)"
+        for table in (lowerings, shape_fns, impls)
+        for name, fn in sorted(table.items())
+        if name not in used
+    ]
+    found = {**lowerings, **shape_fns, **impls}
+    return {k: v for k, v in found.items() if k in used}, warnings
+
+
+def _check_class_names(specs: list[OpSpec]) -> None:
+    seen: dict[str, str] = {}
+    for spec in specs:
+        if spec.functional is not None:
+            continue
+        prior = seen.setdefault(spec.class_name, spec.op)
+        if prior != spec.op:
+            raise ManifestError(f"IR class name {spec.class_name} is shared by {prior} and {spec.op}")
+
+
+def render(manifest_path: Path, root: Path = REPO) -> Result:
+    manifest = load_manifest(manifest_path)
+    warnings = lint_order(manifest)
+    db = load_schema_database(verbose=True)
+    specs = resolve(manifest, db)
+    functions, orphan_warnings = check_sources(manifest, specs, root)
+    warnings += orphan_warnings
+    _check_class_names(specs)
+    specs.sort(key=lambda s: s.op)
+
+    digest = hashlib.sha256(Path(manifest_path).read_bytes()).hexdigest()[:16]
+    header = (
+        f"# @generated by `python -m codegen.generate` from native_functions.yaml (sha256 {digest}),\n"
+        f"# torch {db.torch_version}. Do not edit: change the manifest, the handwritten functions\n"
+        "# or codegen/templates, and regenerate."
+    )
+    imports: dict[str, list[str]] = {}
+    for fn in functions.values():
+        imports.setdefault(fn.module, []).append(fn.name)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    primary = [s for s in specs if s.functional is None]
+    context = dict(
+        header=header,
+        header_txt=header,
+        ops=specs,
+        imports=sorted((m, sorted(n)) for m, n in imports.items()),
+        api=PUBLIC_API,
+    )
+    files = {
+        "__init__.py": env.get_template("__init__.py.j2").render(context),
+        "ir.py": env.get_template("ir.py.j2").render({**context, "ops": primary}),
+        "dispatch.py": env.get_template("dispatch.py.j2").render(context),
+        "registry.py": env.get_template("registry.py.j2").render(context),
+        "ops.txt": env.get_template("ops.txt.j2").render(context),
+    }
+    return Result(files=files, warnings=warnings, ops=specs)
+
+
+def _read_tree(path: Path) -> dict[str, str]:
+    if not path.is_dir():
+        return {}
+    return {str(p.relative_to(path)): p.read_text() for p in sorted(path.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+def write_atomically(files: dict[str, str], target: Path) -> bool:
+    """Replace `target` with exactly `files`; nothing is touched when they already match.
+    The new tree is written beside the old one and swapped in by renames, so a failure
+    leaves the previous tree in place."""
+    if _read_tree(target) == files:
+        return False
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    try:
+        for name, text in files.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            (staging / name).write_text(text)
+        old = None
+        if target.exists():
+            old = target.parent / f".old-{os.getpid()}-{target.name}"
+            os.rename(target, old)
+        os.rename(staging, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return True
+
+
+def stale_diff(files: dict[str, str], target: Path) -> str:
+    current = _read_tree(target)
+    out = []
+    for name in sorted(set(files) | set(current)):
+        a, b = current.get(name, ""), files.get(name, "")
+        if a != b:
+            out.extend(
+                difflib.unified_diff(
+                    a.splitlines(keepends=True), b.splitlines(keepends=True), f"generated/{PACKAGE}/{name}", f"(regenerated) {name}"
+                )
+            )
+    return "".join(out)
+
+
+def counts(ops: list[OpSpec]) -> str:
+    parts = []
+    for section in SECTIONS:
+        listed = sum(1 for o in ops if o.section == section and o.functional is None)
+        derived = sum(1 for o in ops if o.section == section and o.functional is not None)
+        parts.append(f"{section} {listed} (+{derived} in-place/out=)")
+    return ", ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m codegen.generate", description=__doc__.splitlines()[0])
+    parser.add_argument("--manifest", default=str(REPO / "native_functions.yaml"))
+    parser.add_argument("--out", default=str(REPO / "generated" / PACKAGE), help="the package directory to write")
+    parser.add_argument("--check", action="store_true", help="fail if the generated files are stale; write nothing")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        result = render(Path(args.manifest))
+    except ManifestError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for w in result.warnings:
+        print(w, file=sys.stderr)
+    target = Path(args.out)
+    if args.check:
+        diff = stale_diff(result.files, target)
+        if diff:
+            sys.stdout.write(diff)
+            print(f"\ngenerated/{PACKAGE} is stale: run `python -m codegen.generate` and commit the result", file=sys.stderr)
+            return 1
+        print(f"generated/{PACKAGE} is up to date ({counts(result.ops)})")
+        return 0
+    changed = write_atomically(result.files, target)
+    elapsed = time.perf_counter() - start
+    print(f"{'wrote' if changed else 'unchanged:'} {target} ({counts(result.ops)}) in {elapsed:.2f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The manifest, `native_functions.yaml`, parsed strictly into frozen dataclasses.
+
+Every error names the file and line and says what to do. The manifest is our own
+format (torchgen's backend-yaml parser rejects keys it does not know), so it is
+parsed here from PyYAML's node tree, which keeps line numbers and lets duplicate
+keys be caught instead of silently overwritten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+SECTIONS = ("full_codegen", "supported", "fallback")
+TOP_LEVEL_KEYS = ("backend",) + SECTIONS
+
+
+class ManifestError(Exception):
+    """A problem in the manifest or the handwritten code it names. Its message starts
+    with `file:line:` when it has a place."""
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    op: str  # "add.Tensor", as torchgen spells it
+    section: str  # one of SECTIONS
+    line: int  # 1-based line in the manifest
+
+    def where(self, path: str) -> str:
+        return f"{path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: str
+    backend: str
+    entries: tuple[ManifestEntry, ...]
+
+    def section(self, name: str) -> tuple[ManifestEntry, ...]:
+        return tuple(e for e in self.entries if e.section == name)
+
+
+def _fail(path: str, node: yaml.Node | None, message: str) -> ManifestError:
+    line = node.start_mark.line + 1 if node is not None else 1
+    return ManifestError(f"{path}:{line}: {message}")
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    path = str(path)
+    text = Path(path).read_text()
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        raise ManifestError(f"{path}:{line}: YAML syntax error: {e.problem or e}") from None
+    if root is None:
+        raise ManifestError(f"{path}:1: the manifest is empty; it needs the keys {', '.join(TOP_LEVEL_KEYS)}")
+    if not isinstance(root, yaml.MappingNode):
+        raise _fail(path, root, "the manifest must be a mapping with the keys " + ", ".join(TOP_LEVEL_KEYS))
+
+    seen_keys: dict[str, yaml.Node] = {}
+    backend = None
+    entries: list[ManifestEntry] = []
+    first_place: dict[str, ManifestEntry] = {}
+    for key_node, value_node in root.value:
+        key = key_node.value
+        if key in seen_keys:
+            raise _fail(
+                path, key_node, f"duplicate key '{key}' (first at line {seen_keys[key].start_mark.line + 1})"
+            )
+        seen_keys[key] = key_node
+        if key not in TOP_LEVEL_KEYS:
+            raise _fail(path, key_node, f"unknown key '{key}'; the manifest's keys are {', '.join(TOP_LEVEL_KEYS)}")
+        if key == "backend":
+            if not isinstance(value_node, yaml.ScalarNode) or not value_node.value:
+                raise _fail(path, value_node, "'backend' must be a name, like 'backend: XLA'")
+            backend = value_node.value
+            continue
+        if isinstance(value_node, yaml.ScalarNode) and value_node.value in ("", "~", "null"):
+            continue  # an empty section
+        if not isinstance(value_node, yaml.SequenceNode):
+            raise _fail(path, value_node, f"'{key}' must be a list of aten operator names, like '- add.Tensor'")
+        for item in value_node.value:
+            if not isinstance(item, yaml.ScalarNode) or not item.value.strip():
+                raise _fail(path, item, f"entries of '{key}' must be aten operator names, like 'add.Tensor'")
+            entry = ManifestEntry(op=item.value.strip(), section=key, line=item.start_mark.line + 1)
+            prior = first_place.get(entry.op)
+            if prior is not None:
+                where = "twice in" if prior.section == key else f"in both '{prior.section}' and"
+                raise ManifestError(
+                    f"{path}:{entry.line}: '{entry.op}' is listed {where} '{key}' "
+                    f"(first at line {prior.line}); keep one entry"
+                )
+            first_place[entry.op] = entry
+            entries.append(entry)
+    missing = [k for k in TOP_LEVEL_KEYS if k not in seen_keys]
+    if missing:
+        raise ManifestError(f"{path}:1: missing key(s) {', '.join(missing)}")
+    return Manifest(path=path, backend=backend or "", entries=tuple(entries))
+
+
+def lint_order(manifest: Manifest) -> list[str]:
+    """Warnings for sections whose entries are not sorted (a sorted list keeps diffs small)."""
+    warnings = []
+    for section in SECTIONS:
+        ops = [e for e in manifest.section(section)]
+        for prev, cur in zip(ops, ops[1:]):
+            if cur.op < prev.op:
+                warnings.append(
+                    f"{manifest.path}:{cur.line}: '{cur.op}' is out of order in '{section}' (after '{prev.op}'); "
+                    "keep each section sorted"
+                )
+                break
+    return warnings

@@ -1,0 +1,215 @@
+"""What the templates render: one OpSpec per aten overload, derived from torchgen's
+FunctionSchema. Naming rules live here and only here (README, "Naming")."""
+
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass
+
+from torchgen.model import (
+    Argument,
+    BaseTy,
+    BaseType,
+    FunctionSchema,
+    ListType,
+    OptionalType,
+    Type,
+)
+
+# How the runtime passes each argument to a lowering (Note [Argument kinds] in
+# runtime/ir.py): tensors are unwrapped, Scalars are runtime operands, everything
+# else is a static attribute (part of the executable's cache key).
+TENSOR = "TENSOR"
+OPT_TENSOR = "OPT_TENSOR"
+TENSOR_LIST = "TENSOR_LIST"
+SCALAR = "SCALAR"
+ATTR = "ATTR"
+ATTR_LIST = "ATTR_LIST"
+
+_SPECIAL_DEFAULTS = {
+    "contiguous_format": "torch.contiguous_format",
+    "preserve_format": "torch.preserve_format",
+    "strided": "torch.strided",
+    "long": "torch.int64",
+    "int": "torch.int32",
+    "float": "torch.float32",
+    "Mean": "1",
+    "Sum": "2",
+    "None": "None",
+    "True": "True",
+    "False": "False",
+}
+
+
+def unambiguous_name(op: str) -> str:
+    """`add.Tensor` -> `add_Tensor`; `abs` -> `abs` (torchgen's OperatorName.unambiguous_name)."""
+    return op.replace(".", "_")
+
+
+def class_name(name: str) -> str:
+    """CamelCase of an unambiguous name, leading underscores kept: `add_Tensor` -> `AddTensor`,
+    `_softmax` -> `_Softmax`, `sum_dim_IntList` -> `SumDimIntList`."""
+    stripped = name.lstrip("_")
+    lead = name[: len(name) - len(stripped)]
+    return lead + "".join(part[:1].upper() + part[1:] for part in stripped.split("_") if part)
+
+
+def python_name(name: str) -> str:
+    """A schema argument name as a Python parameter (torchgen renames keywords: `from` -> `from_`)."""
+    return name + "_" if keyword.iskeyword(name) else name
+
+
+def arg_kind(t: Type) -> str:
+    if isinstance(t, BaseType):
+        if t.name == BaseTy.Tensor:
+            return TENSOR
+        if t.name == BaseTy.Scalar:
+            return SCALAR
+        return ATTR
+    if isinstance(t, OptionalType):
+        inner = arg_kind(t.elem)
+        return {TENSOR: OPT_TENSOR, SCALAR: SCALAR}.get(inner, inner)
+    if isinstance(t, ListType):
+        return TENSOR_LIST if t.elem.is_tensor_like() else ATTR_LIST
+    raise AssertionError(f"unknown type {t}")
+
+
+def default_expr(arg: Argument) -> str | None:
+    """The schema default as a Python expression (lists become tuples)."""
+    d = arg.default
+    if d is None:
+        return None
+    if d in _SPECIAL_DEFAULTS:
+        return _SPECIAL_DEFAULTS[d]
+    if re.fullmatch(r"-?\d+(\.\d*)?(e-?\d+)?", d):
+        return d
+    if d.startswith("[") and d.endswith("]"):
+        items = [x.strip() for x in d[1:-1].split(",") if x.strip()]
+        return "(" + "".join(f"{x}, " for x in items).rstrip(" ") + ")" if items else "()"
+    if d[:1] in ("'", '"'):
+        return repr(d[1:-1])
+    raise AssertionError(f"no Python form for the default {d!r} of argument {arg.name}")
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    name: str  # Python parameter name
+    schema_name: str
+    kind: str
+    type: str  # schema type text, for docs and messages
+    default: str | None  # Python expression
+    kwarg_only: bool
+    is_out: bool
+
+    @property
+    def param(self) -> str:
+        return self.name if self.default is None else f"{self.name}={self.default}"
+
+    @property
+    def unwrap(self) -> str:
+        """How the eager path passes this argument to the executable."""
+        return {
+            TENSOR: f"_value({self.name})",
+            OPT_TENSOR: f"_value_opt({self.name})",
+            TENSOR_LIST: f"_values({self.name})",
+            ATTR_LIST: f"_attr_list({self.name})",
+        }.get(self.kind, self.name)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    op: str  # "add.Tensor"
+    name: str  # "add_Tensor"
+    class_name: str  # "AddTensor"
+    section: str
+    schema: str
+    args: tuple[ArgSpec, ...]  # schema order, out arguments included
+    returns: tuple[str, ...]  # return type texts
+    is_view: bool
+    kind: str  # functional / inplace / out / mutable
+    functional: str | None  # for a derived variant: the unambiguous name of its functional op
+
+    @property
+    def inputs(self) -> tuple[ArgSpec, ...]:
+        return tuple(a for a in self.args if not a.is_out)
+
+    @property
+    def outs(self) -> tuple[ArgSpec, ...]:
+        return tuple(a for a in self.args if a.is_out)
+
+    def signature(self, include_out: bool = True) -> str:
+        """The Python parameter list, keyword-only arguments after `*`."""
+        args = self.args if include_out else self.inputs
+        parts = [a.param for a in args if not a.kwarg_only]
+        kw = [a.param for a in args if a.kwarg_only]
+        if kw:
+            parts.append("*")
+            parts.extend(kw)
+        return ", ".join(parts)
+
+    def call_args(self) -> str:
+        """Arguments forwarding this op's inputs by name to a function of the same schema."""
+        parts = [a.name if not a.kwarg_only else f"{a.name}={a.name}" for a in self.inputs]
+        return ", ".join(parts)
+
+    @property
+    def returns_kind(self) -> str:
+        if len(self.returns) == 1:
+            r = self.returns[0]
+            if r.startswith("Tensor[]"):
+                return "list"
+            if r.startswith("Tensor"):
+                return "tensor"
+            return "value"
+        if not self.returns:
+            return "none"
+        return "tuple"
+
+    @property
+    def lowering(self) -> str:
+        return f"lower_{self.name}"
+
+    @property
+    def shape_fn(self) -> str:
+        return f"{self.name}_output_shape"
+
+    @property
+    def impl(self) -> str:
+        return f"impl_{self.name}"
+
+    @property
+    def attr_positions(self) -> tuple[int, ...]:
+        return tuple(i for i, a in enumerate(self.inputs) if a.kind in (ATTR, ATTR_LIST))
+
+
+def make_op_spec(op: str, schema_text: str, section: str, is_view: bool, kind: str, functional: str | None = None) -> OpSpec:
+    schema = FunctionSchema.parse(schema_text)
+    kwarg_only = {id(a) for a in schema.arguments.flat_kwarg_only}
+    outs = {id(a) for a in schema.arguments.out}
+    args = []
+    for a in schema.arguments.flat_all:
+        args.append(
+            ArgSpec(
+                name=python_name(a.name),
+                schema_name=a.name,
+                kind=arg_kind(a.type),
+                type=str(a.type),
+                default=default_expr(a),
+                kwarg_only=id(a) in kwarg_only or id(a) in outs,
+                is_out=id(a) in outs,
+            )
+        )
+    name = unambiguous_name(op)
+    return OpSpec(
+        op=op,
+        name=name,
+        class_name=class_name(name),
+        section=section,
+        schema=schema_text,
+        args=tuple(args),
+        returns=tuple(str(r.type) for r in schema.returns),
+        is_view=is_view,
+        kind=kind,
+        functional=functional,
+    )

@@ -1,0 +1,204 @@
+"""Lowerings of pointwise aten ops: unary math, binary arithmetic, comparisons, where,
+clamp and activations (with their backward ops).
+
+Each op casts its operands with promote_operands (Note [Type promotion]), computes,
+and casts to the result dtype. Scalar arguments are traced values, never branched on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+from jax import lax
+
+from .common import opmath, promote_operands
+
+
+def _unary(op, fn, self):
+    (x,), out = promote_operands(op, self)
+    return fn(opmath(x)).astype(out)
+
+
+def lower_abs(self):
+    return _unary("abs", jnp.abs, self)
+
+
+def lower_neg(self):
+    return _unary("neg", jnp.negative, self)
+
+
+def lower_exp(self):
+    return _unary("exp", jnp.exp, self)
+
+
+def lower_log(self):
+    return _unary("log", jnp.log, self)
+
+
+def lower_sqrt(self):
+    return _unary("sqrt", jnp.sqrt, self)
+
+
+def lower_rsqrt(self):
+    return _unary("rsqrt", lax.rsqrt, self)
+
+
+def lower_tanh(self):
+    return _unary("tanh", jnp.tanh, self)
+
+
+def lower_sigmoid(self):
+    return _unary("sigmoid", lax.logistic, self)
+
+
+def lower_sin(self):
+    return _unary("sin", jnp.sin, self)
+
+
+def lower_cos(self):
+    return _unary("cos", jnp.cos, self)
+
+
+def lower_relu(self):
+    # jnp.maximum propagates NaN, as PyTorch's relu does.
+    return _unary("relu", lambda x: jnp.maximum(x, jnp.zeros((), x.dtype)), self)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_GELU_KAPPA = 0.044715
+
+
+def lower_gelu(self, *, approximate="none"):
+    (x,), out = promote_operands("gelu", self)
+    x = opmath(x)
+    if approximate == "tanh":
+        y = 0.5 * x * (1 + jnp.tanh(_SQRT_2_OVER_PI * (x + _GELU_KAPPA * x**3)))
+    else:
+        y = 0.5 * x * (1 + lax.erf(x * math.sqrt(0.5)))
+    return y.astype(out)
+
+
+def lower_add_Tensor(self, other, *, alpha=1):
+    (x, y), out = promote_operands("add_Tensor", self, other)
+    x, y = opmath(x), opmath(y)
+    return (x + jnp.asarray(alpha, y.dtype) * y).astype(out)
+
+
+def lower_sub_Tensor(self, other, *, alpha=1):
+    (x, y), out = promote_operands("sub_Tensor", self, other)
+    x, y = opmath(x), opmath(y)
+    return (x - jnp.asarray(alpha, y.dtype) * y).astype(out)
+
+
+def lower_mul_Tensor(self, other):
+    (x, y), out = promote_operands("mul_Tensor", self, other)
+    return (opmath(x) * opmath(y)).astype(out)
+
+
+def lower_div_Tensor(self, other):
+    (x, y), out = promote_operands("div_Tensor", self, other)
+    return (opmath(x) / opmath(y)).astype(out)
+
+
+def lower_div_Tensor_mode(self, other, *, rounding_mode):
+    if rounding_mode is None:
+        return lower_div_Tensor(self, other)
+    (x, y), out = promote_operands("div_Tensor_mode", self, other)
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        # Integers stay integers: XLA's division truncates (C semantics), floor_divide floors.
+        return lax.div(x, y) if rounding_mode == "trunc" else jnp.floor_divide(x, y)
+    x, y = opmath(x), opmath(y)
+    if rounding_mode == "trunc":
+        return jnp.trunc(x / y).astype(out)
+    # PyTorch floors floats like Python's // (exact, via fmod, rather than floor(x / y)),
+    # except that a zero divisor gives x / y (inf or nan) where Python would raise.
+    return jnp.where(y == 0, x / y, jnp.floor_divide(x, y)).astype(out)
+
+
+def lower_pow_Tensor_Scalar(self, exponent):
+    (x, e), out = promote_operands("pow_Tensor_Scalar", self, exponent)
+    return jnp.power(opmath(x), opmath(e)).astype(out)
+
+
+def lower_pow_Tensor_Tensor(self, exponent):
+    (x, e), out = promote_operands("pow_Tensor_Tensor", self, exponent)
+    return jnp.power(opmath(x), opmath(e)).astype(out)
+
+
+def lower_maximum(self, other):
+    # Both jnp.maximum and torch.maximum propagate NaN.
+    (x, y), out = promote_operands("maximum", self, other)
+    return jnp.maximum(x, y).astype(out)
+
+
+def lower_minimum(self, other):
+    (x, y), out = promote_operands("minimum", self, other)
+    return jnp.minimum(x, y).astype(out)
+
+
+def lower_eq_Tensor(self, other):
+    (x, y), out = promote_operands("eq_Tensor", self, other)
+    return (x == y).astype(out)
+
+
+def lower_eq_Scalar(self, other):
+    (x, y), out = promote_operands("eq_Scalar", self, other)
+    return (x == y).astype(out)
+
+
+def lower_ne_Scalar(self, other):
+    (x, y), out = promote_operands("ne_Scalar", self, other)
+    return (x != y).astype(out)
+
+
+def lower_lt_Tensor(self, other):
+    (x, y), out = promote_operands("lt_Tensor", self, other)
+    return (x < y).astype(out)
+
+
+def lower_gt_Scalar(self, other):
+    (x, y), out = promote_operands("gt_Scalar", self, other)
+    return (x > y).astype(out)
+
+
+def lower_ge_Scalar(self, other):
+    (x, y), out = promote_operands("ge_Scalar", self, other)
+    return (x >= y).astype(out)
+
+
+def lower_where_self(condition, self, other):
+    # Only self and other promote; PyTorch CPU also still accepts a uint8 condition.
+    (x, y), out = promote_operands("where_self", self, other)
+    return jnp.where(jnp.asarray(condition).astype(bool), x, y).astype(out)
+
+
+def lower_clamp(self, min=None, max=None):
+    # min and max take part in type promotion (an int tensor clamped to 0.5 is float).
+    # max(min(...)) order: when min > max every element becomes max, as in PyTorch.
+    (x, lo, hi), out = promote_operands("clamp", self, min, max)
+    if lo is not None:
+        x = jnp.maximum(x, lo)
+    if hi is not None:
+        x = jnp.minimum(x, hi)
+    return x.astype(out)
+
+
+def lower_threshold_backward(grad_output, self, threshold):
+    (g, x), out = promote_operands("threshold_backward", grad_output, self)
+    return jnp.where(x <= jnp.asarray(threshold, x.dtype), jnp.zeros((), g.dtype), g).astype(out)
+
+
+def lower_gelu_backward(grad_output, self, *, approximate="none"):
+    (g, x), out = promote_operands("gelu_backward", grad_output, self)
+    g, x = opmath(g), opmath(x)
+    if approximate == "tanh":
+        inner = _SQRT_2_OVER_PI * (x + _GELU_KAPPA * x**3)
+        t = jnp.tanh(inner)
+        d_inner = _SQRT_2_OVER_PI * (1 + 3 * _GELU_KAPPA * x * x)
+        grad = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * d_inner
+    else:
+        cdf = 0.5 * (1 + lax.erf(x * math.sqrt(0.5)))
+        pdf = jnp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+        grad = cdf + x * pdf
+    return (g * grad).astype(out)

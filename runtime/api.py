@@ -1,0 +1,83 @@
+"""The user-facing API, re-exported by `xla_native_functions`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+from .config import config
+from .dispatch import X64, OperatorNotFound, cpu_to_jax, jax_to_cpu
+from .env import default_env
+from .lazy import compile, mark_step
+from .metrics import metrics_report, reset_metrics
+from .tensor import XlaTensor, from_array
+
+__all__ = [
+    "OperatorNotFound",
+    "compile",
+    "config",
+    "default_env",
+    "mark_step",
+    "metrics_report",
+    "reset_metrics",
+    "to_torch",
+    "to_xla",
+]
+
+
+def _move_module(module: torch.nn.Module, convert) -> torch.nn.Module:
+    memo: dict[int, Any] = {}
+    for m in module.modules():
+        for name, p in list(m._parameters.items()):
+            if p is None:
+                continue
+            if id(p) not in memo:
+                memo[id(p)] = torch.nn.Parameter(convert(p.detach()), requires_grad=p.requires_grad)
+            m._parameters[name] = memo[id(p)]
+        for name, b in list(m._buffers.items()):
+            if b is None:
+                continue
+            if id(b) not in memo:
+                memo[id(b)] = convert(b)
+            m._buffers[name] = memo[id(b)]
+    return module
+
+
+def _tensor_to_xla(t: torch.Tensor) -> XlaTensor:
+    if isinstance(t, XlaTensor):
+        return t
+    out = from_array(cpu_to_jax(t.detach()))
+    if t.requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def _tensor_to_torch(t: torch.Tensor) -> torch.Tensor:
+    if not isinstance(t, XlaTensor):
+        return t
+    from .supported.tensor_ops import _host_value
+
+    with X64:
+        out = jax_to_cpu(_host_value(t.detach()))
+    if t.requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def to_xla(obj: Any) -> Any:
+    """Move tensors, modules (parameters and buffers, in place, ties kept) or any pytree
+    of them to JAX."""
+    if isinstance(obj, torch.nn.Module):
+        return _move_module(obj, _tensor_to_xla)
+    return tree_map(lambda x: _tensor_to_xla(x) if isinstance(x, torch.Tensor) else x, obj)
+
+
+def to_torch(obj: Any) -> Any:
+    """Move tensors, modules or pytrees back to PyTorch CPU tensors."""
+    if isinstance(obj, torch.nn.Module):
+        return _move_module(obj, _tensor_to_torch)
+    return tree_map(lambda x: _tensor_to_torch(x) if isinstance(x, torch.Tensor) else x, obj)
+
+

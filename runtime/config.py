@@ -1,0 +1,21 @@
+"""User settings: `xla_native_functions.config.<name> = value`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Config:
+    # Print each op with its input shapes as it runs.
+    debug_print_each_op: bool = False
+    # Re-run each eager op on PyTorch CPU and report results beyond the tolerances below.
+    debug_accuracy_for_each_op: bool = False
+    accuracy_atol: float = 1e-5
+    accuracy_rtol: float = 1.3e-6
+    # Run ops listed in no manifest section through PyTorch CPU (counted and warned once
+    # per op) instead of raising OperatorNotFound.
+    allow_cpu_fallback: bool = False
+
+
+config = Config()

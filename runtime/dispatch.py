@@ -1,0 +1,404 @@
+"""The per-op path: from an aten call on XlaTensors to a cached JAX executable (eagerly)
+or an IR node (while tracing), and back. Everything here is on the hot path of every
+op: keep it flat (shared/FACTS.md has the budget)."""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from ..shape_fns.common import NUMPY_TO_TORCH, TensorMeta, TORCH_TO_NUMPY
+from . import state
+from .config import config
+from .ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node, Value
+from .metrics import metrics
+from .tensor import Storage, XlaTensor
+from .views import is_whole, overlapping, strided_read_jit, strided_write_jit, view_meta
+
+
+class _X64:
+    """Re-entrant `jax.enable_x64(True)`: PyTorch's int64/float64 need JAX's x64 mode,
+    scoped to our calls so other JAX code in the process is not affected. (One reused
+    jax context object is not re-entrant, and nesting happens: an op implementation may
+    call other ops.)"""
+
+    __slots__ = ("depth", "cm")
+
+    def __init__(self):
+        self.depth = 0
+        self.cm = jax.enable_x64(True)
+
+    def __enter__(self):
+        if not self.depth:
+            self.cm.__enter__()
+        self.depth += 1
+
+    def __exit__(self, *exc):
+        self.depth -= 1
+        if not self.depth:
+            self.cm.__exit__(*exc)
+
+
+X64 = _X64()
+
+_REGISTRY: dict[Any, Any] = {}
+_SECTIONS: dict[str, str] = {}
+
+
+class OperatorNotFound(NotImplementedError):
+    """An aten operator that no manifest section lists."""
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def value(t: Any) -> Any:
+    """The JAX value of a tensor argument (eager)."""
+    if t.__class__ is XlaTensor:
+        if t._whole:
+            v = t._store.value
+            if v.__class__ is Value:
+                from .lazy import materialize
+
+                v = materialize(t._store)
+            return v
+        return read_view(t)
+    return foreign_value(t)
+
+
+def value_opt(t: Any) -> Any:
+    return None if t is None else value(t)
+
+
+def values(ts: Any) -> list[Any]:
+    return [None if t is None else value(t) for t in ts]
+
+
+def attr_list(x: Any) -> Any:
+    return None if x is None else tuple(x)
+
+
+def foreign_value(x: Any) -> Any:
+    """A non-XlaTensor argument: a Python number stays a number (a weakly typed JAX
+    scalar once traced); a CPU tensor is accepted where PyTorch accepts one, zero-dim."""
+    if isinstance(x, torch.Tensor):
+        if x.dim() == 0 and x.device.type == "cpu":
+            return cpu_to_jax(x)
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two devices, jax:0 and {x.device}! "
+            "Move the tensor with xla_native_functions.to_xla(t) first."
+        )
+    return x
+
+
+def read_view(t: XlaTensor) -> Any:
+    if state.tracing:
+        from .lazy import traced_value
+
+        return traced_value(t)
+    store = t._store
+    cache = t._cache
+    if cache is not None and cache[0] == store.version:
+        return cache[1]
+    base = store.value
+    layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    if base.__class__ is Value:
+        from .lazy import materialize
+
+        base = materialize(store)
+    with X64:
+        out = strided_read_jit(base, *layout)
+    t._cache = (store.version, out)
+    return out
+
+
+def cpu_to_jax(t: torch.Tensor) -> jax.Array:
+    t = t.detach().resolve_conj().resolve_neg()
+    if t.dtype == torch.bfloat16:
+        arr = t.contiguous().view(torch.int16).numpy().view(TORCH_TO_NUMPY[torch.bfloat16])
+    else:
+        arr = t.contiguous().numpy()
+    with X64:
+        return jnp.asarray(arr)
+
+
+def jax_to_cpu(a: jax.Array) -> torch.Tensor:
+    arr = np.asarray(a)
+    if arr.dtype == TORCH_TO_NUMPY[torch.bfloat16]:
+        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(arr.copy()) if arr.ndim else torch.tensor(arr.item(), dtype=NUMPY_TO_TORCH[arr.dtype])
+
+
+# ---------------------------------------------------------------- results
+
+
+def wrap(out: Any) -> Any:
+    if out.__class__ is tuple or out.__class__ is list:
+        return tuple(None if o is None else XlaTensor(Storage(o), o.shape, NUMPY_TO_TORCH[o.dtype]) for o in out)
+    return XlaTensor(Storage(out), out.shape, NUMPY_TO_TORCH[out.dtype])
+
+
+def eager_executable(cls: type[Node]):
+    """One jax.jit function per op. JAX's own cache (keyed by the static attributes and
+    the operands' shapes and dtypes) is the per-op executable cache. The shape function
+    runs once per new signature, at trace time, to raise PyTorch's errors for invalid
+    input and to check the lowering's output against it."""
+    kinds = cls.arg_kinds
+    static = tuple(i for i, k in enumerate(kinds) if k in STATIC_KINDS)
+
+    def run(*args):
+        metas = cls.output_shape(*[_trace_time_meta(k, a) for k, a in zip(kinds, args)])
+        out = cls.lower(*args)
+        _check_output(cls, out, metas)
+        return out
+
+    run.__name__ = f"eager_{cls.name}"
+    return jax.jit(run, static_argnums=static)
+
+
+def _trace_time_meta(kind: str, a: Any) -> Any:
+    if kind in STATIC_KINDS or a is None:
+        return a
+    if kind == TENSOR_LIST:
+        return [None if x is None else TensorMeta(tuple(x.shape), NUMPY_TO_TORCH[x.dtype]) for x in a]
+    if kind == SCALAR:
+        return a  # a weakly typed 0-d value; shape functions use its type only
+    return TensorMeta(tuple(a.shape), NUMPY_TO_TORCH[a.dtype])
+
+
+def _check_output(cls: type[Node], out: Any, metas: Any) -> None:
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    expected = metas if isinstance(metas, (tuple, list)) else (metas,)
+    if len(outs) != len(expected):
+        raise AssertionError(f"lower_{cls.name} returned {len(outs)} outputs, {cls.name}_output_shape {len(expected)}")
+    for i, (o, m) in enumerate(zip(outs, expected)):
+        if o is None and m is None:
+            continue
+        got = (tuple(o.shape), NUMPY_TO_TORCH[np.dtype(o.dtype)])
+        if m is None or got != (tuple(m.shape), m.dtype):
+            raise AssertionError(
+                f"lower_{cls.name} output {i} is {got[0]} {got[1]}, but {cls.name}_output_shape says "
+                f"{None if m is None else (m.shape, m.dtype)}: fix whichever disagrees with PyTorch"
+            )
+
+
+_EXECUTABLES: dict[type[Node], Any] = {}
+
+
+def run_node(cls: type[Node], args: tuple[Any, ...]) -> Any:
+    """Run a handwritten node class (used by `supported` ops) in either mode."""
+    if state.tracing:
+        return trace(cls, args)
+    exe = _EXECUTABLES.get(cls)
+    if exe is None:
+        exe = _EXECUTABLES[cls] = eager_executable(cls)
+    unwrap = {TENSOR_LIST: values, OPT_TENSOR: value_opt, TENSOR: value}
+    with X64:
+        return wrap(exe(*[unwrap[k](a) if k in unwrap else a for k, a in zip(cls.arg_kinds, args)]))
+
+
+def trace(cls: type[Node], args: tuple[Any, ...]) -> Any:
+    from .lazy import record
+
+    return record(cls, args)
+
+
+# ---------------------------------------------------------------- views and mutation
+
+
+def make_view(cls: type[Node], args: tuple[Any, ...]) -> Any:
+    """A view op: a new tensor on the same storage (Note [Views and mutation])."""
+    base = args[0]
+    store = base._store
+    storage_numel = int(np.prod(store.value.shape if store.value.__class__ is not Value else store.value.meta.shape))
+    layout = view_meta(
+        cls.name, _aten_overload(cls.op), base, tuple(base.shape), tuple(base.stride()), base.storage_offset(), storage_numel, args
+    )
+    if isinstance(layout, list):
+        return [_alias(store, base.dtype, *lo) for lo in layout]
+    return _alias(store, base.dtype, *layout)
+
+
+def _alias(store: Storage, dtype: torch.dtype, size, stride, offset) -> XlaTensor:
+    storage_shape = store.value.shape if store.value.__class__ is not Value else store.value.meta.shape
+    if is_whole(size, stride, offset, storage_shape):
+        return XlaTensor(store, size, dtype)
+    return XlaTensor(store, size, dtype, strides=stride, offset=offset)
+
+
+def write_into(t: Any, new: Any, check_cast: bool = True) -> None:
+    """Write `new` (a JAX value, or an IR Value while tracing) into tensor `t`, through
+    its view if it is one."""
+    if not isinstance(t, XlaTensor):
+        # An in-place op on a CPU tensor that reached us through an XlaTensor operand
+        # (cpu_tensor.copy_(xla_tensor)).
+        with torch._C._DisableTorchDispatch():
+            t.copy_(_to_cpu_value(new))
+        return
+    new_dtype = new.meta.dtype if new.__class__ is Value else NUMPY_TO_TORCH[new.dtype]
+    if check_cast and new_dtype != t.dtype and not torch.can_cast(new_dtype, t.dtype):
+        raise RuntimeError(f"result type {_type_name(new_dtype)} can't be cast to the desired output type {_type_name(t.dtype)}")
+    new_shape = tuple(new.meta.shape if new.__class__ is Value else new.shape)
+    if new_shape != tuple(t.shape):
+        raise RuntimeError(
+            f"output with shape {list(t.shape)} doesn't match the broadcast shape {list(new_shape)}"
+        )
+    store = t._store
+    if state.tracing:
+        from .lazy import record_write
+
+        record_write(t, new)
+        return
+    with X64:
+        if t._whole:
+            store.value = new if new_dtype == t.dtype else new.astype(TORCH_TO_NUMPY[t.dtype])
+        else:
+            if overlapping(tuple(t.shape), tuple(t.stride())):
+                raise RuntimeError(
+                    "unsupported operation: more than one element of the written-to tensor refers to a single "
+                    "memory location. Please clone() the tensor before performing the operation."
+                )
+            base = store.value
+            if base.__class__ is Value:
+                from .lazy import materialize
+
+                base = materialize(store)
+            store.value = strided_write_jit(base, new, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    store.version += 1
+    t._cache = None
+
+
+def _to_cpu_value(new: Any) -> torch.Tensor:
+    if new.__class__ is Value:
+        from .lazy import materialize_value
+
+        new = materialize_value(new)
+    return jax_to_cpu(new)
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    return {
+        torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+        torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+        torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+    }.get(dtype, str(dtype))
+
+
+def write_inplace(self: Any, result: Any) -> Any:
+    write_into(self, _result_value(result))
+    return self
+
+
+def write_out(outs: tuple[Any, ...], result: Any) -> Any:
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    for o, r in zip(outs, results):
+        write_into(o, _result_value(r))
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _result_value(t: Any) -> Any:
+    if state.tracing:
+        from .lazy import traced_value
+
+        return traced_value(t)
+    return value(t)
+
+
+# ---------------------------------------------------------------- fallback and dispatch
+
+
+def _to_cpu_arg(x: Any) -> Any:
+    if isinstance(x, XlaTensor):
+        with X64:
+            return jax_to_cpu(_result_value(x) if not state.tracing else _materialized(x))
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_cpu_arg(y) for y in x)
+    return x
+
+
+def _materialized(x: XlaTensor) -> Any:
+    from .lazy import materialize_value, traced_value
+
+    return materialize_value(traced_value(x))
+
+
+def fallback(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run `op` through PyTorch on CPU: inputs copied out, results copied back."""
+    metrics.fallback_calls[str(op)] += 1
+    cpu_args = _to_cpu_arg(args)
+    cpu_kwargs = {k: _to_cpu_arg(v) for k, v in kwargs.items()}
+    if "device" in cpu_kwargs and cpu_kwargs["device"] is not None:
+        cpu_kwargs["device"] = torch.device("cpu")
+    with torch._C._DisableTorchDispatch():
+        out = op(*cpu_args, **cpu_kwargs)
+    return _from_cpu_result(out)
+
+
+def _from_cpu_result(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        from .tensor import from_array
+
+        return from_array(cpu_to_jax(out))
+    if isinstance(out, (list, tuple)):
+        return type(out)(_from_cpu_result(o) for o in out)
+    return out
+
+
+def _aten_overload(op: str) -> Any:
+    name, _, overload = op.partition(".")
+    return getattr(getattr(torch.ops.aten, name), overload or "default")
+
+
+def user_call_site() -> str:
+    """The innermost stack frame outside torch, JAX and this package."""
+    skip = (str(Path(torch.__file__).parent), str(Path(jax.__file__).parent), str(Path(__file__).parent.parent))
+    for frame in reversed(traceback.extract_stack()[:-1]):
+        if not frame.filename.startswith(skip) and "<frozen" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno} ({frame.line or frame.name})"
+    return "<unknown>"
+
+
+_warned_fallback: set[str] = set()
+
+
+def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    name = str(func.name()) if hasattr(func, "name") else str(func)
+    name = name.removeprefix("aten::")
+    if config.allow_cpu_fallback:
+        if name not in _warned_fallback:
+            _warned_fallback.add(name)
+            warnings.warn(f"{name} is not lowered to JAX; running it on PyTorch CPU (allow_cpu_fallback)", stacklevel=3)
+        return fallback(func, args, kwargs)
+    functional = name.split(".")[0].rstrip("_") if name.split(".")[0].endswith("_") else None
+    hint = (
+        f"add '{name if not functional else functional}' to a section of native_functions.yaml "
+        "(full_codegen with lower_*/..._output_shape, supported, or fallback) and run `python -m codegen.generate`"
+    )
+    raise OperatorNotFound(
+        f"aten operator '{name}' is not supported by xla_native_functions, called from {user_call_site()}. "
+        f"To support it, {hint}; or set xla_native_functions.config.allow_cpu_fallback = True to run it on CPU."
+    )
+
+
+def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    handler = _REGISTRY.get(func)
+    metrics.op_calls[func] += 1
+    if handler is None:
+        return missing_op(func, args, kwargs)
+    if config.debug_print_each_op or config.debug_accuracy_for_each_op:
+        from .debug import debug_call
+
+        return debug_call(func, handler, args, kwargs)
+    return handler(*args, **kwargs)
+
+
+def install(registry: dict[Any, Any], sections: dict[str, str]) -> None:
+    _REGISTRY.update(registry)
+    _SECTIONS.update(sections)

@@ -1,0 +1,84 @@
+"""The IR: nodes recorded while tracing, and the values flowing between them.
+
+Note [Argument kinds]
+Each schema argument is passed to a lowering in one of three ways. Tensors
+(TENSOR, OPT_TENSOR, TENSOR_LIST) are JAX arrays. Scalars (SCALAR: `Scalar`,
+`Scalar?`) are runtime operands, so a new learning rate or `alpha` never compiles
+anything; PyTorch's promotion sees them as Python scalars (JAX marks them weakly
+typed). Everything else (ATTR, ATTR_LIST: dims, sizes, flags, dtypes, strings) is
+static: part of the executable's cache key, and lists are passed as tuples.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..shape_fns.common import TensorMeta
+
+TENSOR = "TENSOR"
+OPT_TENSOR = "OPT_TENSOR"
+TENSOR_LIST = "TENSOR_LIST"
+SCALAR = "SCALAR"
+ATTR = "ATTR"
+ATTR_LIST = "ATTR_LIST"
+
+STATIC_KINDS = (ATTR, ATTR_LIST)
+
+
+class Value:
+    """One output of a node, or a graph input (node None) holding a concrete array."""
+
+    __slots__ = ("node", "index", "meta", "data", "__weakref__")
+
+    def __init__(self, node: Node | None, index: int, meta: TensorMeta, data: Any = None):
+        self.node = node
+        self.index = index
+        self.meta = meta
+        self.data = data  # a graph input's concrete jax.Array or Python scalar
+
+    def __repr__(self) -> str:
+        src = self.node.name if self.node is not None else "input"
+        return f"Value({src}[{self.index}], {self.meta.shape}, {self.meta.dtype})"
+
+
+class ScalarInput:
+    """A Scalar argument recorded as a graph operand: its value is fed at run time,
+    its Python type (bool/int/float/complex) is part of the graph key."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class Node:
+    """An op application. Subclasses are generated (generated/.../ir.py), one per
+    manifest entry, and set the class attributes below; `args` is in schema order with
+    tensors replaced by Values (None, or lists of Values) and Scalars by ScalarInputs."""
+
+    __slots__ = ("args", "outputs")
+    op: str = ""
+    name: str = ""
+    section: str = ""
+    arg_names: tuple[str, ...] = ()
+    arg_kinds: tuple[str, ...] = ()
+    returns: str = "tensor"
+    lower: Callable[..., Any]
+    output_shape: Callable[..., Any]
+
+    def __init__(self, args: tuple[Any, ...]):
+        self.args = args
+        self.outputs: tuple[Value | None, ...] = ()
+
+    def static_key(self) -> tuple[Any, ...]:
+        """The node's identity apart from its operands: op and static attributes."""
+        key: list[Any] = [type(self)]
+        for kind, a in zip(self.arg_kinds, self.args):
+            if kind in STATIC_KINDS:
+                key.append(a)
+            elif kind == SCALAR:
+                key.append(None if a is None else type(a.value))
+        return tuple(key)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.op})"

@@ -1,0 +1,446 @@
+"""Tracing mode: ops record IR nodes instead of running; a sync lowers the pending
+graph to one jax.jit function, cached by the graph's structure, and runs it.
+
+`compile(fn)` traces each call of fn and syncs at its end; the lazy mode
+(`mark_step()`) syncs when the user asks, and whenever a value is needed on the host
+(`.item()`, printing), like PyTorch/XLA's lazy tensors. Tensors that existed before
+the trace enter the graph as inputs; tensors it mutates or creates and that are still
+alive are its outputs, written back to their storages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+import weakref
+from typing import Any, Callable
+
+import jax
+import numpy as np
+import torch
+
+from ..shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY, TensorMeta
+from . import state
+from .ir import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node, ScalarInput, Value
+from .metrics import metrics
+from .tensor import Storage, XlaTensor
+from .views import is_whole, strided_read, strided_write
+
+
+class StridedRead(Node):
+    """Reads a view of a storage (Note [Views and mutation])."""
+
+    __slots__ = ()
+    op = name = "strided_read"
+    arg_kinds = (TENSOR, ATTR, ATTR, ATTR)
+
+    @staticmethod
+    def lower(base, size, stride, offset):
+        return strided_read(base, size, stride, offset)
+
+    @staticmethod
+    def output_shape(base, size, stride, offset):
+        return TensorMeta(tuple(size), base.dtype)
+
+
+class StridedWrite(Node):
+    """Writes a view of a storage, giving the storage's new value."""
+
+    __slots__ = ()
+    op = name = "strided_write"
+    arg_kinds = (TENSOR, TENSOR, ATTR, ATTR, ATTR)
+
+    @staticmethod
+    def lower(base, src, size, stride, offset):
+        return strided_write(base, src, size, stride, offset)
+
+    @staticmethod
+    def output_shape(base, src, size, stride, offset):
+        return base
+
+
+class Convert(Node):
+    """Casts to a dtype (the write of an in-place op into a tensor of another dtype)."""
+
+    __slots__ = ()
+    op = name = "convert"
+    arg_kinds = (TENSOR, ATTR)
+
+    @staticmethod
+    def lower(x, dtype):
+        return x.astype(TORCH_TO_NUMPY[dtype])
+
+    @staticmethod
+    def output_shape(x, dtype):
+        return TensorMeta(x.shape, dtype)
+
+
+class Trace:
+    def __init__(self):
+        self.storages: list[weakref.ref[Storage]] = []  # created or mutated while tracing
+
+    def track(self, store: Storage) -> None:
+        self.storages.append(weakref.ref(store))
+
+
+def _meta_of(a: Any) -> TensorMeta:
+    return TensorMeta(tuple(a.shape), NUMPY_TO_TORCH[np.dtype(a.dtype)])
+
+
+def _input(array: Any) -> Value:
+    return Value(None, 0, _meta_of(array), data=array)
+
+
+def traced_value(t: Any) -> Any:
+    """The IR value of a tensor argument while tracing."""
+    if t.__class__ is XlaTensor:
+        store = t._store
+        v = store.value
+        if v.__class__ is not Value:
+            v = store.value = _input(v)
+            state.trace.track(store)
+        if t._whole:
+            return v
+        return record_strided_read(v, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+    if isinstance(t, torch.Tensor):
+        from .dispatch import foreign_value
+
+        return _input(foreign_value(t))
+    if isinstance(t, (bool, int, float, complex)):
+        return ScalarInput(t)
+    raise TypeError(f"unexpected tensor argument {t!r}")
+
+
+def _emit(node: Node, metas: Any) -> Any:
+    multi = isinstance(metas, (tuple, list))
+    outs = tuple(None if m is None else Value(node, i, m) for i, m in enumerate(metas if multi else (metas,)))
+    node.outputs = outs
+    return outs if multi else outs[0]
+
+
+def record_strided_read(base: Value, dtype: torch.dtype, size, stride, offset) -> Value:
+    if base.__class__ is not Value:
+        base = _input(base)
+    node = StridedRead((base, size, stride, offset))
+    return _emit(node, TensorMeta(tuple(size), dtype))
+
+
+def _arg_meta(kind: str, a: Any) -> Any:
+    if a is None:
+        return None
+    if kind == SCALAR or (kind in (TENSOR, OPT_TENSOR) and a.__class__ is ScalarInput):
+        return a.value
+    if kind == TENSOR_LIST:
+        return [None if x is None else x.meta for x in a]
+    if kind in (TENSOR, OPT_TENSOR):
+        return a.meta
+    return a
+
+
+def record(cls: type[Node], args: tuple[Any, ...]) -> Any:
+    """Record one op; returns XlaTensors whose storages hold the node's outputs."""
+    node_args = []
+    for kind, a in zip(cls.arg_kinds, args):
+        if a is None:
+            node_args.append(None)
+        elif kind == TENSOR or kind == OPT_TENSOR:
+            node_args.append(traced_value(a))
+        elif kind == TENSOR_LIST:
+            node_args.append([None if x is None else traced_value(x) for x in a])
+        elif kind == SCALAR:
+            node_args.append(ScalarInput(a))
+        elif kind == ATTR_LIST:
+            node_args.append(tuple(a))
+        else:
+            node_args.append(a)
+    metas = cls.output_shape(*[_arg_meta(k, a) for k, a in zip(cls.arg_kinds, node_args)])
+    node = cls(tuple(node_args))
+    outs = _emit(node, metas)
+    if isinstance(outs, tuple):
+        return tuple(None if o is None else _new_tensor(o) for o in outs)
+    return _new_tensor(outs)
+
+
+def _new_tensor(v: Value) -> XlaTensor:
+    store = Storage(v)
+    state.trace.track(store)
+    return XlaTensor(store, v.meta.shape, v.meta.dtype)
+
+
+def record_write(t: XlaTensor, new: Value) -> None:
+    store = t._store
+    base = store.value
+    if base.__class__ is not Value:
+        base = store.value = _input(base)
+    if new.meta.dtype != t.dtype:
+        new = _emit(Convert((new, t.dtype)), TensorMeta(new.meta.shape, t.dtype))
+    if t._whole:
+        store.value = new
+    else:
+        layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+        store.value = _emit(StridedWrite((base, new) + layout), base.meta)
+    state.trace.track(store)
+    store.version += 1
+    t._cache = None
+
+
+# ---------------------------------------------------------------- lowering a graph
+
+_GRAPH_CACHE: dict[Any, Callable] = {}
+_LAST_KEY: list[Any] = [None]
+
+
+def _collect(roots: list[Value]) -> tuple[list[Node], list[Value], list[ScalarInput]]:
+    """Nodes in topological order, and the graph's array and scalar inputs."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    inputs: list[Value] = []
+    scalars: list[ScalarInput] = []
+    seen_inputs: set[int] = set()
+
+    def visit_arg(a: Any) -> None:
+        if a.__class__ is Value:
+            visit_value(a)
+        elif a.__class__ is ScalarInput:
+            if id(a) not in seen_inputs:
+                seen_inputs.add(id(a))
+                scalars.append(a)
+        elif a.__class__ is list:
+            for x in a:
+                if x is not None:
+                    visit_arg(x)
+
+    def visit_value(v: Value) -> None:
+        if v.node is None:
+            if id(v) not in seen_inputs:
+                seen_inputs.add(id(v))
+                inputs.append(v)
+            return
+        stack = [(v.node, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            for a in reversed(node.args):
+                if a.__class__ is Value and a.node is not None:
+                    if id(a.node) not in seen:
+                        stack.append((a.node, False))
+                else:
+                    if a.__class__ is list:
+                        for x in a:
+                            if x is not None and x.__class__ is Value and x.node is not None and id(x.node) not in seen:
+                                stack.append((x.node, False))
+                            elif x is not None:
+                                visit_arg(x)
+                    elif a.__class__ is Value or a.__class__ is ScalarInput:
+                        visit_arg(a)
+
+    for r in roots:
+        visit_value(r)
+    return order, inputs, scalars
+
+
+def _graph_key(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], roots: list[Value]) -> tuple:
+    ids: dict[int, Any] = {}
+    for i, v in enumerate(inputs):
+        ids[id(v)] = ("in", i)
+    for i, s in enumerate(scalars):
+        ids[id(s)] = ("s", i)
+    node_index = {id(n): i for i, n in enumerate(order)}
+
+    def ref(a: Any) -> Any:
+        if a.__class__ is Value:
+            return ids[id(a)] if a.node is None else (node_index[id(a.node)], a.index)
+        if a.__class__ is ScalarInput:
+            return ids[id(a)]
+        if a.__class__ is list:
+            return tuple(None if x is None else ref(x) for x in a)
+        return a
+
+    body = tuple(
+        (n.static_key(), tuple(ref(a) for k, a in zip(n.arg_kinds, n.args) if k not in (ATTR, ATTR_LIST)))
+        for n in order
+    )
+    signature = tuple((v.meta.shape, v.meta.dtype) for v in inputs) + tuple(type(s.value) for s in scalars)
+    return body, signature, tuple(ref(r) for r in roots)
+
+
+def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], roots: list[Value]) -> Callable:
+    # The function closes over the recorded nodes' structure only through positions, so
+    # a cached executable is valid for any graph with the same key.
+    in_pos = {id(v): i for i, v in enumerate(inputs)}
+    sc_pos = {id(s): i for i, s in enumerate(scalars)}
+    node_pos = {id(n): i for i, n in enumerate(order)}
+
+    def ref(a: Any) -> Any:
+        if a.__class__ is Value:
+            return ("in", in_pos[id(a)]) if a.node is None else ("node", node_pos[id(a.node)], a.index)
+        if a.__class__ is ScalarInput:
+            return ("scalar", sc_pos[id(a)])
+        if a.__class__ is list:
+            return ("list", [None if x is None else ref(x) for x in a])
+        return ("const", a)
+
+    program = [(type(n).lower, [ref(a) for a in n.args]) for n in order]
+    outputs = [ref(r) for r in roots]
+
+    def run(arrays, scalar_values):
+        results: list[Any] = []
+
+        def get(r):
+            tag = r[0]
+            if tag == "in":
+                return arrays[r[1]]
+            if tag == "node":
+                out = results[r[1]]
+                return out[r[2]] if isinstance(out, (tuple, list)) else out
+            if tag == "scalar":
+                return scalar_values[r[1]]
+            if tag == "list":
+                return [None if x is None else get(x) for x in r[1]]
+            return r[1]
+
+        for lower, refs in program:
+            results.append(lower(*[get(r) for r in refs]))
+        return [get(r) for r in outputs]
+
+    return jax.jit(run)
+
+
+def sync() -> None:
+    """Run everything recorded so far and write the results into their storages."""
+    trace = state.trace
+    if trace is None:
+        return
+    stores = []
+    seen: set[int] = set()
+    for ref in trace.storages:
+        s = ref()
+        if s is not None and id(s) not in seen and s.value.__class__ is Value:
+            seen.add(id(s))
+            stores.append(s)
+    trace.storages = []
+    pending = [s for s in stores if s.value.node is not None]
+    for s in stores:
+        if s.value.node is None:  # an input that was read but never written
+            s.value = s.value.data
+    if not pending:
+        return
+    roots = [s.value for s in pending]
+    order, inputs, scalars = _collect(roots)
+    key = _graph_key(order, inputs, scalars, roots)
+    fn = _GRAPH_CACHE.get(key)
+    if fn is None:
+        metrics.cache_misses += 1
+        if _LAST_KEY[0] is not None:
+            metrics.recompile_reasons.append(_why(_LAST_KEY[0], key))
+        fn = _build(order, inputs, scalars, roots)
+        _GRAPH_CACHE[key] = fn
+        compiling = True
+    else:
+        metrics.cache_hits += 1
+        compiling = False
+    _LAST_KEY[0] = key
+    from .dispatch import X64
+
+    start = time.perf_counter()
+    with X64:
+        outs = fn([v.data for v in inputs], [_scalar_operand(s.value) for s in scalars])
+        if compiling:
+            jax.block_until_ready(outs)
+    elapsed = time.perf_counter() - start
+    if compiling:
+        metrics.compile_count += 1
+        metrics.compile_seconds += elapsed
+    else:
+        metrics.execute_count += 1
+        metrics.execute_seconds += elapsed
+    for s, out in zip(pending, outs):
+        s.value = out
+        s.version += 1
+
+
+def _scalar_operand(v: Any) -> Any:
+    # A Python int beyond int64 would fail in JAX; PyTorch rejects it as well.
+    return v
+
+
+def _why(old: tuple, new: tuple) -> str:
+    old_body, old_sig, _ = old
+    new_body, new_sig, _ = new
+    if old_sig != new_sig:
+        for i, (a, b) in enumerate(zip(old_sig, new_sig)):
+            if a != b:
+                return f"graph input {i} changed from {a} to {b}"
+        return f"the graph has {len(new_sig)} inputs instead of {len(old_sig)}"
+    if len(old_body) != len(new_body):
+        return f"the graph has {len(new_body)} ops instead of {len(old_body)}"
+    for i, (a, b) in enumerate(zip(old_body, new_body)):
+        if a != b:
+            return f"op {i} ({b[0][0].op}) changed: {a[0][1:]} -> {b[0][1:]}"
+    return "the graph's outputs changed"
+
+
+def materialize(store: Storage) -> Any:
+    """The concrete value of a storage whose value is still pending: runs the trace."""
+    if store.value.__class__ is Value and store.value.node is None:
+        return store.value.data
+    sync()
+    if store.value.__class__ is Value:  # created by a trace that has ended
+        raise RuntimeError("a lazy tensor outlived its trace without being computed")
+    return store.value
+
+
+def materialize_value(v: Value) -> Any:
+    """The concrete value of an IR value: makes it a temporary root of the trace."""
+    if v.node is None:
+        return v.data
+    holder = Storage(v)
+    state.trace.track(holder)
+    sync()
+    return holder.value
+
+
+@contextlib.contextmanager
+def tracing():
+    """Record ops into a new trace; sync and leave tracing at the end."""
+    outer = (state.tracing, state.trace)
+    state.tracing, state.trace = True, Trace()
+    try:
+        yield state.trace
+        sync()
+    finally:
+        state.tracing, state.trace = outer
+
+
+def compile(fn: Callable) -> Callable:
+    """Run `fn` (forward, backward, optimizer step, any torch code on XlaTensors) as one
+    XLA program per call: its ops are traced, lowered together and cached by the
+    graph's structure, so a steady loop compiles once."""
+
+    @functools.wraps(fn)
+    def compiled(*args, **kwargs):
+        with tracing():
+            return fn(*args, **kwargs)
+
+    return compiled
+
+
+_lazy_scope: list[Any] = []
+
+
+def mark_step() -> None:
+    """Lazy mode (PyTorch/XLA style): the first call starts recording; every call runs
+    what was recorded since the last one."""
+    if not _lazy_scope:
+        cm = tracing()
+        cm.__enter__()
+        _lazy_scope.append(cm)
+        return
+    sync()

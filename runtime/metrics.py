@@ -1,0 +1,66 @@
+"""Counters behind metrics_report(): what ran, what fell back, what compiled and why."""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Metrics:
+    op_calls: collections.Counter = field(default_factory=collections.Counter)
+    fallback_calls: collections.Counter = field(default_factory=collections.Counter)
+    compile_count: int = 0
+    compile_seconds: float = 0.0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    execute_count: int = 0
+    execute_seconds: float = 0.0
+    recompile_reasons: list[str] = field(default_factory=list)
+
+
+metrics = Metrics()
+
+
+def reset_metrics() -> None:
+    global metrics
+    fresh = Metrics()
+    metrics.__dict__.update(fresh.__dict__)
+
+
+class timed:
+    """Adds the elapsed time of a block to a metrics field."""
+
+    __slots__ = ("field", "start")
+
+    def __init__(self, field: str):
+        self.field = field
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc):
+        setattr(metrics, self.field, getattr(metrics, self.field) + time.perf_counter() - self.start)
+
+
+def metrics_report() -> str:
+    m = metrics
+    lines = [
+        "xla_native_functions metrics",
+        f"  compiled graphs: {m.compile_count} ({m.compile_seconds:.3f}s compiling)",
+        f"  graph cache: {m.cache_hits} hits, {m.cache_misses} misses",
+        f"  graph executions: {m.execute_count} ({m.execute_seconds:.3f}s)",
+    ]
+    if m.recompile_reasons:
+        lines.append("  recompilation reasons:")
+        lines += [f"    - {r}" for r in m.recompile_reasons[-20:]]
+    if m.fallback_calls:
+        lines.append("  CPU fallbacks (op: calls):")
+        lines += [f"    {op}: {n}" for op, n in sorted(m.fallback_calls.items())]
+    else:
+        lines.append("  CPU fallbacks: none")
+    if m.op_calls:
+        lines.append("  op calls (op: calls):")
+        lines += [f"    {op}: {n}" for op, n in sorted((str(k), v) for k, v in m.op_calls.items())]
+    return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""Copies, device transfers, aliases and ops whose result lives on the host or whose
+shape depends on data."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ...shape_fns.common import TensorMeta, to_numpy_dtype
+from .. import state
+from ..dispatch import X64, cpu_to_jax, jax_to_cpu, run_node, value, _alias
+from ..ir import ATTR, TENSOR, Node
+from ..lazy import materialize_value, traced_value
+from ..tensor import XlaTensor, from_array
+
+
+class CopyTo(Node):
+    """`src` broadcast to a shape and cast to a dtype: the value copy_ writes."""
+
+    __slots__ = ()
+    op = name = "copy_to"
+    arg_kinds = (TENSOR, ATTR, ATTR)
+
+    @staticmethod
+    def lower(src, shape, dtype):
+        import jax.numpy as jnp
+
+        return jnp.broadcast_to(src.astype(to_numpy_dtype(dtype)), shape)
+
+    @staticmethod
+    def output_shape(src, shape, dtype):
+        from ...shape_fns.common import broadcast_shapes
+
+        if broadcast_shapes(tuple(src.shape), tuple(shape)) != tuple(shape):
+            raise RuntimeError(f"The size of tensor a ({shape}) must match the size of tensor b ({src.shape})")
+        return TensorMeta(tuple(shape), dtype)
+
+
+def _host_value(t):
+    """The concrete array of a tensor, running the pending trace if needed."""
+    if state.tracing:
+        return materialize_value(traced_value(t))
+    return value(t)
+
+
+def _on_device(t):
+    """An XlaTensor for a tensor argument that may be a CPU tensor of any shape."""
+    if isinstance(t, XlaTensor):
+        return t
+    return from_array(cpu_to_jax(t))
+
+
+def impl__local_scalar_dense(self):
+    with X64:
+        return jax_to_cpu(_host_value(self)).item()
+
+
+def impl__to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    target = torch.device(device) if device is not None else self.device
+    dtype = dtype or self.dtype
+    if target.type == "cpu":
+        if not isinstance(self, XlaTensor):
+            with torch._C._DisableTorchDispatch():
+                return self.to(dtype=dtype, copy=True)
+        with X64:
+            return jax_to_cpu(_host_value(self)).to(dtype)
+    return run_node(CopyTo, (_on_device(self), tuple(self.shape), dtype))
+
+
+def impl_copy(self, src, non_blocking=False):
+    if not isinstance(self, XlaTensor):
+        with X64:
+            return from_array(cpu_to_jax(_host_cpu(src).to(self.dtype).expand(self.shape).contiguous()))
+    return run_node(CopyTo, (_on_device(src), tuple(self.shape), self.dtype))
+
+
+def _host_cpu(t):
+    if isinstance(t, XlaTensor):
+        return jax_to_cpu(_host_value(t))
+    return t
+
+
+def impl_alias(self):
+    return _alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset())
+
+
+def impl_detach(self):
+    return impl_alias(self)
+
+
+def impl_empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    import jax.numpy as jnp
+
+    dtype = dtype or torch.get_default_dtype()
+    with X64:
+        return from_array(jnp.zeros(tuple(size), to_numpy_dtype(dtype)))
+
+
+def impl_nonzero(self):
+    with X64:
+        idx = np.stack(np.nonzero(np.asarray(_host_value(self))), axis=-1).astype(np.int64)
+        return from_array(cpu_to_jax(torch.from_numpy(idx.reshape(-1, self.dim()))))
+
+
+def impl_arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # The length depends on the values: PyTorch computes it (and validates the
+    # arguments) on the host, and so do we.
+    with torch._C._DisableTorchDispatch():
+        cpu = torch.arange(start, end, step, dtype=dtype)
+    return from_array(cpu_to_jax(cpu))
+

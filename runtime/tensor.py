@@ -1,0 +1,112 @@
+"""XlaTensor: a torch.Tensor backed by JAX.
+
+Note [Views and mutation]
+Tensors share a Storage, exactly as PyTorch tensors share memory: a Storage holds
+one value (a jax.Array eagerly, an IR Value while tracing) in the shape of the tensor
+that created it, and every tensor on it has PyTorch's size, stride and storage offset
+into that value read as a flat, contiguous buffer. A tensor that spans its whole
+storage contiguously (`_whole`) reads the value directly; any other view reads it
+through a strided gather (runtime/views.py) and writes through a strided scatter, so
+a write through any view lands in the base and in every other view of it, as in
+PyTorch. View ops compute new sizes and strides only (no JAX work); mutation replaces
+the storage's value and bumps its version, which invalidates cached view values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+
+from ..shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY
+
+DEVICE_NAME = "jax"
+
+
+def _register_device() -> torch.device:
+    # A renamed PrivateUse1 device must also be registered as a Python backend, or
+    # autograd aborts the process on backward() (shared/FACTS.md).
+    if torch._C._get_privateuse1_backend_name() != DEVICE_NAME:
+        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+        _setup_privateuseone_for_python_backend(DEVICE_NAME)
+    return torch.device(DEVICE_NAME, 0)
+
+
+DEVICE = _register_device()
+
+
+class Storage:
+    """Shared memory of a family of views; see Note [Views and mutation]."""
+
+    __slots__ = ("value", "version", "__weakref__")
+
+    def __init__(self, value: Any):
+        self.value = value
+        self.version = 0
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides = []
+    acc = 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+class XlaTensor(torch.Tensor):
+    _store: Storage
+    _whole: bool
+    _cache: Any  # (storage version, value) of a view's last read
+
+    @staticmethod
+    def __new__(cls, store: Storage, shape, dtype: torch.dtype, strides=None, offset: int = 0, requires_grad: bool = False):
+        if strides is None:
+            r = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=DEVICE, requires_grad=requires_grad)
+            r._whole = True
+        else:
+            r = torch.Tensor._make_wrapper_subclass(
+                cls, shape, strides=strides, storage_offset=offset, dtype=dtype, device=DEVICE, requires_grad=requires_grad
+            )
+            r._whole = False
+        r._store = store
+        r._cache = None
+        return r
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from .dispatch import dispatch
+
+        return dispatch(func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        from .api import to_torch
+
+        cpu = to_torch(self.detach())
+        text = repr(cpu)
+        suffix = f", device='{self.device}'"
+        if text.endswith(")"):
+            grad = ", requires_grad=True" if self.requires_grad else ""
+            text = text[:-1] + suffix + grad + ")"
+        return text
+
+    def __reduce_ex__(self, protocol):
+        # Pickling (torch.save of a moved module's state) stores a CPU copy.
+        from .api import to_torch
+
+        return to_torch(self.detach()).__reduce_ex__(protocol)
+
+
+def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
+    """A new tensor owning a new storage holding `array`."""
+    return XlaTensor(Storage(array), array.shape, NUMPY_TO_TORCH[array.dtype], requires_grad=requires_grad)
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    return TORCH_TO_NUMPY[dtype]

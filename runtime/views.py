@@ -1,0 +1,130 @@
+"""Strided reads and writes of a storage, and the metadata of view ops.
+See Note [Views and mutation] in tensor.py."""
+
+from __future__ import annotations
+
+import math
+import jax
+import jax.numpy as jnp
+import torch
+
+from .tensor import contiguous_strides
+
+
+def _slice_plan(numel: int, size, stride, offset):
+    """How to read a strided view with slices, reshapes and a transpose instead of a
+    gather: possible when the non-broadcast dims, ordered by stride, nest without
+    overlap (each stride a multiple of the next, each extent within the next stride),
+    which covers transposes, slices with steps, selects and diagonals."""
+    dims = [(i, n, s) for i, (n, s) in enumerate(zip(size, stride)) if n != 1 and s != 0]
+    dims.sort(key=lambda d: -d[2])
+    for (_, _, sa), (_, nb, sb) in zip(dims, dims[1:]):
+        if sb <= 0 or sa % sb or nb * sb > sa:
+            return None
+    if dims and dims[-1][2] <= 0:
+        return None
+    length = dims[0][1] * dims[0][2] if dims else 1
+    block = [dims[0][1]] if dims else [1]
+    block += [a[2] // b[2] for a, b in zip(dims, dims[1:])]
+    block += [dims[-1][2]] if dims else [1]
+    return dims, length, tuple(block), max(0, offset + length - numel)
+
+
+def strided_read(base: jax.Array, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> jax.Array:
+    flat = base.reshape(-1)
+    if math.prod(size) == 0:
+        return jnp.zeros(size, base.dtype)
+    plan = _slice_plan(flat.shape[0], size, stride, offset)
+    if plan is None:
+        index = offset + sum(
+            jnp.arange(n, dtype=jnp.int64).reshape([n if j == i else 1 for j in range(len(size))]) * s
+            for i, (n, s) in enumerate(zip(size, stride))
+        )
+        return flat[index]
+    dims, length, block, pad = plan
+    if pad:
+        flat = jnp.pad(flat, (0, pad))
+    seg = jax.lax.slice(flat, (offset,), (offset + length,)).reshape(block)
+    index = (slice(None),) + tuple(slice(0, d[1]) for d in dims[1:]) + (0,)
+    picked = seg[index] if dims else seg.reshape(())
+    order = [d[0] for d in dims]
+    picked = jnp.transpose(picked, sorted(range(len(order)), key=lambda k: order[k]))
+    kept = sorted(order)
+    shape = [size[i] if i in kept else 1 for i in range(len(size))]
+    return jnp.broadcast_to(picked.reshape(shape), size)
+
+
+def strided_write(base: jax.Array, src: jax.Array, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> jax.Array:
+    """`base` with the view (size, stride, offset) replaced by `src` (broadcast to size)."""
+    src = jnp.broadcast_to(src.astype(base.dtype), size)
+    flat = base.reshape(-1)
+    index = offset + sum(
+        jnp.arange(n, dtype=jnp.int64).reshape([n if j == i else 1 for j in range(len(size))]) * s
+        for i, (n, s) in enumerate(zip(size, stride))
+    )
+    return flat.at[jnp.asarray(index).reshape(-1)].set(src.reshape(-1)).reshape(base.shape)
+
+
+strided_read_jit = jax.jit(strided_read, static_argnums=(1, 2, 3))
+strided_write_jit = jax.jit(strided_write, static_argnums=(2, 3, 4))
+
+
+def _fast_view_meta(name: str, size, stride, offset, args) -> tuple | None:
+    """Sizes and strides of the most frequent views, computed as PyTorch's view kernels do;
+    None when the general path below must decide (including every error case)."""
+    ndim = len(size)
+    if name in ("alias", "detach"):
+        return size, stride, offset
+    if name == "t" and ndim == 2:
+        return size[::-1], stride[::-1], offset
+    if name == "transpose_int":
+        d0, d1 = args[1], args[2]
+        if -ndim <= d0 < ndim and -ndim <= d1 < ndim:
+            d0, d1 = d0 % ndim, d1 % ndim
+            sz, st = list(size), list(stride)
+            sz[d0], sz[d1] = sz[d1], sz[d0]
+            st[d0], st[d1] = st[d1], st[d0]
+            return tuple(sz), tuple(st), offset
+    if name == "view" and stride == contiguous_strides(size):
+        new = list(args[1])
+        numel = math.prod(size)
+        if new.count(-1) == 1:
+            rest = math.prod(n for n in new if n != -1)
+            if rest and numel % rest == 0:
+                new[new.index(-1)] = numel // rest
+        if -1 not in new and math.prod(new) == numel:
+            return tuple(new), contiguous_strides(tuple(new)), offset
+    if name == "unsqueeze":
+        d = args[1]
+        if -ndim - 1 <= d <= ndim:
+            d = d % (ndim + 1)
+            new_stride = stride[d] * size[d] if d < ndim else 1
+            return size[:d] + (1,) + size[d:], stride[:d] + (new_stride,) + stride[d:], offset
+    if name == "permute":
+        dims = [d % ndim if ndim else d for d in args[1]]
+        if sorted(dims) == list(range(ndim)):
+            return tuple(size[d] for d in dims), tuple(stride[d] for d in dims), offset
+    return None
+
+
+def view_meta(name: str, aten_op, tensor, size, stride, offset, storage_numel: int, args) -> tuple:
+    """(size, stride, storage_offset) of a view op's result, or a list of them for ops
+    returning several views. Uncommon views run PyTorch's own view kernel on a meta
+    tensor of the same layout, which also raises PyTorch's errors."""
+    fast = _fast_view_meta(name, size, stride, offset, args)
+    if fast is not None:
+        return fast
+    meta = torch.empty(storage_numel, dtype=tensor.dtype, device="meta").as_strided(size, stride, offset)
+    out = aten_op(meta, *args[1:])
+    if isinstance(out, (list, tuple)):
+        return [(tuple(o.shape), tuple(o.stride()), o.storage_offset()) for o in out]
+    return tuple(out.shape), tuple(out.stride()), out.storage_offset()
+
+
+def is_whole(size, stride, offset, storage_shape) -> bool:
+    return offset == 0 and tuple(size) == tuple(storage_shape) and tuple(stride) == contiguous_strides(tuple(size))
+
+
+def overlapping(size, stride) -> bool:
+    """True when two elements of the view share memory (an expanded dim)."""
+    return any(s == 0 and n > 1 for n, s in zip(size, stride))

@@ -1,0 +1,358 @@
+"""What lowerings and shape functions share: tensor metadata, dtypes, broadcasting
+and PyTorch's elementwise type promotion.
+
+Pure: imports torch only for its dtype objects and dtype arithmetic.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+try:  # bfloat16 for NumPy ships with JAX.
+    import ml_dtypes
+
+    _BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - jaxlib always brings ml_dtypes
+    _BFLOAT16 = None
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMeta:
+    """A tensor as a shape function sees it: its shape and its torch dtype."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {
+    torch.bool: np.dtype(np.bool_),
+    torch.uint8: np.dtype(np.uint8),
+    torch.uint16: np.dtype(np.uint16),
+    torch.uint32: np.dtype(np.uint32),
+    torch.uint64: np.dtype(np.uint64),
+    torch.int8: np.dtype(np.int8),
+    torch.int16: np.dtype(np.int16),
+    torch.int32: np.dtype(np.int32),
+    torch.int64: np.dtype(np.int64),
+    torch.float16: np.dtype(np.float16),
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+    torch.complex64: np.dtype(np.complex64),
+    torch.complex128: np.dtype(np.complex128),
+}
+if _BFLOAT16 is not None:
+    TORCH_TO_NUMPY[torch.bfloat16] = _BFLOAT16
+NUMPY_TO_TORCH: dict[np.dtype, torch.dtype] = {v: k for k, v in TORCH_TO_NUMPY.items()}
+
+
+def to_numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    try:
+        return TORCH_TO_NUMPY[dtype]
+    except KeyError:
+        raise TypeError(f"dtype {dtype} has no JAX equivalent") from None
+
+
+def to_torch_dtype(dtype: Any) -> torch.dtype:
+    return NUMPY_TO_TORCH[np.dtype(dtype)]
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """torch.broadcast_shapes, with PyTorch's error message."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        for i, size in enumerate(shape, start=ndim - len(shape)):
+            if size == out[i] or size == 1:
+                continue
+            if out[i] == 1:
+                out[i] = size
+                continue
+            raise RuntimeError(
+                f"The size of tensor a ({out[i]}) must match the size of tensor b ({size}) "
+                f"at non-singleton dimension {i}"
+            )
+    return tuple(out)
+
+
+def normalize_dim(dim: int, ndim: int) -> int:
+    """Wrap a possibly negative dim, as ATen's maybe_wrap_dim (a 0-d tensor accepts -1 and 0)."""
+    bound = max(ndim, 1)
+    if not -bound <= dim < bound:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-bound}, {bound - 1}], but got {dim})"
+        )
+    return dim % bound
+
+
+# Note [Type promotion]
+# PyTorch promotes elementwise operands by category (bool < integer < float < complex)
+# and priority (dimensioned tensors > zero-dim tensors > Python scalars): a lower
+# priority operand only widens the result when it is of a higher category. The kind
+# of an op (torch._prims_common.ELEMENTWISE_TYPE_PROMOTION_KIND) then maps the
+# promoted dtype to the dtype the op computes in and the dtype it returns. Each op's
+# kind is declared once, in TYPE_PROMOTION below, and both its lowering and its shape
+# function read it from there.
+
+
+class Promotion(enum.Enum):
+    DEFAULT = "default"  # promoted dtype
+    INT_TO_FLOAT = "int_to_float"  # integers and bool compute in the default float
+    ALWAYS_BOOL = "always_bool"  # comparisons
+    COMPLEX_TO_FLOAT = "complex_to_float"  # abs of a complex is real
+    BOOL_TO_LONG = "bool_to_long"  # sum of bools counts
+    NO_OPMATH = "no_opmath"  # like DEFAULT; kept distinct to mirror PyTorch's names
+
+
+# The elementwise promotion kind of every op that promotes its operands.
+# Keyed by unambiguous op name; read by lowerings and shape functions alike.
+TYPE_PROMOTION: dict[str, Promotion] = {
+    "abs": Promotion.COMPLEX_TO_FLOAT,
+    "add_Tensor": Promotion.DEFAULT,
+    "add_Scalar": Promotion.DEFAULT,
+    "sub_Tensor": Promotion.DEFAULT,
+    "mul_Tensor": Promotion.DEFAULT,
+    "div_Tensor": Promotion.INT_TO_FLOAT,
+    "neg": Promotion.DEFAULT,
+    "exp": Promotion.INT_TO_FLOAT,
+    "log": Promotion.INT_TO_FLOAT,
+    "sqrt": Promotion.INT_TO_FLOAT,
+    "rsqrt": Promotion.INT_TO_FLOAT,
+    "tanh": Promotion.INT_TO_FLOAT,
+    "sigmoid": Promotion.INT_TO_FLOAT,
+    "sin": Promotion.INT_TO_FLOAT,
+    "cos": Promotion.INT_TO_FLOAT,
+    "pow_Tensor_Scalar": Promotion.DEFAULT,
+    "pow_Tensor_Tensor": Promotion.DEFAULT,
+    "maximum": Promotion.DEFAULT,
+    "minimum": Promotion.DEFAULT,
+    "eq_Tensor": Promotion.ALWAYS_BOOL,
+    "eq_Scalar": Promotion.ALWAYS_BOOL,
+    "ne_Tensor": Promotion.ALWAYS_BOOL,
+    "ne_Scalar": Promotion.ALWAYS_BOOL,
+    "lt_Tensor": Promotion.ALWAYS_BOOL,
+    "lt_Scalar": Promotion.ALWAYS_BOOL,
+    "le_Tensor": Promotion.ALWAYS_BOOL,
+    "le_Scalar": Promotion.ALWAYS_BOOL,
+    "gt_Tensor": Promotion.ALWAYS_BOOL,
+    "gt_Scalar": Promotion.ALWAYS_BOOL,
+    "ge_Tensor": Promotion.ALWAYS_BOOL,
+    "ge_Scalar": Promotion.ALWAYS_BOOL,
+    "where_self": Promotion.NO_OPMATH,
+    "relu": Promotion.DEFAULT,
+    "gelu": Promotion.DEFAULT,
+    # With rounding_mode=None, div.Tensor_mode is div.Tensor and takes its kind.
+    "div_Tensor_mode": Promotion.DEFAULT,
+    "clamp": Promotion.DEFAULT,
+    "threshold_backward": Promotion.DEFAULT,
+    "gelu_backward": Promotion.DEFAULT,
+    "var_correction": Promotion.COMPLEX_TO_FLOAT,
+    # Not elementwise, but cat promotes its inputs exactly as a DEFAULT op does.
+    "cat": Promotion.DEFAULT,
+}
+
+
+def _python_scalar_dtype(value: Any) -> torch.dtype:
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    if isinstance(value, float):
+        return torch.get_default_dtype()
+    if isinstance(value, complex):
+        return _TO_COMPLEX[torch.get_default_dtype()]
+    raise TypeError(f"not a scalar operand: {value!r}")
+
+
+def _operand(x: Any) -> tuple[torch.dtype, int]:
+    """(dtype, priority) of an operand: 2 for tensors with dims, 1 for zero-dim tensors,
+    0 for Python scalars (including a JAX scalar traced from a Python number, which JAX
+    marks weakly typed)."""
+    if isinstance(x, TensorMeta):
+        return x.dtype, 2 if x.shape else 1
+    if isinstance(x, (bool, int, float, complex)):
+        return _python_scalar_dtype(x), 0
+    dtype = to_torch_dtype(x.dtype)
+    if getattr(x, "weak_type", False) or _is_weak(x):
+        # JAX widens weak Python scalars to 64 bits; PyTorch sees a float scalar as the
+        # default dtype and a complex one as its complex counterpart.
+        if dtype.is_floating_point:
+            dtype = torch.get_default_dtype()
+        elif dtype.is_complex:
+            dtype = _python_scalar_dtype(1j)
+        return dtype, 0
+    return dtype, 2 if x.shape else 1
+
+
+def _is_weak(x: Any) -> bool:
+    aval = getattr(x, "aval", None)
+    return bool(getattr(aval, "weak_type", False))
+
+
+_TO_COMPLEX = {
+    torch.float16: torch.complex32,
+    torch.float32: torch.complex64,
+    torch.float64: torch.complex128,
+}
+
+
+def _combine_categories(higher: torch.dtype | None, lower: torch.dtype | None) -> torch.dtype | None:
+    # ATen's combine_categories (TypeProperties.cpp): a lower priority group only
+    # counts when it is of a higher category.
+    if higher is None:
+        return lower
+    if higher.is_complex:
+        return higher
+    if lower is not None and lower.is_complex:
+        return _TO_COMPLEX.get(higher, lower) if higher.is_floating_point else lower
+    if higher.is_floating_point:
+        return higher
+    if lower is not None and (higher is torch.bool or lower.is_floating_point):
+        return torch.promote_types(higher, lower)
+    return higher
+
+
+def promote_dtypes(*operands: Any) -> torch.dtype:
+    """The dtype torch.result_type gives for these operands (TensorMeta, jax arrays or
+    Python scalars; None is skipped)."""
+    best: list[torch.dtype | None] = [None, None, None]
+    for x in operands:
+        if x is None:
+            continue
+        dtype, priority = _operand(x)
+        cur = best[priority]
+        best[priority] = dtype if cur is None else torch.promote_types(cur, dtype)
+    result = _combine_categories(best[2], _combine_categories(best[1], best[0]))
+    if result is None:
+        raise TypeError("type promotion needs at least one operand")
+    return result
+
+
+def elementwise_dtypes(op: str, *operands: Any) -> tuple[torch.dtype, torch.dtype]:
+    """(compute dtype, result dtype) of the elementwise op `op` (an unambiguous name
+    listed in TYPE_PROMOTION) over these operands."""
+    kind = TYPE_PROMOTION[op]
+    promoted = promote_dtypes(*operands)
+    if kind is Promotion.INT_TO_FLOAT:
+        if not (promoted.is_floating_point or promoted.is_complex):
+            promoted = torch.get_default_dtype()
+        return promoted, promoted
+    if kind is Promotion.ALWAYS_BOOL:
+        return promoted, torch.bool
+    if kind is Promotion.COMPLEX_TO_FLOAT:
+        if promoted.is_complex:
+            return promoted, torch.float64 if promoted is torch.complex128 else torch.float32
+        return promoted, promoted
+    if kind is Promotion.BOOL_TO_LONG:
+        if promoted is torch.bool:
+            return torch.int64, torch.int64
+        return promoted, promoted
+    return promoted, promoted
+
+
+def elementwise_meta(op: str, *operands: Any) -> TensorMeta:
+    """Output metadata of a broadcasting elementwise op: shape of all tensor operands
+    broadcast together, dtype by the op's declared promotion kind."""
+    shapes = [x.shape for x in operands if isinstance(x, TensorMeta)]
+    _, result = elementwise_dtypes(op, *operands)
+    return TensorMeta(broadcast_shapes(*shapes), result)
+
+
+# Helpers for ops whose lowering and shape function must agree on more than promotion.
+
+
+def reduction_dims(dim: Any, ndim: int) -> tuple[int, ...]:
+    """The dims a reduction over `dim` (None, an int or a sequence of ints) covers:
+    None or () means all dims. A 0-d tensor accepts dims 0 and -1 and reduces nothing."""
+    if dim is None or (not isinstance(dim, int) and len(dim) == 0):
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    seen: list[int] = []
+    for d in dims:
+        d = normalize_dim(d, ndim)
+        if d in seen:
+            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
+        seen.append(d)
+    return tuple(seen) if ndim else ()
+
+
+def sum_dtype(dtype: torch.dtype, requested: torch.dtype | None) -> torch.dtype:
+    """Result dtype of sum: the requested one, else bool and integers sum to int64."""
+    if requested is not None:
+        return requested
+    if dtype is torch.bool or not (dtype.is_floating_point or dtype.is_complex):
+        return torch.int64
+    return dtype
+
+
+def mean_dtype(dtype: torch.dtype, requested: torch.dtype | None) -> torch.dtype:
+    """Result dtype of mean, which unlike sum never silently turns integers into floats."""
+    if requested is not None:
+        if not (requested.is_floating_point or requested.is_complex):
+            raise RuntimeError(
+                "mean(): could not infer output dtype. Optional dtype must be either "
+                f"a floating point or complex dtype. Got: {requested}"
+            )
+        return requested
+    if not (dtype.is_floating_point or dtype.is_complex):
+        raise RuntimeError(
+            "mean(): could not infer output dtype. Input dtype must be either "
+            f"a floating point or complex dtype. Got: {dtype}"
+        )
+    return dtype
+
+
+def expand_shape(shape: tuple[int, ...], size: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape `expand(size)` gives a tensor of `shape`: -1 keeps a size, new dims
+    may only be added in front, and only size-1 dims can grow."""
+    size = tuple(size)
+    lead = len(size) - len(shape)
+    if lead < 0:
+        raise RuntimeError(
+            f"expand: the number of sizes provided ({len(size)}) must be greater or equal "
+            f"to the number of dimensions in the tensor ({len(shape)})"
+        )
+    out = []
+    for i, target in enumerate(size):
+        if i < lead:
+            if target < 0:
+                raise RuntimeError(
+                    f"The expanded size of the tensor ({target}) isn't allowed in a leading, "
+                    f"non-existing dimension {i}"
+                )
+            out.append(target)
+            continue
+        current = shape[i - lead]
+        if target == -1:
+            target = current
+        elif current != target and current != 1:
+            raise RuntimeError(
+                f"The expanded size of the tensor ({target}) must match the existing size "
+                f"({current}) at non-singleton dimension {i}.  Target sizes: {list(size)}.  "
+                f"Tensor sizes: {list(shape)}"
+            )
+        out.append(target)
+    return tuple(out)
+
+
+def layer_norm_stats_dtype(input: torch.dtype, weight: torch.dtype | None) -> torch.dtype:
+    """dtype of native_layer_norm's mean and rstd on CPU: the input's, except that a
+    float16/bfloat16 input with float32 weight or bias ("mixed type") keeps float32
+    statistics. (The meta kernel always uses float32 for reduced-precision inputs.)"""
+    if input in (torch.float16, torch.bfloat16) and weight is torch.float32:
+        return torch.float32
+    return input

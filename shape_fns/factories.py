@@ -1,0 +1,66 @@
+"""Output metadata of the factory ops in lowerings/factories.py."""
+
+from __future__ import annotations
+
+import torch
+
+from .common import TensorMeta
+
+
+def _check_size(size) -> tuple[int, ...]:
+    for s in size:
+        if s < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(size)}")
+    return tuple(size)
+
+
+def _default(dtype):
+    return dtype if dtype is not None else torch.get_default_dtype()
+
+
+def zeros_output_shape(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return TensorMeta(_check_size(size), _default(dtype))
+
+
+def ones_output_shape(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return TensorMeta(_check_size(size), _default(dtype))
+
+
+def zeros_like_output_shape(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return TensorMeta(self.shape, dtype or self.dtype)
+
+
+def ones_like_output_shape(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return TensorMeta(self.shape, dtype or self.dtype)
+
+
+def empty_like_output_shape(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return TensorMeta(self.shape, dtype or self.dtype)
+
+
+def full_like_output_shape(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return TensorMeta(self.shape, dtype or self.dtype)
+
+
+def new_zeros_output_shape(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return TensorMeta(_check_size(size), dtype or self.dtype)
+
+
+def new_ones_output_shape(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return TensorMeta(_check_size(size), dtype or self.dtype)
+
+
+def new_empty_output_shape(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return TensorMeta(_check_size(size), dtype or self.dtype)
+
+
+def new_full_output_shape(self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return TensorMeta(_check_size(size), dtype or self.dtype)
+
+
+def fill_Scalar_output_shape(self, value):
+    return self
+
+
+def zero_output_shape(self):
+    return self
