@@ -399,6 +399,27 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return handler(*args, **kwargs)
 
 
+_LIBRARY: list[Any] = []
+
+
 def install(registry: dict[Any, Any], sections: dict[str, str]) -> None:
     _REGISTRY.update(registry)
     _SECTIONS.update(sections)
+    # Factories asked for device="jax" (torch.zeros(3, device="jax"), torch.tensor(7)
+    # put on an XlaTensor's device) have no XlaTensor argument to route them to us:
+    # they reach the dispatcher's PrivateUse1 key, where these kernels pick them up.
+    lib = torch.library.Library("aten", "IMPL")
+    for op in registry:
+        if any(a.name == "device" for a in op._schema.arguments) and not any(
+            a.type.kind() == "TensorType" for a in op._schema.arguments
+        ):
+            lib.impl(op._schema.name.removeprefix("aten::") + ("." + op._overloadname if op._overloadname != "default" else ""),
+                     _factory_kernel(op), "PrivateUse1")
+    _LIBRARY.append(lib)
+
+
+def _factory_kernel(op: Any) -> Any:
+    def kernel(*args, **kwargs):
+        return dispatch(op, args, kwargs)
+
+    return kernel

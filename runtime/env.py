@@ -1,5 +1,6 @@
 """The environment: inside it, factory functions (`torch.randn`, `torch.zeros`,
-`torch.arange`, ...) without an explicit CPU device create XlaTensors, and every op on
+`torch.arange`, ...) create XlaTensors (PyTorch passes an unspecified device on as
+"cpu", so an explicit device="cpu" cannot be told apart; use to_torch for CPU copies), and every op on
 XlaTensors runs on JAX. Outside it, ops on XlaTensors still run on JAX (through the
 tensor's own __torch_dispatch__); only factories need the environment."""
 
@@ -16,8 +17,9 @@ from .tensor import DEVICE, XlaTensor
 
 
 def _creates_on_jax(kwargs: dict[str, Any]) -> bool:
+    # PyTorch fills in device=cpu when none was given, so CPU counts as "ours" here.
     device = kwargs.get("device")
-    return device is None or torch.device(device).type == DEVICE.type
+    return device is None or torch.device(device).type in (DEVICE.type, "cpu")
 
 
 class Environment(TorchDispatchMode):

@@ -92,9 +92,23 @@ class XlaTensor(torch.Tensor):
         text = repr(cpu)
         suffix = f", device='{self.device}'"
         if text.endswith(")"):
-            grad = ", requires_grad=True" if self.requires_grad else ""
+            grad = ""
+            if self.grad_fn is not None:
+                grad = f", grad_fn=<{type(self.grad_fn).__name__}>"
+            elif self.requires_grad:
+                grad = ", requires_grad=True"
             text = text[:-1] + suffix + grad + ")"
         return text
+
+    def tolist(self):
+        from .api import to_torch
+
+        return to_torch(self.detach()).tolist()
+
+    def numpy(self, *, force: bool = False):
+        from .api import to_torch
+
+        return to_torch(self.detach()).numpy()
 
     def __reduce_ex__(self, protocol):
         # Pickling (torch.save of a moved module's state) stores a CPU copy.

@@ -109,3 +109,11 @@ def impl_arange_start_step(start, end, step=1, *, dtype=None, layout=None, devic
         cpu = torch.arange(start, end, step, dtype=dtype)
     return from_array(cpu_to_jax(cpu))
 
+
+
+def impl_arange(end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return impl_arange_start_step(0, end, 1, dtype=dtype)
+
+
+def impl_arange_start(start, end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return impl_arange_start_step(start, end, 1, dtype=dtype)
