@@ -108,7 +108,8 @@ def lower_div_Tensor_mode(self, other, *, rounding_mode):
     if jnp.issubdtype(x.dtype, jnp.integer):
         # Integers stay integers: XLA's division truncates (C semantics), floor_divide floors.
         return lax.div(x, y) if rounding_mode == "trunc" else jnp.floor_divide(x, y)
-    x, y = opmath(x), opmath(y)
+    # No opmath here: PyTorch's vectorized CPU kernel rounds the quotient to
+    # float16/bfloat16 before rounding it to an integer (its scalar tail loop does not).
     if rounding_mode == "trunc":
         return jnp.trunc(x / y).astype(out)
     # PyTorch floors floats like Python's // (exact, via fmod, rather than floor(x / y)),

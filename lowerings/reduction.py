@@ -38,6 +38,10 @@ def lower_mean_dim(self, dim, keepdim=False, *, dtype=None):
     return jnp.mean(opmath(self.astype(out)), axis=axes, keepdims=keepdim).astype(out)
 
 
+def lower_mean(self, *, dtype=None):
+    return lower_mean_dim(self, None, False, dtype=dtype)
+
+
 def lower_amax(self, dim=(), keepdim=False):
     # jnp.max propagates NaN, as amax does.
     return jnp.max(self, axis=reduction_dims(dim, self.ndim), keepdims=keepdim)

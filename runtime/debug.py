@@ -27,7 +27,20 @@ def _to_cpu(x: Any) -> Any:
     return x
 
 
+_active = [False]
+
+
 def debug_call(func: Any, handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if _active[0]:  # ops run by the checks themselves
+        return handler(*args, **kwargs)
+    _active[0] = True
+    try:
+        return _debug_call(func, handler, args, kwargs)
+    finally:
+        _active[0] = False
+
+
+def _debug_call(func: Any, handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if config.debug_print_each_op:
         shown = ", ".join([_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()])
         print(f"[xla_native_functions] {func}({shown})")
@@ -39,7 +52,9 @@ def debug_call(func: Any, handler: Any, args: tuple[Any, ...], kwargs: dict[str,
                 reference = func(*cpu_args, **cpu_kwargs)
             except Exception:  # the op itself will raise below, or has no CPU meaning
                 reference = None
+    _active[0] = False
     out = handler(*args, **kwargs)
+    _active[0] = True
     if reference is not None:
         _compare(func, out, reference)
     return out

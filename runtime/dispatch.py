@@ -168,8 +168,8 @@ def _trace_time_meta(kind: str, a: Any) -> Any:
         return a
     if kind == TENSOR_LIST:
         return [None if x is None else TensorMeta(tuple(x.shape), NUMPY_TO_TORCH[x.dtype]) for x in a]
-    if kind == SCALAR:
-        return a  # a weakly typed 0-d value; shape functions use its type only
+    if kind == SCALAR or getattr(getattr(a, "aval", None), "weak_type", False):
+        return a  # from a Python number: shape functions use its type only (Note [Type promotion])
     return TensorMeta(tuple(a.shape), NUMPY_TO_TORCH[a.dtype])
 
 
@@ -358,7 +358,12 @@ def _aten_overload(op: str) -> Any:
 
 def user_call_site() -> str:
     """The innermost stack frame outside torch, JAX and this package."""
-    skip = (str(Path(torch.__file__).parent), str(Path(jax.__file__).parent), str(Path(__file__).parent.parent))
+    import sys
+
+    ours = [sys.modules.get(m) for m in ("xla_native_functions", "xla_native_functions.lowerings", "xla_native_functions.shape_fns")]
+    skip = (str(Path(torch.__file__).parent), str(Path(jax.__file__).parent), str(Path(__file__).parent)) + tuple(
+        str(Path(m.__file__).parent) for m in ours if m is not None and getattr(m, "__file__", None)
+    )
     for frame in reversed(traceback.extract_stack()[:-1]):
         if not frame.filename.startswith(skip) and "<frozen" not in frame.filename:
             return f"{frame.filename}:{frame.lineno} ({frame.line or frame.name})"

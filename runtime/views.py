@@ -100,6 +100,27 @@ def _fast_view_meta(name: str, size, stride, offset, args) -> tuple | None:
             d = d % (ndim + 1)
             new_stride = stride[d] * size[d] if d < ndim else 1
             return size[:d] + (1,) + size[d:], stride[:d] + (new_stride,) + stride[d:], offset
+    if name == "expand":
+        new = tuple(args[1])
+        lead = len(new) - ndim
+        if lead >= 0 and all(n >= -1 for n in new):
+            out_size, out_stride = [], []
+            for i, n in enumerate(new):
+                j = i - lead
+                if j < 0:
+                    if n == -1:
+                        return None
+                    out_size.append(n)
+                    out_stride.append(0)
+                elif n == -1 or n == size[j]:
+                    out_size.append(size[j])
+                    out_stride.append(stride[j])
+                elif size[j] == 1:
+                    out_size.append(n)
+                    out_stride.append(0)
+                else:
+                    return None
+            return tuple(out_size), tuple(out_stride), offset
     if name == "permute":
         dims = [d % ndim if ndim else d for d in args[1]]
         if sorted(dims) == list(range(ndim)):
@@ -115,7 +136,10 @@ def view_meta(name: str, aten_op, tensor, size, stride, offset, storage_numel: i
     if fast is not None:
         return fast
     meta = torch.empty(storage_numel, dtype=tensor.dtype, device="meta").as_strided(size, stride, offset)
-    out = aten_op(meta, *args[1:])
+    schema_args = aten_op._schema.arguments
+    positional = [a for spec, a in zip(schema_args[1:], args[1:]) if not spec.kwarg_only]
+    keywords = {spec.name: a for spec, a in zip(schema_args[1:], args[1:]) if spec.kwarg_only}
+    out = aten_op(meta, *positional, **keywords)
     if isinstance(out, (list, tuple)):
         return [(tuple(o.shape), tuple(o.stride()), o.storage_offset()) for o in out]
     return tuple(out.shape), tuple(out.stride()), out.storage_offset()

@@ -78,8 +78,9 @@ def native_layer_norm_backward_output_shape(
 ):
     _check_layer_norm(input, normalized_shape, weight, bias)
     grad_input = TensorMeta(input.shape, input.dtype) if output_mask[0] else None
-    grad_weight = weight if output_mask[1] and weight is not None else None
-    grad_bias = bias if output_mask[2] and bias is not None else None
+    # Without weight (bias) there is no grad_weight (grad_bias): None, as the meta kernel.
+    grad_weight = TensorMeta(weight.shape, weight.dtype) if output_mask[1] and weight is not None else None
+    grad_bias = TensorMeta(bias.shape, bias.dtype) if output_mask[2] and bias is not None else None
     return grad_input, grad_weight, grad_bias
 
 

@@ -42,6 +42,10 @@ def mean_dim_output_shape(self, dim, keepdim=False, *, dtype=None):
     return TensorMeta(_reduced_shape(self.shape, dims, keepdim), result_dtype)
 
 
+def mean_output_shape(self, *, dtype=None):
+    return mean_dim_output_shape(self, None, False, dtype=dtype)
+
+
 def amax_output_shape(self, dim=(), keepdim=False):
     dims = reduction_dims(dim, self.ndim)
     _check_nonempty("amax", self.shape, dims)

@@ -14,17 +14,13 @@ from ..dispatch import X64, run_node
 from ..ir import ATTR, TENSOR, Node
 from ..tensor import from_array
 
-_state = {"seed": None, "counter": 0}
-
-
 def next_key():
-    """A new key tensor: a function of torch.initial_seed() and a per-seed counter."""
-    seed = torch.initial_seed()
-    if _state["seed"] != seed:
-        _state["seed"], _state["counter"] = seed, 0
-    _state["counter"] += 1
+    """A new key tensor, drawn from PyTorch's default CPU generator: torch.manual_seed,
+    fork_rng and get/set_rng_state govern our numbers too."""
+    with torch._C._DisableTorchDispatch():
+        seed = int(torch.empty((), dtype=torch.int64).random_())
     with X64:
-        key = jax.random.fold_in(jax.random.PRNGKey(seed % 2**63), _state["counter"])
+        key = jax.random.PRNGKey(seed)
     return from_array(key)
 
 

@@ -117,3 +117,9 @@ def impl_arange(end, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 def impl_arange_start(start, end, *, dtype=None, layout=None, device=None, pin_memory=None):
     return impl_arange_start_step(start, end, 1, dtype=dtype)
+
+
+def impl_empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # A fresh contiguous tensor: nothing can observe the requested strides before a
+    # write, and PyTorch's own users (copy, clone) only need the size.
+    return impl_empty_memory_format(size, dtype=dtype)

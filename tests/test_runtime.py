@@ -1,0 +1,333 @@
+"""The runtime against PyTorch CPU: tensors, dtypes, views and mutation, modules,
+autograd, compiled mode, fallback, missing ops and metrics."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import pytest
+import torch
+
+import xla_native_functions as xnf
+from xla_native_functions.runtime.metrics import metrics
+from xla_native_functions.runtime.tensor import XlaTensor
+
+
+def cpu(t):
+    return xnf.to_torch(t)
+
+
+# ---------------------------------------------------------------- tensors and dtypes
+
+
+@pytest.mark.parametrize(
+    "t",
+    [
+        torch.tensor([2**40 + 1, -3]),
+        torch.tensor([1.5, -2.25], dtype=torch.float64),
+        torch.tensor([True, False]),
+        torch.tensor([1, 200], dtype=torch.uint8),
+        torch.tensor([1, -7], dtype=torch.int8),
+        torch.tensor([1, -7], dtype=torch.int32),
+        torch.tensor([1.5, 3.0], dtype=torch.float16),
+        torch.tensor([1.5, 3.0], dtype=torch.bfloat16),
+        torch.tensor([1 + 2j], dtype=torch.complex64),
+    ],
+    ids=lambda t: str(t.dtype),
+)
+def test_round_trip_keeps_dtype_and_values(t):
+    x = xnf.to_xla(t)
+    assert isinstance(x, XlaTensor)
+    assert x.dtype == t.dtype and x.shape == t.shape and x.device.type == "jax"
+    back = cpu(x)
+    assert back.dtype == t.dtype
+    assert torch.equal(back, t)
+
+
+def test_int64_arithmetic_stays_64_bit():
+    t = torch.tensor([2**40 + 1, 3])
+    x = xnf.to_xla(t)
+    assert torch.equal(cpu(x * 2 + 1), t * 2 + 1)
+    assert torch.equal(cpu(x.sum()), t.sum())
+
+
+def test_type_promotion_matches_torch():
+    i = torch.tensor([1, 2, 3])
+    f = torch.tensor([0.5, 1.5, 2.5])
+    h = torch.tensor(2.0, dtype=torch.float64)
+    cases = [
+        (lambda a, b, c: a + b, (i, f, h)),
+        (lambda a, b, c: a + c, (i, f, h)),  # zero-dim float64 with int64 -> default float
+        (lambda a, b, c: b * c, (i, f, h)),  # zero-dim float64 does not widen float32
+        (lambda a, b, c: a / 2, (i, f, h)),
+        (lambda a, b, c: a * 2.5, (i, f, h)),
+        (lambda a, b, c: a > 1, (i, f, h)),
+    ]
+    for fn, args in cases:
+        ref = fn(*args)
+        ours = cpu(fn(*[xnf.to_xla(a) for a in args]))
+        assert ours.dtype == ref.dtype
+        torch.testing.assert_close(ours, ref)
+
+
+def test_metadata_and_host_reads():
+    t = torch.arange(12.0).reshape(3, 4)
+    x = xnf.to_xla(t)
+    assert x.stride() == (4, 1)
+    xt = x.t()
+    assert xt.stride() == (1, 4) and not xt.is_contiguous()
+    assert x[1, 2].item() == 6.0
+    assert x.tolist() == t.tolist()
+    assert (x.numpy() == t.numpy()).all()
+    assert "device='jax:0'" in repr(x)
+    assert torch.equal(x.cpu(), t)
+    assert x.cpu().device.type == "cpu"
+
+
+def test_cpu_tensor_to_jax_device():
+    t = torch.arange(6).reshape(2, 3)
+    x = t.to("jax")
+    assert isinstance(x, XlaTensor)
+    assert torch.equal(cpu(x), t)
+
+
+# ---------------------------------------------------------------- views and mutation
+
+
+def _both(fn, make):
+    ref = make()
+    ours = xnf.to_xla(make())
+    fn(ref)
+    fn(ours)
+    return ref, ours
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda x: x.view(-1).__setitem__(5, 7),
+        lambda x: x.t()[1].add_(1),
+        lambda x: x[1:3].fill_(2),
+        lambda x: x[:, ::2].mul_(3),
+        lambda x: x.unsqueeze(0).transpose(1, 2)[0, 1].zero_(),
+        lambda x: x.permute(1, 0)[2:].copy_(torch.ones(2, 3)),
+    ],
+    ids=["view_setitem", "t_select_add_", "slice_fill_", "step_slice_mul_", "unsqueeze_transpose_zero_", "permute_copy_"],
+)
+def test_write_through_view_lands_in_base(mutate):
+    ref, ours = _both(mutate, lambda: torch.arange(12.0).reshape(3, 4))
+    assert torch.equal(cpu(ours), ref)
+
+
+def test_write_to_base_is_seen_by_existing_view():
+    x = xnf.to_xla(torch.zeros(3, 4))
+    v = x[1]
+    assert torch.equal(cpu(v), torch.zeros(4))
+    x.add_(1)
+    assert torch.equal(cpu(v), torch.ones(4))
+    v.mul_(5)
+    assert torch.equal(cpu(x)[1], torch.full((4,), 5.0))
+    assert torch.equal(cpu(x)[0], torch.ones(4))
+
+
+def test_inplace_returns_same_object_and_checks_cast():
+    x = xnf.to_xla(torch.tensor([1, 2, 3]))
+    assert x.add_(1) is x
+    assert torch.equal(cpu(x), torch.tensor([2, 3, 4]))
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        x.add_(1.5)
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        xnf.to_xla(torch.zeros(3)).add_(xnf.to_xla(torch.zeros(2, 3)))
+
+
+def test_out_variant_writes_into_out():
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    out = xnf.to_xla(torch.empty(3, 4))
+    ret = torch.add(xnf.to_xla(a), xnf.to_xla(b), alpha=2, out=out)
+    assert ret is out
+    torch.testing.assert_close(cpu(out), torch.add(a, b, alpha=2))
+
+
+def test_view_errors_match_torch():
+    x = xnf.to_xla(torch.zeros(3, 4))
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        x.t().view(12)
+    with pytest.raises(IndexError):
+        x.select(0, 5)
+
+
+# ---------------------------------------------------------------- modules and autograd
+
+
+def _block():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32),
+        torch.nn.GELU(),
+        torch.nn.LayerNorm(32),
+        torch.nn.Linear(32, 8),
+        torch.nn.ReLU(),
+        torch.nn.Linear(8, 4),
+        torch.nn.LogSoftmax(-1),
+    )
+
+
+def test_module_forward_matches_torch():
+    model = _block()
+    x = torch.randn(5, 16)
+    ref = model(x)
+    xnf.to_xla(model)
+    assert all(isinstance(p, XlaTensor) for p in model.parameters())
+    torch.testing.assert_close(cpu(model(xnf.to_xla(x))), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_backward_through_moved_module_matches_torch():
+    model = _block()
+    ref_model = copy.deepcopy(model)
+    x = torch.randn(5, 16)
+    ref_loss = (ref_model(x) ** 2).mean()
+    ref_loss.backward()
+    xnf.to_xla(model)
+    loss = (model(xnf.to_xla(x)) ** 2).mean()
+    loss.backward()
+    torch.testing.assert_close(cpu(loss), ref_loss)
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+        assert isinstance(p.grad, XlaTensor), name
+        torch.testing.assert_close(cpu(p.grad), q.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_state_dict_round_trip():
+    model = _block()
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    xnf.to_xla(model)
+    sd = xnf.to_torch(model.state_dict())
+    for k, v in expected.items():
+        assert torch.equal(sd[k], v)
+
+
+# ---------------------------------------------------------------- compiled mode
+
+
+def test_compiled_training_step_compiles_once_and_matches_eager():
+    model = _block()
+    ref_model = copy.deepcopy(model)
+    xnf.to_xla(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.1)
+
+    def step(x):
+        opt.zero_grad()
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled = xnf.compile(step)
+    xnf.reset_metrics()
+    for i in range(4):
+        x = torch.randn(5, 16)
+        ref_opt.zero_grad()
+        ref_loss = (ref_model(x) ** 2).mean()
+        ref_loss.backward()
+        ref_opt.step()
+        loss = compiled(xnf.to_xla(x))
+        torch.testing.assert_close(cpu(loss), ref_loss, atol=1e-5, rtol=1e-5)
+    assert metrics.compile_count == 1, xnf.metrics_report()
+    assert metrics.cache_hits == 3
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(cpu(p), q, atol=1e-5, rtol=1e-5)
+
+
+def test_recompile_reason_names_the_changed_input():
+    f = xnf.compile(lambda a: (a * 2).sum())
+    xnf.reset_metrics()
+    f(xnf.to_xla(torch.ones(3)))
+    f(xnf.to_xla(torch.ones(4)))
+    assert metrics.compile_count == 2
+    assert "graph input 0 changed from ((3,), torch.float32) to ((4,), torch.float32)" in metrics.recompile_reasons[-1]
+
+
+def test_new_scalar_does_not_recompile():
+    x = xnf.to_xla(torch.ones(3))
+    f = xnf.compile(lambda a, s: a.add(a, alpha=s))
+    xnf.reset_metrics()
+    for s in (0.5, 1.5, 2.5):
+        assert torch.equal(cpu(f(x, s)), torch.ones(3) * (1 + s))
+    assert metrics.compile_count == 1
+
+
+def test_compiled_mutation_through_view_is_written_back():
+    x = xnf.to_xla(torch.zeros(3, 4))
+
+    @xnf.compile
+    def fill(t):
+        t.view(-1)[5] = 7
+        t[1:3].fill_(2)
+
+    fill(x)
+    ref = torch.zeros(3, 4)
+    ref.view(-1)[5] = 7
+    ref[1:3].fill_(2)
+    assert torch.equal(cpu(x), ref)
+
+
+# ---------------------------------------------------------------- environment and RNG
+
+
+def test_factories_in_environment_and_seeded_rng():
+    with xnf.default_env():
+        z = torch.zeros(2, 3)
+        a = torch.arange(5)
+        torch.manual_seed(123)
+        r1 = torch.randn(1000)
+        torch.manual_seed(123)
+        r2 = torch.randn(1000)
+    assert isinstance(z, XlaTensor) and isinstance(a, XlaTensor) and isinstance(r1, XlaTensor)
+    assert torch.equal(cpu(a), torch.arange(5))
+    assert torch.equal(cpu(r1), cpu(r2))
+    assert abs(cpu(r1).mean().item()) < 0.15 and abs(cpu(r1).std().item() - 1) < 0.1
+
+
+# ---------------------------------------------------------------- fallback and missing ops
+
+
+def test_fallback_op_runs_on_cpu_and_is_counted():
+    t = torch.tensor([3.0, 1.0, 2.0, 5.0])
+    xnf.reset_metrics()
+    values, indices = xnf.to_xla(t).kthvalue(2)
+    ref = t.kthvalue(2)
+    assert torch.equal(cpu(values), ref.values) and torch.equal(cpu(indices), ref.indices)
+    assert metrics.fallback_calls["aten.kthvalue.default"] == 1
+    assert "aten.kthvalue.default: 1" in xnf.metrics_report()
+
+
+def test_missing_op_names_op_call_site_and_section():
+    x = xnf.to_xla(torch.randn(3))
+    with pytest.raises(xnf.OperatorNotFound) as info:
+        torch.special.bessel_j0(x)  # the line named in the message
+    message = str(info.value)
+    assert "'special_bessel_j0'" in message
+    assert re.search(r"test_runtime\.py:\d+ \(torch\.special\.bessel_j0\(x\)", message), message
+    assert "native_functions.yaml" in message and "allow_cpu_fallback" in message
+
+
+def test_allow_cpu_fallback_runs_missing_op(monkeypatch):
+    monkeypatch.setattr(xnf.config, "allow_cpu_fallback", True)
+    t = torch.rand(4)
+    with pytest.warns(UserWarning, match="not lowered"):
+        out = torch.special.bessel_j0(xnf.to_xla(t))
+    torch.testing.assert_close(cpu(out), torch.special.bessel_j0(t))
+
+
+def test_debug_print_each_op(monkeypatch, capsys):
+    monkeypatch.setattr(xnf.config, "debug_print_each_op", True)
+    xnf.to_xla(torch.ones(2, 3)) + 1
+    assert "aten.add.Tensor(XlaTensor[2, 3]:float32, 1)" in capsys.readouterr().out
+
+
+def test_debug_accuracy_reports_nothing_for_correct_ops(monkeypatch, capsys):
+    monkeypatch.setattr(xnf.config, "debug_accuracy_for_each_op", True)
+    x = xnf.to_xla(torch.randn(4, 4))
+    (x @ x).relu()
+    assert "accuracy" not in capsys.readouterr().out
