@@ -8,7 +8,6 @@ from .common import (
     TensorMeta,
     elementwise_dtypes,
     mean_dtype,
-    normalize_dim,
     reduction_dims,
     sum_dtype,
 )

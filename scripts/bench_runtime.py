@@ -1,0 +1,97 @@
+"""Runtime benchmark: per-op eager overhead, tracing cost per op, and the compiled MLP
+step, each as a median and a ratio against baselines measured in the same run
+(PyTorch CPU eager, plain jax.numpy, and the same computation written in JAX).
+
+    python scripts/bench_runtime.py
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import torch
+
+import xla_native_functions as xnf
+from xla_native_functions.runtime.lazy import tracing
+
+
+def median_us(fn, number: int = 2000, repeat: int = 7) -> float:
+    fn()
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        runs.append((time.perf_counter() - start) / number * 1e6)
+    return sorted(runs)[repeat // 2]
+
+
+def eager_add() -> None:
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    xa, xb = xnf.to_xla(a), xnf.to_xla(b)
+    with jax.enable_x64(True):
+        ja, jb = jnp.asarray(a.numpy()), jnp.asarray(b.numpy())
+        t_jnp = median_us(lambda: jnp.add(ja, jb))
+    t_torch = median_us(lambda: a + b)
+    t_ours = median_us(lambda: xa + xb)
+    print("eager 16x16 float32 add (median us per op)")
+    print(f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
+          f"-> {t_ours / t_jnp:.2f}x jax.numpy, {t_ours / t_torch:.1f}x torch (target <= 2x jax.numpy)")
+
+
+def tracing_cost() -> None:
+    a = xnf.to_xla(torch.randn(16, 16))
+    n = 200
+
+    def record():
+        with tracing() as trace:
+            x = a
+            for _ in range(n):
+                x = x + 1
+            trace.storages = []  # record only: drop the outputs instead of running them
+    t = median_us(record, number=5) / n
+    print(f"tracing: {t:.1f} us per recorded op (target < 15 us)")
+
+
+def mlp_step() -> None:
+    torch.manual_seed(0)
+    dims = [256, 512, 512, 10]
+    layers = []
+    for i, o in zip(dims, dims[1:]):
+        layers += [torch.nn.Linear(i, o), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1])
+    x = torch.randn(64, 256)
+    with torch.no_grad():
+        t_torch = median_us(lambda: model(x), number=50)
+        moved = xnf.to_xla(torch.nn.Sequential(*[l for l in model]))
+        xx = xnf.to_xla(x)
+        step = xnf.compile(moved)
+        t_ours = median_us(lambda: step(xx), number=50)
+        t_eager = median_us(lambda: xnf.to_torch(moved(xx)), number=50)
+    params = [(jnp.asarray(l.weight.detach().numpy()), jnp.asarray(l.bias.detach().numpy())) for l in model if isinstance(l, torch.nn.Linear)]
+
+    @jax.jit
+    def pure(params, x):
+        for i, (w, b) in enumerate(params):
+            x = x @ w.T + b
+            if i < len(params) - 1:
+                x = jax.nn.relu(x)
+        return x
+
+    jx = jnp.asarray(x.numpy())
+    t_jax = median_us(lambda: pure(params, jx).block_until_ready(), number=50)
+    print("MLP 256-512-512-10 forward, batch 64 (median us per step)")
+    print(f"  torch CPU {t_torch:8.1f}   pure JAX jit {t_jax:8.1f}   ours eager {t_eager:8.1f}   ours compiled {t_ours:8.1f}")
+    print(f"  compiled: {t_ours / t_torch:.2f}x torch, {t_ours / t_jax:.2f}x pure JAX (targets <= 1x torch, <= 1.1x JAX)")
+
+
+def main() -> None:
+    eager_add()
+    tracing_cost()
+    mlp_step()
+
+
+if __name__ == "__main__":
+    main()
