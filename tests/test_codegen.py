@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:  # `codegen` is not part of the installed package
 from codegen import generate as gen  # noqa: E402
 from codegen.generate import main, render, write_atomically  # noqa: E402
 from codegen.manifest import ManifestError, load_manifest  # noqa: E402
-from codegen.model import class_name, default_expr, python_name, unambiguous_name  # noqa: E402
+from codegen.model import class_name, default_expr, make_op_spec, python_name, unambiguous_name  # noqa: E402
 from codegen.schemas import load_schema_database  # noqa: E402
 from torchgen.model import Argument  # noqa: E402
 
@@ -1082,15 +1082,29 @@ def test_fallback_stub_passes_keyword_only_arguments_by_schema_name(tmp_path, em
     )
 
 
-def test_keyword_argument_is_renamed(tmp_path, empty_root):
-    # random.from(Tensor self, int from, int? to, *, Generator? generator=None): the overload
-    # itself is listed through its in-place form's functional `random` family below.
-    text = "backend: XLA\nfull_codegen:\nsupported:\nfallback:\n  - random\n"
-    result = render(write_manifest(tmp_path, text), root=empty_root)
-    assert [o.op for o in result.ops] == ["random", "random.out", "random_"]
-    spec = gen.make_op_spec("random.from", "random.from(Tensor self, int from, int? to, *, Generator? generator=None) -> Tensor", "fallback", False, "functional")
+def test_keyword_argument_is_renamed():
+    # random.from(Tensor self, int from, int? to, *, Generator? generator=None)
+    spec = make_op_spec(
+        "random.from",
+        "random.from(Tensor self, int from, int? to, *, Generator? generator=None) -> Tensor",
+        "fallback",
+        False,
+        "functional",
+    )
     assert spec.signature() == "self, from_, to, *, generator=None"
     assert [a.schema_name for a in spec.args] == ["self", "from", "to", "generator"]
+    assert [a.kind for a in spec.args] == ["TENSOR", "ATTR", "ATTR", "ATTR"]
+
+
+def test_derived_variants_of_a_family(tmp_path, empty_root):
+    # random's in-place and out= forms are derived; random.from is another family.
+    text = "backend: XLA\nfull_codegen:\nsupported:\nfallback:\n  - random\n"
+    result = render(write_manifest(tmp_path, text), root=empty_root)
+    assert [(o.op, o.kind, o.functional) for o in result.ops] == [
+        ("random", "functional", None),
+        ("random.out", "out", "random"),
+        ("random_", "inplace", "random"),
+    ]
 
 
 # The generator bugs below were found by rendering every eligible aten overload.
@@ -1319,7 +1333,6 @@ def test_schema_cache(tmp_path, monkeypatch):
 def test_cache_dir_defaults(monkeypatch, tmp_path):
     monkeypatch.delenv("XLA_NATIVE_FUNCTIONS_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert gen.load_schema_database.__module__ == "codegen.schemas"
     from codegen.schemas import cache_dir
 
     assert cache_dir() == tmp_path / "xdg" / "xla_native_functions"
