@@ -234,6 +234,7 @@ def write_atomically(files: dict[str, str], target: Path) -> bool:
         return False
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
+    staging.chmod(target.stat().st_mode & 0o7777 if target.exists() else 0o755)  # mkdtemp makes it private
     try:
         for name, text in files.items():
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
@@ -242,7 +243,12 @@ def write_atomically(files: dict[str, str], target: Path) -> bool:
         if target.exists():
             old = target.parent / f".old-{os.getpid()}-{target.name}"
             os.rename(target, old)
-        os.rename(staging, target)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if old is not None:
+                os.rename(old, target)
+            raise
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     finally:

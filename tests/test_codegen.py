@@ -637,11 +637,6 @@ def test_write_atomically_replaces_the_whole_tree(tmp_path):
     assert os.listdir(tmp_path) == ["pkg"]
 
 
-@pytest.mark.xfail(
-    reason="write_atomically builds the new tree in tempfile.mkdtemp(), which creates it with mode 0700, and renames "
-    "it into place: the package directory loses its previous mode (generated/xla_native_functions is drwx------)",
-    strict=True,
-)
 def test_write_atomically_keeps_the_directory_mode(tmp_path):
     target = tmp_path / "pkg"
     target.mkdir()
@@ -651,12 +646,6 @@ def test_write_atomically_keeps_the_directory_mode(tmp_path):
     assert stat.S_IMODE(target.stat().st_mode) == 0o755
 
 
-@pytest.mark.xfail(
-    reason="write_atomically renames the old tree to .old-<pid>-<name> before renaming the staging tree into place; "
-    "if that second rename fails, the old tree is not renamed back, so the target disappears (its docstring says a "
-    "failure leaves the previous tree in place)",
-    strict=True,
-)
 def test_failed_swap_keeps_the_previous_tree(tmp_path, monkeypatch):
     target = tmp_path / "pkg"
     write_atomically({"a.py": "old\n"}, target)
