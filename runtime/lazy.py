@@ -351,7 +351,7 @@ def sync() -> None:
 
     start = time.perf_counter()
     with X64:
-        outs = fn([v.data for v in inputs], [_scalar_operand(s.value) for s in scalars])
+        outs = fn([v.data for v in inputs], [s.value for s in scalars])
         if compiling:
             jax.block_until_ready(outs)
     elapsed = time.perf_counter() - start
@@ -364,11 +364,6 @@ def sync() -> None:
     for s, out in zip(pending, outs):
         s.value = out
         s.version += 1
-
-
-def _scalar_operand(v: Any) -> Any:
-    # A Python int beyond int64 would fail in JAX; PyTorch rejects it as well.
-    return v
 
 
 def _why(old: tuple, new: tuple) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import time
 from dataclasses import dataclass, field
 
 
@@ -27,21 +26,6 @@ def reset_metrics() -> None:
     global metrics
     fresh = Metrics()
     metrics.__dict__.update(fresh.__dict__)
-
-
-class timed:
-    """Adds the elapsed time of a block to a metrics field."""
-
-    __slots__ = ("field", "start")
-
-    def __init__(self, field: str):
-        self.field = field
-
-    def __enter__(self):
-        self.start = time.perf_counter()
-
-    def __exit__(self, *exc):
-        setattr(metrics, self.field, getattr(metrics, self.field) + time.perf_counter() - self.start)
 
 
 def metrics_report() -> str:

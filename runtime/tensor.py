@@ -17,10 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import numpy as np
 import torch
 
-from ..shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY
+from ..shape_fns.common import NUMPY_TO_TORCH
 
 DEVICE_NAME = "jax"
 
@@ -121,6 +120,3 @@ def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
     """A new tensor owning a new storage holding `array`."""
     return XlaTensor(Storage(array), array.shape, NUMPY_TO_TORCH[array.dtype], requires_grad=requires_grad)
 
-
-def numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    return TORCH_TO_NUMPY[dtype]
