@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
+from xla_native_functions.runtime import dispatch
 from xla_native_functions.runtime.metrics import metrics
 from xla_native_functions.runtime.tensor import XlaTensor
 
@@ -292,7 +293,19 @@ def test_factories_in_environment_and_seeded_rng():
 # ---------------------------------------------------------------- fallback and missing ops
 
 
-def test_fallback_op_runs_on_cpu_and_is_counted():
+@pytest.fixture
+def kthvalue_in_fallback(monkeypatch):
+    """kthvalue listed under `fallback`, whatever today's manifest says."""
+    op = torch.ops.aten.kthvalue.default
+    monkeypatch.setitem(dispatch._REGISTRY, op, lambda *args, **kwargs: dispatch.fallback(op, args, kwargs))
+
+
+@pytest.fixture
+def bessel_j0_unlisted(monkeypatch):
+    monkeypatch.delitem(dispatch._REGISTRY, torch.ops.aten.special_bessel_j0.default, raising=False)
+
+
+def test_fallback_op_runs_on_cpu_and_is_counted(kthvalue_in_fallback):
     t = torch.tensor([3.0, 1.0, 2.0, 5.0])
     xnf.reset_metrics()
     values, indices = xnf.to_xla(t).kthvalue(2)
@@ -302,7 +315,7 @@ def test_fallback_op_runs_on_cpu_and_is_counted():
     assert "aten.kthvalue.default: 1" in xnf.metrics_report()
 
 
-def test_missing_op_names_op_call_site_and_section():
+def test_missing_op_names_op_call_site_and_section(bessel_j0_unlisted):
     x = xnf.to_xla(torch.randn(3))
     with pytest.raises(xnf.OperatorNotFound) as info:
         torch.special.bessel_j0(x)  # the line named in the message
@@ -312,12 +325,31 @@ def test_missing_op_names_op_call_site_and_section():
     assert "native_functions.yaml" in message and "allow_cpu_fallback" in message
 
 
-def test_allow_cpu_fallback_runs_missing_op(monkeypatch):
+def test_allow_cpu_fallback_runs_missing_op(monkeypatch, bessel_j0_unlisted):
     monkeypatch.setattr(xnf.config, "allow_cpu_fallback", True)
     t = torch.rand(4)
     with pytest.warns(UserWarning, match="not lowered"):
         out = torch.special.bessel_j0(xnf.to_xla(t))
     torch.testing.assert_close(cpu(out), torch.special.bessel_j0(t))
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_error_during_backward_raises_from_backward(monkeypatch, mode):
+    """Note [Errors during backward]: the process survives and backward() raises."""
+    monkeypatch.delitem(dispatch._REGISTRY, torch.ops.aten.threshold_backward.default)
+    x = xnf.to_xla(torch.randn(3, 3)).requires_grad_()
+
+    def step(a):
+        a.relu().sum().backward()
+
+    run = step if mode == "eager" else xnf.compile(step)
+    with pytest.raises(xnf.OperatorNotFound, match="'threshold_backward'.*backward\\(\\)") as info:
+        run(x)
+    assert any("ReluBackward0" in note for note in info.value.__notes__)
+    monkeypatch.undo()
+    x.grad = None
+    step(x)  # the next backward is unaffected
+    torch.testing.assert_close(cpu(x.grad), (cpu(x) > 0).float())
 
 
 def test_debug_print_each_op(monkeypatch, capsys):
