@@ -7,84 +7,90 @@ call the handwritten implementation; `fallback` stubs run PyTorch on CPU. In-pla
 and out= variants compute the functional op and write the result back (Note [Views
 and mutation] in runtime/tensor.py)."""
 
+import sys as _rt_sys
+
 import torch
 
-from .runtime import state as _state
+from .runtime import state as _rt_state
 from .runtime.dispatch import (
-    X64 as _x64,
-    attr_list as _attr_list,
-    eager_executable as _eager_executable,
-    fallback as _fallback,
-    make_view as _make_view,
-    trace as _trace,
-    value as _value,
-    value_opt as _value_opt,
-    values as _values,
-    wrap as _wrap,
-    write_inplace as _write_inplace,
-    write_out as _write_out,
+    X64 as _rt_x64,
+    attr_list as _rt_attr_list,
+    eager_executable as _rt_eager_executable,
+    fallback as _rt_fallback,
+    make_view as _rt_make_view,
+    trace as _rt_trace,
+    value as _rt_value,
+    value_opt as _rt_value_opt,
+    values as _rt_values,
+    wrap as _rt_wrap,
+    write_inplace as _rt_write_inplace,
+    write_out as _rt_write_out,
 )
 from . import ir
+
+# A stub's parameter may carry the name of another stub (threshold_(self, threshold,
+# value) calls the stub threshold): such calls go through the module.
+_rt_stubs = _rt_sys.modules[__name__]
 
 
 def _local_scalar_dense(self):
     return ir._LocalScalarDense.impl(self)
 
 
-_eager__log_softmax = _eager_executable(ir._LogSoftmax)
+_eager__log_softmax = _rt_eager_executable(ir._LogSoftmax)
 
 
 def _log_softmax(self, dim, half_to_float):
-    if _state.tracing:
-        return _trace(ir._LogSoftmax, (self, dim, half_to_float,))
-    with _x64:
-        return _wrap(_eager__log_softmax(_value(self), dim, half_to_float))
+    if _rt_state.tracing:
+        return _rt_trace(ir._LogSoftmax, (self, dim, half_to_float,))
+    with _rt_x64:
+        return _rt_wrap(_eager__log_softmax(_rt_value(self), dim, half_to_float))
 
 
 def _log_softmax_out(self, dim, half_to_float, *, out):
-    return _write_out((out,), _log_softmax(self, dim, half_to_float))
+    return _rt_write_out((out,), _log_softmax(self, dim, half_to_float))
 
 
-_eager__log_softmax_backward_data = _eager_executable(ir._LogSoftmaxBackwardData)
+_eager__log_softmax_backward_data = _rt_eager_executable(ir._LogSoftmaxBackwardData)
 
 
 def _log_softmax_backward_data(grad_output, output, dim, input_dtype):
-    if _state.tracing:
-        return _trace(ir._LogSoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
-    with _x64:
-        return _wrap(_eager__log_softmax_backward_data(_value(grad_output), _value(output), dim, input_dtype))
+    if _rt_state.tracing:
+        return _rt_trace(ir._LogSoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
+    with _rt_x64:
+        return _rt_wrap(_eager__log_softmax_backward_data(_rt_value(grad_output), _rt_value(output), dim, input_dtype))
 
 
 def _log_softmax_backward_data_out(grad_output, output, dim, input_dtype, *, out):
-    return _write_out((out,), _log_softmax_backward_data(grad_output, output, dim, input_dtype))
+    return _rt_write_out((out,), _log_softmax_backward_data(grad_output, output, dim, input_dtype))
 
 
-_eager__softmax = _eager_executable(ir._Softmax)
+_eager__softmax = _rt_eager_executable(ir._Softmax)
 
 
 def _softmax(self, dim, half_to_float):
-    if _state.tracing:
-        return _trace(ir._Softmax, (self, dim, half_to_float,))
-    with _x64:
-        return _wrap(_eager__softmax(_value(self), dim, half_to_float))
+    if _rt_state.tracing:
+        return _rt_trace(ir._Softmax, (self, dim, half_to_float,))
+    with _rt_x64:
+        return _rt_wrap(_eager__softmax(_rt_value(self), dim, half_to_float))
 
 
 def _softmax_out(self, dim, half_to_float, *, out):
-    return _write_out((out,), _softmax(self, dim, half_to_float))
+    return _rt_write_out((out,), _softmax(self, dim, half_to_float))
 
 
-_eager__softmax_backward_data = _eager_executable(ir._SoftmaxBackwardData)
+_eager__softmax_backward_data = _rt_eager_executable(ir._SoftmaxBackwardData)
 
 
 def _softmax_backward_data(grad_output, output, dim, input_dtype):
-    if _state.tracing:
-        return _trace(ir._SoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
-    with _x64:
-        return _wrap(_eager__softmax_backward_data(_value(grad_output), _value(output), dim, input_dtype))
+    if _rt_state.tracing:
+        return _rt_trace(ir._SoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
+    with _rt_x64:
+        return _rt_wrap(_eager__softmax_backward_data(_rt_value(grad_output), _rt_value(output), dim, input_dtype))
 
 
 def _softmax_backward_data_out(grad_output, output, dim, input_dtype, *, grad_input):
-    return _write_out((grad_input,), _softmax_backward_data(grad_output, output, dim, input_dtype))
+    return _rt_write_out((grad_input,), _softmax_backward_data(grad_output, output, dim, input_dtype))
 
 
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
@@ -92,111 +98,111 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
 
 
 def _to_copy_out(self, *, non_blocking=False, memory_format=None, out):
-    return _write_out((out,), _to_copy(self, non_blocking=non_blocking, memory_format=memory_format))
+    return _rt_write_out((out,), _to_copy(self, non_blocking=non_blocking, memory_format=memory_format))
 
 
-_eager__unsafe_view = _eager_executable(ir._UnsafeView)
+_eager__unsafe_view = _rt_eager_executable(ir._UnsafeView)
 
 
 def _unsafe_view(self, size):
-    if _state.tracing:
-        return _trace(ir._UnsafeView, (self, size,))
-    with _x64:
-        return _wrap(_eager__unsafe_view(_value(self), _attr_list(size)))
+    if _rt_state.tracing:
+        return _rt_trace(ir._UnsafeView, (self, size,))
+    with _rt_x64:
+        return _rt_wrap(_eager__unsafe_view(_rt_value(self), _rt_attr_list(size)))
 
 
 def _unsafe_view_out(self, size, *, out):
-    return _write_out((out,), _unsafe_view(self, size))
+    return _rt_write_out((out,), _unsafe_view(self, size))
 
 
-_eager_abs = _eager_executable(ir.Abs)
+_eager_abs = _rt_eager_executable(ir.Abs)
 
 
 def abs(self):
-    if _state.tracing:
-        return _trace(ir.Abs, (self,))
-    with _x64:
-        return _wrap(_eager_abs(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Abs, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_abs(_rt_value(self)))
 
 
 def abs_out(self, *, out):
-    return _write_out((out,), abs(self))
+    return _rt_write_out((out,), abs(self))
 
 
 def abs_(self):
-    return _write_inplace(self, abs(self))
+    return _rt_write_inplace(self, abs(self))
 
 
-_eager_add_Scalar = _eager_executable(ir.AddScalar)
+_eager_add_Scalar = _rt_eager_executable(ir.AddScalar)
 
 
 def add_Scalar(self, other, alpha=1):
-    if _state.tracing:
-        return _trace(ir.AddScalar, (self, other, alpha,))
-    with _x64:
-        return _wrap(_eager_add_Scalar(_value(self), other, alpha))
+    if _rt_state.tracing:
+        return _rt_trace(ir.AddScalar, (self, other, alpha,))
+    with _rt_x64:
+        return _rt_wrap(_eager_add_Scalar(_rt_value(self), other, alpha))
 
 
 def add_Scalar_out(self, other, alpha=1, *, out):
-    return _write_out((out,), add_Scalar(self, other, alpha))
+    return _rt_write_out((out,), add_Scalar(self, other, alpha))
 
 
-_eager_add_Tensor = _eager_executable(ir.AddTensor)
+_eager_add_Tensor = _rt_eager_executable(ir.AddTensor)
 
 
 def add_Tensor(self, other, *, alpha=1):
-    if _state.tracing:
-        return _trace(ir.AddTensor, (self, other, alpha,))
-    with _x64:
-        return _wrap(_eager_add_Tensor(_value(self), _value(other), alpha))
+    if _rt_state.tracing:
+        return _rt_trace(ir.AddTensor, (self, other, alpha,))
+    with _rt_x64:
+        return _rt_wrap(_eager_add_Tensor(_rt_value(self), _rt_value(other), alpha))
 
 
 def add_out(self, other, *, alpha=1, out):
-    return _write_out((out,), add_Tensor(self, other, alpha=alpha))
+    return _rt_write_out((out,), add_Tensor(self, other, alpha=alpha))
 
 
 def add__Scalar(self, other, alpha=1):
-    return _write_inplace(self, add_Scalar(self, other, alpha))
+    return _rt_write_inplace(self, add_Scalar(self, other, alpha))
 
 
 def add__Tensor(self, other, *, alpha=1):
-    return _write_inplace(self, add_Tensor(self, other, alpha=alpha))
+    return _rt_write_inplace(self, add_Tensor(self, other, alpha=alpha))
 
 
-_eager_addmm = _eager_executable(ir.Addmm)
+_eager_addmm = _rt_eager_executable(ir.Addmm)
 
 
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
-    if _state.tracing:
-        return _trace(ir.Addmm, (self, mat1, mat2, beta, alpha,))
-    with _x64:
-        return _wrap(_eager_addmm(_value(self), _value(mat1), _value(mat2), beta, alpha))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Addmm, (self, mat1, mat2, beta, alpha,))
+    with _rt_x64:
+        return _rt_wrap(_eager_addmm(_rt_value(self), _rt_value(mat1), _rt_value(mat2), beta, alpha))
 
 
 def addmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
-    return _write_out((out,), addmm(self, mat1, mat2, beta=beta, alpha=alpha))
+    return _rt_write_out((out,), addmm(self, mat1, mat2, beta=beta, alpha=alpha))
 
 
 def addmm_(self, mat1, mat2, *, beta=1, alpha=1):
-    return _write_inplace(self, addmm(self, mat1, mat2, beta=beta, alpha=alpha))
+    return _rt_write_inplace(self, addmm(self, mat1, mat2, beta=beta, alpha=alpha))
 
 
 def alias(self):
     return ir.Alias.impl(self)
 
 
-_eager_amax = _eager_executable(ir.Amax)
+_eager_amax = _rt_eager_executable(ir.Amax)
 
 
 def amax(self, dim=(), keepdim=False):
-    if _state.tracing:
-        return _trace(ir.Amax, (self, dim, keepdim,))
-    with _x64:
-        return _wrap(_eager_amax(_value(self), _attr_list(dim), keepdim))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Amax, (self, dim, keepdim,))
+    with _rt_x64:
+        return _rt_wrap(_eager_amax(_rt_value(self), _rt_attr_list(dim), keepdim))
 
 
 def amax_out(self, dim=(), keepdim=False, *, out):
-    return _write_out((out,), amax(self, dim, keepdim))
+    return _rt_write_out((out,), amax(self, dim, keepdim))
 
 
 def arange(end, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -204,7 +210,7 @@ def arange(end, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def arange_out(end, *, out):
-    return _write_out((out,), arange(end))
+    return _rt_write_out((out,), arange(end))
 
 
 def arange_start(start, end, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -212,85 +218,85 @@ def arange_start(start, end, *, dtype=None, layout=None, device=None, pin_memory
 
 
 def arange_start_out(start, end, step=1, *, out):
-    return _write_out((out,), arange_start_step(start, end, step))
+    return _rt_write_out((out,), arange_start_step(start, end, step))
 
 
 def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
     return ir.ArangeStartStep.impl(start, end, step, dtype=dtype, layout=layout, device=device, pin_memory=pin_memory)
 
 
-_eager_argmax = _eager_executable(ir.Argmax)
+_eager_argmax = _rt_eager_executable(ir.Argmax)
 
 
 def argmax(self, dim=None, keepdim=False):
-    if _state.tracing:
-        return _trace(ir.Argmax, (self, dim, keepdim,))
-    with _x64:
-        return _wrap(_eager_argmax(_value(self), dim, keepdim))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Argmax, (self, dim, keepdim,))
+    with _rt_x64:
+        return _rt_wrap(_eager_argmax(_rt_value(self), dim, keepdim))
 
 
 def argmax_out(self, dim=None, keepdim=False, *, out):
-    return _write_out((out,), argmax(self, dim, keepdim))
+    return _rt_write_out((out,), argmax(self, dim, keepdim))
 
 
-_eager_bmm = _eager_executable(ir.Bmm)
+_eager_bmm = _rt_eager_executable(ir.Bmm)
 
 
 def bmm(self, mat2):
-    if _state.tracing:
-        return _trace(ir.Bmm, (self, mat2,))
-    with _x64:
-        return _wrap(_eager_bmm(_value(self), _value(mat2)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Bmm, (self, mat2,))
+    with _rt_x64:
+        return _rt_wrap(_eager_bmm(_rt_value(self), _rt_value(mat2)))
 
 
 def bmm_out(self, mat2, *, out):
-    return _write_out((out,), bmm(self, mat2))
+    return _rt_write_out((out,), bmm(self, mat2))
 
 
-_eager_cat = _eager_executable(ir.Cat)
+_eager_cat = _rt_eager_executable(ir.Cat)
 
 
 def cat(tensors, dim=0):
-    if _state.tracing:
-        return _trace(ir.Cat, (tensors, dim,))
-    with _x64:
-        return _wrap(_eager_cat(_values(tensors), dim))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Cat, (tensors, dim,))
+    with _rt_x64:
+        return _rt_wrap(_eager_cat(_rt_values(tensors), dim))
 
 
 def cat_out(tensors, dim=0, *, out):
-    return _write_out((out,), cat(tensors, dim))
+    return _rt_write_out((out,), cat(tensors, dim))
 
 
-_eager_clamp = _eager_executable(ir.Clamp)
+_eager_clamp = _rt_eager_executable(ir.Clamp)
 
 
 def clamp(self, min=None, max=None):
-    if _state.tracing:
-        return _trace(ir.Clamp, (self, min, max,))
-    with _x64:
-        return _wrap(_eager_clamp(_value(self), min, max))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Clamp, (self, min, max,))
+    with _rt_x64:
+        return _rt_wrap(_eager_clamp(_rt_value(self), min, max))
 
 
 def clamp_out(self, min=None, max=None, *, out):
-    return _write_out((out,), clamp(self, min, max))
+    return _rt_write_out((out,), clamp(self, min, max))
 
 
 def clamp_(self, min=None, max=None):
-    return _write_inplace(self, clamp(self, min, max))
+    return _rt_write_inplace(self, clamp(self, min, max))
 
 
-_eager_clone = _eager_executable(ir.Clone)
+_eager_clone = _rt_eager_executable(ir.Clone)
 
 
 def clone(self, *, memory_format=None):
-    if _state.tracing:
-        return _trace(ir.Clone, (self, memory_format,))
-    with _x64:
-        return _wrap(_eager_clone(_value(self), memory_format))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Clone, (self, memory_format,))
+    with _rt_x64:
+        return _rt_wrap(_eager_clone(_rt_value(self), memory_format))
 
 
 def clone_out(self, *, memory_format=None, out):
-    return _write_out((out,), clone(self, memory_format=memory_format))
+    return _rt_write_out((out,), clone(self, memory_format=memory_format))
 
 
 def copy(self, src, non_blocking=False):
@@ -298,115 +304,115 @@ def copy(self, src, non_blocking=False):
 
 
 def copy_out(self, src, non_blocking=False, *, out):
-    return _write_out((out,), copy(self, src, non_blocking))
+    return _rt_write_out((out,), copy(self, src, non_blocking))
 
 
 def copy_(self, src, non_blocking=False):
-    return _write_inplace(self, copy(self, src, non_blocking))
+    return _rt_write_inplace(self, copy(self, src, non_blocking))
 
 
-_eager_cos = _eager_executable(ir.Cos)
+_eager_cos = _rt_eager_executable(ir.Cos)
 
 
 def cos(self):
-    if _state.tracing:
-        return _trace(ir.Cos, (self,))
-    with _x64:
-        return _wrap(_eager_cos(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Cos, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_cos(_rt_value(self)))
 
 
 def cos_out(self, *, out):
-    return _write_out((out,), cos(self))
+    return _rt_write_out((out,), cos(self))
 
 
 def cos_(self):
-    return _write_inplace(self, cos(self))
+    return _rt_write_inplace(self, cos(self))
 
 
 def detach(self):
     return ir.Detach.impl(self)
 
 
-_eager_div_Scalar = _eager_executable(ir.DivScalar)
+_eager_div_Scalar = _rt_eager_executable(ir.DivScalar)
 
 
 def div_Scalar(self, other):
-    if _state.tracing:
-        return _trace(ir.DivScalar, (self, other,))
-    with _x64:
-        return _wrap(_eager_div_Scalar(_value(self), other))
+    if _rt_state.tracing:
+        return _rt_trace(ir.DivScalar, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_div_Scalar(_rt_value(self), other))
 
 
 def div_Scalar_out(self, other, *, out):
-    return _write_out((out,), div_Scalar(self, other))
+    return _rt_write_out((out,), div_Scalar(self, other))
 
 
-_eager_div_Tensor = _eager_executable(ir.DivTensor)
+_eager_div_Tensor = _rt_eager_executable(ir.DivTensor)
 
 
 def div_Tensor(self, other):
-    if _state.tracing:
-        return _trace(ir.DivTensor, (self, other,))
-    with _x64:
-        return _wrap(_eager_div_Tensor(_value(self), _value(other)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.DivTensor, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_div_Tensor(_rt_value(self), _rt_value(other)))
 
 
-_eager_div_Tensor_mode = _eager_executable(ir.DivTensorMode)
+_eager_div_Tensor_mode = _rt_eager_executable(ir.DivTensorMode)
 
 
 def div_Tensor_mode(self, other, *, rounding_mode):
-    if _state.tracing:
-        return _trace(ir.DivTensorMode, (self, other, rounding_mode,))
-    with _x64:
-        return _wrap(_eager_div_Tensor_mode(_value(self), _value(other), rounding_mode))
+    if _rt_state.tracing:
+        return _rt_trace(ir.DivTensorMode, (self, other, rounding_mode,))
+    with _rt_x64:
+        return _rt_wrap(_eager_div_Tensor_mode(_rt_value(self), _rt_value(other), rounding_mode))
 
 
 def div_out(self, other, *, out):
-    return _write_out((out,), div_Tensor(self, other))
+    return _rt_write_out((out,), div_Tensor(self, other))
 
 
 def div_out_mode(self, other, *, rounding_mode, out):
-    return _write_out((out,), div_Tensor_mode(self, other, rounding_mode=rounding_mode))
+    return _rt_write_out((out,), div_Tensor_mode(self, other, rounding_mode=rounding_mode))
 
 
 def div__Scalar(self, other):
-    return _write_inplace(self, div_Scalar(self, other))
+    return _rt_write_inplace(self, div_Scalar(self, other))
 
 
 def div__Tensor(self, other):
-    return _write_inplace(self, div_Tensor(self, other))
+    return _rt_write_inplace(self, div_Tensor(self, other))
 
 
 def div__Tensor_mode(self, other, *, rounding_mode):
-    return _write_inplace(self, div_Tensor_mode(self, other, rounding_mode=rounding_mode))
+    return _rt_write_inplace(self, div_Tensor_mode(self, other, rounding_mode=rounding_mode))
 
 
-_eager_embedding = _eager_executable(ir.Embedding)
+_eager_embedding = _rt_eager_executable(ir.Embedding)
 
 
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    if _state.tracing:
-        return _trace(ir.Embedding, (weight, indices, padding_idx, scale_grad_by_freq, sparse,))
-    with _x64:
-        return _wrap(_eager_embedding(_value(weight), _value(indices), padding_idx, scale_grad_by_freq, sparse))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Embedding, (weight, indices, padding_idx, scale_grad_by_freq, sparse,))
+    with _rt_x64:
+        return _rt_wrap(_eager_embedding(_rt_value(weight), _rt_value(indices), padding_idx, scale_grad_by_freq, sparse))
 
 
 def embedding_out(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False, *, out):
-    return _write_out((out,), embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse))
+    return _rt_write_out((out,), embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse))
 
 
-_eager_embedding_dense_backward = _eager_executable(ir.EmbeddingDenseBackward)
+_eager_embedding_dense_backward = _rt_eager_executable(ir.EmbeddingDenseBackward)
 
 
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
-    if _state.tracing:
-        return _trace(ir.EmbeddingDenseBackward, (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq,))
-    with _x64:
-        return _wrap(_eager_embedding_dense_backward(_value(grad_output), _value(indices), num_weights, padding_idx, scale_grad_by_freq))
+    if _rt_state.tracing:
+        return _rt_trace(ir.EmbeddingDenseBackward, (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq,))
+    with _rt_x64:
+        return _rt_wrap(_eager_embedding_dense_backward(_rt_value(grad_output), _rt_value(indices), num_weights, padding_idx, scale_grad_by_freq))
 
 
 def embedding_dense_backward_out(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq, *, out):
-    return _write_out((out,), embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq))
+    return _rt_write_out((out,), embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq))
 
 
 def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -414,21 +420,21 @@ def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memor
 
 
 def empty_out(size, *, memory_format=None, out):
-    return _write_out((out,), empty_memory_format(size, memory_format=memory_format))
+    return _rt_write_out((out,), empty_memory_format(size, memory_format=memory_format))
 
 
-_eager_empty_like = _eager_executable(ir.EmptyLike)
+_eager_empty_like = _rt_eager_executable(ir.EmptyLike)
 
 
 def empty_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    if _state.tracing:
-        return _trace(ir.EmptyLike, (self, dtype, layout, device, pin_memory, memory_format,))
-    with _x64:
-        return _wrap(_eager_empty_like(_value(self), dtype, layout, device, pin_memory, memory_format))
+    if _rt_state.tracing:
+        return _rt_trace(ir.EmptyLike, (self, dtype, layout, device, pin_memory, memory_format,))
+    with _rt_x64:
+        return _rt_wrap(_eager_empty_like(_rt_value(self), dtype, layout, device, pin_memory, memory_format))
 
 
 def empty_like_out(self, *, memory_format=None, out):
-    return _write_out((out,), empty_like(self, memory_format=memory_format))
+    return _rt_write_out((out,), empty_like(self, memory_format=memory_format))
 
 
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -436,351 +442,351 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_mem
 
 
 def empty_strided_out(size, stride, *, out):
-    return _write_out((out,), empty_strided(size, stride))
+    return _rt_write_out((out,), empty_strided(size, stride))
 
 
-_eager_eq_Scalar = _eager_executable(ir.EqScalar)
+_eager_eq_Scalar = _rt_eager_executable(ir.EqScalar)
 
 
 def eq_Scalar(self, other):
-    if _state.tracing:
-        return _trace(ir.EqScalar, (self, other,))
-    with _x64:
-        return _wrap(_eager_eq_Scalar(_value(self), other))
+    if _rt_state.tracing:
+        return _rt_trace(ir.EqScalar, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_eq_Scalar(_rt_value(self), other))
 
 
 def eq_Scalar_out(self, other, *, out):
-    return _write_out((out,), eq_Scalar(self, other))
+    return _rt_write_out((out,), eq_Scalar(self, other))
 
 
-_eager_eq_Tensor = _eager_executable(ir.EqTensor)
+_eager_eq_Tensor = _rt_eager_executable(ir.EqTensor)
 
 
 def eq_Tensor(self, other):
-    if _state.tracing:
-        return _trace(ir.EqTensor, (self, other,))
-    with _x64:
-        return _wrap(_eager_eq_Tensor(_value(self), _value(other)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.EqTensor, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_eq_Tensor(_rt_value(self), _rt_value(other)))
 
 
 def eq_Tensor_out(self, other, *, out):
-    return _write_out((out,), eq_Tensor(self, other))
+    return _rt_write_out((out,), eq_Tensor(self, other))
 
 
 def eq__Scalar(self, other):
-    return _write_inplace(self, eq_Scalar(self, other))
+    return _rt_write_inplace(self, eq_Scalar(self, other))
 
 
 def eq__Tensor(self, other):
-    return _write_inplace(self, eq_Tensor(self, other))
+    return _rt_write_inplace(self, eq_Tensor(self, other))
 
 
-_eager_exp = _eager_executable(ir.Exp)
+_eager_exp = _rt_eager_executable(ir.Exp)
 
 
 def exp(self):
-    if _state.tracing:
-        return _trace(ir.Exp, (self,))
-    with _x64:
-        return _wrap(_eager_exp(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Exp, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_exp(_rt_value(self)))
 
 
 def exp_out(self, *, out):
-    return _write_out((out,), exp(self))
+    return _rt_write_out((out,), exp(self))
 
 
 def exp_(self):
-    return _write_inplace(self, exp(self))
+    return _rt_write_inplace(self, exp(self))
 
 
 def expand(self, size, *, implicit=False):
-    return _make_view(ir.Expand, (self, size, implicit,))
+    return _rt_make_view(ir.Expand, (self, size, implicit,))
 
 
-_eager_fill_Scalar = _eager_executable(ir.FillScalar)
+_eager_fill_Scalar = _rt_eager_executable(ir.FillScalar)
 
 
 def fill_Scalar(self, value):
-    if _state.tracing:
-        return _trace(ir.FillScalar, (self, value,))
-    with _x64:
-        return _wrap(_eager_fill_Scalar(_value(self), value))
+    if _rt_state.tracing:
+        return _rt_trace(ir.FillScalar, (self, value,))
+    with _rt_x64:
+        return _rt_wrap(_eager_fill_Scalar(_rt_value(self), value))
 
 
 def fill_Scalar_out(self, value, *, out):
-    return _write_out((out,), fill_Scalar(self, value))
+    return _rt_write_out((out,), fill_Scalar(self, value))
 
 
 def fill__Scalar(self, value):
-    return _write_inplace(self, fill_Scalar(self, value))
+    return _rt_write_inplace(self, fill_Scalar(self, value))
 
 
-_eager_full = _eager_executable(ir.Full)
+_eager_full = _rt_eager_executable(ir.Full)
 
 
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _state.tracing:
-        return _trace(ir.Full, (size, fill_value, dtype, layout, device, pin_memory,))
-    with _x64:
-        return _wrap(_eager_full(_attr_list(size), fill_value, dtype, layout, device, pin_memory))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Full, (size, fill_value, dtype, layout, device, pin_memory,))
+    with _rt_x64:
+        return _rt_wrap(_eager_full(_rt_attr_list(size), fill_value, dtype, layout, device, pin_memory))
 
 
 def full_out(size, fill_value, *, out):
-    return _write_out((out,), full(size, fill_value))
+    return _rt_write_out((out,), full(size, fill_value))
 
 
-_eager_full_like = _eager_executable(ir.FullLike)
+_eager_full_like = _rt_eager_executable(ir.FullLike)
 
 
 def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    if _state.tracing:
-        return _trace(ir.FullLike, (self, fill_value, dtype, layout, device, pin_memory, memory_format,))
-    with _x64:
-        return _wrap(_eager_full_like(_value(self), fill_value, dtype, layout, device, pin_memory, memory_format))
+    if _rt_state.tracing:
+        return _rt_trace(ir.FullLike, (self, fill_value, dtype, layout, device, pin_memory, memory_format,))
+    with _rt_x64:
+        return _rt_wrap(_eager_full_like(_rt_value(self), fill_value, dtype, layout, device, pin_memory, memory_format))
 
 
 def full_like_out(self, fill_value, *, memory_format=None, out):
-    return _write_out((out,), full_like(self, fill_value, memory_format=memory_format))
+    return _rt_write_out((out,), full_like(self, fill_value, memory_format=memory_format))
 
 
-_eager_ge_Scalar = _eager_executable(ir.GeScalar)
+_eager_ge_Scalar = _rt_eager_executable(ir.GeScalar)
 
 
 def ge_Scalar(self, other):
-    if _state.tracing:
-        return _trace(ir.GeScalar, (self, other,))
-    with _x64:
-        return _wrap(_eager_ge_Scalar(_value(self), other))
+    if _rt_state.tracing:
+        return _rt_trace(ir.GeScalar, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_ge_Scalar(_rt_value(self), other))
 
 
 def ge_Scalar_out(self, other, *, out):
-    return _write_out((out,), ge_Scalar(self, other))
+    return _rt_write_out((out,), ge_Scalar(self, other))
 
 
 def ge__Scalar(self, other):
-    return _write_inplace(self, ge_Scalar(self, other))
+    return _rt_write_inplace(self, ge_Scalar(self, other))
 
 
-_eager_gelu = _eager_executable(ir.Gelu)
+_eager_gelu = _rt_eager_executable(ir.Gelu)
 
 
 def gelu(self, *, approximate='none'):
-    if _state.tracing:
-        return _trace(ir.Gelu, (self, approximate,))
-    with _x64:
-        return _wrap(_eager_gelu(_value(self), approximate))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Gelu, (self, approximate,))
+    with _rt_x64:
+        return _rt_wrap(_eager_gelu(_rt_value(self), approximate))
 
 
 def gelu_out(self, *, approximate='none', out):
-    return _write_out((out,), gelu(self, approximate=approximate))
+    return _rt_write_out((out,), gelu(self, approximate=approximate))
 
 
 def gelu_(self, *, approximate='none'):
-    return _write_inplace(self, gelu(self, approximate=approximate))
+    return _rt_write_inplace(self, gelu(self, approximate=approximate))
 
 
-_eager_gelu_backward = _eager_executable(ir.GeluBackward)
+_eager_gelu_backward = _rt_eager_executable(ir.GeluBackward)
 
 
 def gelu_backward(grad_output, self, *, approximate='none'):
-    if _state.tracing:
-        return _trace(ir.GeluBackward, (grad_output, self, approximate,))
-    with _x64:
-        return _wrap(_eager_gelu_backward(_value(grad_output), _value(self), approximate))
+    if _rt_state.tracing:
+        return _rt_trace(ir.GeluBackward, (grad_output, self, approximate,))
+    with _rt_x64:
+        return _rt_wrap(_eager_gelu_backward(_rt_value(grad_output), _rt_value(self), approximate))
 
 
 def gelu_backward_grad_input(grad_output, self, *, approximate='none', grad_input):
-    return _write_out((grad_input,), gelu_backward(grad_output, self, approximate=approximate))
+    return _rt_write_out((grad_input,), gelu_backward(grad_output, self, approximate=approximate))
 
 
-_eager_gt_Scalar = _eager_executable(ir.GtScalar)
+_eager_gt_Scalar = _rt_eager_executable(ir.GtScalar)
 
 
 def gt_Scalar(self, other):
-    if _state.tracing:
-        return _trace(ir.GtScalar, (self, other,))
-    with _x64:
-        return _wrap(_eager_gt_Scalar(_value(self), other))
+    if _rt_state.tracing:
+        return _rt_trace(ir.GtScalar, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_gt_Scalar(_rt_value(self), other))
 
 
 def gt_Scalar_out(self, other, *, out):
-    return _write_out((out,), gt_Scalar(self, other))
+    return _rt_write_out((out,), gt_Scalar(self, other))
 
 
 def gt__Scalar(self, other):
-    return _write_inplace(self, gt_Scalar(self, other))
+    return _rt_write_inplace(self, gt_Scalar(self, other))
 
 
 def kthvalue(self, k, dim=-1, keepdim=False):
-    return _fallback(torch.ops.aten.kthvalue.default, (self, k, dim, keepdim,), {})
+    return _rt_fallback(torch.ops.aten.kthvalue.default, (self, k, dim, keepdim,), {})
 
 
 def kthvalue_values(self, k, dim=-1, keepdim=False, *, values, indices):
-    return _write_out((values, indices,), kthvalue(self, k, dim, keepdim))
+    return _rt_write_out((values, indices,), kthvalue(self, k, dim, keepdim))
 
 
-_eager_log = _eager_executable(ir.Log)
+_eager_log = _rt_eager_executable(ir.Log)
 
 
 def log(self):
-    if _state.tracing:
-        return _trace(ir.Log, (self,))
-    with _x64:
-        return _wrap(_eager_log(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Log, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_log(_rt_value(self)))
 
 
 def log_out(self, *, out):
-    return _write_out((out,), log(self))
+    return _rt_write_out((out,), log(self))
 
 
 def log_(self):
-    return _write_inplace(self, log(self))
+    return _rt_write_inplace(self, log(self))
 
 
-_eager_lt_Tensor = _eager_executable(ir.LtTensor)
+_eager_lt_Tensor = _rt_eager_executable(ir.LtTensor)
 
 
 def lt_Tensor(self, other):
-    if _state.tracing:
-        return _trace(ir.LtTensor, (self, other,))
-    with _x64:
-        return _wrap(_eager_lt_Tensor(_value(self), _value(other)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.LtTensor, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_lt_Tensor(_rt_value(self), _rt_value(other)))
 
 
 def lt_Tensor_out(self, other, *, out):
-    return _write_out((out,), lt_Tensor(self, other))
+    return _rt_write_out((out,), lt_Tensor(self, other))
 
 
 def lt__Tensor(self, other):
-    return _write_inplace(self, lt_Tensor(self, other))
+    return _rt_write_inplace(self, lt_Tensor(self, other))
 
 
-_eager_max_dim = _eager_executable(ir.MaxDim)
+_eager_max_dim = _rt_eager_executable(ir.MaxDim)
 
 
 def max_dim(self, dim, keepdim=False):
-    if _state.tracing:
-        return _trace(ir.MaxDim, (self, dim, keepdim,))
-    with _x64:
-        return _wrap(_eager_max_dim(_value(self), dim, keepdim))
+    if _rt_state.tracing:
+        return _rt_trace(ir.MaxDim, (self, dim, keepdim,))
+    with _rt_x64:
+        return _rt_wrap(_eager_max_dim(_rt_value(self), dim, keepdim))
 
 
 def max_dim_max(self, dim, keepdim=False, *, max, max_values):
-    return _write_out((max, max_values,), max_dim(self, dim, keepdim))
+    return _rt_write_out((max, max_values,), max_dim(self, dim, keepdim))
 
 
-_eager_maximum = _eager_executable(ir.Maximum)
+_eager_maximum = _rt_eager_executable(ir.Maximum)
 
 
 def maximum(self, other):
-    if _state.tracing:
-        return _trace(ir.Maximum, (self, other,))
-    with _x64:
-        return _wrap(_eager_maximum(_value(self), _value(other)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Maximum, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_maximum(_rt_value(self), _rt_value(other)))
 
 
 def maximum_out(self, other, *, out):
-    return _write_out((out,), maximum(self, other))
+    return _rt_write_out((out,), maximum(self, other))
 
 
-_eager_mean = _eager_executable(ir.Mean)
+_eager_mean = _rt_eager_executable(ir.Mean)
 
 
 def mean(self, *, dtype=None):
-    if _state.tracing:
-        return _trace(ir.Mean, (self, dtype,))
-    with _x64:
-        return _wrap(_eager_mean(_value(self), dtype))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Mean, (self, dtype,))
+    with _rt_x64:
+        return _rt_wrap(_eager_mean(_rt_value(self), dtype))
 
 
-_eager_mean_dim = _eager_executable(ir.MeanDim)
+_eager_mean_dim = _rt_eager_executable(ir.MeanDim)
 
 
 def mean_dim(self, dim, keepdim=False, *, dtype=None):
-    if _state.tracing:
-        return _trace(ir.MeanDim, (self, dim, keepdim, dtype,))
-    with _x64:
-        return _wrap(_eager_mean_dim(_value(self), _attr_list(dim), keepdim, dtype))
+    if _rt_state.tracing:
+        return _rt_trace(ir.MeanDim, (self, dim, keepdim, dtype,))
+    with _rt_x64:
+        return _rt_wrap(_eager_mean_dim(_rt_value(self), _rt_attr_list(dim), keepdim, dtype))
 
 
 def mean_dtype_out(self, *, dtype=None, out):
-    return _write_out((out,), mean(self, dtype=dtype))
+    return _rt_write_out((out,), mean(self, dtype=dtype))
 
 
 def mean_out(self, dim, keepdim=False, *, dtype=None, out):
-    return _write_out((out,), mean_dim(self, dim, keepdim, dtype=dtype))
+    return _rt_write_out((out,), mean_dim(self, dim, keepdim, dtype=dtype))
 
 
 def median(self):
-    return _fallback(torch.ops.aten.median.default, (self,), {})
+    return _rt_fallback(torch.ops.aten.median.default, (self,), {})
 
 
 def median_out(self, *, out):
-    return _write_out((out,), median(self))
+    return _rt_write_out((out,), median(self))
 
 
-_eager_minimum = _eager_executable(ir.Minimum)
+_eager_minimum = _rt_eager_executable(ir.Minimum)
 
 
 def minimum(self, other):
-    if _state.tracing:
-        return _trace(ir.Minimum, (self, other,))
-    with _x64:
-        return _wrap(_eager_minimum(_value(self), _value(other)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Minimum, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_minimum(_rt_value(self), _rt_value(other)))
 
 
 def minimum_out(self, other, *, out):
-    return _write_out((out,), minimum(self, other))
+    return _rt_write_out((out,), minimum(self, other))
 
 
-_eager_mm = _eager_executable(ir.Mm)
+_eager_mm = _rt_eager_executable(ir.Mm)
 
 
 def mm(self, mat2):
-    if _state.tracing:
-        return _trace(ir.Mm, (self, mat2,))
-    with _x64:
-        return _wrap(_eager_mm(_value(self), _value(mat2)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Mm, (self, mat2,))
+    with _rt_x64:
+        return _rt_wrap(_eager_mm(_rt_value(self), _rt_value(mat2)))
 
 
 def mm_out(self, mat2, *, out):
-    return _write_out((out,), mm(self, mat2))
+    return _rt_write_out((out,), mm(self, mat2))
 
 
-_eager_mul_Scalar = _eager_executable(ir.MulScalar)
+_eager_mul_Scalar = _rt_eager_executable(ir.MulScalar)
 
 
 def mul_Scalar(self, other):
-    if _state.tracing:
-        return _trace(ir.MulScalar, (self, other,))
-    with _x64:
-        return _wrap(_eager_mul_Scalar(_value(self), other))
+    if _rt_state.tracing:
+        return _rt_trace(ir.MulScalar, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_mul_Scalar(_rt_value(self), other))
 
 
 def mul_Scalar_out(self, other, *, out):
-    return _write_out((out,), mul_Scalar(self, other))
+    return _rt_write_out((out,), mul_Scalar(self, other))
 
 
-_eager_mul_Tensor = _eager_executable(ir.MulTensor)
+_eager_mul_Tensor = _rt_eager_executable(ir.MulTensor)
 
 
 def mul_Tensor(self, other):
-    if _state.tracing:
-        return _trace(ir.MulTensor, (self, other,))
-    with _x64:
-        return _wrap(_eager_mul_Tensor(_value(self), _value(other)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.MulTensor, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_mul_Tensor(_rt_value(self), _rt_value(other)))
 
 
 def mul_out(self, other, *, out):
-    return _write_out((out,), mul_Tensor(self, other))
+    return _rt_write_out((out,), mul_Tensor(self, other))
 
 
 def mul__Scalar(self, other):
-    return _write_inplace(self, mul_Scalar(self, other))
+    return _rt_write_inplace(self, mul_Scalar(self, other))
 
 
 def mul__Tensor(self, other):
-    return _write_inplace(self, mul_Tensor(self, other))
+    return _rt_write_inplace(self, mul_Tensor(self, other))
 
 
 def native_dropout(input, p, train):
@@ -788,127 +794,127 @@ def native_dropout(input, p, train):
 
 
 def native_dropout_out(input, p, train, *, out0, out1):
-    return _write_out((out0, out1,), native_dropout(input, p, train))
+    return _rt_write_out((out0, out1,), native_dropout(input, p, train))
 
 
-_eager_native_layer_norm = _eager_executable(ir.NativeLayerNorm)
+_eager_native_layer_norm = _rt_eager_executable(ir.NativeLayerNorm)
 
 
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
-    if _state.tracing:
-        return _trace(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
-    with _x64:
-        return _wrap(_eager_native_layer_norm(_value(input), _attr_list(normalized_shape), _value_opt(weight), _value_opt(bias), eps))
+    if _rt_state.tracing:
+        return _rt_trace(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
+    with _rt_x64:
+        return _rt_wrap(_eager_native_layer_norm(_rt_value(input), _rt_attr_list(normalized_shape), _rt_value_opt(weight), _rt_value_opt(bias), eps))
 
 
 def native_layer_norm_out(input, normalized_shape, weight, bias, eps, *, out0, out1, out2):
-    return _write_out((out0, out1, out2,), native_layer_norm(input, normalized_shape, weight, bias, eps))
+    return _rt_write_out((out0, out1, out2,), native_layer_norm(input, normalized_shape, weight, bias, eps))
 
 
-_eager_native_layer_norm_backward = _eager_executable(ir.NativeLayerNormBackward)
+_eager_native_layer_norm_backward = _rt_eager_executable(ir.NativeLayerNormBackward)
 
 
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
-    if _state.tracing:
-        return _trace(ir.NativeLayerNormBackward, (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask,))
-    with _x64:
-        return _wrap(_eager_native_layer_norm_backward(_value(grad_out), _value(input), _attr_list(normalized_shape), _value(mean), _value(rstd), _value_opt(weight), _value_opt(bias), _attr_list(output_mask)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.NativeLayerNormBackward, (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask,))
+    with _rt_x64:
+        return _rt_wrap(_eager_native_layer_norm_backward(_rt_value(grad_out), _rt_value(input), _rt_attr_list(normalized_shape), _rt_value(mean), _rt_value(rstd), _rt_value_opt(weight), _rt_value_opt(bias), _rt_attr_list(output_mask)))
 
 
 def native_layer_norm_backward_out(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask, *, out0, out1, out2):
-    return _write_out((out0, out1, out2,), native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask))
+    return _rt_write_out((out0, out1, out2,), native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask))
 
 
-_eager_ne_Scalar = _eager_executable(ir.NeScalar)
+_eager_ne_Scalar = _rt_eager_executable(ir.NeScalar)
 
 
 def ne_Scalar(self, other):
-    if _state.tracing:
-        return _trace(ir.NeScalar, (self, other,))
-    with _x64:
-        return _wrap(_eager_ne_Scalar(_value(self), other))
+    if _rt_state.tracing:
+        return _rt_trace(ir.NeScalar, (self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_ne_Scalar(_rt_value(self), other))
 
 
 def ne_Scalar_out(self, other, *, out):
-    return _write_out((out,), ne_Scalar(self, other))
+    return _rt_write_out((out,), ne_Scalar(self, other))
 
 
 def ne__Scalar(self, other):
-    return _write_inplace(self, ne_Scalar(self, other))
+    return _rt_write_inplace(self, ne_Scalar(self, other))
 
 
-_eager_neg = _eager_executable(ir.Neg)
+_eager_neg = _rt_eager_executable(ir.Neg)
 
 
 def neg(self):
-    if _state.tracing:
-        return _trace(ir.Neg, (self,))
-    with _x64:
-        return _wrap(_eager_neg(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Neg, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_neg(_rt_value(self)))
 
 
 def neg_out(self, *, out):
-    return _write_out((out,), neg(self))
+    return _rt_write_out((out,), neg(self))
 
 
 def neg_(self):
-    return _write_inplace(self, neg(self))
+    return _rt_write_inplace(self, neg(self))
 
 
-_eager_new_empty = _eager_executable(ir.NewEmpty)
+_eager_new_empty = _rt_eager_executable(ir.NewEmpty)
 
 
 def new_empty(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _state.tracing:
-        return _trace(ir.NewEmpty, (self, size, dtype, layout, device, pin_memory,))
-    with _x64:
-        return _wrap(_eager_new_empty(_value(self), _attr_list(size), dtype, layout, device, pin_memory))
+    if _rt_state.tracing:
+        return _rt_trace(ir.NewEmpty, (self, size, dtype, layout, device, pin_memory,))
+    with _rt_x64:
+        return _rt_wrap(_eager_new_empty(_rt_value(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
 
 
 def new_empty_out(self, size, *, out):
-    return _write_out((out,), new_empty(self, size))
+    return _rt_write_out((out,), new_empty(self, size))
 
 
-_eager_new_full = _eager_executable(ir.NewFull)
+_eager_new_full = _rt_eager_executable(ir.NewFull)
 
 
 def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _state.tracing:
-        return _trace(ir.NewFull, (self, size, fill_value, dtype, layout, device, pin_memory,))
-    with _x64:
-        return _wrap(_eager_new_full(_value(self), _attr_list(size), fill_value, dtype, layout, device, pin_memory))
+    if _rt_state.tracing:
+        return _rt_trace(ir.NewFull, (self, size, fill_value, dtype, layout, device, pin_memory,))
+    with _rt_x64:
+        return _rt_wrap(_eager_new_full(_rt_value(self), _rt_attr_list(size), fill_value, dtype, layout, device, pin_memory))
 
 
 def new_full_out(self, size, fill_value, *, out):
-    return _write_out((out,), new_full(self, size, fill_value))
+    return _rt_write_out((out,), new_full(self, size, fill_value))
 
 
-_eager_new_ones = _eager_executable(ir.NewOnes)
+_eager_new_ones = _rt_eager_executable(ir.NewOnes)
 
 
 def new_ones(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _state.tracing:
-        return _trace(ir.NewOnes, (self, size, dtype, layout, device, pin_memory,))
-    with _x64:
-        return _wrap(_eager_new_ones(_value(self), _attr_list(size), dtype, layout, device, pin_memory))
+    if _rt_state.tracing:
+        return _rt_trace(ir.NewOnes, (self, size, dtype, layout, device, pin_memory,))
+    with _rt_x64:
+        return _rt_wrap(_eager_new_ones(_rt_value(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
 
 
 def new_ones_out(self, size, *, out):
-    return _write_out((out,), new_ones(self, size))
+    return _rt_write_out((out,), new_ones(self, size))
 
 
-_eager_new_zeros = _eager_executable(ir.NewZeros)
+_eager_new_zeros = _rt_eager_executable(ir.NewZeros)
 
 
 def new_zeros(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _state.tracing:
-        return _trace(ir.NewZeros, (self, size, dtype, layout, device, pin_memory,))
-    with _x64:
-        return _wrap(_eager_new_zeros(_value(self), _attr_list(size), dtype, layout, device, pin_memory))
+    if _rt_state.tracing:
+        return _rt_trace(ir.NewZeros, (self, size, dtype, layout, device, pin_memory,))
+    with _rt_x64:
+        return _rt_wrap(_eager_new_zeros(_rt_value(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
 
 
 def new_zeros_out(self, size, *, out):
-    return _write_out((out,), new_zeros(self, size))
+    return _rt_write_out((out,), new_zeros(self, size))
 
 
 def nonzero(self):
@@ -916,75 +922,75 @@ def nonzero(self):
 
 
 def nonzero_out(self, *, out):
-    return _write_out((out,), nonzero(self))
+    return _rt_write_out((out,), nonzero(self))
 
 
-_eager_ones = _eager_executable(ir.Ones)
+_eager_ones = _rt_eager_executable(ir.Ones)
 
 
 def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _state.tracing:
-        return _trace(ir.Ones, (size, dtype, layout, device, pin_memory,))
-    with _x64:
-        return _wrap(_eager_ones(_attr_list(size), dtype, layout, device, pin_memory))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Ones, (size, dtype, layout, device, pin_memory,))
+    with _rt_x64:
+        return _rt_wrap(_eager_ones(_rt_attr_list(size), dtype, layout, device, pin_memory))
 
 
 def ones_out(size, *, out):
-    return _write_out((out,), ones(size))
+    return _rt_write_out((out,), ones(size))
 
 
-_eager_ones_like = _eager_executable(ir.OnesLike)
+_eager_ones_like = _rt_eager_executable(ir.OnesLike)
 
 
 def ones_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    if _state.tracing:
-        return _trace(ir.OnesLike, (self, dtype, layout, device, pin_memory, memory_format,))
-    with _x64:
-        return _wrap(_eager_ones_like(_value(self), dtype, layout, device, pin_memory, memory_format))
+    if _rt_state.tracing:
+        return _rt_trace(ir.OnesLike, (self, dtype, layout, device, pin_memory, memory_format,))
+    with _rt_x64:
+        return _rt_wrap(_eager_ones_like(_rt_value(self), dtype, layout, device, pin_memory, memory_format))
 
 
 def ones_like_out(self, *, memory_format=None, out):
-    return _write_out((out,), ones_like(self, memory_format=memory_format))
+    return _rt_write_out((out,), ones_like(self, memory_format=memory_format))
 
 
 def permute(self, dims):
-    return _make_view(ir.Permute, (self, dims,))
+    return _rt_make_view(ir.Permute, (self, dims,))
 
 
-_eager_pow_Tensor_Scalar = _eager_executable(ir.PowTensorScalar)
+_eager_pow_Tensor_Scalar = _rt_eager_executable(ir.PowTensorScalar)
 
 
 def pow_Tensor_Scalar(self, exponent):
-    if _state.tracing:
-        return _trace(ir.PowTensorScalar, (self, exponent,))
-    with _x64:
-        return _wrap(_eager_pow_Tensor_Scalar(_value(self), exponent))
+    if _rt_state.tracing:
+        return _rt_trace(ir.PowTensorScalar, (self, exponent,))
+    with _rt_x64:
+        return _rt_wrap(_eager_pow_Tensor_Scalar(_rt_value(self), exponent))
 
 
 def pow_Tensor_Scalar_out(self, exponent, *, out):
-    return _write_out((out,), pow_Tensor_Scalar(self, exponent))
+    return _rt_write_out((out,), pow_Tensor_Scalar(self, exponent))
 
 
-_eager_pow_Tensor_Tensor = _eager_executable(ir.PowTensorTensor)
+_eager_pow_Tensor_Tensor = _rt_eager_executable(ir.PowTensorTensor)
 
 
 def pow_Tensor_Tensor(self, exponent):
-    if _state.tracing:
-        return _trace(ir.PowTensorTensor, (self, exponent,))
-    with _x64:
-        return _wrap(_eager_pow_Tensor_Tensor(_value(self), _value(exponent)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.PowTensorTensor, (self, exponent,))
+    with _rt_x64:
+        return _rt_wrap(_eager_pow_Tensor_Tensor(_rt_value(self), _rt_value(exponent)))
 
 
 def pow_Tensor_Tensor_out(self, exponent, *, out):
-    return _write_out((out,), pow_Tensor_Tensor(self, exponent))
+    return _rt_write_out((out,), pow_Tensor_Tensor(self, exponent))
 
 
 def pow__Scalar(self, exponent):
-    return _write_inplace(self, pow_Tensor_Scalar(self, exponent))
+    return _rt_write_inplace(self, pow_Tensor_Scalar(self, exponent))
 
 
 def pow__Tensor(self, exponent):
-    return _write_inplace(self, pow_Tensor_Tensor(self, exponent))
+    return _rt_write_inplace(self, pow_Tensor_Tensor(self, exponent))
 
 
 def rand(size, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -992,7 +998,7 @@ def rand(size, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def rand_out(size, *, out):
-    return _write_out((out,), rand(size))
+    return _rt_write_out((out,), rand(size))
 
 
 def randn(size, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -1000,310 +1006,310 @@ def randn(size, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def randn_out(size, *, out):
-    return _write_out((out,), randn(size))
+    return _rt_write_out((out,), randn(size))
 
 
-_eager_relu = _eager_executable(ir.Relu)
+_eager_relu = _rt_eager_executable(ir.Relu)
 
 
 def relu(self):
-    if _state.tracing:
-        return _trace(ir.Relu, (self,))
-    with _x64:
-        return _wrap(_eager_relu(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Relu, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_relu(_rt_value(self)))
 
 
 def relu_out(self, *, out):
-    return _write_out((out,), relu(self))
+    return _rt_write_out((out,), relu(self))
 
 
 def relu_(self):
-    return _write_inplace(self, relu(self))
+    return _rt_write_inplace(self, relu(self))
 
 
-_eager_rsqrt = _eager_executable(ir.Rsqrt)
+_eager_rsqrt = _rt_eager_executable(ir.Rsqrt)
 
 
 def rsqrt(self):
-    if _state.tracing:
-        return _trace(ir.Rsqrt, (self,))
-    with _x64:
-        return _wrap(_eager_rsqrt(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Rsqrt, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_rsqrt(_rt_value(self)))
 
 
 def rsqrt_out(self, *, out):
-    return _write_out((out,), rsqrt(self))
+    return _rt_write_out((out,), rsqrt(self))
 
 
 def rsqrt_(self):
-    return _write_inplace(self, rsqrt(self))
+    return _rt_write_inplace(self, rsqrt(self))
 
 
-_eager_scalar_tensor = _eager_executable(ir.ScalarTensor)
+_eager_scalar_tensor = _rt_eager_executable(ir.ScalarTensor)
 
 
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _state.tracing:
-        return _trace(ir.ScalarTensor, (s, dtype, layout, device, pin_memory,))
-    with _x64:
-        return _wrap(_eager_scalar_tensor(s, dtype, layout, device, pin_memory))
+    if _rt_state.tracing:
+        return _rt_trace(ir.ScalarTensor, (s, dtype, layout, device, pin_memory,))
+    with _rt_x64:
+        return _rt_wrap(_eager_scalar_tensor(s, dtype, layout, device, pin_memory))
 
 
 def scalar_tensor_out(s, *, out):
-    return _write_out((out,), scalar_tensor(s))
+    return _rt_write_out((out,), scalar_tensor(s))
 
 
 def select_int(self, dim, index):
-    return _make_view(ir.SelectInt, (self, dim, index,))
+    return _rt_make_view(ir.SelectInt, (self, dim, index,))
 
 
-_eager_sigmoid = _eager_executable(ir.Sigmoid)
+_eager_sigmoid = _rt_eager_executable(ir.Sigmoid)
 
 
 def sigmoid(self):
-    if _state.tracing:
-        return _trace(ir.Sigmoid, (self,))
-    with _x64:
-        return _wrap(_eager_sigmoid(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Sigmoid, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_sigmoid(_rt_value(self)))
 
 
 def sigmoid_out(self, *, out):
-    return _write_out((out,), sigmoid(self))
+    return _rt_write_out((out,), sigmoid(self))
 
 
 def sigmoid_(self):
-    return _write_inplace(self, sigmoid(self))
+    return _rt_write_inplace(self, sigmoid(self))
 
 
-_eager_sin = _eager_executable(ir.Sin)
+_eager_sin = _rt_eager_executable(ir.Sin)
 
 
 def sin(self):
-    if _state.tracing:
-        return _trace(ir.Sin, (self,))
-    with _x64:
-        return _wrap(_eager_sin(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Sin, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_sin(_rt_value(self)))
 
 
 def sin_out(self, *, out):
-    return _write_out((out,), sin(self))
+    return _rt_write_out((out,), sin(self))
 
 
 def sin_(self):
-    return _write_inplace(self, sin(self))
+    return _rt_write_inplace(self, sin(self))
 
 
 def slice_Tensor(self, dim=0, start=None, end=None, step=1):
-    return _make_view(ir.SliceTensor, (self, dim, start, end, step,))
+    return _rt_make_view(ir.SliceTensor, (self, dim, start, end, step,))
 
 
 def split_Tensor(self, split_size, dim=0):
-    return _make_view(ir.SplitTensor, (self, split_size, dim,))
+    return _rt_make_view(ir.SplitTensor, (self, split_size, dim,))
 
 
-_eager_sqrt = _eager_executable(ir.Sqrt)
+_eager_sqrt = _rt_eager_executable(ir.Sqrt)
 
 
 def sqrt(self):
-    if _state.tracing:
-        return _trace(ir.Sqrt, (self,))
-    with _x64:
-        return _wrap(_eager_sqrt(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Sqrt, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_sqrt(_rt_value(self)))
 
 
 def sqrt_out(self, *, out):
-    return _write_out((out,), sqrt(self))
+    return _rt_write_out((out,), sqrt(self))
 
 
 def sqrt_(self):
-    return _write_inplace(self, sqrt(self))
+    return _rt_write_inplace(self, sqrt(self))
 
 
 def squeeze_dim(self, dim):
-    return _make_view(ir.SqueezeDim, (self, dim,))
+    return _rt_make_view(ir.SqueezeDim, (self, dim,))
 
 
-_eager_sub_Scalar = _eager_executable(ir.SubScalar)
+_eager_sub_Scalar = _rt_eager_executable(ir.SubScalar)
 
 
 def sub_Scalar(self, other, alpha=1):
-    if _state.tracing:
-        return _trace(ir.SubScalar, (self, other, alpha,))
-    with _x64:
-        return _wrap(_eager_sub_Scalar(_value(self), other, alpha))
+    if _rt_state.tracing:
+        return _rt_trace(ir.SubScalar, (self, other, alpha,))
+    with _rt_x64:
+        return _rt_wrap(_eager_sub_Scalar(_rt_value(self), other, alpha))
 
 
 def sub_Scalar_out(self, other, alpha=1, *, out):
-    return _write_out((out,), sub_Scalar(self, other, alpha))
+    return _rt_write_out((out,), sub_Scalar(self, other, alpha))
 
 
-_eager_sub_Tensor = _eager_executable(ir.SubTensor)
+_eager_sub_Tensor = _rt_eager_executable(ir.SubTensor)
 
 
 def sub_Tensor(self, other, *, alpha=1):
-    if _state.tracing:
-        return _trace(ir.SubTensor, (self, other, alpha,))
-    with _x64:
-        return _wrap(_eager_sub_Tensor(_value(self), _value(other), alpha))
+    if _rt_state.tracing:
+        return _rt_trace(ir.SubTensor, (self, other, alpha,))
+    with _rt_x64:
+        return _rt_wrap(_eager_sub_Tensor(_rt_value(self), _rt_value(other), alpha))
 
 
 def sub_out(self, other, *, alpha=1, out):
-    return _write_out((out,), sub_Tensor(self, other, alpha=alpha))
+    return _rt_write_out((out,), sub_Tensor(self, other, alpha=alpha))
 
 
 def sub__Scalar(self, other, alpha=1):
-    return _write_inplace(self, sub_Scalar(self, other, alpha))
+    return _rt_write_inplace(self, sub_Scalar(self, other, alpha))
 
 
 def sub__Tensor(self, other, *, alpha=1):
-    return _write_inplace(self, sub_Tensor(self, other, alpha=alpha))
+    return _rt_write_inplace(self, sub_Tensor(self, other, alpha=alpha))
 
 
-_eager_sum = _eager_executable(ir.Sum)
+_eager_sum = _rt_eager_executable(ir.Sum)
 
 
 def sum(self, *, dtype=None):
-    if _state.tracing:
-        return _trace(ir.Sum, (self, dtype,))
-    with _x64:
-        return _wrap(_eager_sum(_value(self), dtype))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Sum, (self, dtype,))
+    with _rt_x64:
+        return _rt_wrap(_eager_sum(_rt_value(self), dtype))
 
 
 def sum_IntList_out(self, dim, keepdim=False, *, dtype=None, out):
-    return _write_out((out,), sum_dim_IntList(self, dim, keepdim, dtype=dtype))
+    return _rt_write_out((out,), sum_dim_IntList(self, dim, keepdim, dtype=dtype))
 
 
-_eager_sum_dim_IntList = _eager_executable(ir.SumDimIntList)
+_eager_sum_dim_IntList = _rt_eager_executable(ir.SumDimIntList)
 
 
 def sum_dim_IntList(self, dim, keepdim=False, *, dtype=None):
-    if _state.tracing:
-        return _trace(ir.SumDimIntList, (self, dim, keepdim, dtype,))
-    with _x64:
-        return _wrap(_eager_sum_dim_IntList(_value(self), _attr_list(dim), keepdim, dtype))
+    if _rt_state.tracing:
+        return _rt_trace(ir.SumDimIntList, (self, dim, keepdim, dtype,))
+    with _rt_x64:
+        return _rt_wrap(_eager_sum_dim_IntList(_rt_value(self), _rt_attr_list(dim), keepdim, dtype))
 
 
 def sum_out(self, *, dtype=None, out):
-    return _write_out((out,), sum(self, dtype=dtype))
+    return _rt_write_out((out,), sum(self, dtype=dtype))
 
 
 def t(self):
-    return _make_view(ir.T, (self,))
+    return _rt_make_view(ir.T, (self,))
 
 
-_eager_tanh = _eager_executable(ir.Tanh)
+_eager_tanh = _rt_eager_executable(ir.Tanh)
 
 
 def tanh(self):
-    if _state.tracing:
-        return _trace(ir.Tanh, (self,))
-    with _x64:
-        return _wrap(_eager_tanh(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Tanh, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_tanh(_rt_value(self)))
 
 
 def tanh_out(self, *, out):
-    return _write_out((out,), tanh(self))
+    return _rt_write_out((out,), tanh(self))
 
 
 def tanh_(self):
-    return _write_inplace(self, tanh(self))
+    return _rt_write_inplace(self, tanh(self))
 
 
-_eager_threshold_backward = _eager_executable(ir.ThresholdBackward)
+_eager_threshold_backward = _rt_eager_executable(ir.ThresholdBackward)
 
 
 def threshold_backward(grad_output, self, threshold):
-    if _state.tracing:
-        return _trace(ir.ThresholdBackward, (grad_output, self, threshold,))
-    with _x64:
-        return _wrap(_eager_threshold_backward(_value(grad_output), _value(self), threshold))
+    if _rt_state.tracing:
+        return _rt_trace(ir.ThresholdBackward, (grad_output, self, threshold,))
+    with _rt_x64:
+        return _rt_wrap(_eager_threshold_backward(_rt_value(grad_output), _rt_value(self), threshold))
 
 
 def threshold_backward_grad_input(grad_output, self, threshold, *, grad_input):
-    return _write_out((grad_input,), threshold_backward(grad_output, self, threshold))
+    return _rt_write_out((grad_input,), threshold_backward(grad_output, self, threshold))
 
 
 def transpose_int(self, dim0, dim1):
-    return _make_view(ir.TransposeInt, (self, dim0, dim1,))
+    return _rt_make_view(ir.TransposeInt, (self, dim0, dim1,))
 
 
 def unsqueeze(self, dim):
-    return _make_view(ir.Unsqueeze, (self, dim,))
+    return _rt_make_view(ir.Unsqueeze, (self, dim,))
 
 
-_eager_var_correction = _eager_executable(ir.VarCorrection)
+_eager_var_correction = _rt_eager_executable(ir.VarCorrection)
 
 
 def var_correction(self, dim=None, *, correction=None, keepdim=False):
-    if _state.tracing:
-        return _trace(ir.VarCorrection, (self, dim, correction, keepdim,))
-    with _x64:
-        return _wrap(_eager_var_correction(_value(self), _attr_list(dim), correction, keepdim))
+    if _rt_state.tracing:
+        return _rt_trace(ir.VarCorrection, (self, dim, correction, keepdim,))
+    with _rt_x64:
+        return _rt_wrap(_eager_var_correction(_rt_value(self), _rt_attr_list(dim), correction, keepdim))
 
 
 def var_correction_out(self, dim=None, *, correction=None, keepdim=False, out):
-    return _write_out((out,), var_correction(self, dim, correction=correction, keepdim=keepdim))
+    return _rt_write_out((out,), var_correction(self, dim, correction=correction, keepdim=keepdim))
 
 
 def view(self, size):
-    return _make_view(ir.View, (self, size,))
+    return _rt_make_view(ir.View, (self, size,))
 
 
-_eager_where_self = _eager_executable(ir.WhereSelf)
+_eager_where_self = _rt_eager_executable(ir.WhereSelf)
 
 
 def where_self(condition, self, other):
-    if _state.tracing:
-        return _trace(ir.WhereSelf, (condition, self, other,))
-    with _x64:
-        return _wrap(_eager_where_self(_value(condition), _value(self), _value(other)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.WhereSelf, (condition, self, other,))
+    with _rt_x64:
+        return _rt_wrap(_eager_where_self(_rt_value(condition), _rt_value(self), _rt_value(other)))
 
 
 def where_self_out(condition, self, other, *, out):
-    return _write_out((out,), where_self(condition, self, other))
+    return _rt_write_out((out,), where_self(condition, self, other))
 
 
-_eager_zero = _eager_executable(ir.Zero)
+_eager_zero = _rt_eager_executable(ir.Zero)
 
 
 def zero(self):
-    if _state.tracing:
-        return _trace(ir.Zero, (self,))
-    with _x64:
-        return _wrap(_eager_zero(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Zero, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_zero(_rt_value(self)))
 
 
 def zero_out(self, *, out):
-    return _write_out((out,), zero(self))
+    return _rt_write_out((out,), zero(self))
 
 
 def zero_(self):
-    return _write_inplace(self, zero(self))
+    return _rt_write_inplace(self, zero(self))
 
 
-_eager_zeros = _eager_executable(ir.Zeros)
+_eager_zeros = _rt_eager_executable(ir.Zeros)
 
 
 def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _state.tracing:
-        return _trace(ir.Zeros, (size, dtype, layout, device, pin_memory,))
-    with _x64:
-        return _wrap(_eager_zeros(_attr_list(size), dtype, layout, device, pin_memory))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Zeros, (size, dtype, layout, device, pin_memory,))
+    with _rt_x64:
+        return _rt_wrap(_eager_zeros(_rt_attr_list(size), dtype, layout, device, pin_memory))
 
 
 def zeros_out(size, *, out):
-    return _write_out((out,), zeros(size))
+    return _rt_write_out((out,), zeros(size))
 
 
-_eager_zeros_like = _eager_executable(ir.ZerosLike)
+_eager_zeros_like = _rt_eager_executable(ir.ZerosLike)
 
 
 def zeros_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    if _state.tracing:
-        return _trace(ir.ZerosLike, (self, dtype, layout, device, pin_memory, memory_format,))
-    with _x64:
-        return _wrap(_eager_zeros_like(_value(self), dtype, layout, device, pin_memory, memory_format))
+    if _rt_state.tracing:
+        return _rt_trace(ir.ZerosLike, (self, dtype, layout, device, pin_memory, memory_format,))
+    with _rt_x64:
+        return _rt_wrap(_eager_zeros_like(_rt_value(self), dtype, layout, device, pin_memory, memory_format))
 
 
 def zeros_like_out(self, *, memory_format=None, out):
-    return _write_out((out,), zeros_like(self, memory_format=memory_format))
+    return _rt_write_out((out,), zeros_like(self, memory_format=memory_format))
