@@ -383,9 +383,10 @@ def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             _warned_fallback.add(name)
             warnings.warn(f"{name} is not lowered to JAX; running it on PyTorch CPU (allow_cpu_fallback)", stacklevel=3)
         return fallback(func, args, kwargs)
-    functional = name.split(".")[0].rstrip("_") if name.split(".")[0].endswith("_") else None
+    base, dot, overload = name.partition(".")
+    listed = base.rstrip("_") + dot + overload  # in-place forms are derived from the functional op
     hint = (
-        f"add '{name if not functional else functional}' to a section of native_functions.yaml "
+        f"add '{listed}' to a section of native_functions.yaml "
         "(full_codegen with lower_*/..._output_shape, supported, or fallback) and run `python -m codegen.generate`"
     )
     raise OperatorNotFound(

@@ -240,6 +240,45 @@ def test_compiled_training_step_compiles_once_and_matches_eager():
         torch.testing.assert_close(cpu(p), q, atol=1e-5, rtol=1e-5)
 
 
+def test_lazy_mode_training_loop_matches_cpu_and_compiles_once():
+    model = _block()
+    ref_model = copy.deepcopy(model)
+    xnf.to_xla(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.1)
+    losses = []
+    xnf.reset_metrics()
+    with xnf.lazy_mode():
+        for _ in range(4):
+            x = torch.randn(5, 16)
+            ref_opt.zero_grad()
+            ref_loss = (ref_model(x) ** 2).mean()
+            ref_loss.backward()
+            ref_opt.step()
+            opt.zero_grad()
+            loss = (model(xnf.to_xla(x)) ** 2).mean()
+            loss.backward()
+            opt.step()
+            assert metrics.execute_count + metrics.compile_count == len(losses)  # nothing ran yet
+            xnf.mark_step()
+            losses.append((loss, ref_loss))
+    assert not xnf.runtime.state.tracing
+    for loss, ref_loss in losses:
+        torch.testing.assert_close(cpu(loss), ref_loss, atol=1e-5, rtol=1e-5)
+    assert metrics.compile_count == 1 and metrics.cache_hits == 3, xnf.metrics_report()
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(cpu(p), q, atol=1e-5, rtol=1e-5)
+
+
+def test_lazy_mode_host_read_runs_the_pending_graph():
+    x = xnf.to_xla(torch.arange(6.0))
+    with xnf.lazy_mode():
+        y = (x * 2).sum()
+        assert y.item() == 30.0  # a host read cannot wait for mark_step
+        x.add_(1)
+    assert torch.equal(cpu(x), torch.arange(6.0) + 1)
+
+
 def test_recompile_reason_names_the_changed_input():
     f = xnf.compile(lambda a: (a * 2).sum())
     xnf.reset_metrics()
