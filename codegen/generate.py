@@ -103,9 +103,10 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
         for variant in sorted(groups[rec.group], key=lambda r: r.name):
             if variant.kind not in ("inplace", "out") or variant.name in listed:
                 continue
-            if rec.is_view:
-                continue  # in-place views (t_, squeeze_) change metadata only; not derived
-            vspec = make_op_spec(variant.name, variant.schema, entry.section, False, variant.kind, functional=spec.name)
+            if rec.is_view and variant.kind != "inplace":
+                continue  # views have no out= form worth deriving (their _copy ops are separate entries)
+            # An in-place view (t_, squeeze_) gives `self` the view's sizes and strides.
+            vspec = make_op_spec(variant.name, variant.schema, entry.section, rec.is_view, variant.kind, functional=spec.name)
             if variant.kind == "out" and len(vspec.outs) != len(spec.returns):
                 continue
             specs.append(vspec)

@@ -291,6 +291,15 @@ def _type_name(dtype: torch.dtype) -> str:
     }.get(dtype, str(dtype))
 
 
+def restride_inplace(self: Any, view: XlaTensor) -> Any:
+    """An in-place view op (t_, squeeze_): `self` becomes `view`, a view of its own
+    storage, keeping its identity and autograd state."""
+    with torch._C._DisableTorchDispatch():
+        self.data = view  # TensorImpl::shallow_copy_from: sizes, strides, offset
+    self._store, self._whole, self._cache = view._store, view._whole, None
+    return self
+
+
 def write_inplace(self: Any, result: Any) -> Any:
     write_into(self, _result_value(result))
     return self
@@ -299,8 +308,25 @@ def write_inplace(self: Any, result: Any) -> Any:
 def write_out(outs: tuple[Any, ...], result: Any) -> Any:
     results = result if isinstance(result, (tuple, list)) else (result,)
     for o, r in zip(outs, results):
+        if isinstance(o, XlaTensor) and tuple(o.shape) != tuple(r.shape):
+            resize_out(o, tuple(r.shape))
         write_into(o, _result_value(r))
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def resize_out(out: XlaTensor, shape: tuple[int, ...]) -> None:
+    """PyTorch resizes an out= tensor of the wrong shape (with a warning unless it was
+    empty). `out` gets a new storage, to be written whole."""
+    if out.numel():
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does not "
+            f"match the required output shape {list(shape)}. This behavior is deprecated, and in a future PyTorch "
+            "release outputs will not be resized unless they have zero elements. You can explicitly reuse an out "
+            "tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=4,
+        )
+    restride_inplace(out, XlaTensor(Storage(None), shape, out.dtype))
 
 
 def _result_value(t: Any) -> Any:

@@ -170,14 +170,14 @@ def _new_tensor(v: Value) -> XlaTensor:
 
 def record_write(t: XlaTensor, new: Value) -> None:
     store = t._store
-    base = store.value
-    if base.__class__ is not Value:
-        base = store.value = _input(base)
     if new.meta.dtype != t.dtype:
         new = _emit(Convert((new, t.dtype)), TensorMeta(new.meta.shape, t.dtype))
     if t._whole:
         store.value = new
     else:
+        base = store.value
+        if base.__class__ is not Value:
+            base = store.value = _input(base)
         layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
         store.value = _emit(StridedWrite((base, new) + layout), base.meta)
     state.trace.track(store)

@@ -5,18 +5,26 @@ from __future__ import annotations
 
 import copy
 import re
+import warnings
 
 import pytest
 import torch
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime import dispatch
+from xla_native_functions.runtime import dispatch, lazy
 from xla_native_functions.runtime.metrics import metrics
 from xla_native_functions.runtime.tensor import XlaTensor
 
 
 def cpu(t):
     return xnf.to_torch(t)
+
+
+@pytest.fixture(autouse=True)
+def fresh_graph_cache(monkeypatch):
+    """Compile counts in one test do not depend on graphs other tests compiled."""
+    monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})
+    monkeypatch.setattr(lazy, "_LAST_KEY", [None])
 
 
 # ---------------------------------------------------------------- tensors and dtypes
@@ -148,6 +156,64 @@ def test_out_variant_writes_into_out():
     ret = torch.add(xnf.to_xla(a), xnf.to_xla(b), alpha=2, out=out)
     assert ret is out
     torch.testing.assert_close(cpu(out), torch.add(a, b, alpha=2))
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda x: x.t_(),
+        lambda x: x.transpose_(0, 1),
+        lambda x: x.unsqueeze_(1),
+        lambda x: x.unsqueeze_(0).squeeze_(0),
+        lambda x: x.resize_(2, 2),
+        lambda x: x.resize_(4, 4),  # grows the storage
+        lambda x: x[1:].t_().mul_(2),
+    ],
+    ids=["t_", "transpose_", "unsqueeze_", "squeeze_", "resize_shrink", "resize_grow", "t_on_view"],
+)
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_inplace_metadata_ops_keep_identity(mutate, mode):
+    ref = torch.arange(12.0).reshape(3, 4)
+    x = xnf.to_xla(ref.clone())
+    run = mutate if mode == "eager" else xnf.compile(mutate)
+    result = run(x)
+    expected = mutate(ref)
+    assert x.shape == ref.shape and x.stride() == ref.stride() and x.storage_offset() == ref.storage_offset()
+    if ref.numel() > 12:  # resize_ leaves grown elements uninitialized
+        torch.testing.assert_close(cpu(x).flatten()[:12], ref.flatten()[:12])
+    else:
+        torch.testing.assert_close(cpu(x), ref)
+        torch.testing.assert_close(cpu(result), expected)
+
+
+def test_resize_keeps_aliasing_with_views():
+    base = xnf.to_xla(torch.arange(6.0))
+    view = base.view(6)
+    view.resize_(3)
+    view.fill_(1)
+    assert torch.equal(cpu(base), torch.tensor([1.0, 1, 1, 3, 4, 5]))
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("numel", [0, 5])
+def test_out_of_the_wrong_shape_is_resized(mode, numel):
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    out, ref = xnf.to_xla(torch.zeros(numel)), torch.zeros(numel)
+
+    def add(o, x, y):
+        return torch.add(x, y, out=o)
+
+    run = add if mode == "eager" else xnf.compile(add)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(out, xnf.to_xla(a), xnf.to_xla(b))
+    with warnings.catch_warnings(record=True) as ref_caught:
+        warnings.simplefilter("always")
+        add(ref, a, b)
+    # PyTorch's message ends with its C++ source location "(Triggered internally at ...)".
+    assert [str(w.message) for w in caught] == [str(w.message).split(" (Triggered internally")[0] for w in ref_caught]
+    assert out.shape == ref.shape and out.stride() == ref.stride()
+    torch.testing.assert_close(cpu(out), ref)
 
 
 def test_view_errors_match_torch():
