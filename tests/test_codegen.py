@@ -1002,9 +1002,9 @@ def permute(self, dims):
     return _rt_make_view(ir.Permute, (self, dims,))
 """,
         )
-        # In-place views (t_, squeeze_) are not derived; views have no out= form here.
+        # In-place views (t_, squeeze_) restride `self`; views have no out= form here.
         self.assertNotIn("\ndef permute_", self.files["dispatch.py"])
-        self.assertNotIn("\ndef t_(", self.files["dispatch.py"])
+        self.assertIn("\ndef t_(self):\n    return _rt_restride_inplace(self, t(self))\n", self.files["dispatch.py"])
 
     def test_supported(self):
         self.assertExpectedInline(
