@@ -395,6 +395,21 @@ def test_factories_in_environment_and_seeded_rng():
     assert abs(cpu(r1).mean().item()) < 0.15 and abs(cpu(r1).std().item() - 1) < 0.1
 
 
+def test_environment_enabled_globally_until_disabled():
+    env = xnf.default_env()
+    env.enable_globally()
+    try:
+        inside = torch.ones(2)
+        model = torch.nn.Linear(3, 2)  # parameters created on JAX
+    finally:
+        env.disable_globally()
+    outside = torch.ones(2)
+    assert isinstance(inside, XlaTensor) and isinstance(model.weight, XlaTensor)
+    assert not isinstance(outside, XlaTensor)
+    out = model(xnf.to_xla(torch.ones(4, 3)))
+    torch.testing.assert_close(cpu(out), torch.ones(4, 3) @ cpu(model.weight).T + cpu(model.bias))
+
+
 # ---------------------------------------------------------------- fallback and missing ops
 
 
