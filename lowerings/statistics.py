@@ -210,3 +210,8 @@ def lower_norm_ScalarOpt_dim(self, p, dim, keepdim=False):
 
 def lower_count_nonzero_dim_IntList(self, dim):
     return jnp.sum(self != 0, axis=reduction_dims(dim, self.ndim)).astype(jnp.int64)
+
+
+def lower_count_nonzero(self, dim=None):
+    axes = None if dim is None else reduction_dims(dim, self.ndim)
+    return jnp.sum(self != 0, axis=axes).astype(jnp.int64)

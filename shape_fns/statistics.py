@@ -182,3 +182,8 @@ def norm_ScalarOpt_dim_output_shape(self, p, dim, keepdim=False):
 
 def count_nonzero_dim_IntList_output_shape(self, dim):
     return _meta(self, reduction_dims(dim, self.ndim), False, torch.int64)
+
+
+def count_nonzero_output_shape(self, dim=None):
+    dims = tuple(range(self.ndim)) if dim is None else reduction_dims(dim, self.ndim)
+    return _meta(self, dims, False, torch.int64)
