@@ -109,3 +109,43 @@ def lower_unfold(self, dimension, size, step):
     picked = jnp.take(self, index.reshape(-1), axis=d)
     picked = picked.reshape(self.shape[:d] + (count, size) + self.shape[d + 1 :])
     return jnp.moveaxis(picked, d + 1, -1)
+
+
+# Backward of view ops: the gradient written into zeros of the input's shape.
+
+
+def lower_select_backward(grad_output, input_sizes, dim, index):
+    d = normalize_dim(dim, len(input_sizes))
+    index = index + input_sizes[d] if index < 0 else index
+    out = jnp.zeros(tuple(input_sizes), grad_output.dtype)
+    return out.at[(slice(None),) * d + (index,)].set(grad_output)
+
+
+def lower_slice_backward(grad_output, input_sizes, dim, start, end, step):
+    d = normalize_dim(dim, len(input_sizes))
+    start, end, step = slice(start, end, step).indices(input_sizes[d])
+    out = jnp.zeros(tuple(input_sizes), grad_output.dtype)
+    return out.at[(slice(None),) * d + (slice(start, max(start, end), step),)].set(grad_output)
+
+
+def lower_diagonal_backward(grad_output, input_sizes, offset, dim1, dim2):
+    ndim = len(input_sizes)
+    d1, d2 = normalize_dim(dim1, ndim), normalize_dim(dim2, ndim)
+    n = grad_output.shape[-1]
+    rows = jnp.arange(n) + max(-offset, 0)
+    cols = jnp.arange(n) + max(offset, 0)
+    moved = jnp.zeros(tuple(input_sizes), grad_output.dtype)
+    moved = jnp.moveaxis(moved, (d1, d2), (-2, -1)).at[..., rows, cols].set(grad_output)
+    return jnp.moveaxis(moved, (-2, -1), (d1, d2))
+
+
+def lower_unfold_backward(grad_in, input_sizes, dim, size, step):
+    if len(input_sizes) == 0:
+        return grad_in.reshape(())
+    d = normalize_dim(dim, len(input_sizes))
+    count = grad_in.shape[d]
+    index = (jnp.arange(count)[:, None] * step + jnp.arange(size)[None, :]).reshape(-1)
+    g = jnp.moveaxis(grad_in, -1, d + 1)
+    g = g.reshape(g.shape[:d] + (count * size,) + g.shape[d + 2 :])
+    out = jnp.zeros(tuple(input_sizes), grad_in.dtype)
+    return out.at[(slice(None),) * d + (index,)].add(g)

@@ -168,14 +168,9 @@ def _vector_norm(x, ord, axes, keepdim):
         return zero
     big = jnp.max(a, axis=axes, keepdims=keepdim)
     small = jnp.min(a, axis=axes, keepdims=keepdim)
-    # Generic p: scale by the maximum so that large and small entries neither overflow
-    # nor underflow before the root.
-    safe_big = jnp.where(big == 0, jnp.ones((), a.dtype), big)
-    safe_big = jnp.where(jnp.isinf(safe_big), jnp.ones((), a.dtype), safe_big)
-    scaled = a / jnp.expand_dims(safe_big, axes) if not keepdim else a / safe_big
+    # Generic p, unscaled like PyTorch's kernel (it overflows where PyTorch does).
     safe_p = jnp.where((ordf == 0) | jnp.isinf(ordf), jnp.ones((), a.dtype), ordf)
-    general = safe_big * jnp.sum(scaled**safe_p, axis=axes, keepdims=keepdim) ** (1 / safe_p)
-    general = jnp.where(jnp.isinf(big), big, general)
+    general = jnp.sum(a**safe_p, axis=axes, keepdims=keepdim) ** (1 / safe_p)
     two = jnp.sqrt(jnp.sum(a * a, axis=axes, keepdims=keepdim))
     one = jnp.sum(a, axis=axes, keepdims=keepdim)
     return jnp.where(

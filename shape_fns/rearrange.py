@@ -170,3 +170,19 @@ def unfold_output_shape(self, dimension, size, step):
         return TensorMeta((size,), self.dtype)
     count = unfold_count(n, size, step)
     return TensorMeta(self.shape[:d] + (count,) + self.shape[d + 1 :] + (size,), self.dtype)
+
+
+def select_backward_output_shape(grad_output, input_sizes, dim, index):
+    return TensorMeta(tuple(input_sizes), grad_output.dtype)
+
+
+def slice_backward_output_shape(grad_output, input_sizes, dim, start, end, step):
+    return TensorMeta(tuple(input_sizes), grad_output.dtype)
+
+
+def diagonal_backward_output_shape(grad_output, input_sizes, offset, dim1, dim2):
+    return TensorMeta(tuple(input_sizes), grad_output.dtype)
+
+
+def unfold_backward_output_shape(grad_in, input_sizes, dim, size, step):
+    return TensorMeta(tuple(input_sizes), grad_in.dtype)

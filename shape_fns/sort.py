@@ -50,7 +50,7 @@ def kthvalue_output_shape(self, k, dim=-1, keepdim=False):
     d = normalize_dim(dim, self.ndim)
     size = self.shape[d] if self.ndim else 1
     if not 1 <= k <= size:
-        raise IndexError(f"kthvalue(): selected number k out of range for dimension {d}")
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
     _no_complex("kthvalue", self)
     return _pair(_reduce_one(self, dim, keepdim), self.dtype)
 
