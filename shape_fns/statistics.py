@@ -157,13 +157,17 @@ def linalg_vector_norm_output_shape(self, ord=2, dim=None, keepdim=False, *, dty
     dims = reduction_dims(dim, self.ndim)
     if self.numel() == 0 and _is_number(ord) and (ord < 0 or ord == float("inf")):
         if dim is None or len(dim) == 0 or any(self.shape[d] == 0 for d in dims):
-            raise IndexError(
-                f"linalg.vector_norm cannot compute the {ord} norm on an empty tensor because the operation "
+            raise RuntimeError(
+                f"linalg.vector_norm cannot compute the {_ord_text(ord)} norm on an empty tensor because the operation "
                 "does not have an identity"
             )
     if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
         raise RuntimeError(f"linalg.vector_norm: dtype should be floating point or complex. Got {_name(dtype)} instead.")
     return _meta(self, dims, keepdim, norm_result_dtype(self.dtype, dtype))
+
+
+def _ord_text(ord):
+    return "inf" if ord == float("inf") else str(ord)
 
 
 def _is_number(x):

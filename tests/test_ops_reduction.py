@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 
 import jax
 import pytest
@@ -308,8 +309,11 @@ def test_shape_fn_matches_meta(case):
     assert run_shape_fn(case.op, case.args, case.kwargs) == expected
 
 
+VIEW_BACKWARD = {"select_backward", "slice_backward", "diagonal_backward", "unfold_backward"}
+
+
 def test_every_op_is_covered():
-    tested = {unambiguous_name(c.op) for c in CASES}
+    tested = {unambiguous_name(c.op) for c in CASES} | VIEW_BACKWARD
     assert {f"lower_{n}" for n in tested} == set(LOWERINGS)
     assert {f"{n}_output_shape" for n in tested} == set(SHAPE_FNS)
 
@@ -475,20 +479,49 @@ def test_inplace_and_out_forms():
     torch.testing.assert_close(cpu(ours), x.tril(-1))
 
 
-def test_backward_through_reductions_and_sorts():
+STRICT_BACKWARD = {
+    "amin": lambda t: t.amin(1).sum(),
+    "prod": lambda t: t.prod(1).sum(),
+    "cumsum": lambda t: (t.cumsum(1) * t).sum(),
+    "flip_repeat": lambda t: (t.flip(0).repeat(2, 1)[0] ** 2).sum(),
+    "logsumexp": lambda t: t.logsumexp(1).sum(),
+    "diagonal": lambda t: (t.diagonal(1) ** 2).sum(),
+    "unfold": lambda t: (t.unfold(1, 2, 1) ** 2).sum(),
+    "tril_roll": lambda t: (t.tril().roll(1, 0) ** 2).sum(),
+    "narrow": lambda t: (t[:, 1:4:2] ** 2).sum(),
+}
+# Their backward also needs scatter.src (sort, topk, median, min.dim) or masked_fill_
+# (std, vector_norm), lowered by the indexing family; until then they run those two on CPU.
+BACKWARD_WITH_INDEXING = {
+    "std": lambda t: t.std(0).sum(),
+    "sort": lambda t: (t.sort(1).values[:, 0] ** 2).sum(),
+    "topk": lambda t: (t.topk(2).values ** 2).sum(),
+    "median": lambda t: (t.median(1).values ** 2).sum(),
+    "min_dim": lambda t: (t.min(1).values ** 2).sum(),
+    "vector_norm": lambda t: torch.linalg.vector_norm(t, 2, 1).sum(),
+}
+
+
+def _check_grad(loss):
     x = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
-
-    def loss(t):
-        return (
-            t.amin(1).sum() + t.prod(1).sum() + t.std(0).sum() + t.sort(1).values[:, 0].sum() + t.topk(2).values.sum()
-            + t.cumsum(1).sum() + t.flip(0).repeat(2, 1)[0].sum() + t.median(1).values.sum() + t.logsumexp(1).sum()
-            + torch.linalg.vector_norm(t, 2, 1).sum() + t.diagonal().sum() + t.min(1).values.sum()
-        )
-
     (expected,) = torch.autograd.grad(loss(x), x)
     ours_x = dev(x.detach()).requires_grad_()
     (ours,) = torch.autograd.grad(loss(ours_x), ours_x)
     torch.testing.assert_close(cpu(ours), expected)
+
+
+@pytest.mark.parametrize("name", sorted(STRICT_BACKWARD))
+def test_backward_dispatches_only_listed_ops(name):
+    assert not xnf.config.allow_cpu_fallback
+    _check_grad(STRICT_BACKWARD[name])
+
+
+@pytest.mark.parametrize("name", sorted(BACKWARD_WITH_INDEXING))
+def test_backward_values(name, monkeypatch):
+    monkeypatch.setattr(xnf.config, "allow_cpu_fallback", True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _check_grad(BACKWARD_WITH_INDEXING[name])
 
 
 def test_sym_size_ops_never_reach_the_backend():
@@ -635,3 +668,20 @@ def test_tril_triu_indices():
     for args in [(3, 3), (4, 3, 1), (3, 5, -1), (0, 2)]:
         torch.testing.assert_close(cpu(torch.tril_indices(*args, device=device)), torch.tril_indices(*args))
         torch.testing.assert_close(cpu(torch.triu_indices(*args, device=device)), torch.triu_indices(*args))
+
+
+@pytest.mark.parametrize(
+    "op,args",
+    [
+        (aten.select_backward.default, (T(2, 4), [2, 3, 4], 1, -1)),
+        (aten.slice_backward.default, (T(2, 2, 4), [2, 5, 4], 1, 1, 5, 2)),
+        (aten.diagonal_backward.default, (T(2, 3), [3, 2, 4], 1, 0, 2)),
+        (aten.diagonal_backward.default, (T(2, 3), [2, 3, 4], -1, -1, 1)),
+        (aten.unfold_backward.default, (T(2, 2, 4, 3), [2, 7, 4], 1, 3, 2)),
+        (aten.unfold_backward.default, (T(1), [], 0, 1, 1)),
+    ],
+    ids=["select", "slice", "diagonal", "diagonal_neg", "unfold", "unfold_0d"],
+)
+def test_view_backward_lowerings(op, args):
+    assert_same(run_lowering(op, args, {}), op(*args))
+    assert run_shape_fn(op, args, {}) == as_meta(op(*args))
