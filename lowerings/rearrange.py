@@ -1,5 +1,5 @@
 """Lowerings of ops that move elements around without arithmetic: flip, repeat, roll,
-tril/triu, narrow_copy, diag_embed, stack, the *_copy forms of views, and the views
+tril/triu, narrow_copy, diag_embed, stack, expand_copy, and the views
 squeeze, as_strided, diagonal, unfold (values only: the runtime keeps views aliased)."""
 
 from __future__ import annotations
@@ -62,10 +62,6 @@ def lower_diag_embed(self, offset=0, dim1=-2, dim2=-1):
 
 def lower_expand_copy(self, size, *, implicit=False):
     return jnp.broadcast_to(self, expand_shape(self.shape, size))
-
-
-def lower_permute_copy(self, dims):
-    return jnp.transpose(self, tuple(normalize_dim(d, self.ndim) for d in dims))
 
 
 def lower_stack(tensors, dim=0):

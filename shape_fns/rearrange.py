@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 from .common import TensorMeta, expand_shape, normalize_dim, promote_dtypes
-from .shape_ops import permute_output_shape
 
 
 def _dims(dims, ndim, op):
@@ -90,10 +89,6 @@ def diag_embed_output_shape(self, offset=0, dim1=-2, dim2=-1):
 
 def expand_copy_output_shape(self, size, *, implicit=False):
     return TensorMeta(expand_shape(self.shape, size), self.dtype)
-
-
-def permute_copy_output_shape(self, dims):
-    return permute_output_shape(self, dims)
 
 
 def stack_output_shape(tensors, dim=0):

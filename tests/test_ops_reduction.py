@@ -260,7 +260,6 @@ CASES = [
     Case("diag_embed_neg_offset_dims", aten.diag_embed.default, (i23, -2, 0, 2)),
     Case("diag_embed_dims_swapped", aten.diag_embed.default, (f234, 0, -1, 0)),
     Case("expand_copy", aten.expand_copy.default, (T(3, 1), [2, 3, 4])),
-    Case("permute_copy", aten.permute_copy.default, (f234, [2, 0, 1])),
     Case("stack", aten.stack.default, ([f23, f23 * 2],)),
     Case("stack_neg_dim_promote", aten.stack.default, ([i23, f23], -1)),
     Case("stack_0d", aten.stack.default, ([f0d, f0d],)),
