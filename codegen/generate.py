@@ -34,6 +34,7 @@ PUBLIC_API = (
     "compile",
     "config",
     "default_env",
+    "dynamo_report",
     "mark_step",
     "metrics_report",
     "reset_metrics",

@@ -9,6 +9,7 @@ from torch.utils._pytree import tree_map
 
 from .config import config
 from .dispatch import X64, OperatorNotFound, cpu_to_jax, jax_to_cpu
+from .dynamo import dynamo_report
 from .env import default_env
 from .lazy import compile, mark_step
 from .metrics import metrics_report, reset_metrics
@@ -19,6 +20,7 @@ __all__ = [
     "compile",
     "config",
     "default_env",
+    "dynamo_report",
     "mark_step",
     "metrics_report",
     "reset_metrics",
