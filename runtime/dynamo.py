@@ -147,11 +147,24 @@ _FAST_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int64, torch.
                 torch.uint8, torch.bool, torch.complex64, torch.complex128}
 
 
+# From this size on, sharing the CPU buffer through DLPack (tens of microseconds,
+# whatever the size) beats copying it (about 0.6 ms per MB here).
+_SHARE_BYTES = 1 << 16
+
+
 def _cpu_to_jax(t: torch.Tensor) -> jax.Array:
-    # A copy, not a DLPack alias: cached arrays must not change when torch mutates
-    # the tensor in place (the version counter tells us to convert again).
+    # Small tensors are copied; large ones shared. A shared array changes if torch
+    # writes into the tensor, which is safe here: the version counter makes the input
+    # cache convert again after any write, and each call waits for its results before
+    # handing control back to torch code that could write.
     if t.dtype in _FAST_DTYPES and t.is_contiguous() and not t.is_conj() and not t.is_neg():
-        return jnp.asarray(t.detach().numpy())
+        t = t.detach()
+        if t.numel() * t.element_size() >= _SHARE_BYTES:
+            try:
+                return jax.dlpack.from_dlpack(t)
+            except Exception:  # a buffer XLA cannot use in place (alignment): copy
+                pass
+        return jnp.asarray(t.numpy())
     return cpu_to_jax(t)
 
 
@@ -359,6 +372,7 @@ class JaxGraph:
                     statics.append(_static(a))
             statics_t = tuple(statics)
             outs = self.jitted(tuple(dynamic), statics_t)
+            jax.block_until_ready(outs)
             plan, spec, mutated = self.layout[statics_t]
             results = []
             for kind, x in plan:
