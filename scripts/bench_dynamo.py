@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import copy
 import time
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -25,16 +26,20 @@ import xla_native_functions as xnf
 from xla_native_functions.runtime import dynamo
 
 
-def median_ms(fn, number: int, repeat: int) -> float:
-    for _ in range(3):
-        fn()
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
+def medians_ms(fns: dict[str, Callable], number: int, repeat: int) -> dict[str, float]:
+    """Median ms per call of each function, the functions interleaved round by round so
+    that load changes on a shared machine hit all of them alike."""
+    for fn in fns.values():
+        for _ in range(3):
             fn()
-        runs.append((time.perf_counter() - start) / number * 1e3)
-    return sorted(runs)[repeat // 2]
+    runs: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            runs[name].append((time.perf_counter() - start) / number * 1e3)
+    return {name: sorted(r)[repeat // 2] for name, r in runs.items()}
 
 
 def make_mlp() -> nn.Module:
@@ -49,31 +54,26 @@ def make_mlp() -> nn.Module:
 def inference(number: int, repeat: int) -> dict[str, float]:
     model = make_mlp()
     x = torch.randn(64, 256)
-    times = {}
+    fns = {"torch eager": lambda: model(x)}
+    torch._dynamo.reset()
+    inductor = torch.compile(copy.deepcopy(model))
+    fns["torch.compile inductor"] = lambda: inductor(x)
+    ours = torch.compile(copy.deepcopy(model), backend=dynamo.BACKEND_NAME)
+    fns["torch.compile xla_native"] = lambda: ours(x)
+    moved = xnf.to_xla(copy.deepcopy(model))
+    xx = xnf.to_xla(x)
+    step = xnf.compile(lambda inp: moved(inp))
+    fns["xla_native_functions.compile"] = lambda: xnf.to_jax(step(xx)).block_until_ready()
     with torch.no_grad():
-        times["torch eager"] = median_ms(lambda: model(x), number, repeat)
-        torch._dynamo.reset()
-        inductor = torch.compile(copy.deepcopy(model))
-        times["torch.compile inductor"] = median_ms(lambda: inductor(x), number, repeat)
-        torch._dynamo.reset()
-        ours = torch.compile(copy.deepcopy(model), backend=dynamo.BACKEND_NAME)
-        times["torch.compile xla_native"] = median_ms(lambda: ours(x), number, repeat)
-        moved = xnf.to_xla(copy.deepcopy(model))
-        xx = xnf.to_xla(x)
-        step = xnf.compile(lambda inp: moved(inp))
-
-        def compiled_mode():
-            out = step(xx)
-            xnf.to_jax(out).block_until_ready()
-
-        times["xla_native_functions.compile"] = median_ms(compiled_mode, number, repeat)
-    return times
+        return medians_ms(fns, number, repeat)
 
 
 def training(number: int, repeat: int) -> dict[str, float]:
     x, y = torch.randn(64, 256), torch.randn(64, 10)
 
-    def torch_step(model, opt):
+    def torch_step(model, params):
+        opt = torch.optim.SGD(params, lr=1e-3)
+
         def step():
             opt.zero_grad()
             loss = ((model(x) - y) ** 2).mean()
@@ -82,18 +82,14 @@ def training(number: int, repeat: int) -> dict[str, float]:
             return loss
         return step
 
-    times = {}
+    fns = {}
     model = make_mlp()
-    times["torch eager"] = median_ms(torch_step(model, torch.optim.SGD(model.parameters(), lr=1e-3)), number, repeat)
+    fns["torch eager"] = torch_step(model, model.parameters())
     torch._dynamo.reset()
     model = make_mlp()
-    times["torch.compile inductor"] = median_ms(
-        torch_step(torch.compile(model), torch.optim.SGD(model.parameters(), lr=1e-3)), number, repeat)
-    torch._dynamo.reset()
+    fns["torch.compile inductor"] = torch_step(torch.compile(model), model.parameters())
     model = make_mlp()
-    times["torch.compile xla_native"] = median_ms(
-        torch_step(torch.compile(model, backend=dynamo.BACKEND_NAME), torch.optim.SGD(model.parameters(), lr=1e-3)),
-        number, repeat)
+    fns["torch.compile xla_native"] = torch_step(torch.compile(model, backend=dynamo.BACKEND_NAME), model.parameters())
 
     moved = xnf.to_xla(make_mlp())
     opt = torch.optim.SGD(moved.parameters(), lr=1e-3)
@@ -107,12 +103,8 @@ def training(number: int, repeat: int) -> dict[str, float]:
         return loss
 
     compiled = xnf.compile(our_step)
-
-    def compiled_mode():
-        xnf.to_jax(compiled()).block_until_ready()
-
-    times["xla_native_functions.compile"] = median_ms(compiled_mode, number, repeat)
-    return times
+    fns["xla_native_functions.compile"] = lambda: xnf.to_jax(compiled()).block_until_ready()
+    return medians_ms(fns, number, repeat)
 
 
 def transfer(number: int, repeat: int) -> float:
@@ -127,7 +119,7 @@ def transfer(number: int, repeat: int) -> float:
         arrays[-1].block_until_ready()
         dynamo._jax_to_cpu(out + 0)
 
-    return median_ms(move, number, repeat)
+    return medians_ms({"move": move}, number, repeat)["move"]
 
 
 def print_table(title: str, times: dict[str, float]) -> None:

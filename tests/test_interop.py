@@ -267,3 +267,26 @@ def test_call_jax_inside_a_torch_model_trains():
     net.zero_grad()
     ref.sum().backward()
     torch.testing.assert_close(g, net.lin.weight.grad)
+
+
+# ---------------------------------------------------------------- examples
+
+
+def _example(name):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_optax_training_lowers_the_loss():
+    model_loss = _example("train_optax").main(steps=100)
+    assert model_loss < 0.2
+
+
+def test_example_vmap_runs():
+    _example("vmap_torch_function").main()
