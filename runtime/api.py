@@ -12,7 +12,7 @@ from .dispatch import X64, OperatorNotFound, cpu_to_jax, jax_to_cpu
 from .dynamo import dynamo_report
 from .env import default_env
 from .interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x64
-from .lazy import compile, mark_step
+from .lazy import compile, lazy_mode, mark_step
 from .metrics import metrics_report, reset_metrics
 from .tensor import XlaTensor, from_array
 
@@ -25,6 +25,7 @@ __all__ = [
     "dynamo_report",
     "jax_function",
     "jax_jit",
+    "lazy_mode",
     "mark_step",
     "metrics_report",
     "reset_metrics",
