@@ -225,8 +225,7 @@ class JaxGraph:
         self.kinds: tuple[int, ...] | None = None
         self.strides = _expected_strides(gm)
         self.cache = _InputCache(len(self.placeholders))
-        # Filled in by each trace; the graph's structure fixes them, except the
-        # Python numbers among the outputs, which are per input signature.
+        # How each trace's flat array results map back to the graph's outputs.
         self.layout: dict[Any, tuple] = {}
         self.jitted = jax.jit(self._trace, static_argnums=(1,))
 
@@ -321,11 +320,10 @@ class JaxGraph:
             if isinstance(x, XlaTensor) and x._store.version != versions[i]:
                 mutated.append((i, len(arrays)))
                 arrays.append(x._store.value)
-        self.layout[self._layout_key(dynamic, statics)] = (tuple(plan), spec, tuple(mutated))
+        # Python numbers among the outputs come from sizes, which AOT graphs take as
+        # (static) int inputs: the statics identify them.
+        self.layout[statics] = (tuple(plan), spec, tuple(mutated))
         return arrays
-
-    def _layout_key(self, dynamic: tuple, statics: tuple) -> Any:
-        return statics
 
     # -- call time
 
