@@ -514,13 +514,25 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> 
     return _Partitioned(fused)
 
 
+def _compile_backward_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
+    # Dynamo must not trace the compiler or the backward it returns. AOTAutograd's own
+    # wrapper for that hides the boxed calling convention, so it is done here.
+    compiled = torch._dynamo.disable(compile_aten_graph, reason="backward compiler")(gm, example_inputs)
+    wrapped = torch._dynamo.disable(compiled, reason="compiled backward graph")
+    wrapped._boxed_call = True
+    return wrapped
+
+
+_compile_backward_graph._is_wrapped_bw_compiler = True
+
+
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """The `torch.compile` backend function (registered as "xla_native")."""
     from torch._dynamo.backends.common import aot_autograd
 
     return aot_autograd(
         fw_compiler=compile_aten_graph,
-        bw_compiler=compile_aten_graph,
+        bw_compiler=_compile_backward_graph,
         inference_compiler=compile_aten_graph,
         decompositions=decompositions(),
     )(gm, example_inputs)
