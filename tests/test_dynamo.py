@@ -265,3 +265,28 @@ def test_decompositions_keep_lowered_ops():
     assert torch.ops.aten.addmm.default not in table
     assert torch.ops.aten._softmax.default not in table
     assert len(table) > 100
+
+
+def test_small_conv_net_trains_with_unlowered_ops_on_cpu():
+    class ConvNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv = nn.Conv2d(1, 4, 3, padding=1)
+            self.head = nn.Linear(4 * 6 * 6, 3)
+
+        def forward(self, x):
+            return self.head(torch.relu(self.conv(x)).flatten(1))
+
+    ref = ConvNet()
+    ours = copy.deepcopy(ref)
+    x, y = torch.randn(5, 1, 6, 6), torch.randn(5, 3)
+    ref_losses, ref_grads = train_steps(ref, x, y, steps=2)
+    our_losses, our_grads = train_steps(torch.compile(ours, backend=BACKEND_NAME), x, y, steps=2)
+    torch.testing.assert_close(torch.stack(our_losses), torch.stack(ref_losses))
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b)
+    report = xnf.dynamo_report()
+    lowered = {str(op) for op in dynamo._REGISTRY}
+    if "aten.convolution.default" not in lowered:
+        assert "convolution" in stats.split_ops, report
