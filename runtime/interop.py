@@ -102,8 +102,10 @@ def _array_to_cpu(arr: jax.Array) -> torch.Tensor:
 
 
 def _named_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    out = dict(module.named_parameters(remove_duplicate=False))
-    out.update(module.named_buffers(remove_duplicate=False))
+    # Tied tensors appear once, under their first name; functional calls tie the
+    # other names to it, so a gradient or update is never split between aliases.
+    out = dict(module.named_parameters())
+    out.update(module.named_buffers())
     return out
 
 
@@ -204,7 +206,7 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
             for slot in modules:
                 names = slot.names
                 swaps.append(torch.nn.utils.stateless._reparametrize_module(
-                    slot.module, {n: from_array(next(it)) for n in names}))
+                    slot.module, {n: from_array(next(it)) for n in names}, tie_weights=True))
             for s in swaps:
                 s.__enter__()
             try:

@@ -160,6 +160,27 @@ def test_jax_grad_through_a_transformer_layer():
         np.testing.assert_allclose(np.asarray(g[name]), p.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_tied_weights_get_one_gradient():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.embed = nn.Embedding(10, 4)
+            self.out = nn.Linear(4, 10, bias=False)
+            self.out.weight = self.embed.weight
+
+        def forward(self, tokens):
+            return self.out(self.embed(tokens))
+
+    model = Tied()
+    fn, params = xnf.jax_function(model)
+    assert set(params) == {"embed.weight"}
+    tokens = torch.tensor([[1, 2, 3]])
+    g = jax.grad(lambda p: jnp.sum(fn(p, xnf.to_jax(tokens)) ** 2))(params)
+    model(tokens).pow(2).sum().backward()
+    np.testing.assert_allclose(np.asarray(g["embed.weight"]), model.embed.weight.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_vmap_over_a_torch_function():
     def f(a, b):
         return torch.tanh(a @ b).sum(-1)
