@@ -212,7 +212,7 @@ class JaxGraph:
     """An FX graph (ATen ops we lower) as one jitted JAX function, called with and
     returning PyTorch CPU tensors."""
 
-    def __init__(self, gm: torch.fx.GraphModule):
+    def __init__(self, gm: torch.fx.GraphModule, keep_on_jax: frozenset[int] = frozenset()):
         self.gm = gm
         self.graph = gm.graph
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -224,6 +224,9 @@ class JaxGraph:
                 self.constants[n.target] = _cpu_to_jax(obj) if isinstance(obj, torch.Tensor) else obj
         self.kinds: tuple[int, ...] | None = None
         self.strides = _expected_strides(gm)
+        # Outputs only the backward graph reads (saved activations) stay JAX arrays,
+        # wrapped as our tensors: no transfer to torch and back.
+        self.keep_on_jax = frozenset(i for i in keep_on_jax if i not in self.strides)
         self.cache = _InputCache(len(self.placeholders))
         # How each trace's flat array results map back to the graph's outputs.
         self.layout: dict[Any, tuple] = {}
@@ -374,7 +377,9 @@ class JaxGraph:
             plan, spec, mutated = self.layout[statics_t]
             results = []
             for kind, x in plan:
-                if kind == "array":
+                if kind == "array" and len(results) in self.keep_on_jax:
+                    results.append(from_array(outs[x]))
+                elif kind == "array":
                     t = _jax_to_cpu(outs[x])
                     stride = self.strides.get(len(results))
                     if stride is not None and t.stride() != stride:
@@ -473,13 +478,32 @@ class _Partitioned:
 
     def __init__(self, gm: torch.fx.GraphModule):
         self.gm = gm
+        self.placeholder_vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
 
     def __call__(self, *args) -> Any:
         if len(args) == 1 and type(args[0]) is list:
-            flat = tuple(args[0])
+            flat = list(args[0])
             args[0].clear()
-            return self.gm(*flat)
-        return self.gm(*args)
+        else:
+            flat = list(args)
+        for i, a in enumerate(flat):
+            if isinstance(a, XlaTensor):  # a saved activation kept on the JAX side
+                flat[i] = _to_cpu_like(a, self.placeholder_vals[i] if i < len(self.placeholder_vals) else None)
+        return self.gm(*flat)
+
+
+def _to_cpu_like(t: XlaTensor, val: Any) -> torch.Tensor:
+    with X64:
+        out = _jax_to_cpu(value(t))
+    try:
+        stride = tuple(int(s) for s in val.stride())
+    except Exception:
+        return out
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    if stride != out.stride() and is_non_overlapping_and_dense_or_false(val):
+        out = torch.empty_strided(out.shape, stride, dtype=out.dtype).copy_(out)
+    return out
 
 
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
@@ -514,6 +538,21 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> 
     return _Partitioned(fused)
 
 
+def _compile_forward_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
+    keep: frozenset[int] = frozenset()
+    context = torch._guards.TracingContext.try_get()
+    saved = getattr(getattr(context, "fw_metadata", None), "tensors_saved_for_backwards_slice", None)
+    if isinstance(saved, slice) and all(
+        is_supported(n.target) for n in gm.graph.nodes if n.op == "call_function"
+    ):
+        n_outputs = len(tree_flatten([n for n in gm.graph.nodes if n.op == "output"][0].args[0])[0])
+        keep = frozenset(range(*saved.indices(n_outputs)))
+        stats.graphs += 1
+        stats.jax_partitions += 1
+        return JaxGraph(gm, keep)
+    return compile_aten_graph(gm, example_inputs)
+
+
 def _compile_backward_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
     # Dynamo must not trace the compiler or the backward it returns. AOTAutograd's own
     # wrapper for that hides the boxed calling convention, so it is done here.
@@ -531,7 +570,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     from torch._dynamo.backends.common import aot_autograd
 
     return aot_autograd(
-        fw_compiler=compile_aten_graph,
+        fw_compiler=_compile_forward_graph,
         bw_compiler=_compile_backward_graph,
         inference_compiler=compile_aten_graph,
         decompositions=decompositions(),
