@@ -23,7 +23,6 @@ run on such tensors *is* a JAX function. Anything that needs a concrete value
 from __future__ import annotations
 
 import collections
-import math
 import operator
 import time
 import weakref
@@ -31,7 +30,6 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
