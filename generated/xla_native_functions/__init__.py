@@ -12,15 +12,22 @@ See README.md for the execution modes and docs/ for the contributor guide.
 
 from .runtime.api import (
     OperatorNotFound,
+    call_jax,
     compile,
     config,
     default_env,
+    dynamo_report,
+    jax_function,
+    jax_jit,
     lazy_mode,
     mark_step,
     metrics_report,
     reset_metrics,
+    to_jax,
     to_torch,
+    to_torch_tensor,
     to_xla,
+    x64,
 )
 from .runtime import install as _install
 from .registry import REGISTRY, SECTIONS
@@ -29,13 +36,20 @@ _install(REGISTRY, SECTIONS)
 
 __all__ = [
     "OperatorNotFound",
+    "call_jax",
     "compile",
     "config",
     "default_env",
+    "dynamo_report",
+    "jax_function",
+    "jax_jit",
     "lazy_mode",
     "mark_step",
     "metrics_report",
     "reset_metrics",
+    "to_jax",
     "to_torch",
+    "to_torch_tensor",
     "to_xla",
+    "x64",
 ]
