@@ -311,3 +311,19 @@ def test_example_optax_training_lowers_the_loss():
 
 def test_example_vmap_runs():
     _example("vmap_torch_function").main()
+
+
+def test_repr_of_a_tensor_traced_by_jax():
+    import jax
+    import jax.numpy as jnp
+
+    from xla_native_functions.runtime.tensor import from_array
+
+    seen = []
+
+    def f(a):
+        seen.append(repr(from_array(a)))
+        return a
+
+    jax.jit(f)(jnp.ones(3))
+    assert seen == ["XlaTensor(<traced by JAX>, size=(3,), dtype=torch.float32, device='jax:0')"]
