@@ -75,6 +75,12 @@ def arg_kind(t: Type) -> str:
     raise AssertionError(f"unknown type {t}")
 
 
+def _list_size(t: Type) -> int | None:
+    if isinstance(t, OptionalType):
+        t = t.elem
+    return t.size if isinstance(t, ListType) else None
+
+
 def default_expr(arg: Argument) -> str | None:
     """The schema default as a Python expression (lists become tuples)."""
     d = arg.default
@@ -83,7 +89,10 @@ def default_expr(arg: Argument) -> str | None:
     if d in _SPECIAL_DEFAULTS:
         return _SPECIAL_DEFAULTS[d]
     if re.fullmatch(r"-?\d+(\.\d*)?(e-?\d+)?", d):
-        return d
+        size = _list_size(arg.type)
+        # `int[2] padding=0` means [0, 0]: the dispatcher omits an argument equal to its
+        # default, so the stub's default must be the list.
+        return "(" + (f"{d}, " * size).rstrip(" ") + ")" if size else d
     if d.startswith("[") and d.endswith("]"):
         items = [x.strip() for x in d[1:-1].split(",") if x.strip()]
         return "(" + "".join(f"{x}, " for x in items).rstrip(" ") + ")" if items else "()"

@@ -1223,6 +1223,8 @@ def test_python_name(name, py):
         ("int[1] dim=[]", "()"),
         ("int[1] dim=[1]", "(1,)"),
         ("int[2] dims=[-2,-1]", "(-2, -1,)"),
+        ("int[2] padding=0", "(0, 0,)"),  # a fixed-size list with a scalar default repeats it
+        ("SymInt[1] dilation=1", "(1,)"),
         ("str approximate='none'", "'none'"),
         ('str padding="valid"', "'valid'"),
         ("MemoryFormat memory_format=contiguous_format", "torch.contiguous_format"),
