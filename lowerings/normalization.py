@@ -102,10 +102,10 @@ def lower_native_batch_norm_backward(
 
 
 def _group_norm(x, weight, bias, N, C, HxW, group, eps):
-    xg = x.reshape(N, group, -1)
+    xg = x.reshape(N, group, (C // group) * HxW)
     mean = jnp.mean(xg, axis=2)
     rstd = lax.rsqrt(jnp.mean(jnp.square(xg - mean[:, :, None]), axis=2) + eps)
-    out = ((xg - mean[:, :, None]) * rstd[:, :, None]).reshape(N, C, -1)
+    out = ((xg - mean[:, :, None]) * rstd[:, :, None]).reshape(N, C, HxW)
     if weight is not None:
         out = out * weight.reshape(1, C, 1)
     if bias is not None:
@@ -122,12 +122,12 @@ def lower_native_group_norm(input, weight, bias, N, C, HxW, group, eps):
 def lower_native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
     x, g = opmath(input), opmath(grad_out)
     m, r = opmath(mean)[:, :, None], opmath(rstd)[:, :, None]
-    x_hat = ((x.reshape(N, group, -1) - m) * r).reshape(N, C, -1)
-    g3 = g.reshape(N, C, -1)
+    x_hat = ((x.reshape(N, group, (C // group) * HxW) - m) * r).reshape(N, C, HxW)
+    g3 = g.reshape(N, C, HxW)
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
         dx_hat = g3 if weight is None else g3 * opmath(weight).reshape(1, C, 1)
-        dx_hat, xh = dx_hat.reshape(N, group, -1), x_hat.reshape(N, group, -1)
+        dx_hat, xh = dx_hat.reshape(N, group, (C // group) * HxW), x_hat.reshape(N, group, (C // group) * HxW)
         gx = r * (dx_hat - jnp.mean(dx_hat, axis=2, keepdims=True) - xh * jnp.mean(dx_hat * xh, axis=2, keepdims=True))
         grad_input = gx.reshape(input.shape).astype(input.dtype)
     param_dtype = weight.dtype if weight is not None else input.dtype
