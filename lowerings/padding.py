@@ -1,10 +1,11 @@
-"""Lowerings of padding ops: constant (negative pads crop), reflection and replication,
+"""Lowerings of padding ops: constant, reflection and replication (negative pads crop),
 and the backward ops of the latter two (the adjoint of the padding, through jax.vjp)."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .common import opmath
@@ -23,8 +24,21 @@ def lower_constant_pad_nd(self, pad, value=0):
     return lax.pad(self, fill, [(lo, hi, 0) for lo, hi in _pairs(pad, self.ndim)])
 
 
+def _source_indices(size, lo, hi, mode):
+    # PyTorch's index maps; negative pads crop, which jnp.pad cannot express.
+    j = np.arange(size + lo + hi) - lo
+    if mode == "edge":
+        return np.clip(j, 0, size - 1)
+    j = np.abs(j)
+    return np.where(j >= size, 2 * (size - 1) - j, j)
+
+
 def _pad(self, padding, mode):
-    return jnp.pad(self, _pairs(padding, self.ndim), mode=mode)
+    x = self
+    for axis, (lo, hi) in enumerate(_pairs(padding, self.ndim)):
+        if lo or hi:
+            x = jnp.take(x, jnp.asarray(_source_indices(x.shape[axis], lo, hi, mode)), axis=axis)
+    return x
 
 
 def _pad_backward(grad_output, self, padding, mode):

@@ -41,7 +41,7 @@ def _pad_shape(name, self, padding, nd, reflect):
     for i in range(nd):
         d = self.ndim - 1 - i
         lo, hi = padding[2 * i], padding[2 * i + 1]
-        if reflect and (lo >= shape[d] or hi >= shape[d] or lo < 0 or hi < 0):
+        if reflect and (lo >= shape[d] or hi >= shape[d]):
             raise RuntimeError(
                 f"Argument #4: Padding size should be less than the corresponding input dimension, but got: "
                 f"padding ({lo}, {hi}) at dimension {d} of input {list(self.shape)}"
