@@ -471,3 +471,53 @@ def test_resnet_block_compiled_training_step_updates_running_stats():
         torch.testing.assert_close(xnf.to_torch(b), a, msg=name)
     for (name, a), (_, b) in zip(ref.named_parameters(), ours.named_parameters()):
         torch.testing.assert_close(xnf.to_torch(b.grad), a.grad, msg=name)
+
+
+# ---------------------------------------------------------------------------- OpInfo samples
+
+OPINFO_NAMES = [
+    ("nn.functional.conv1d", ""), ("nn.functional.conv2d", ""), ("nn.functional.conv3d", ""),
+    ("nn.functional.conv_transpose1d", ""), ("nn.functional.conv_transpose2d", ""), ("nn.functional.conv_transpose3d", ""),
+    ("nn.functional.batch_norm", ""), ("nn.functional.group_norm", ""),
+    ("nn.functional.max_pool2d", ""), ("nn.functional.max_pool3d", ""),
+    ("nn.functional.avg_pool2d", ""), ("nn.functional.avg_pool3d", ""),
+    ("nn.functional.adaptive_avg_pool2d", ""), ("nn.functional.adaptive_max_pool2d", ""),
+    ("nn.functional.pad", "constant"), ("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),
+    ("nn.functional.interpolate", "nearest"), ("nn.functional.interpolate", "bilinear"),
+]
+SAMPLES_PER_OP = 4
+
+
+def _opinfo(name, variant):
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return next(op for op in op_db if op.name == name and op.variant_test_name == variant)
+
+
+def _tensors(sample):
+    args = [sample.input, *sample.args, *sample.kwargs.values()]
+    return [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+
+
+@pytest.mark.parametrize("name,variant", OPINFO_NAMES, ids=lambda x: x or "")
+def test_opinfo_samples_and_float64_gradients(name, variant):
+    op = _opinfo(name, variant)
+    for i, sample in enumerate(op.sample_inputs("cpu", torch.float64, requires_grad=True)):
+        if i >= SAMPLES_PER_OP:
+            break
+        ours = sample.transform(lambda t: xnf.to_xla(t.detach()).requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t)
+        expected = op(sample.input, *sample.args, **sample.kwargs)
+        got = op(ours.input, *ours.args, **ours.kwargs)
+        expected0 = expected[0] if isinstance(expected, (tuple, list)) else expected
+        got0 = got[0] if isinstance(got, (tuple, list)) else got
+        torch.testing.assert_close(xnf.to_torch(got), expected, equal_nan=True)
+        leaves, our_leaves = _tensors(sample), _tensors(ours)
+        if not leaves or not expected0.requires_grad:
+            continue
+        g = torch.randn_like(expected0)
+        want = torch.autograd.grad(expected0, leaves, g, allow_unused=True)
+        have = torch.autograd.grad(got0, our_leaves, xnf.to_xla(g), allow_unused=True)
+        for h, w in zip(have, want):
+            if w is None:
+                continue
+            torch.testing.assert_close(xnf.to_torch(h), w)
