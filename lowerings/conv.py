@@ -1,0 +1,98 @@
+"""Lowerings of convolution and its backward op, on lax.conv_general_dilated.
+
+A transposed convolution is the gradient of a convolution with respect to its input:
+a convolution of the input dilated by `stride`, padded by dilation * (k - 1) - padding
+(plus output_padding on the high side), with the kernel flipped spatially and its
+in/out channels swapped within each group. The backward op differentiates the forward
+lowering with jax.vjp, so every variant (transposed, groups, dilation) shares one path.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .common import opmath
+
+
+def _dimension_numbers(nspatial):
+    sp = "DHW"[3 - nspatial :] if nspatial <= 3 else None
+    if sp is None:
+        sp = "".join(chr(ord("a") + i) for i in range(nspatial))
+    return ("NC" + sp, "OI" + sp, "NC" + sp)
+
+
+def _expand(values, n):
+    values = tuple(values)
+    return values * n if len(values) == 1 else values
+
+
+def _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups):
+    nspatial = input.ndim - 2
+    stride = _expand(stride, nspatial)
+    padding = _expand(padding, nspatial)
+    dilation = _expand(dilation, nspatial)
+    kernel = weight.shape[2:]
+    if transposed:
+        output_padding = _expand(output_padding, nspatial)
+        cin = weight.shape[0]
+        # (in, out/g, k...) -> (out, in/g, k...), flipped: the adjoint of a forward conv.
+        w = weight.reshape((groups, cin // groups) + weight.shape[1:])
+        w = jnp.swapaxes(w, 1, 2).reshape((weight.shape[1] * groups, cin // groups) + kernel)
+        w = jnp.flip(w, axis=tuple(range(2, 2 + nspatial)))
+        pads = [
+            (d * (k - 1) - p, d * (k - 1) - p + op)
+            for k, p, d, op in zip(kernel, padding, dilation, output_padding)
+        ]
+        return lax.conv_general_dilated(
+            input,
+            w,
+            window_strides=(1,) * nspatial,
+            padding=pads,
+            lhs_dilation=stride,
+            rhs_dilation=dilation,
+            dimension_numbers=_dimension_numbers(nspatial),
+            feature_group_count=groups,
+            precision=lax.Precision.HIGHEST,
+        )
+    return lax.conv_general_dilated(
+        input,
+        weight,
+        window_strides=stride,
+        padding=[(p, p) for p in padding],
+        rhs_dilation=dilation,
+        dimension_numbers=_dimension_numbers(nspatial),
+        feature_group_count=groups,
+        precision=lax.Precision.HIGHEST,
+    )
+
+
+def lower_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    x, w = opmath(input), opmath(weight)
+    out = _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
+    if bias is not None:
+        out = out + opmath(bias).reshape((1, -1) + (1,) * (out.ndim - 2)).astype(out.dtype)
+    return out.astype(input.dtype)
+
+
+def lower_convolution_backward(
+    grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+):
+    x, w, g = opmath(input), opmath(weight), opmath(grad_output)
+
+    def forward(x, w):
+        return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
+
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0] or output_mask[1]:
+        _, vjp = jax.vjp(forward, x, w)
+        gx, gw = vjp(g.astype(jnp.result_type(x, w)))
+        if output_mask[0]:
+            grad_input = gx.astype(input.dtype)
+        if output_mask[1]:
+            grad_weight = gw.astype(weight.dtype)
+    if output_mask[2]:
+        axes = (0,) + tuple(range(2, grad_output.ndim))
+        grad_bias = jnp.sum(g, axis=axes).astype(grad_output.dtype)
+    return grad_input, grad_weight, grad_bias

@@ -1,0 +1,216 @@
+"""Lowerings of pooling ops and their backward ops.
+
+Windows are static, so each op gathers its windows with index tables built in NumPy at
+trace time: for every output position, the flat in-plane index of every kernel tap and
+whether it falls inside the input (padding taps are masked). Max pooling returns
+PyTorch's indices (flat per plane, the first maximum on ties, the last NaN if any), and
+its backward op scatters the gradient through them. Average pooling divides by
+PyTorch's divisor table; adaptive average pooling is a product of averaging matrices.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..shape_fns.pooling import pool_output_size, pool_params
+from .common import opmath
+
+
+def _taps(size, k, s, p, d, out):
+    """(out, k) input coordinates of each tap, and whether each is inside the input."""
+    coords = np.arange(out)[:, None] * s - p + np.arange(k)[None, :] * d
+    return coords, (coords >= 0) & (coords < size)
+
+
+def _combine(spatial, per_dim):
+    """Flat plane indices (O, K) and validity from per-dim (o_i, k_i) coordinate tables."""
+    nd = len(spatial)
+    idx = np.zeros((1,) * (2 * nd), np.int64)
+    valid = np.ones((1,) * (2 * nd), bool)
+    stride = 1
+    for i in reversed(range(nd)):
+        coords, ok = per_dim[i]
+        shape = [1] * (2 * nd)
+        shape[i], shape[nd + i] = coords.shape
+        idx = idx + np.clip(coords, 0, spatial[i] - 1).reshape(shape) * stride
+        valid = valid & ok.reshape(shape)
+        stride *= spatial[i]
+    outs = tuple(c.shape[0] for c, _ in per_dim)
+    ks = tuple(c.shape[1] for c, _ in per_dim)
+    full = outs + ks
+    idx = np.broadcast_to(idx, full).reshape(math.prod(outs), math.prod(ks))
+    valid = np.broadcast_to(valid, full).reshape(math.prod(outs), math.prod(ks))
+    return idx, valid, outs
+
+
+def _lowest(dtype):
+    if jnp.issubdtype(dtype, jnp.floating):
+        return -jnp.inf
+    return jnp.iinfo(dtype).min
+
+
+def _max_windows(x, nd, idx, valid, outs):
+    spatial = x.shape[-nd:]
+    planes = x.reshape((-1, math.prod(spatial)))
+    vals = planes[:, idx]  # (B, O, K)
+    vals = jnp.where(valid, vals, jnp.asarray(_lowest(x.dtype), x.dtype))
+    arg = jnp.argmax(vals, axis=2)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        # PyTorch keeps the last NaN of a window (a NaN always replaces the running max).
+        nan = jnp.isnan(vals) & valid
+        last_nan = nan.shape[2] - 1 - jnp.argmax(jnp.flip(nan, axis=2), axis=2)
+        arg = jnp.where(jnp.any(nan, axis=2), last_nan, arg)
+    out = jnp.take_along_axis(vals, arg[:, :, None], axis=2)[:, :, 0]
+    indices = jnp.asarray(idx)[jnp.arange(idx.shape[0])[None, :], arg]
+    shape = x.shape[:-nd] + outs
+    return out.reshape(shape), indices.reshape(shape).astype(jnp.int64)
+
+
+def _max_pool(self, nd, kernel_size, stride, padding, dilation, ceil_mode):
+    k, s, p, d = pool_params(nd, kernel_size, stride, padding, dilation)
+    spatial = self.shape[-nd:]
+    per_dim = [
+        _taps(spatial[i], k[i], s[i], p[i], d[i], pool_output_size(spatial[i], k[i], s[i], p[i], d[i], ceil_mode))
+        for i in range(nd)
+    ]
+    idx, valid, outs = _combine(spatial, per_dim)
+    return _max_windows(self, nd, idx, valid, outs)
+
+
+def lower_max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
+    return _max_pool(self, 2, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def lower_max_pool3d_with_indices(self, kernel_size, stride=(), padding=(0, 0, 0), dilation=(1, 1, 1), ceil_mode=False):
+    return _max_pool(self, 3, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def _scatter_back(grad_output, self, indices, nd):
+    # Indices are data: one outside the plane is dropped (PyTorch raises).
+    plane = math.prod(self.shape[-nd:])
+    g = opmath(grad_output).reshape((-1, math.prod(grad_output.shape[-nd:])))
+    idx = indices.reshape(g.shape)
+    rows = jnp.arange(g.shape[0])[:, None]
+    out = jnp.zeros((g.shape[0], plane), g.dtype).at[rows, idx].add(g, mode="drop")
+    return out.reshape(self.shape).astype(grad_output.dtype)
+
+
+def lower_max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _scatter_back(grad_output, self, indices, 2)
+
+
+def lower_max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    return _scatter_back(grad_output, self, indices, 3)
+
+
+def _avg_pool(self, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    k, s, p, _ = pool_params(nd, kernel_size, stride, padding)
+    spatial = self.shape[-nd:]
+    per_dim, divisor = [], np.ones((), np.int64)
+    for i in range(nd):
+        out = pool_output_size(spatial[i], k[i], s[i], p[i], 1, ceil_mode)
+        per_dim.append(_taps(spatial[i], k[i], s[i], p[i], 1, out))
+        start = np.arange(out) * s[i] - p[i]
+        end = np.minimum(start + k[i], spatial[i] + p[i])
+        size = end - start if count_include_pad else np.minimum(end, spatial[i]) - np.maximum(start, 0)
+        divisor = np.multiply.outer(divisor, size)
+    idx, valid, outs = _combine(spatial, per_dim)
+    if divisor_override is not None:
+        divisor = np.full(outs, divisor_override, np.int64)
+    x = opmath(self)
+    planes = x.reshape((-1, math.prod(spatial)))
+    total = jnp.sum(jnp.where(valid, planes[:, idx], jnp.zeros((), x.dtype)), axis=2)
+    divisor = divisor.reshape(1, -1)
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        out = lax.div(total, jnp.asarray(divisor, x.dtype))  # C++ integer division truncates
+    else:
+        out = total / jnp.asarray(divisor, x.dtype)
+    return out.reshape(self.shape[:-nd] + outs).astype(self.dtype)
+
+
+def _avg_pool_backward(grad_output, self, nd, *params):
+    x = opmath(self)
+    _, vjp = jax.vjp(lambda x: _avg_pool(x, nd, *params), x)
+    return vjp(opmath(grad_output).astype(x.dtype))[0].astype(self.dtype)
+
+
+def lower_avg_pool2d(self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None):
+    return _avg_pool(self, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def lower_avg_pool3d(self, kernel_size, stride=(), padding=(0, 0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None):
+    return _avg_pool(self, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def lower_avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return _avg_pool_backward(grad_output, self, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def lower_avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    return _avg_pool_backward(grad_output, self, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def _adaptive_bounds(size, out):
+    o = np.arange(out)
+    return (o * size) // out, -((-(o + 1) * size) // out)  # floor and ceil
+
+
+def _averaging_matrix(size, out):
+    start, end = _adaptive_bounds(size, out)
+    cols = np.arange(size)[None, :]
+    inside = (cols >= start[:, None]) & (cols < end[:, None])
+    return inside / (end - start)[:, None]
+
+
+def _adaptive_avg_pool(self, nd, output_size):
+    output_size = tuple(output_size) * (nd if len(output_size) == 1 else 1)
+    x = opmath(self)
+    for i in range(nd):
+        axis = x.ndim - nd + i
+        m = jnp.asarray(_averaging_matrix(self.shape[axis], output_size[i]), x.dtype)
+        x = jnp.moveaxis(jnp.tensordot(x, m, axes=([axis], [1]), precision=lax.Precision.HIGHEST), -1, axis)
+    return x.astype(self.dtype)
+
+
+def lower__adaptive_avg_pool2d(self, output_size):
+    return _adaptive_avg_pool(self, 2, output_size)
+
+
+def lower__adaptive_avg_pool3d(self, output_size):
+    return _adaptive_avg_pool(self, 3, output_size)
+
+
+def _adaptive_avg_pool_backward(grad_output, self, nd):
+    x = opmath(self)
+    _, vjp = jax.vjp(lambda x: _adaptive_avg_pool(x, nd, grad_output.shape[-nd:]), x)
+    return vjp(opmath(grad_output).astype(x.dtype))[0].astype(self.dtype)
+
+
+def lower__adaptive_avg_pool2d_backward(grad_output, self):
+    return _adaptive_avg_pool_backward(grad_output, self, 2)
+
+
+def lower__adaptive_avg_pool3d_backward(grad_output, self):
+    return _adaptive_avg_pool_backward(grad_output, self, 3)
+
+
+def lower_adaptive_max_pool2d(self, output_size):
+    output_size = tuple(output_size) * (2 if len(output_size) == 1 else 1)
+    spatial = self.shape[-2:]
+    per_dim = []
+    for size, out in zip(spatial, output_size):
+        start, end = _adaptive_bounds(size, out)
+        k = int((end - start).max()) if out else 1
+        coords = start[:, None] + np.arange(k)[None, :]
+        per_dim.append((coords, coords < end[:, None]))
+    idx, valid, outs = _combine(spatial, per_dim)
+    return _max_windows(self, 2, idx, valid, outs)
+
+
+def lower_adaptive_max_pool2d_backward(grad_output, self, indices):
+    return _scatter_back(grad_output, self, indices, 2)

@@ -1,0 +1,30 @@
+"""native_batch_norm: in training mode it updates running_mean and running_var in
+place, although its schema does not mark them as mutated, so it cannot be a generated
+functional op. Its node computes the new running statistics as extra outputs, which are
+then written into the buffers (eagerly, or as graph outputs while tracing)."""
+
+from __future__ import annotations
+
+from ...lowerings.normalization import batch_norm_with_update
+from ...shape_fns.normalization import batch_norm_with_update_meta
+from ..dispatch import run_node, write_inplace
+from ..ir import ATTR, OPT_TENSOR, TENSOR, Node
+
+
+class NativeBatchNorm(Node):
+    __slots__ = ()
+    op = name = "native_batch_norm"
+    arg_kinds = (TENSOR, OPT_TENSOR, OPT_TENSOR, OPT_TENSOR, OPT_TENSOR, ATTR, ATTR, ATTR)
+    lower = staticmethod(batch_norm_with_update)
+    output_shape = staticmethod(batch_norm_with_update_meta)
+
+
+def impl_native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    out, mean, invstd, new_mean, new_var = run_node(
+        NativeBatchNorm, (input, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps))
+    )
+    if new_mean is not None:
+        write_inplace(running_mean, new_mean)
+    if new_var is not None:
+        write_inplace(running_var, new_var)
+    return out, mean, invstd

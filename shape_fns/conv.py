@@ -1,0 +1,100 @@
+"""Shape functions of convolution and its backward op, with ATen's input checks."""
+
+from __future__ import annotations
+
+from .common import TensorMeta
+
+
+def _expand(values, n):
+    values = tuple(values)
+    return values * n if len(values) == 1 else values
+
+
+def _check_conv(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    k = weight.ndim
+    if k < 3:
+        raise RuntimeError(f"weight should have at least three dimensions, got {k}")
+    if input.ndim != k:
+        raise RuntimeError(
+            f"Expected {k}-dimensional input for {k}-dimensional weight {list(weight.shape)}, but got "
+            f"{input.ndim}-dimensional input of size {list(input.shape)} instead"
+        )
+    nspatial = k - 2
+    stride, padding, dilation = (_expand(v, nspatial) for v in (stride, padding, dilation))
+    if len(stride) != nspatial or len(padding) != nspatial or len(dilation) != nspatial:
+        raise RuntimeError(f"expected stride, padding and dilation to have {nspatial} elements")
+    if groups <= 0:
+        raise RuntimeError("non-positive groups is not supported")
+    if any(s <= 0 for s in stride):
+        raise RuntimeError("non-positive stride is not supported")
+    if any(p < 0 for p in padding):
+        raise RuntimeError("negative padding is not supported")
+    if any(d <= 0 for d in dilation):
+        raise RuntimeError("dilation should be greater than zero")
+    if input.dtype != weight.dtype or (bias is not None and bias.dtype != input.dtype):
+        raise RuntimeError(
+            f"Input type ({input.dtype}) and weight type ({weight.dtype}) should be the same"
+        )
+    kernel = weight.shape[2:]
+    if transposed:
+        output_padding = _expand(output_padding, nspatial)
+        if any(op >= max(s, d) for op, s, d in zip(output_padding, stride, dilation)):
+            raise RuntimeError("output padding must be smaller than either stride or dilation")
+        if input.shape[1] != weight.shape[0]:
+            raise RuntimeError(
+                f"Given transposed=1, weight of size {list(weight.shape)}, expected input{list(input.shape)} "
+                f"to have {weight.shape[0]} channels, but got {input.shape[1]} channels instead"
+            )
+        if weight.shape[0] % groups:
+            raise RuntimeError("Given groups, expected weight to be divisible by groups")
+        cout = weight.shape[1] * groups
+        spatial = tuple(
+            (i - 1) * s - 2 * p + d * (kk - 1) + op + 1
+            for i, s, p, d, kk, op in zip(input.shape[2:], stride, padding, dilation, kernel, output_padding)
+        )
+    else:
+        if weight.shape[0] % groups:
+            raise RuntimeError(
+                f"Given groups={groups}, expected weight to be divisible by {groups} at dimension 0, but got "
+                f"weight of size {list(weight.shape)} instead"
+            )
+        if input.shape[1] != weight.shape[1] * groups:
+            raise RuntimeError(
+                f"Given groups={groups}, weight of size {list(weight.shape)}, expected input{list(input.shape)} "
+                f"to have {weight.shape[1] * groups} channels, but got {input.shape[1]} channels instead"
+            )
+        padded = tuple(i + 2 * p for i, p in zip(input.shape[2:], padding))
+        extent = tuple(d * (kk - 1) + 1 for d, kk in zip(dilation, kernel))
+        if any(e > p for e, p in zip(extent, padded)):
+            raise RuntimeError(
+                f"Calculated padded input size per channel: ({' x '.join(map(str, padded))}). Kernel size: "
+                f"({' x '.join(map(str, extent))}). Kernel size can't be greater than actual input size"
+            )
+        cout = weight.shape[0]
+        spatial = tuple((p - e) // s + 1 for p, e, s in zip(padded, extent, stride))
+    if bias is not None and (bias.ndim != 1 or bias.shape[0] != cout):
+        raise RuntimeError(
+            f"Given weight of size {list(weight.shape)}, expected bias to be 1-dimensional with {cout} "
+            f"elements, but got bias of size {list(bias.shape)} instead"
+        )
+    return (input.shape[0], cout) + spatial
+
+
+def convolution_output_shape(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    shape = _check_conv(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    return TensorMeta(shape, input.dtype)
+
+
+def convolution_backward_output_shape(
+    grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+):
+    shape = _check_conv(input, weight, None, stride, padding, dilation, transposed, output_padding, groups)
+    if tuple(grad_output.shape) != shape:
+        raise RuntimeError(
+            f"Expected grad_output of size {list(shape)}, but got {list(grad_output.shape)}"
+        )
+    grad_input = TensorMeta(input.shape, input.dtype) if output_mask[0] else None
+    grad_weight = TensorMeta(weight.shape, weight.dtype) if output_mask[1] else None
+    bias_shape = tuple(bias_sizes) if bias_sizes is not None else (grad_output.shape[1],)
+    grad_bias = TensorMeta(bias_shape, grad_output.dtype) if output_mask[2] else None
+    return grad_input, grad_weight, grad_bias
