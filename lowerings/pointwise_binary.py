@@ -79,6 +79,7 @@ def lower_bitwise_xor_Tensor(self, other):
 
 def shift_left(x, s):
     # PyTorch shifts by a negative amount or by the bit width or more give 0.
+    x, s = jnp.broadcast_arrays(x, s)
     bits = jnp.iinfo(x.dtype).bits
     out_of_range = (s < 0) | (s >= bits)
     return jnp.where(out_of_range, jnp.zeros((), x.dtype), lax.shift_left(x, jnp.where(out_of_range, 0, s)))
@@ -87,6 +88,7 @@ def shift_left(x, s):
 def shift_right(x, s):
     # Arithmetic for signed types; out-of-range amounts shift everything out (-1 or 0
     # for signed values, 0 for unsigned ones).
+    x, s = jnp.broadcast_arrays(x, s)
     bits = jnp.iinfo(x.dtype).bits
     out_of_range = (s < 0) | (s >= bits)
     if jnp.issubdtype(x.dtype, jnp.signedinteger):
@@ -107,11 +109,12 @@ def lower_bitwise_right_shift_Tensor(self, other):
 
 def fmod(x, y):
     # C fmod (sign of the dividend) for floats; truncating remainder for integers.
-    return lax.rem(x, y)
+    return lax.rem(*jnp.broadcast_arrays(x, y))
 
 
 def remainder(x, y):
     # Python's modulo (sign of the divisor): fmod, plus the divisor when the signs differ.
+    x, y = jnp.broadcast_arrays(x, y)
     r = lax.rem(x, y)
     fix = (r != 0) & ((r < 0) != (y < 0))
     return jnp.where(fix, r + y, r)
@@ -215,6 +218,7 @@ def gcd(a, b):
 
 def lcm(a, b):
     g = gcd(a, b)
+    a, b = jnp.broadcast_arrays(a, b)
     return jnp.where(g == 0, jnp.zeros((), g.dtype), jnp.abs(lax.div(a, jnp.where(g == 0, 1, g)) * b))
 
 
@@ -273,18 +277,3 @@ def lower_clamp_min_Tensor(self, min):
 
 def lower_clamp_max_Tensor(self, max):
     return _binary("clamp_max_Tensor", jnp.minimum, self, max, False)
-
-
-def int_pow(base, exponent):
-    """Integer power with PyTorch's rule for negative exponents: 1 and -1 keep their
-    magnitude, every other base gives 0 (jnp.power gives garbage there)."""
-    e = jnp.where(exponent < 0, 0, exponent)
-    positive = jnp.power(base, e)
-    one = jnp.ones((), base.dtype)
-    negative = jnp.where(
-        base == 1,
-        one,
-        jnp.where(base == -1, jnp.where(exponent % 2 == 0, one, -one), jnp.zeros((), base.dtype)),
-    )
-    return jnp.where(exponent < 0, negative, positive)
-

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from . import pointwise_binary as binary
 from .common import opmath, promote_operands
 from .pointwise import lower_add_Tensor, lower_div_Tensor, lower_div_Tensor_mode, lower_mul_Tensor, lower_sub_Tensor
+from .pointwise import int_pow
 
 
 def lower_mul_Scalar(self, other):
@@ -104,7 +105,7 @@ def lower_div_Scalar_mode(self, other, *, rounding_mode):
 def lower_pow_Scalar(self, exponent):
     (x, e), out = promote_operands("pow_Scalar", self, exponent)
     if jnp.issubdtype(x.dtype, jnp.integer):
-        return binary.int_pow(x, e).astype(out)
+        return int_pow(x, e).astype(out)
     return jnp.power(opmath(x), opmath(e)).astype(out)
 
 
