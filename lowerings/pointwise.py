@@ -107,7 +107,7 @@ def lower_div_Tensor_mode(self, other, *, rounding_mode):
     (x, y), out = promote_operands("div_Tensor_mode", self, other)
     if jnp.issubdtype(x.dtype, jnp.integer):
         # Integers stay integers: XLA's division truncates (C semantics), floor_divide floors.
-        return lax.div(x, y) if rounding_mode == "trunc" else jnp.floor_divide(x, y)
+        return lax.div(*jnp.broadcast_arrays(x, y)) if rounding_mode == "trunc" else jnp.floor_divide(x, y)
     # No opmath here: PyTorch's vectorized CPU kernel rounds the quotient to
     # float16/bfloat16 before rounding it to an integer (its scalar tail loop does not).
     if rounding_mode == "trunc":

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .common import opmath, promote_operands
-from .pointwise import lower_div_Tensor_mode
+from .pointwise import lower_div_Tensor_mode, lower_sub_Tensor
 
 
 def _is_int(x):
@@ -277,3 +277,8 @@ def lower_clamp_min_Tensor(self, min):
 
 def lower_clamp_max_Tensor(self, max):
     return _binary("clamp_max_Tensor", jnp.minimum, self, max, False)
+
+
+def lower_rsub_Tensor(self, other, *, alpha=1):
+    (x, y), out = promote_operands("rsub_Tensor", self, other)
+    return lower_sub_Tensor(y, x, alpha=alpha).astype(out)

@@ -127,3 +127,8 @@ def lower_clamp_min(self, min):
 
 def lower_clamp_max(self, max):
     return _scalar_binary("clamp_max", jnp.minimum, self, max, False)
+
+
+def lower_rsub_Scalar(self, other, alpha=1):
+    (x, y), out = promote_operands("rsub_Scalar", self, other)
+    return lower_sub_Tensor(y, x, alpha=alpha).astype(out)

@@ -398,7 +398,7 @@ TYPE_PROMOTION.update(
                 "fmax", "fmin", "hypot", "nextafter", "heaviside", "logaddexp", "logaddexp2",
                 "gcd", "lcm", "addcmul", "addcdiv", "lerp_Scalar", "lerp_Tensor",
                 "clamp_Tensor", "clamp_min", "clamp_max", "clamp_min_Tensor",
-                "clamp_max_Tensor", "elu", "elu_backward", "hardtanh", "hardtanh_backward",
+                "clamp_max_Tensor", "rsub_Tensor", "rsub_Scalar", "elu", "elu_backward", "hardtanh", "hardtanh_backward",
                 "leaky_relu", "leaky_relu_backward", "silu", "silu_backward",
                 "sigmoid_backward", "tanh_backward", "hardsigmoid", "hardsigmoid_backward",
                 "hardswish", "hardswish_backward", "softplus", "softplus_backward", "mish",

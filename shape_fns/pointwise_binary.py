@@ -6,6 +6,7 @@ PyTorch CPU's kernels make."""
 from __future__ import annotations
 
 from .common import TensorMeta, elementwise_dtypes, elementwise_meta, require_kernel_dtype
+from .pointwise import sub_Tensor_output_shape
 
 
 def checked_meta(op, *operands, kernel=None, categories="bool int float complex", reduced=True):
@@ -191,3 +192,7 @@ def clamp_min_Tensor_output_shape(self, min):
 def clamp_max_Tensor_output_shape(self, max):
     return checked_meta("clamp_max_Tensor", self, max, kernel="clamp_max_cpu", categories="bool int float")
 
+
+
+def rsub_Tensor_output_shape(self, other, *, alpha=1):
+    return sub_Tensor_output_shape(other, self, alpha=alpha)

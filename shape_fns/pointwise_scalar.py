@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .common import elementwise_meta
-from .pointwise import div_Tensor_mode_output_shape
+from .pointwise import div_Tensor_mode_output_shape, sub_Tensor_output_shape
 from .pointwise_binary import checked_meta
 
 
@@ -106,3 +106,7 @@ def clamp_min_output_shape(self, min):
 
 def clamp_max_output_shape(self, max):
     return checked_meta("clamp_max", self, max, kernel="clamp_max_scalar_cpu", categories="bool int float")
+
+
+def rsub_Scalar_output_shape(self, other, alpha=1):
+    return sub_Tensor_output_shape(other, self, alpha=alpha)
