@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, normalize_dim, scalar_type_name
+from .common import TensorMeta, elementwise_dtypes, normalize_dim, require_kernel_dtype, scalar_type_name
 from .pointwise_binary import checked_meta
 
 
@@ -120,14 +120,9 @@ def glu_output_shape(self, dim=-1):
 
 def glu_backward_output_shape(grad_output, self, dim):
     d = _glu_check(self, dim)
-    half = list(self.shape)
-    half[d] //= 2
-    if tuple(grad_output.shape) != tuple(half):
-        raise RuntimeError(
-            f"glu_backward: grad_output has shape {list(grad_output.shape)}, expected {half}"
-        )
-    meta = _float("glu_backward", grad_output, self, kernel="glu_backward_cpu")
-    return TensorMeta(self.shape, meta.dtype)
+    compute, _ = elementwise_dtypes("glu_backward", grad_output, self)
+    require_kernel_dtype("glu_backward_cpu", compute, "float")
+    return TensorMeta(self.shape, compute)
 
 
 def _prelu_check(self, weight):
