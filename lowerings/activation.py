@@ -113,7 +113,7 @@ def lower_hardswish(self):
 def lower_hardswish_backward(grad_output, self):
     (g, x), out = promote_operands("hardswish_backward", grad_output, self)
     g, x = opmath(g), opmath(x)
-    y = jnp.where(x < -3, _zero(g), jnp.where(x <= 3, g * (x / 3 + 0.5), g))
+    y = jnp.where(x <= -3, _zero(g), jnp.where(x >= 3, g, g * (x / 3 + 0.5)))
     return y.astype(out)
 
 

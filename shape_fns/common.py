@@ -380,7 +380,6 @@ TYPE_PROMOTION.update(
                 "xlogy_Tensor", "xlogy_Scalar_Self", "xlogy_Scalar_Other", "special_xlog1py",
                 "special_xlog1py_self_scalar", "special_xlog1py_other_scalar", "special_zeta",
                 "special_zeta_self_scalar", "special_zeta_other_scalar", "logit",
-                "logit_backward",
             )
         },
         **{
@@ -403,7 +402,7 @@ TYPE_PROMOTION.update(
                 "sigmoid_backward", "tanh_backward", "hardsigmoid", "hardsigmoid_backward",
                 "hardswish", "hardswish_backward", "softplus", "softplus_backward", "mish",
                 "mish_backward", "log_sigmoid_forward", "log_sigmoid_backward", "glu",
-                "glu_backward", "_prelu_kernel", "_prelu_kernel_backward",
+                "glu_backward", "_prelu_kernel", "_prelu_kernel_backward", "logit_backward",
             )
         },
         **{

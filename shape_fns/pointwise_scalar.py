@@ -16,6 +16,7 @@ def div_Scalar_output_shape(self, other):
 
 
 def sub_Scalar_output_shape(self, other, alpha=1):
+    sub_Tensor_output_shape(self, other, alpha=alpha)
     return elementwise_meta("sub_Scalar", self, other)
 
 
@@ -101,11 +102,11 @@ def xlogy_Scalar_Other_output_shape(self, other):
 
 
 def clamp_min_output_shape(self, min):
-    return checked_meta("clamp_min", self, min, kernel="clamp_min_scalar_cpu", categories="bool int float")
+    return checked_meta("clamp_min", self, min, kernel="clamp_min_scalar_cpu", categories="int float")
 
 
 def clamp_max_output_shape(self, max):
-    return checked_meta("clamp_max", self, max, kernel="clamp_max_scalar_cpu", categories="bool int float")
+    return checked_meta("clamp_max", self, max, kernel="clamp_max_scalar_cpu", categories="int float")
 
 
 def rsub_Scalar_output_shape(self, other, alpha=1):
