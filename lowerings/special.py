@@ -139,13 +139,21 @@ def lower_special_xlog1py_other_scalar(self, other):
     return _binary("special_xlog1py_other_scalar", xlog1py, self, other)
 
 
+def zeta(x, q):
+    # Hurwitz zeta. Cephes (PyTorch) gives inf at the poles q = 0, -1, -2, ...; JAX
+    # gives NaN there. For other q < 0 with an integral x PyTorch still sums its
+    # series where JAX returns NaN (not matched).
+    pole = (q <= 0) & (q == jnp.floor(q)) & (x > 1)
+    return jnp.where(pole, jnp.asarray(jnp.inf, x.dtype), jss.zeta(x, q))
+
+
 def lower_special_zeta(self, other):
-    return _binary("special_zeta", jss.zeta, self, other)
+    return _binary("special_zeta", zeta, self, other)
 
 
 def lower_special_zeta_self_scalar(self, other):
-    return _binary("special_zeta_self_scalar", jss.zeta, self, other)
+    return _binary("special_zeta_self_scalar", zeta, self, other)
 
 
 def lower_special_zeta_other_scalar(self, other):
-    return _binary("special_zeta_other_scalar", jss.zeta, self, other)
+    return _binary("special_zeta_other_scalar", zeta, self, other)
