@@ -107,7 +107,7 @@ def lower_div_Tensor_mode(self, other, *, rounding_mode):
     (x, y), out = promote_operands("div_Tensor_mode", self, other)
     if jnp.issubdtype(x.dtype, jnp.integer):
         # Integers stay integers: XLA's division truncates (C semantics), floor_divide floors.
-        return lax.div(x, y) if rounding_mode == "trunc" else jnp.floor_divide(x, y)
+        return lax.div(*jnp.broadcast_arrays(x, y)) if rounding_mode == "trunc" else jnp.floor_divide(x, y)
     # No opmath here: PyTorch's vectorized CPU kernel rounds the quotient to
     # float16/bfloat16 before rounding it to an integer (its scalar tail loop does not).
     if rounding_mode == "trunc":
@@ -117,14 +117,36 @@ def lower_div_Tensor_mode(self, other, *, rounding_mode):
     return jnp.where(y == 0, x / y, jnp.floor_divide(x, y)).astype(out)
 
 
-def lower_pow_Tensor_Scalar(self, exponent):
-    (x, e), out = promote_operands("pow_Tensor_Scalar", self, exponent)
+def int_pow(base, exponent):
+    """Integer power with PyTorch's rule for negative exponents: 1 and -1 keep their
+    magnitude, every other base gives 0 (jnp.power gives garbage there)."""
+    e = jnp.where(exponent < 0, 0, exponent)
+    positive = jnp.power(base, e)
+    one = jnp.ones((), base.dtype)
+    negative = jnp.where(
+        base == 1,
+        one,
+        jnp.where(base == -1, jnp.where(exponent % 2 == 0, one, -one), jnp.zeros((), base.dtype)),
+    )
+    return jnp.where(exponent < 0, negative, positive)
+
+
+def _pow(x, e, out):
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return int_pow(x, e).astype(out)
     return jnp.power(opmath(x), opmath(e)).astype(out)
+
+
+def lower_pow_Tensor_Scalar(self, exponent):
+    # PyTorch raises for an integer tensor to a negative integer Scalar power; the
+    # Scalar is a runtime value here, so such a call gets int_pow's values instead.
+    (x, e), out = promote_operands("pow_Tensor_Scalar", self, exponent)
+    return _pow(x, e, out)
 
 
 def lower_pow_Tensor_Tensor(self, exponent):
     (x, e), out = promote_operands("pow_Tensor_Tensor", self, exponent)
-    return jnp.power(opmath(x), opmath(e)).astype(out)
+    return _pow(x, e, out)
 
 
 def lower_maximum(self, other):

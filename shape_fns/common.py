@@ -359,3 +359,101 @@ def layer_norm_stats_dtype(input: torch.dtype, weight: torch.dtype | None) -> to
     if input in (torch.float16, torch.bfloat16) and weight is torch.float32:
         return torch.float32
     return input
+
+
+# Pointwise math, bitwise and logical ops, activations and special functions
+# (lowerings/pointwise_math.py, pointwise_binary.py, pointwise_scalar.py, activation.py,
+# special.py). Kinds follow torch._refs; ops whose CPU kernels reject some categories
+# check that in their shape functions.
+TYPE_PROMOTION.update(
+    {
+        **{
+            name: Promotion.INT_TO_FLOAT
+            for name in (
+                "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan",
+                "erf", "erfc", "erfinv", "expm1", "exp2", "log10", "log1p", "log2",
+                "reciprocal", "deg2rad", "rad2deg", "sinc", "lgamma", "digamma", "polygamma",
+                "mvlgamma", "i0", "special_i0e", "special_i1", "special_i1e", "special_ndtri",
+                "special_log_ndtr", "special_erfcx", "special_entr", "special_bessel_j0",
+                "special_bessel_j1", "special_modified_bessel_i0", "special_modified_bessel_i1",
+                "special_spherical_bessel_j0", "atan2", "copysign_Tensor", "copysign_Scalar",
+                "xlogy_Tensor", "xlogy_Scalar_Self", "xlogy_Scalar_Other", "special_xlog1py",
+                "special_xlog1py_self_scalar", "special_xlog1py_other_scalar", "special_zeta",
+                "special_zeta_self_scalar", "special_zeta_other_scalar", "logit",
+            )
+        },
+        **{
+            name: Promotion.DEFAULT
+            for name in (
+                "ceil", "floor", "trunc", "round", "round_decimals", "frac", "sign", "sgn",
+                "nan_to_num", "bitwise_not", "bitwise_and_Tensor", "bitwise_and_Scalar",
+                "bitwise_or_Tensor", "bitwise_or_Scalar", "bitwise_xor_Tensor",
+                "bitwise_xor_Scalar", "bitwise_left_shift_Tensor",
+                "bitwise_left_shift_Tensor_Scalar", "bitwise_left_shift_Scalar_Tensor",
+                "bitwise_right_shift_Tensor", "bitwise_right_shift_Tensor_Scalar",
+                "bitwise_right_shift_Scalar_Tensor", "fmod_Tensor", "fmod_Scalar",
+                "remainder_Tensor", "remainder_Scalar", "remainder_Scalar_Tensor",
+                "floor_divide", "floor_divide_Scalar", "div_Scalar_mode", "pow_Scalar",
+                "fmax", "fmin", "hypot", "nextafter", "heaviside", "logaddexp", "logaddexp2",
+                "gcd", "lcm", "addcmul", "addcdiv", "lerp_Scalar", "lerp_Tensor",
+                "clamp_Tensor", "clamp_min", "clamp_max", "clamp_min_Tensor",
+                "clamp_max_Tensor", "rsub_Tensor", "rsub_Scalar", "elu", "elu_backward", "hardtanh", "hardtanh_backward",
+                "leaky_relu", "leaky_relu_backward", "silu", "silu_backward",
+                "sigmoid_backward", "tanh_backward", "hardsigmoid", "hardsigmoid_backward",
+                "hardswish", "hardswish_backward", "softplus", "softplus_backward", "mish",
+                "mish_backward", "log_sigmoid_forward", "log_sigmoid_backward", "glu",
+                "glu_backward", "_prelu_kernel", "_prelu_kernel_backward", "logit_backward",
+            )
+        },
+        **{
+            name: Promotion.ALWAYS_BOOL
+            for name in (
+                "isinf", "isnan", "isposinf", "isneginf", "signbit", "logical_not",
+                "logical_and", "logical_or", "logical_xor",
+            )
+        },
+    }
+)
+
+
+_SCALAR_TYPE_NAMES = {
+    torch.bool: "Bool",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}
+
+
+def scalar_type_name(dtype: torch.dtype) -> str:
+    """ATen's name for a dtype, as its error messages spell it ('Long', 'Float')."""
+    return _SCALAR_TYPE_NAMES.get(dtype, str(dtype))
+
+
+def dtype_category(dtype: torch.dtype) -> str:
+    """'bool', 'int', 'float' or 'complex': the kernels' dispatch categories."""
+    if dtype is torch.bool:
+        return "bool"
+    if dtype.is_complex:
+        return "complex"
+    if dtype.is_floating_point:
+        return "float"
+    return "int"
+
+
+def require_kernel_dtype(kernel: str, dtype: torch.dtype, categories: str, reduced: bool = True) -> None:
+    """Raise the NotImplementedError a CPU kernel `kernel` raises at dispatch when it has
+    no instance for `dtype`. `categories` lists the supported ones ("int bool float");
+    `reduced=False` when float16/bfloat16 are missing too."""
+    ok = dtype_category(dtype) in categories.split()
+    if ok and not reduced and dtype in (torch.float16, torch.bfloat16):
+        ok = False
+    if not ok:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_type_name(dtype)}\'')

@@ -96,10 +96,16 @@ def add_Tensor_output_shape(self, other, *, alpha=1):
 
 def sub_Tensor_output_shape(self, other, *, alpha=1):
     result = elementwise_meta("sub_Tensor", self, other)
-    if promote_dtypes(self) is torch.bool and promote_dtypes(other) is torch.bool:
+    bools = [promote_dtypes(x) is torch.bool for x in (self, other)]
+    if all(bools):
         raise RuntimeError(
             "Subtraction, the `-` operator, with two bool tensors is not supported. "
             "Use the `^` or `logical_xor()` operator instead."
+        )
+    if any(bools):
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. "
+            "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
         )
     _check_alpha(result, alpha)
     return result
@@ -182,7 +188,11 @@ def where_self_output_shape(condition, self, other):
 def clamp_output_shape(self, min=None, max=None):
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
-    return elementwise_meta("clamp", self, min, max)
+    result = elementwise_meta("clamp", self, min, max)
+    if result.dtype is torch.bool:
+        kernel = "clamp_scalar_cpu" if min is not None and max is not None else "clamp_min_scalar_cpu" if min is not None else "clamp_max_scalar_cpu"
+        raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
+    return result
 
 
 def threshold_backward_output_shape(grad_output, self, threshold):

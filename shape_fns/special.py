@@ -1,0 +1,110 @@
+"""Shape functions of the special functions in lowerings/special.py."""
+
+from __future__ import annotations
+
+from .pointwise_binary import checked_meta
+
+
+def _float(op, *operands, reduced=True):
+    return checked_meta(op, *operands, kernel=f"{op}_cpu", categories="float", reduced=reduced)
+
+
+def erfc_output_shape(self):
+    return _float("erfc", self)
+
+
+def erfinv_output_shape(self):
+    return _float("erfinv", self)
+
+
+def lgamma_output_shape(self):
+    return _float("lgamma", self)
+
+
+def digamma_output_shape(self):
+    return _float("digamma", self)
+
+
+def polygamma_output_shape(n, self):
+    if n < 0:
+        raise RuntimeError("polygamma(n, x) does not support negative n.")
+    return _float("polygamma", self)
+
+
+def mvlgamma_output_shape(self, p):
+    if p < 1:
+        raise RuntimeError("p has to be greater than or equal to 1")
+    return _float("mvlgamma", self)
+
+
+def i0_output_shape(self):
+    return _float("i0", self)
+
+
+def special_i0e_output_shape(self):
+    return _float("special_i0e", self)
+
+
+def special_i1_output_shape(self):
+    return _float("special_i1", self)
+
+
+def special_i1e_output_shape(self):
+    return _float("special_i1e", self)
+
+
+def special_modified_bessel_i0_output_shape(self):
+    return _float("special_modified_bessel_i0", self, reduced=False)
+
+
+def special_modified_bessel_i1_output_shape(self):
+    return _float("special_modified_bessel_i1", self, reduced=False)
+
+
+def special_ndtri_output_shape(self):
+    return _float("special_ndtri", self, reduced=False)
+
+
+def special_log_ndtr_output_shape(self):
+    return _float("special_log_ndtr", self, reduced=False)
+
+
+def special_erfcx_output_shape(self):
+    return _float("special_erfcx", self, reduced=False)
+
+
+def special_entr_output_shape(self):
+    return _float("special_entr", self)
+
+
+def sinc_output_shape(self):
+    # PyTorch CPU also has a complex sinc; it is not lowered here.
+    return _float("sinc", self)
+
+
+def special_spherical_bessel_j0_output_shape(x):
+    return _float("special_spherical_bessel_j0", x, reduced=False)
+
+
+def special_xlog1py_output_shape(self, other):
+    return _float("special_xlog1py", self, other)
+
+
+def special_xlog1py_self_scalar_output_shape(self, other):
+    return _float("special_xlog1py_self_scalar", self, other)
+
+
+def special_xlog1py_other_scalar_output_shape(self, other):
+    return _float("special_xlog1py_other_scalar", self, other)
+
+
+def special_zeta_output_shape(self, other):
+    return _float("special_zeta", self, other, reduced=False)
+
+
+def special_zeta_self_scalar_output_shape(self, other):
+    return _float("special_zeta_self_scalar", self, other, reduced=False)
+
+
+def special_zeta_other_scalar_output_shape(self, other):
+    return _float("special_zeta_other_scalar", self, other, reduced=False)

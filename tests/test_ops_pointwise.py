@@ -1,0 +1,605 @@
+"""Pointwise math, bitwise/logical ops, activations and special functions against
+PyTorch CPU (values, dtypes, errors) and meta (shapes).
+
+Cases are generated per op over dtypes: where PyTorch CPU raises for a dtype, the
+shape function must raise the same exception type; otherwise the lowering must give
+CPU's values and the shape function CPU's (and meta's) shape and dtype.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import jax
+import pytest
+import torch
+
+import xla_native_functions as xnf
+from xla_native_functions.lowerings import activation as lower_activation
+from xla_native_functions.lowerings import pointwise as lower_pointwise
+from xla_native_functions.lowerings import pointwise_binary as lower_binary
+from xla_native_functions.lowerings import pointwise_math as lower_math
+from xla_native_functions.lowerings import pointwise_scalar as lower_scalar
+from xla_native_functions.lowerings import special as lower_special
+from xla_native_functions.shape_fns import activation as shape_activation
+from xla_native_functions.shape_fns import pointwise as shape_pointwise
+from xla_native_functions.shape_fns import pointwise_binary as shape_binary
+from xla_native_functions.shape_fns import pointwise_math as shape_math
+from xla_native_functions.shape_fns import pointwise_scalar as shape_scalar
+from xla_native_functions.shape_fns import special as shape_special
+from test_lowerings import Case, T, _arg_kind, _collect, as_meta, assert_same, ints, to_jax, to_meta_arg, to_torch, unambiguous_name
+
+aten = torch.ops.aten
+
+LOWER_MODULES = [lower_math, lower_binary, lower_scalar, lower_activation, lower_special]
+SHAPE_MODULES = [shape_math, shape_binary, shape_scalar, shape_activation, shape_special]
+LOWERINGS = _collect(LOWER_MODULES, lambda name: name.startswith("lower_"))
+SHAPE_FNS = _collect(SHAPE_MODULES, lambda name: name.endswith("_output_shape"))
+# Cases may also exercise ops of lowerings/pointwise.py (covered by test_lowerings.py).
+ALL_LOWERINGS = {**LOWERINGS, **_collect([lower_pointwise], lambda name: name.startswith("lower_"))}
+ALL_SHAPE_FNS = {**SHAPE_FNS, **_collect([shape_pointwise], lambda name: name.endswith("_output_shape"))}
+
+
+def run_lowering(op, args, kwargs):
+    fn = ALL_LOWERINGS[f"lower_{unambiguous_name(op)}"]
+    bound = inspect.signature(fn).bind(*args, **kwargs).arguments
+    kinds = {a.name: _arg_kind(a) for a in op._schema.arguments}
+    with jax.enable_x64(True):
+        call_args, static = {}, []
+        for name, value in bound.items():
+            kind = kinds[name]
+            if kind == "tensor":
+                call_args[name] = to_jax(value)
+            elif kind == "scalar":
+                call_args[name] = value
+            else:
+                call_args[name] = value
+                static.append(name)
+        return to_torch(jax.jit(fn, static_argnames=tuple(static))(**call_args))
+
+
+def run_shape_fn(op, args, kwargs):
+    fn = ALL_SHAPE_FNS[f"{unambiguous_name(op)}_output_shape"]
+    return fn(*map(to_meta_arg, args), **{k: to_meta_arg(v) for k, v in kwargs.items()})
+
+
+def to_meta_device(x):
+    return x.to("meta") if isinstance(x, torch.Tensor) else x
+
+
+# ------------------------------------------------------------------------ inputs
+
+torch.manual_seed(0)
+NAN, INF = float("nan"), float("inf")
+# Values that exercise rounding ties, signed zeros and non-finite values.
+EDGES = torch.tensor([-2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 0.7, -3.2, NAN, INF, -INF])
+
+FLOATS = (torch.float32, torch.float64, torch.bfloat16)
+ALL = (torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16)
+
+
+def sample(dtype, shape=(2, 3), low=-3.0, high=3.0):
+    if dtype is torch.bool:
+        return T(*shape, dtype=torch.bool)
+    if not dtype.is_floating_point:
+        return ints(*shape, low=int(math.floor(low)), high=max(int(math.ceil(high)), int(math.floor(low)) + 1), dtype=dtype)
+    return T(*shape, dtype=dtype, low=low, high=high)
+
+
+def _tol(dtype):
+    if dtype in (torch.bfloat16, torch.float16):
+        return {"rtol": 1.6e-2, "atol": 1e-2}
+    if dtype is torch.float32:
+        return {"rtol": 2e-5, "atol": 1e-5}
+    return {}
+
+
+# (op, low, high): domain of generated inputs.
+UNARY = [
+    (aten.acos.default, -1, 1),
+    (aten.acosh.default, 1, 5),
+    (aten.asin.default, -1, 1),
+    (aten.asinh.default, -3, 3),
+    (aten.atan.default, -3, 3),
+    (aten.atanh.default, -0.9, 0.9),
+    (aten.cosh.default, -3, 3),
+    (aten.sinh.default, -3, 3),
+    (aten.tan.default, -1.4, 1.4),
+    (aten.erf.default, -3, 3),
+    (aten.expm1.default, -3, 3),
+    (aten.exp2.default, -3, 3),
+    (aten.log10.default, 0.1, 5),
+    (aten.log1p.default, -0.9, 5),
+    (aten.log2.default, 0.1, 5),
+    (aten.reciprocal.default, 0.5, 5),
+    (aten.deg2rad.default, -360, 360),
+    (aten.rad2deg.default, -3, 3),
+    (aten.ceil.default, -3, 3),
+    (aten.floor.default, -3, 3),
+    (aten.trunc.default, -3, 3),
+    (aten.round.default, -3, 3),
+    (aten.frac.default, -3, 3),
+    (aten.sign.default, -3, 3),
+    (aten.sgn.default, -3, 3),
+    (aten.signbit.default, -3, 3),
+    (aten.isnan.default, -3, 3),
+    (aten.isinf.default, -3, 3),
+    (aten.isposinf.default, -3, 3),
+    (aten.isneginf.default, -3, 3),
+    (aten.nan_to_num.default, -3, 3),
+    (aten.bitwise_not.default, -3, 3),
+    (aten.logical_not.default, -3, 3),
+    # special functions
+    (aten.erfc.default, -3, 3),
+    (aten.erfinv.default, -0.99, 0.99),
+    (aten.lgamma.default, -4.5, 6),
+    (aten.digamma.default, -4.5, 6),
+    (aten.i0.default, -5, 5),
+    (aten.special_i0e.default, -5, 5),
+    (aten.special_i1.default, -5, 5),
+    (aten.special_i1e.default, -5, 5),
+    (aten.special_modified_bessel_i0.default, -5, 5),
+    (aten.special_modified_bessel_i1.default, -5, 5),
+    (aten.special_ndtri.default, 0.01, 0.99),
+    (aten.special_log_ndtr.default, -6, 6),
+    (aten.special_erfcx.default, -2, 6),
+    (aten.special_entr.default, 0, 3),
+    (aten.sinc.default, -3, 3),
+    (aten.special_spherical_bessel_j0.default, -6, 6),
+]
+
+
+def _unary_cases():
+    cases = []
+    for op, low, high in UNARY:
+        name = unambiguous_name(op)
+        for dtype in ALL:
+            x = sample(dtype, low=low, high=high)
+            if dtype is torch.int64 and low >= 0.5:
+                x = ints(2, 3, low=1, high=5)
+            cases.append(Case(f"{name}_{str(dtype)[6:]}", op, (x,), tol=_tol(dtype)))
+        cases.append(Case(f"{name}_edges", op, (EDGES,)))
+        cases.append(Case(f"{name}_0d_f64", op, (torch.tensor(0.75, dtype=torch.float64),)))
+        cases.append(Case(f"{name}_empty", op, (T(0, 3),)))
+    return cases
+
+
+# Binary Tensor-Tensor ops: (op, low, high, nonzero divisor)
+BINARY = [
+    (aten.atan2.default, -3, 3, False),
+    (aten.ge.Tensor, -3, 3, False),
+    (aten.gt.Tensor, -3, 3, False),
+    (aten.le.Tensor, -3, 3, False),
+    (aten.ne.Tensor, -2, 2, False),
+    (aten.logical_and.default, -2, 2, False),
+    (aten.logical_or.default, -2, 2, False),
+    (aten.logical_xor.default, -2, 2, False),
+    (aten.bitwise_and.Tensor, -9, 9, False),
+    (aten.bitwise_or.Tensor, -9, 9, False),
+    (aten.bitwise_xor.Tensor, -9, 9, False),
+    (aten.bitwise_left_shift.Tensor, 0, 9, False),
+    (aten.bitwise_right_shift.Tensor, -9, 9, False),
+    (aten.fmod.Tensor, -9, 9, True),
+    (aten.remainder.Tensor, -9, 9, True),
+    (aten.floor_divide.default, -9, 9, True),
+    (aten.fmax.default, -3, 3, False),
+    (aten.fmin.default, -3, 3, False),
+    (aten.hypot.default, -3, 3, False),
+    (aten.copysign.Tensor, -3, 3, False),
+    (aten.nextafter.default, -3, 3, False),
+    (aten.heaviside.default, -1, 1, False),
+    (aten.logaddexp.default, -3, 3, False),
+    (aten.logaddexp2.default, -3, 3, False),
+    (aten.xlogy.Tensor, 0, 3, False),
+    (aten.gcd.default, -20, 20, False),
+    (aten.lcm.default, -20, 20, False),
+    (aten.clamp_min.Tensor, -3, 3, False),
+    (aten.clamp_max.Tensor, -3, 3, False),
+    (aten.rsub.Tensor, -3, 3, False),
+    (aten.special_xlog1py.default, -0.9, 3, False),
+    (aten.special_zeta.default, 1.5, 4, False),
+]
+
+
+def _nonzero(x):
+    if x.dtype is torch.bool:
+        return torch.ones_like(x)
+    return torch.where(x == 0, torch.ones_like(x), x)
+
+
+def _binary_cases():
+    cases = []
+    pairs = [
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+        (torch.int64, torch.int64),
+        (torch.bool, torch.bool),
+        (torch.bfloat16, torch.bfloat16),
+        (torch.int64, torch.float32),
+        (torch.int32, torch.int64),
+    ]
+    for op, low, high, nonzero in BINARY:
+        name = unambiguous_name(op)
+        for a, b in pairs:
+            x = sample(a, low=low, high=high)
+            y = sample(b, (3,), low=low, high=high)
+            if nonzero:
+                y = _nonzero(y)
+            tol = _tol(a) if a in (torch.bfloat16,) else _tol(b)
+            cases.append(Case(f"{name}_{str(a)[6:]}_{str(b)[6:]}", op, (x, y), tol=tol))
+        x0 = torch.tensor(1.5, dtype=torch.float64)
+        cases.append(Case(f"{name}_f32_0d_f64", op, (sample(torch.float32, low=low, high=high), x0), tol=_tol(torch.float32)))
+        if op is not aten.special_zeta.default:  # Not matched: zeta for q < 0 off the poles.
+            cases.append(Case(f"{name}_edges", op, (EDGES, EDGES.flip(0))))
+    return cases
+
+
+SCALAR_OPS = [
+    (aten.lt.Scalar, False),
+    (aten.le.Scalar, False),
+    (aten.bitwise_and.Scalar, False),
+    (aten.bitwise_or.Scalar, False),
+    (aten.bitwise_xor.Scalar, False),
+    (aten.bitwise_left_shift.Tensor_Scalar, False),
+    (aten.bitwise_right_shift.Tensor_Scalar, False),
+    (aten.fmod.Scalar, True),
+    (aten.remainder.Scalar, True),
+    (aten.floor_divide.Scalar, True),
+    (aten.copysign.Scalar, False),
+    (aten.xlogy.Scalar_Other, False),
+    (aten.special_xlog1py.other_scalar, False),
+    (aten.special_zeta.other_scalar, False),
+    (aten.clamp_min.default, False),
+    (aten.clamp_max.default, False),
+    (aten.rsub.Scalar, False),
+    (aten.add.Scalar, False),
+    (aten.sub.Scalar, False),
+    (aten.mul.Scalar, False),
+    (aten.div.Scalar, True),
+]
+# Scalar-first overloads: (Scalar self, Tensor other).
+SCALAR_SELF_OPS = [
+    aten.pow.Scalar,
+    aten.remainder.Scalar_Tensor,
+    aten.xlogy.Scalar_Self,
+    aten.special_xlog1py.self_scalar,
+    aten.special_zeta.self_scalar,
+    aten.bitwise_left_shift.Scalar_Tensor,
+    aten.bitwise_right_shift.Scalar_Tensor,
+]
+
+
+def _scalar_cases():
+    cases = []
+    tensors = {
+        "f32": T(2, 3, low=-5, high=5),
+        "i64": ints(2, 3, low=-9, high=10),
+        "bool": T(2, 3, dtype=torch.bool),
+        "bf16": T(2, 3, dtype=torch.bfloat16, low=-5, high=5),
+    }
+    scalars = {"int": 3, "negint": -2, "float": 2.5, "bool": True}
+    for op, nonzero in SCALAR_OPS:
+        name = unambiguous_name(op)
+        for tname, x in tensors.items():
+            for sname, s in scalars.items():
+                if nonzero and not s:
+                    continue
+                if op is aten.special_zeta.other_scalar and sname == "negint":
+                    continue  # Not matched: zeta for q < 0 off the poles.
+                tol = _tol(x.dtype)
+                cases.append(Case(f"{name}_{tname}_{sname}", op, (x, s), tol=tol))
+    exps = {"i64": ints(2, 3, low=-3, high=6), "f32": T(2, 3, low=0.1, high=3), "bool": T(2, 3, dtype=torch.bool)}
+    for op in SCALAR_SELF_OPS:
+        name = unambiguous_name(op)
+        for tname, y in exps.items():
+            for sname, s in {"int": 2, "one": 1, "negone": -1, "float": 1.5, "bool": True}.items():
+                if op is not aten.pow.Scalar and sname in ("one", "negone"):
+                    continue
+                other = _nonzero(y) if op is aten.remainder.Scalar_Tensor else y
+                cases.append(Case(f"{name}_{sname}_{tname}", op, (s, other), tol=_tol(torch.float32)))
+    return cases
+
+
+def _specific_cases():
+    f23, i23 = T(2, 3), ints(2, 3)
+    pos23 = T(2, 3, low=0.1, high=5)
+    return [
+        Case("round_decimals_2", aten.round.decimals, (T(2, 3, low=-50, high=50),), {"decimals": 2}),
+        Case("round_decimals_neg", aten.round.decimals, (torch.tensor([150.0, 250.0, -1234.5, 49.0]),), {"decimals": -2}),
+        Case("round_decimals_f64", aten.round.decimals, (T(5, dtype=torch.float64),), {"decimals": 3}),
+        Case("round_decimals_int", aten.round.decimals, (i23,), {"decimals": 1}),
+        Case("nan_to_num_values", aten.nan_to_num.default, (EDGES, 1.0, 100.0, -100.0)),
+        Case("nan_to_num_f16_big", aten.nan_to_num.default, (EDGES.half(), None, 1e10)),
+        Case("nan_to_num_f64", aten.nan_to_num.default, (EDGES.double(),)),
+        Case("nan_to_num_int", aten.nan_to_num.default, (i23, 1.0)),
+        Case("div_scalar_mode_floor", aten.div.Scalar_mode, (i23, -2), {"rounding_mode": "floor"}),
+        Case("div_scalar_mode_trunc", aten.div.Scalar_mode, (i23, 4), {"rounding_mode": "trunc"}),
+        Case("div_scalar_mode_none", aten.div.Scalar_mode, (i23, 4), {"rounding_mode": None}),
+        Case("div_scalar_mode_float", aten.div.Scalar_mode, (f23, 0.3), {"rounding_mode": "floor"}),
+        Case("div_scalar_mode_float_zero", aten.div.Scalar_mode, (f23, 0.0), {"rounding_mode": "floor"}),
+        Case("div_scalar_mode_bool", aten.div.Scalar_mode, (T(3, dtype=torch.bool), True), {"rounding_mode": "trunc"}),
+        Case("div_scalar_mode_bad", aten.div.Scalar_mode, (f23, 2), {"rounding_mode": "round"}),
+        Case("shift_out_of_range", aten.bitwise_left_shift.Tensor, (torch.tensor([1, -1, 5, 5]), torch.tensor([63, 64, -1, 70]))),
+        Case("rshift_out_of_range", aten.bitwise_right_shift.Tensor, (torch.tensor([-8, -8, 8, 8]), torch.tensor([2, 64, -1, 70]))),
+        Case("rshift_uint8", aten.bitwise_right_shift.Tensor, (torch.tensor([200, 200], dtype=torch.uint8), torch.tensor([1, 9], dtype=torch.uint8))),
+        Case("lshift_int32", aten.bitwise_left_shift.Tensor, (torch.tensor([1, 1], dtype=torch.int32), torch.tensor([31, 32], dtype=torch.int32))),
+        Case("gcd_edges", aten.gcd.default, (torch.tensor([0, -4, 6, -(2**63), 17]), torch.tensor([0, 6, -4, 0, 5]))),
+        Case("lcm_edges", aten.lcm.default, (torch.tensor([0, -4, 6, 3]), torch.tensor([0, 6, -4, -5]))),
+        Case("fmod_signs", aten.fmod.Tensor, (torch.tensor([[7, 7, -7], [-7, 0, 13]]), torch.tensor([[3, -3, 2], [-2, 5, -7]]))),
+        Case("remainder_signs", aten.remainder.Tensor, (torch.tensor([[7, 7, -7], [-7, 0, 13]]), torch.tensor([[3, -3, 2], [-2, 5, -7]]))),
+        Case("remainder_float_signs", aten.remainder.Tensor, (torch.tensor([5.5, -5.5, 5.5, -5.5, 3.0, 1.0]), torch.tensor([2.0, 2.0, -2.0, -2.0, 0.0, INF]))),
+        Case("fmod_float_signs", aten.fmod.Tensor, (torch.tensor([5.5, -5.5, 5.5, -5.5, 3.0, 1.0]), torch.tensor([2.0, 2.0, -2.0, -2.0, 0.0, INF]))),
+        Case("heaviside_mixed_dtypes", aten.heaviside.default, (f23, T(3, dtype=torch.float64))),
+        Case("xlogy_nan_zero", aten.xlogy.Tensor, (torch.tensor([0.0, 0.0, 1.0, 2.0]), torch.tensor([NAN, 0.0, 0.0, -1.0]))),
+        Case("logaddexp_inf", aten.logaddexp.default, (torch.tensor([INF, -INF, INF, 1.0]), torch.tensor([INF, -INF, -INF, 1000.0]))),
+        Case("pow_tensor_negative_int", aten.pow.Tensor_Tensor, (torch.tensor([2, 1, -1, -1, 0, 3]), torch.tensor([-1, -3, -3, -2, 2, 2]))),
+        # ternary ops
+        Case("addcmul_f32", aten.addcmul.default, (f23, T(3), T(2, 1)), {"value": 0.5}, tol=_tol(torch.float32)),
+        Case("addcmul_int", aten.addcmul.default, (i23, ints(3), ints(2, 3)), {"value": 2}),
+        Case("addcmul_int_float_value", aten.addcmul.default, (i23, ints(3), ints(2, 3)), {"value": 0.5}),
+        Case("addcmul_mixed", aten.addcmul.default, (i23, T(3), ints(2, 3))),
+        Case("addcmul_bool", aten.addcmul.default, (T(3, dtype=torch.bool),) * 3),
+        Case("addcmul_bf16", aten.addcmul.default, (T(3, dtype=torch.bfloat16),) * 3, tol=_tol(torch.bfloat16)),
+        Case("addcdiv_f32", aten.addcdiv.default, (f23, T(3), pos23), {"value": -2}, tol=_tol(torch.float32)),
+        Case("addcdiv_f64_0d", aten.addcdiv.default, (T(3, dtype=torch.float64), T(dtype=torch.float64), T(3, dtype=torch.float64, low=1, high=2))),
+        Case("addcdiv_int", aten.addcdiv.default, (i23, ints(3), ints(3, low=1))),
+        Case("addcdiv_int_self", aten.addcdiv.default, (i23, T(3), pos23)),
+        Case("lerp_scalar", aten.lerp.Scalar, (f23, T(3), 0.3), tol=_tol(torch.float32)),
+        Case("lerp_scalar_high", aten.lerp.Scalar, (f23, T(3), 0.8), tol=_tol(torch.float32)),
+        Case("lerp_scalar_int_weight", aten.lerp.Scalar, (T(3, dtype=torch.float64), T(3, dtype=torch.float64), 1)),
+        Case("lerp_scalar_bf16", aten.lerp.Scalar, (T(3, dtype=torch.bfloat16), T(3, dtype=torch.bfloat16), 0.5), tol=_tol(torch.bfloat16)),
+        Case("lerp_scalar_int", aten.lerp.Scalar, (i23, i23, 0.5)),
+        Case("lerp_scalar_mixed", aten.lerp.Scalar, (f23, T(3, dtype=torch.float64), 0.5)),
+        Case("lerp_tensor", aten.lerp.Tensor, (f23, T(3), T(2, 1, low=-1, high=2)), tol=_tol(torch.float32)),
+        Case("lerp_tensor_mixed_weight", aten.lerp.Tensor, (f23, T(3), T(3, dtype=torch.float64))),
+        Case("clamp_tensor_both", aten.clamp.Tensor, (f23, T(3, low=-2, high=0), T(2, 1, low=0, high=2))),
+        Case("clamp_tensor_min_only", aten.clamp.Tensor, (i23, ints(3))),
+        Case("clamp_tensor_max_only", aten.clamp.Tensor, (i23,), {"max": T(3)}),
+        Case("clamp_tensor_nan", aten.clamp.Tensor, (EDGES, torch.zeros(13), torch.full((13,), NAN))),
+        Case("clamp_tensor_bool", aten.clamp.Tensor, (T(2, dtype=torch.bool), torch.tensor([True]))),
+        Case("clamp_tensor_none", aten.clamp.Tensor, (f23,)),
+        Case("clamp_tensor_min_gt_max", aten.clamp.Tensor, (f23, torch.tensor(2.0), torch.tensor(-2.0))),
+        Case("logical_and_int_float", aten.logical_and.default, (i23, T(3))),
+        Case("polygamma_0", aten.polygamma.default, (0, EDGES)),
+        Case("polygamma_1", aten.polygamma.default, (1, T(2, 3, low=0.2, high=5)), tol=_tol(torch.float32)),
+        Case("polygamma_3_f64", aten.polygamma.default, (3, T(2, 3, low=0.2, high=5, dtype=torch.float64))),
+        Case("polygamma_int", aten.polygamma.default, (2, ints(2, 3, low=1))),
+        Case("polygamma_negative_n", aten.polygamma.default, (-1, f23)),
+        Case("mvlgamma_3", aten.mvlgamma.default, (T(2, 3, low=1.5, high=6), 3), tol=_tol(torch.float32)),
+        Case("mvlgamma_1_f64", aten.mvlgamma.default, (T(4, low=0.5, high=6, dtype=torch.float64), 1)),
+        Case("mvlgamma_int", aten.mvlgamma.default, (ints(3, low=3), 2)),
+        Case("mvlgamma_p0", aten.mvlgamma.default, (f23, 0)),
+        Case("zeta_poles", aten.special_zeta.default, (torch.tensor([1.5, 2.0, 3.0, 1.0, 0.5]), torch.tensor([0.0, -1.0, -3.0, 1.0, 1.0]))),
+        Case("digamma_zeros", aten.digamma.default, (torch.tensor([0.0, -0.0, -1.0, -2.0, 1e-30]),)),
+        Case("ne_complex", aten.ne.Tensor, (T(3, dtype=torch.complex64), T(3, dtype=torch.complex64))),
+        Case("ge_complex", aten.ge.Tensor, (T(3, dtype=torch.complex64), T(3, dtype=torch.complex64))),
+    ]
+
+
+def _activation_cases():
+    f23 = T(2, 3)
+    g23 = T(2, 3)
+    x64 = T(2, 3, dtype=torch.float64)
+    bf = T(2, 3, dtype=torch.bfloat16)
+    cases = []
+    for op, extra in [
+        (aten.elu.default, ()),
+        (aten.elu.default, (0.5, 2.0, 1.5)),
+        (aten.hardtanh.default, ()),
+        (aten.hardtanh.default, (-0.5, 2)),
+        (aten.leaky_relu.default, ()),
+        (aten.leaky_relu.default, (0.2,)),
+        (aten.silu.default, ()),
+        (aten.hardsigmoid.default, ()),
+        (aten.hardswish.default, ()),
+        (aten.softplus.default, ()),
+        (aten.softplus.default, (2, 1)),
+        (aten.mish.default, ()),
+        (aten.log_sigmoid_forward.default, ()),
+        (aten.glu.default, ()),
+        (aten.glu.default, (0,)),
+        (aten.logit.default, ()),
+        (aten.logit.default, (0.25,)),
+    ]:
+        name = unambiguous_name(op) + "".join(f"_{e}" for e in extra)
+        domain = T(2, 4, low=-5, high=5)
+        if op is aten.logit.default:
+            domain = T(2, 4, low=-0.2, high=1.2)
+        cases.append(Case(f"{name}_f32", op, (domain, *extra), tol=_tol(torch.float32)))
+        cases.append(Case(f"{name}_f64", op, (domain.double(), *extra)))
+        cases.append(Case(f"{name}_bf16", op, (domain.bfloat16(), *extra), tol=_tol(torch.bfloat16)))
+        cases.append(Case(f"{name}_int", op, (ints(2, 4), *extra)))
+        cases.append(Case(f"{name}_bool", op, (T(2, 4, dtype=torch.bool), *extra)))
+    boundary = torch.tensor([-3.0, 3.0, -1.0, 1.0, 0.0, 20.0, 25.0, -0.5])
+    grad = T(8)
+    for op, extra in [
+        (aten.sigmoid_backward.default, ()),
+        (aten.tanh_backward.default, ()),
+        (aten.hardtanh_backward.default, (-1, 1)),
+        (aten.leaky_relu_backward.default, (0.1, False)),
+        (aten.hardsigmoid_backward.default, ()),
+        (aten.hardswish_backward.default, ()),
+        (aten.softplus_backward.default, (1, 20)),
+        (aten.softplus_backward.default, (2, 1)),
+        (aten.logit_backward.default, ()),
+        (aten.logit_backward.default, (0.25,)),
+    ]:
+        name = unambiguous_name(op) + "".join(f"_{e}" for e in extra)
+        x = boundary if op is not aten.logit_backward.default else torch.tensor([-0.5, 0.0, 0.2, 0.5, 0.8, 1.0, 1.5, 0.25])
+        cases.append(Case(f"{name}_f32", op, (grad, x, *extra), tol=_tol(torch.float32)))
+        cases.append(Case(f"{name}_f32_f64", op, (grad, x.double(), *extra)))
+        cases.append(Case(f"{name}_bf16", op, (grad.bfloat16(), x.bfloat16(), *extra), tol=_tol(torch.bfloat16)))
+        cases.append(Case(f"{name}_int", op, (ints(8), ints(8), *extra)))
+    y = aten.elu(boundary, 1.5)
+    cases += [
+        Case("elu_backward_input", aten.elu_backward.default, (grad, 1.5, 1.0, 1.0, False, boundary)),
+        Case("elu_backward_result", aten.elu_backward.default, (grad, 1.5, 1.0, 1.0, True, y), tol=_tol(torch.float32)),
+        Case("elu_backward_scales", aten.elu_backward.default, (grad.double(), 0.5, 2.0, 1.5, False, boundary.double())),
+        Case("elu_backward_int", aten.elu_backward.default, (ints(8), 1, 1, 1, False, ints(8))),
+        Case("hardtanh_uint8", aten.hardtanh.default, (ints(3, low=0, dtype=torch.uint8),)),
+        Case("glu_odd", aten.glu.default, (T(2, 3),)),
+        Case("glu_0d", aten.glu.default, (T(),)),
+        Case("glu_bad_dim", aten.glu.default, (T(2, 4), 2)),
+        Case("glu_backward", aten.glu_backward.default, (T(2, 2), T(2, 4), -1)),
+        Case("glu_backward_dim0", aten.glu_backward.default, (T(1, 3, dtype=torch.float64), T(2, 3, dtype=torch.float64), 0)),
+        Case("glu_backward_odd", aten.glu_backward.default, (T(2, 1), T(2, 3), 1)),
+        Case("prelu", aten._prelu_kernel.default, (T(2, 3, 4), T(3, 1))),
+        Case("prelu_f64_scalar_weight", aten._prelu_kernel.default, (x64, T(1, dtype=torch.float64))),
+        Case("prelu_bf16", aten._prelu_kernel.default, (bf, T(1, dtype=torch.bfloat16)), tol=_tol(torch.bfloat16)),
+        Case("prelu_mixed", aten._prelu_kernel.default, (f23, T(1, dtype=torch.float64))),
+        Case("prelu_int", aten._prelu_kernel.default, (ints(3), ints(1))),
+        Case("prelu_backward", aten._prelu_kernel_backward.default, (T(2, 3, 4), T(2, 3, 4), T(3, 1))),
+        Case("prelu_backward_f64", aten._prelu_kernel_backward.default, (x64, x64, T(1, dtype=torch.float64))),
+    ]
+    z = aten.log_sigmoid_forward(boundary)[1]
+    cases += [
+        Case("log_sigmoid_backward", aten.log_sigmoid_backward.default, (grad, boundary, z), tol=_tol(torch.float32)),
+        Case("log_sigmoid_backward_f64", aten.log_sigmoid_backward.default, (grad.double(), boundary.double(), z.double())),
+        Case("log_sigmoid_backward_mixed", aten.log_sigmoid_backward.default, (grad, boundary.double(), z)),
+    ]
+    del f23, g23
+    return cases
+
+
+CASES = _unary_cases() + _binary_cases() + _scalar_cases() + _specific_cases() + _activation_cases()
+
+
+def _expected(case):
+    try:
+        return (case.ref or case.op)(*case.args, **case.kwargs), None
+    except Exception as e:  # noqa: BLE001 - the type is compared below
+        return None, e
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_matches_cpu(case):
+    expected, error = _expected(case)
+    if error is not None:
+        with pytest.raises(Exception) as ours:
+            run_shape_fn(case.op, case.args, case.kwargs)
+        assert type(ours.value) is type(error), (error, ours.value)
+        return
+    assert run_shape_fn(case.op, case.args, case.kwargs) == as_meta(expected)
+    assert_same(run_lowering(case.op, case.args, case.kwargs), expected, **case.tol)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_shape_fn_matches_meta(case):
+    expected, error = _expected(case)
+    if error is not None:
+        pytest.skip("CPU rejects this input (checked in test_matches_cpu)")
+    args = [to_meta_device(a) for a in case.args]
+    kwargs = {k: to_meta_device(v) for k, v in case.kwargs.items()}
+    meta = as_meta(case.op(*args, **kwargs))
+    assert run_shape_fn(case.op, case.args, case.kwargs) == meta
+
+
+def test_every_op_is_covered():
+    tested = {unambiguous_name(c.op) for c in CASES}
+    assert {f"lower_{n}" for n in tested} >= set(LOWERINGS), set(LOWERINGS) - {f"lower_{n}" for n in tested}
+    assert {f"{n}_output_shape" for n in tested} >= set(SHAPE_FNS), set(SHAPE_FNS) - {
+        f"{n}_output_shape" for n in tested
+    }
+    assert {f"lower_{n}" for n in tested} <= set(ALL_LOWERINGS)
+
+
+OPS = {unambiguous_name(c.op): c.op for c in CASES if f"lower_{unambiguous_name(c.op)}" in LOWERINGS}
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_signatures_match(name):
+    schema = OPS[name]._schema
+    for fn in (LOWERINGS[f"lower_{name}"], SHAPE_FNS[f"{name}_output_shape"]):
+        params = list(inspect.signature(fn).parameters.values())
+        assert [p.name for p in params] == [a.name for a in schema.arguments]
+        for p, a in zip(params, schema.arguments):
+            kind = inspect.Parameter.KEYWORD_ONLY if a.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+            assert p.kind is kind, p.name
+            assert (p.default is inspect.Parameter.empty) == (not a.has_default_value()), p.name
+
+
+# ------------------------------------------------------------ through the runtime
+
+
+def test_inplace_and_out_variants():
+    x, y = T(2, 3, low=-5, high=5), T(3, low=0.5, high=2)
+    a = xnf.to_xla(x.clone())
+    a.atan2_(xnf.to_xla(y))
+    torch.testing.assert_close(xnf.to_torch(a), torch.atan2(x, y))
+    out = xnf.to_xla(torch.empty(2, 3))
+    torch.remainder(xnf.to_xla(x), 1.5, out=out)
+    torch.testing.assert_close(xnf.to_torch(out), torch.remainder(x, 1.5))
+    # An in-place op writes through a view into its base.
+    base = xnf.to_xla(x.clone())
+    base[0].clamp_min_(0.0)
+    expected = x.clone()
+    expected[0].clamp_min_(0.0)
+    torch.testing.assert_close(xnf.to_torch(base), expected)
+    i = xnf.to_xla(torch.tensor([5, -6, 7]))
+    i.bitwise_and_(3)
+    assert xnf.to_torch(i).tolist() == (torch.tensor([5, -6, 7]) & 3).tolist()
+
+
+def test_inplace_promotion_error():
+    # In-place ops may not change self's dtype: float results into an int tensor.
+    i = xnf.to_xla(torch.tensor([1, 2, 3]))
+    with pytest.raises(RuntimeError):
+        i.atan_()
+
+
+def test_compiled_optimizer_math():
+    def step(p, g, m, v):
+        m.lerp_(g, 0.1)
+        v.mul_(0.99).addcmul_(g, g, value=0.01)
+        p.addcdiv_(m, v.sqrt().add_(1e-8), value=-0.001)
+        return torch.nn.functional.silu(p).clamp_min(-0.1).sum()
+
+    tensors = [T(4, 3), T(4, 3), T(4, 3), T(4, 3, low=0.1, high=1)]
+    ref = [t.clone() for t in tensors]
+    compiled = xnf.compile(step)
+    ours = [xnf.to_xla(t.clone()) for t in tensors]
+    for _ in range(2):
+        out = compiled(*ours)
+        expected = step(*ref)
+    torch.testing.assert_close(xnf.to_torch(out), expected)
+    for o, r in zip(ours, ref):
+        torch.testing.assert_close(xnf.to_torch(o), r)
+
+
+ACTIVATIONS = [
+    ("elu", lambda x: torch.nn.functional.elu(x, 0.7)),
+    ("hardtanh", lambda x: torch.nn.functional.hardtanh(x, -0.5, 0.8)),
+    ("leaky_relu", lambda x: torch.nn.functional.leaky_relu(x, 0.2)),
+    ("hardsigmoid", torch.nn.functional.hardsigmoid),
+    ("hardswish", torch.nn.functional.hardswish),
+    ("softplus", lambda x: torch.nn.functional.softplus(x, 2, 1)),
+    ("mish", torch.nn.functional.mish),
+    ("silu", torch.nn.functional.silu),
+    ("logsigmoid", torch.nn.functional.logsigmoid),
+    ("glu", lambda x: torch.nn.functional.glu(x, 0)),
+    ("sigmoid", torch.sigmoid),
+    ("tanh", torch.tanh),
+    ("logit", lambda x: torch.logit(x.sigmoid(), 0.1)),
+    ("prelu", lambda x: torch.nn.functional.prelu(x, torch.full((3,), 0.25, dtype=x.dtype, device=x.device))),
+    ("math", lambda x: (torch.hypot(x, x.exp()) + x.expm1() * x.cosh() + torch.lerp(x, x.sin(), 0.3)).abs().log1p()),
+    ("math2", lambda x: torch.logaddexp(x.asinh(), (0.3 * x).tan()) * torch.erf(x) + torch.addcdiv(x, x, x.exp(), value=0.5)),
+    ("special", lambda x: torch.special.i1(x) + torch.digamma(x.exp()) + torch.lgamma(x.exp()) + torch.erfinv(0.9 * x.tanh())),
+]
+
+
+@pytest.mark.parametrize("name,fn", ACTIVATIONS, ids=[a[0] for a in ACTIVATIONS])
+def test_gradients_match_cpu(name, fn):
+    """loss.backward() on our tensors dispatches only listed ops (no CPU fallback) and
+    gives CPU's gradients."""
+    x = T(4, 3, dtype=torch.float64, low=-4, high=4)
+    ref = x.clone().requires_grad_()
+    fn(ref).pow(2).sum().backward()
+    ours = xnf.to_xla(x.clone()).requires_grad_()
+    previous = xnf.config.allow_cpu_fallback
+    xnf.config.allow_cpu_fallback = False
+    try:
+        fn(ours).pow(2).sum().backward()
+    finally:
+        xnf.config.allow_cpu_fallback = previous
+    torch.testing.assert_close(xnf.to_torch(ours.grad), ref.grad)
