@@ -200,7 +200,11 @@ def lower__linalg_svd(A, full_matrices=False, compute_uv=True, *, driver=None):
 
 
 def _det_parts(A):
-    lu, pivots, _, _ = _lu(A)
+    # PyTorch factors a real row-major A as A^T (column-major for LAPACK, and
+    # det(A^T) = det(A)) and returns that LU; its backward formulas expect it. A
+    # lowering cannot see strides, so it follows the contiguous case.
+    real = not jnp.issubdtype(A.dtype, jnp.complexfloating)
+    lu, pivots, _, _ = _lu(_mT(A) if real else A)
     diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
     swaps = jnp.sum(pivots != jnp.arange(1, A.shape[-1] + 1, dtype=jnp.int32), axis=-1)
     parity = jnp.where(swaps % 2 == 1, -1, 1).astype(A.dtype)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes, expand_shape, promote_dtypes, to_torch_dtype
+from .common import TensorMeta, broadcast_shapes, expand_shape, normalize_dim, promote_dtypes, to_torch_dtype
 
 _NAMES = {
     torch.float32: "Float",
@@ -140,6 +140,9 @@ def baddbmm_output_shape(self, batch1, batch2, *, beta=1, alpha=1):
 
 
 def addbmm_output_shape(self, batch1, batch2, *, beta=1, alpha=1):
+    # PyTorch reads batch1.size(1) and batch2.size(2) before checking ranks.
+    normalize_dim(1, batch1.ndim)
+    normalize_dim(2, batch2.ndim)
     _, n, p = _bmm(batch1, batch2, "addbmm")
     _same_dtypes(self, batch1, batch2)
     _no_bool(batch1.dtype, "addbmm")
