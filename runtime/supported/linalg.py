@@ -1,0 +1,26 @@
+"""_linalg_check_errors: PyTorch's linalg functions report singular or non
+positive-definite inputs through an `info` tensor and then call this op to raise.
+
+Eagerly the info values are read on the host and checked by PyTorch's own CPU kernel,
+so the exceptions and messages are PyTorch's. Inside a compiled program reading
+`info` would end the trace on every linalg call, so there the check is skipped: the
+results then hold NaN/inf where PyTorch would raise (use the *_ex functions and check
+`info` to detect it)."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import state
+from ..dispatch import X64, jax_to_cpu, value
+from ..tensor import XlaTensor
+
+
+def impl__linalg_check_errors(info, api_name, *, is_matrix):
+    if state.tracing:
+        return None
+    if isinstance(info, XlaTensor):
+        with X64:
+            info = jax_to_cpu(value(info))
+    torch.ops.aten._linalg_check_errors(info, api_name, is_matrix=is_matrix)
+    return None
