@@ -61,3 +61,15 @@ def lower_fill_Scalar(self, value):
 
 def lower_zero(self):
     return jnp.zeros_like(self)
+
+
+def lower_new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.zeros(size, _dtype(dtype, self))
+
+
+def lower_eye(n, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.eye(n, dtype=_dtype(dtype))
+
+
+def lower_eye_m(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return jnp.eye(n, m, dtype=_dtype(dtype))

@@ -24,6 +24,17 @@ def lower__softmax(self, dim, half_to_float):
     return (e / jnp.sum(e, axis=axes, keepdims=True)).astype(out)
 
 
+def lower__safe_softmax(self, dim, dtype=None):
+    # softmax, except that a slice that is entirely -inf gives zeros instead of NaN.
+    out = to_numpy_dtype(dtype) if dtype is not None else self.dtype
+    axes = _softmax_axes(dim, self.ndim)
+    x = opmath(self)
+    e = jnp.exp(x - jnp.max(x, axis=axes, keepdims=True))
+    y = e / jnp.sum(e, axis=axes, keepdims=True)
+    all_masked = jnp.all(x == -jnp.inf, axis=axes, keepdims=True)
+    return jnp.where(all_masked, 0, y).astype(out)
+
+
 def lower__log_softmax(self, dim, half_to_float):
     out = jnp.float32 if half_to_float else self.dtype
     axes = _softmax_axes(dim, self.ndim)

@@ -64,3 +64,25 @@ def fill_Scalar_output_shape(self, value):
 
 def zero_output_shape(self):
     return self
+
+
+def new_empty_strided_output_shape(self, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # The result is contiguous: the requested strides only matter to memory layout.
+    return TensorMeta(_check_size(size), dtype or self.dtype)
+
+
+def _check_eye(n, m):
+    if n < 0:
+        raise RuntimeError(f"n must be greater or equal to 0, got {n}")
+    if m < 0:
+        raise RuntimeError(f"m must be greater or equal to 0, got {m}")
+
+
+def eye_output_shape(n, *, dtype=None, layout=None, device=None, pin_memory=None):
+    _check_eye(n, n)
+    return TensorMeta((n, n), _default(dtype))
+
+
+def eye_m_output_shape(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
+    _check_eye(n, m)
+    return TensorMeta((n, m), _default(dtype))

@@ -22,6 +22,14 @@ def _softmax_output_shape(self, dim, half_to_float):
     return _softmax_meta("softmax_kernel_impl", self, dim, half_to_float)
 
 
+def _safe_softmax_output_shape(self, dim, dtype=None):
+    normalize_dim(dim, self.ndim)
+    out = dtype if dtype is not None else self.dtype
+    if not out.is_floating_point:
+        raise NotImplementedError(f'"softmax_kernel_impl" not implemented for {out}')
+    return TensorMeta(self.shape, out)
+
+
 def _log_softmax_output_shape(self, dim, half_to_float):
     return _softmax_meta("log_softmax_kernel_impl", self, dim, half_to_float)
 

@@ -371,6 +371,8 @@ CASES = [
     Case("softmax_dim0_f64", aten._softmax.default, (T(3, 4, dtype=torch.float64), 0, False)),
     Case("softmax_0d", aten._softmax.default, (f0d, 0, False)),
     Case("softmax_bf16", aten._softmax.default, (T(2, 8, dtype=torch.bfloat16), 1, False)),
+    Case("safe_softmax", aten._safe_softmax.default, (torch.tensor([[float("-inf")] * 3, [1.0, 2.0, 3.0]]), -1)),
+    Case("safe_softmax_dtype", aten._safe_softmax.default, (T(2, 5, dtype=torch.bfloat16), 0, torch.float32)),
     Case("log_softmax", aten._log_softmax.default, (T(2, 3, 4), 1, False)),
     Case("log_softmax_large", aten._log_softmax.default, (T(2, 5, low=-100, high=100), -1, False)),
     Case("layer_norm", aten.native_layer_norm.default, (T(2, 3, 4), [4], T(4), T(4), 1e-5)),

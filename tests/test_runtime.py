@@ -445,6 +445,39 @@ def test_environment_enabled_globally_until_disabled():
     torch.testing.assert_close(cpu(out), torch.ones(4, 3) @ cpu(model.weight).T + cpu(model.bias))
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda device: torch.eye(3, device=device),
+        lambda device: torch.eye(2, 4, dtype=torch.int64, device=device),
+        lambda device: torch.ones(2, device=device).new_empty_strided((2, 3), (1, 2)).fill_(5),
+    ],
+    ids=["eye", "eye_m", "new_empty_strided"],
+)
+def test_factories_match_cpu(make):
+    ours, ref = make("jax"), make("cpu")
+    assert isinstance(ours, XlaTensor) and ours.dtype == ref.dtype
+    torch.testing.assert_close(cpu(ours), ref)
+
+
+def test_multihead_attention_forward_and_backward_match_cpu():
+    """nn.MultiheadAttention and SDPA reach us as bmm, _safe_softmax, new_empty_strided..."""
+    torch.manual_seed(0)
+    attn = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    ref = copy.deepcopy(attn)
+    xnf.to_xla(attn)
+    x = torch.randn(2, 5, 16)
+    mask = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1)
+    ref_out, _ = ref(x, x, x, attn_mask=mask, need_weights=False)
+    ref_out.sum().backward()
+    xx = xnf.to_xla(x)
+    out, _ = attn(xx, xx, xx, attn_mask=xnf.to_xla(mask), need_weights=False)
+    out.sum().backward()
+    torch.testing.assert_close(cpu(out), ref_out, atol=1e-5, rtol=1e-5)
+    for p, q in zip(attn.parameters(), ref.parameters()):
+        torch.testing.assert_close(cpu(p.grad), q.grad, atol=1e-5, rtol=1e-4)
+
+
 # ---------------------------------------------------------------- fallback and missing ops
 
 
