@@ -24,6 +24,7 @@ import glob
 import json
 import math
 import os
+import signal
 import sys
 import time
 from collections import Counter, defaultdict
@@ -127,6 +128,9 @@ def run_sweep(args) -> None:
     order = {m: j for j, m in enumerate(h.MODES)}
     units.sort(key=lambda u: (keys.index(u[0]), u[1], order[u[2]]))
     todo = [u for u in units if args.rerun or h.unit_id(*u) not in data["units"]]
+    data.setdefault("runs", []).append(
+        {"argv": " ".join(sys.argv[1:]), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "units": len(units), "todo": len(todo)}
+    )
     print(f"{len(units)} units in shard {i}/{n}, {len(units) - len(todo)} already done, results in {path}", file=sys.stderr)
     os.environ.setdefault("XNF_JAX_CACHE_DIR", str(Path.home() / ".cache" / "xla_native_functions" / "jax"))
     progress = Progress(len(todo))
@@ -189,8 +193,11 @@ def _manifest_summary() -> dict:
 
 def build_report(results_dir: str, out_dir: str) -> dict:
     units: dict[str, dict] = {}
+    runs = []
     for f in sorted(glob.glob(os.path.join(results_dir, "results-*.json"))):
-        units.update(_load(Path(f))["units"])
+        d = _load(Path(f))
+        units.update(d["units"])
+        runs += [{**r, "file": os.path.basename(f)} for r in d.get("runs", [])]
     man = _manifest_summary()
     lowered = man.pop("lowered")
     per_op: dict[str, dict] = defaultdict(lambda: {"dtypes": defaultdict(dict), "aten_ops": set()})
@@ -242,6 +249,17 @@ def build_report(results_dir: str, out_dir: str) -> dict:
         "seconds_by_mode": {m: round(s, 1) for m, s in sorted(seconds.items())},
         "slowest_units": [[round(s, 1), u] for s, u in sorted(slow, reverse=True)[:25]],
     }
+    # what a full sweep (every OpInfo, default dtypes, every mode) would cost at the
+    # measured seconds per unit; inferred units cost nothing
+    planned = Counter(u[2] for u in h.plan_units(list(h.opinfos()), h.DEFAULT_DTYPES, h.MODES))
+    measured = defaultdict(list)
+    for uid, res in units.items():
+        if res.get("status") != "inferred":
+            measured[uid.split("|")[2]].append(res.get("seconds", 0.0))
+    summary["runs"] = runs
+    summary["planned_units_full_sweep"] = dict(planned)
+    summary["opinfos_total"] = len(h.opinfos())
+    summary["mean_seconds_per_unit"] = {m: round(sum(v) / len(v), 2) for m, v in measured.items() if v}
     overall = Counter()
     for c in totals.values():
         overall.update(c)
@@ -290,8 +308,19 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
         "PyTorch CPU itself raises is not counted. `(inf)`: not run, because every eager sample of that "
         "OpInfo and dtype stopped at a missing operator (OperatorNotFound), which the other modes hit too.\n"
     )
+    L.append("## What ran\n")
+    for r in s["runs"]:
+        L.append(f"- `{r['file']}`: `coverage_report.py {r['argv']}` started {r['started']}, {r['units']} units ({r['todo']} to do)")
+    L.append("")
+    L.append(
+        f"This report covers {s['units']} units (OpInfo, dtype, mode) over {s['opinfos']} of the "
+        f"{s['opinfos_total']} OpInfos in op_db. A full sweep in the default dtypes is "
+        + ", ".join(f"{n} {m}" for m, n in sorted(s["planned_units_full_sweep"].items()))
+        + " units; measured mean seconds per unit: "
+        + ", ".join(f"{m} {v}" for m, v in sorted(s["mean_seconds_per_unit"].items()))
+        + ".\n"
+    )
     L.append("## Totals\n")
-    L.append(f"{s['units']} units (OpInfo, dtype, mode) over {s['opinfos']} OpInfos.\n")
     L.append("| dtype | mode | passed | failed | errored | of which not lowered | pass rate | pass rate, fully lowered OpInfos |")
     L.append("|---|---|---:|---:|---:|---:|---:|---:|")
     for k, c in s["by_dtype_mode"].items():
@@ -358,7 +387,13 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
     return "\n".join(L)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv=None) -> None:
+    # a sweep run in the background (SIGINT ignored) still saves its results on SIGTERM
+    signal.signal(signal.SIGTERM, _interrupt)
     args = _parse_args(argv)
     if not args.report_only:
         run_sweep(args)

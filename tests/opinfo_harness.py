@@ -334,9 +334,12 @@ def _setup_worker() -> None:
         mod.set_rng_state = lambda *a, **k: None
 
 
-def run_unit(key: str, dtype: str, mode: str, time_limit: float = 60.0, reference: bool = True) -> dict[str, Any]:
+def run_unit(key: str, dtype: str, mode: str, time_limit: float = 60.0, reference: bool = True, early_stop: int = 6) -> dict[str, Any]:
     """Run one (OpInfo, dtype, mode) in this process and return its counts. With
-    `reference`, eager and compiled also run the OpInfo's reference_inputs."""
+    `reference`, eager and compiled also run the OpInfo's reference_inputs. After
+    `early_stop` samples in a row that all stop at a missing operator (and nothing
+    else happened), the remaining samples are counted as blocked by it without running
+    them (recorded as `extrapolated`); 0 runs everything."""
     import torch
     import xla_native_functions as xnf
     from opinfo_skips import NONDETERMINISTIC, RANDOM, skip_reason
@@ -355,6 +358,7 @@ def run_unit(key: str, dtype: str, mode: str, time_limit: float = 60.0, referenc
     tdtype = _dtype(dtype) if dtype != ANY_DTYPE else None
     tol = tolerance(op, tdtype) if tdtype is not None else None
     aten_ops: set[str] = set()
+    res_extra: dict[str, Any] = {}
     kind = "random" if key in RANDOM else "uninit" if key in NONDETERMINISTIC else "value"
 
     def samples(requires_grad=False):
@@ -370,12 +374,28 @@ def run_unit(key: str, dtype: str, mode: str, time_limit: float = 60.0, referenc
     try:
         if mode in ("eager", "compiled"):
             fn = op.op if mode == "eager" else xnf.compile(lambda *a, **k: op.op(*a, **k))
-            for s in samples():
+            streak = 0
+            it = iter(samples())
+            for s in it:
                 if time.perf_counter() > deadline:
                     t.truncated = True
                     break
-                s = _sample_tuple(s)
-                _forward_sample(op, fn, s, t, tol, kind, aten_ops if mode == "eager" else None)
+                before = (t.not_found, dict(t.missing))
+                _forward_sample(op, fn, _sample_tuple(s), t, tol, kind, aten_ops if mode == "eager" else None)
+                blocked = [m for m, n in t.missing.items() if n > before[1].get(m, 0)]
+                if t.passed or t.failed or t.errored > t.not_found:
+                    streak = 0
+                elif t.not_found > before[0] and blocked:
+                    streak += 1
+                if early_stop and streak >= early_stop:
+                    # every sample so far stopped at a missing operator: the rest would
+                    # too. They are counted as blocked by the last one, unrun.
+                    rest = sum(1 for _ in it)
+                    t.errored += rest
+                    t.not_found += rest
+                    t.missing[blocked[0]] += rest
+                    res_extra["extrapolated"] = rest
+                    break
         elif mode == "inplace":
             for s in op.sample_inputs("cpu", tdtype):
                 if time.perf_counter() > deadline:
@@ -401,6 +421,7 @@ def run_unit(key: str, dtype: str, mode: str, time_limit: float = 60.0, referenc
         status = "harness_error"
         t._note("harness", f"{type(e).__name__}: {e}")
     res = t.as_dict()
+    res.update(res_extra)
     res.update(status=status, seconds=round(time.perf_counter() - start, 3))
     if mode == "eager":
         res["aten_ops"] = sorted(aten_ops)

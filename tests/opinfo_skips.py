@@ -57,7 +57,39 @@ NONDETERMINISTIC = {**RANDOM, **UNINITIALISED}
 
 SKIPS: dict[tuple[str, str | None, str | None], str] = {}
 
-XFAILS: dict[tuple[str, str | None, str | None], str] = {}
+_BACKWARD_ABORT = (
+    "backward reaches an operator the manifest lacks; the OperatorNotFound raised inside the "
+    "autograd engine aborts the process ('terminate called without an active exception')"
+)
+_BACKWARD_NULL = (
+    "backward reaches an operator the manifest lacks and the exception is lost in the autograd "
+    "engine: SystemError 'run_backward returned NULL without setting an exception'"
+)
+_SOFTMAX_EMPTY = "softmax over a zero-size dim: the lowering's max reduction has no identity (ValueError from JAX)"
+_VIEW_INPLACE = "in-place view ops (t_, transpose_, unsqueeze_) are not derived from their functional forms"
+
+XFAILS: dict[tuple[str, str | None, str | None], str] = {
+    ("abs", "float64", "grad"): _BACKWARD_ABORT + " (aten.sgn)",
+    ("tanh", "float64", "grad"): _BACKWARD_NULL + " (aten.tanh_backward)",
+    ("sigmoid", "float64", "grad"): _BACKWARD_NULL + " (aten.sigmoid_backward)",
+    ("maximum", "float64", "grad"): _BACKWARD_NULL,
+    ("minimum", "float64", "grad"): _BACKWARD_NULL,
+    ("pow", "float64", "grad"): _BACKWARD_NULL,
+    ("div.trunc_rounding", "int64", None): (
+        "integer trunc division of operands of different rank: the lowering calls lax.div without "
+        "broadcasting (TypeError: arrays must have the same number of dimensions)"
+    ),
+    ("softmax", None, None): _SOFTMAX_EMPTY,
+    ("log_softmax", None, None): _SOFTMAX_EMPTY,
+    ("amax", "any", "error_inputs"): (
+        "amax over an empty dim raises IndexError and a dim beyond 64 raises JAX's ValueError; "
+        "PyTorch raises RuntimeError (IndexError only for an out-of-range dim)"
+    ),
+    ("cat", "any", "error_inputs"): "two cat error inputs (PyTorch raises RuntimeError) are accepted without an error",
+    ("t", None, "inplace"): _VIEW_INPLACE,
+    ("transpose", None, "inplace"): _VIEW_INPLACE,
+    ("unsqueeze", None, "inplace"): _VIEW_INPLACE,
+}
 
 
 def _lookup(table: dict, key: str, dtype: str, mode: str) -> str | None:
