@@ -66,7 +66,6 @@ _BACKWARD_NULL = (
     "engine: SystemError 'run_backward returned NULL without setting an exception'"
 )
 _SOFTMAX_EMPTY = "softmax over a zero-size dim: the lowering's max reduction has no identity (ValueError from JAX)"
-_VIEW_INPLACE = "in-place view ops (t_, transpose_, unsqueeze_) are not derived from their functional forms"
 
 XFAILS: dict[tuple[str, str | None, str | None], str] = {
     ("abs", "float64", "grad"): _BACKWARD_ABORT + " (aten.sgn)",
@@ -86,9 +85,6 @@ XFAILS: dict[tuple[str, str | None, str | None], str] = {
         "PyTorch raises RuntimeError (IndexError only for an out-of-range dim)"
     ),
     ("cat", "any", "error_inputs"): "two cat error inputs (PyTorch raises RuntimeError) are accepted without an error",
-    ("t", None, "inplace"): _VIEW_INPLACE,
-    ("transpose", None, "inplace"): _VIEW_INPLACE,
-    ("unsqueeze", None, "inplace"): _VIEW_INPLACE,
 }
 
 
