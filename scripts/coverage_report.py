@@ -197,7 +197,7 @@ def build_report(results_dir: str, out_dir: str) -> dict:
     for f in sorted(glob.glob(os.path.join(results_dir, "results-*.json"))):
         d = _load(Path(f))
         units.update(d["units"])
-        runs += [{**r, "file": os.path.basename(f)} for r in d.get("runs", [])]
+        runs += [{**r, "file": os.path.basename(f), "done": len(d["units"])} for r in d.get("runs", [])[-1:]]
     man = _manifest_summary()
     lowered = man.pop("lowered")
     per_op: dict[str, dict] = defaultdict(lambda: {"dtypes": defaultdict(dict), "aten_ops": set()})
@@ -310,7 +310,7 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
     )
     L.append("## What ran\n")
     for r in s["runs"]:
-        L.append(f"- `{r['file']}`: `coverage_report.py {r['argv']}` started {r['started']}, {r['units']} units ({r['todo']} to do)")
+        L.append(f"- `{r['file']}`: `coverage_report.py {r['argv']}` last started {r['started']}: {r['done']} of its {r['units']} units done")
     L.append("")
     L.append(
         f"This report covers {s['units']} units (OpInfo, dtype, mode) over {s['opinfos']} of the "
@@ -336,8 +336,10 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
         f"| {_pct(o['pass_rate'])} | {_pct(of['pass_rate'])} |\n"
     )
     L.append(
-        f"Fully lowered OpInfos (every aten overload their eager samples reach on PyTorch CPU is in the "
-        f"manifest): {len(s['fully_lowered_opinfos'])}.\n"
+        f"Fully lowered OpInfos (every aten overload their eager forward samples reach on PyTorch CPU is in "
+        f"the manifest; their backward may still reach missing ones, hence the grad rate): "
+        f"{len(s['fully_lowered_opinfos'])}: {', '.join(s['fully_lowered_opinfos'])}. Rows of different modes may "
+        f"come from different shards (see What ran), so compare rates within a row.\n"
     )
     L.append("## Manifest\n")
     L.append("| section | manifest entries | registered overloads (incl. derived in-place/out=) |")

@@ -94,7 +94,9 @@ def test_opinfo(pool, key):
         bad = res["failed"] + res["errored"]
         ran += res["passed"] + bad
         if res["status"] not in ("done", "skip") or bad:
-            if xfail_reason(*u):
+            reason = xfail_reason(*u)
+            # an expected failure covers the operators its reason names, not new ones
+            if reason and all(m.split(".")[0].rstrip("_") in reason for m in res["missing"]):
                 continue
             detail = "; ".join(res["messages"][:2])
             missing = ", ".join(res["missing"])
