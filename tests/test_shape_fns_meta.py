@@ -15,6 +15,7 @@ OpInfos named like the op.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,14 @@ def _overload(name: str):
 
 def _opinfos_for(op_name: str) -> list[str]:
     keys = list(h.opinfos())
-    base = op_name.split(".")[0].lstrip("_")
-    named = [k for k in keys if k.split(".")[-1] == base or k.split(".")[0] == base or k.endswith("functional." + base)]
+    # backward ops are reached through the forward op's OpInfo (its gradient)
+    base = re.sub(r"_backward(_data)?$", "", op_name.split(".")[0]).lstrip("_").removeprefix("native_")
+    base = {"threshold": "relu"}.get(base, base)
+    named = [
+        k
+        for k in keys
+        if k.split(".")[-1] == base or k.split(".")[0] == base or k in (base + "_", "nn.functional." + base)
+    ]
     hits = []
     if COVERAGE.exists():
         data = json.loads(COVERAGE.read_text()).get("opinfos", {})
@@ -65,7 +72,13 @@ def _opinfos_for(op_name: str) -> list[str]:
 
 
 def _to_meta(tree):
-    return h._tree_map(lambda x: x.detach().to("meta") if isinstance(x, torch.Tensor) else x, tree)
+    def conv(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        m = x.detach().to("meta")
+        return m.requires_grad_(True) if x.requires_grad and (m.is_floating_point() or m.is_complex()) else m
+
+    return h._tree_map(conv, tree)
 
 
 def _record(opinfo_key: str, target) -> list[tuple]:
@@ -98,11 +111,22 @@ def _record(opinfo_key: str, target) -> list[tuple]:
             samples = list(op.sample_inputs("cpu", dtype))
         except Exception:
             continue
+        grad = dtype.is_floating_point and op.supports_autograd
+        if grad:
+            try:
+                samples = list(op.sample_inputs("cpu", dtype, requires_grad=True))
+            except Exception:
+                pass
         for s in samples:
             meta = _to_meta(h._sample_tuple(s))
             try:
                 with Rec():
-                    h._call(op.op, meta)
+                    out = h._call(op.op, meta)
+                    if grad:
+                        # the backward formulas' ops (gelu_backward, mul.Scalar, ...)
+                        outs = [o for o in h._leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+                        if outs:
+                            sum(o.sum() for o in outs).backward()
             except Exception:
                 pass  # data-dependent ops cannot run on meta; calls before that still count
             if len(calls) >= MAX_CALLS:
