@@ -209,8 +209,8 @@ def to_ours(tree):
     def conv(x):
         if isinstance(x, torch.Tensor):
             return xnf.to_xla(x)
-        if isinstance(x, torch.device) and x.type == "cpu":
-            return DEVICE
+        if (isinstance(x, torch.device) and x.type == "cpu") or (isinstance(x, str) and x == "cpu"):
+            return DEVICE  # a device argument (Tensor.to("cpu")): ours is the analogue
         return x
 
     inp, args, kwargs = tree
