@@ -1,0 +1,412 @@
+"""Run PyTorch's OpInfo database through the backend and write docs/coverage.{md,json}.
+
+    python scripts/coverage_report.py                       # everything (long)
+    python scripts/coverage_report.py --modes eager --shard 0/4
+    python scripts/coverage_report.py --ops add,mul,softmax --dtypes float32
+    python scripts/coverage_report.py --report-only         # rebuild the docs from results
+
+Results of every unit (OpInfo, dtype, mode) go to a JSON file per shard under
+--results-dir as they finish; a rerun skips the units already there (--rerun to redo
+them), so an interrupted sweep resumes. The report is built from every results file
+in that directory, so shards run in parallel (separate processes) merge by themselves.
+Units run in a worker subprocess with a time limit each; a hang or a process abort is
+recorded and the sweep goes on. JAX's persistent compilation cache is enabled.
+
+When an OpInfo's eager samples in a dtype all stop at OperatorNotFound, its other
+modes in that dtype would stop at the same operator: they are recorded as not lowered
+("inferred") without running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import signal
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+import opinfo_harness as h  # noqa: E402
+
+COUNT_KEYS = ("passed", "failed", "errored", "not_found", "skipped")
+
+
+def _default_results_dir() -> str:
+    from codegen.schemas import cache_dir
+
+    return str(cache_dir() / "opinfo-results")
+
+
+def _parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shard", default="0/1", help="i/n: run the i-th of n interleaved slices of the OpInfos")
+    p.add_argument("--ops", default="", help="comma-separated OpInfo keys (name or name.variant)")
+    p.add_argument("--dtypes", default=",".join(h.DEFAULT_DTYPES), help=f"from {','.join(h.DTYPE_NAMES)}")
+    p.add_argument("--modes", default=",".join(h.MODES), help=f"from {','.join(h.MODES)}")
+    p.add_argument("--time-limit", type=float, default=90.0, help="seconds per unit before it is cut short (hard kill at 1.5x+30s)")
+    p.add_argument("--no-reference", action="store_true", help="sample_inputs only, not reference_inputs")
+    p.add_argument("--results-dir", default=_default_results_dir(), help="where per-shard results are kept")
+    p.add_argument("--rerun", action="store_true", help="run units again even if results exist")
+    p.add_argument("--report-only", action="store_true", help="only rebuild docs/coverage.{md,json}")
+    p.add_argument("--out", default=str(ROOT / "docs"), help="where coverage.md and coverage.json go")
+    p.add_argument("--in-process", action="store_true", help="no worker subprocess (debugging; an abort ends the sweep)")
+    return p.parse_args(argv)
+
+
+def _load(path: Path) -> dict:
+    if path.exists():
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            print(f"warning: {path} is damaged; starting it again", file=sys.stderr)
+    return {"units": {}}
+
+
+def _save(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _fmt_time(s: float) -> str:
+    if not math.isfinite(s):
+        return "?"
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class Progress:
+    def __init__(self, total: int):
+        self.total, self.done, self.start = total, 0, time.perf_counter()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        el = time.perf_counter() - self.start
+        eta = el / self.done * (self.total - self.done) if self.done else math.inf
+        width = 30
+        fill = int(width * self.done / max(self.total, 1))
+        bar = "#" * fill + "." * (width - fill)
+        sys.stderr.write(f"\r[{bar}] {self.done}/{self.total} {_fmt_time(el)} eta {_fmt_time(eta)}  {label[:60]:<60}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")
+
+
+def run_sweep(args) -> None:
+    ops = h.opinfos()
+    keys = list(ops)
+    if args.ops:
+        wanted = [k.strip() for k in args.ops.split(",") if k.strip()]
+        unknown = [k for k in wanted if k not in ops]
+        if unknown:
+            sys.exit(f"unknown OpInfo keys: {', '.join(unknown)}")
+        keys = wanted
+    i, n = (int(x) for x in args.shard.split("/"))
+    keys = keys[i::n]
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    modes = [m for m in args.modes.split(",") if m]
+    for d in dtypes:
+        if d not in h.DTYPE_NAMES:
+            sys.exit(f"unknown dtype {d}")
+    for m in modes:
+        if m not in h.MODES:
+            sys.exit(f"unknown mode {m}")
+    path = Path(args.results_dir) / f"results-{i}of{n}.json"
+    data = _load(path)
+    units = h.plan_units(keys, dtypes, modes)
+    # eager first within each OpInfo and dtype, so the others can be inferred from it
+    order = {m: j for j, m in enumerate(h.MODES)}
+    units.sort(key=lambda u: (keys.index(u[0]), u[1], order[u[2]]))
+    todo = [u for u in units if args.rerun or h.unit_id(*u) not in data["units"]]
+    data.setdefault("runs", []).append(
+        {"argv": " ".join(sys.argv[1:]), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "units": len(units), "todo": len(todo)}
+    )
+    print(f"{len(units)} units in shard {i}/{n}, {len(units) - len(todo)} already done, results in {path}", file=sys.stderr)
+    os.environ.setdefault("XNF_JAX_CACHE_DIR", str(Path.home() / ".cache" / "xla_native_functions" / "jax"))
+    progress = Progress(len(todo))
+    last_save = [time.perf_counter()]
+    pending = list(todo)
+
+    def record(u, res):
+        data["units"][h.unit_id(*u)] = res
+        c = res
+        progress.step(f"{u[0]} {u[1]} {u[2]}: {c['passed']}p {c['failed']}f {c['errored']}e {res.get('status')}")
+        if time.perf_counter() - last_save[0] > 10:
+            _save(path, data)
+            last_save[0] = time.perf_counter()
+
+    def runnable():
+        for u in pending:
+            key, dt, mode = u
+            if mode not in ("eager", "error_inputs"):
+                base = data["units"].get(h.unit_id(key, dt if mode != "grad" else "float64", "eager"))
+                if base is not None and _all_not_found(base):
+                    res = {k: base[k] for k in COUNT_KEYS}
+                    res.update(missing=base["missing"], messages=[], truncated=False, status="inferred", seconds=0.0)
+                    record(u, res)
+                    continue
+            yield u
+
+    try:
+        h.run_units(runnable(), record, time_limit=args.time_limit, isolate=not args.in_process, reference=not args.no_reference)
+    finally:
+        progress.close()
+        _save(path, data)
+
+
+def _all_not_found(res: dict) -> bool:
+    return res.get("status") == "done" and res["passed"] == 0 and res["failed"] == 0 and res["errored"] > 0 and res["errored"] == res["not_found"]
+
+
+# ----------------------------------------------------------------- report
+
+
+def _manifest_summary() -> dict:
+    import xla_native_functions as xnf
+    from codegen.manifest import load_manifest
+    from codegen.schemas import load_schema_database
+
+    manifest = load_manifest(ROOT / "native_functions.yaml")
+    entries = Counter(e.section for e in manifest.entries)
+    overloads = Counter(xnf.SECTIONS.values())
+    db = load_schema_database()
+    core = sorted(r.name for r in db.records.values() if "core" in r.tags)
+    lowered = set(xnf.SECTIONS)
+    return {
+        "sections": {s: {"entries": entries.get(s, 0), "overloads": overloads.get(s, 0)} for s in sorted(set(entries) | set(overloads))},
+        "core_total": len(core),
+        "core_covered": [c for c in core if c in lowered],
+        "core_missing": [c for c in core if c not in lowered],
+        "lowered": lowered,
+    }
+
+
+def build_report(results_dir: str, out_dir: str) -> dict:
+    units: dict[str, dict] = {}
+    runs = []
+    for f in sorted(glob.glob(os.path.join(results_dir, "results-*.json"))):
+        d = _load(Path(f))
+        units.update(d["units"])
+        runs += [{**r, "file": os.path.basename(f), "done": len(d["units"])} for r in d.get("runs", [])[-1:]]
+    man = _manifest_summary()
+    lowered = man.pop("lowered")
+    per_op: dict[str, dict] = defaultdict(lambda: {"dtypes": defaultdict(dict), "aten_ops": set()})
+    totals: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    missing: Counter = Counter()
+    missing_ops_by_opinfo: dict[str, set] = defaultdict(set)
+    aborts, timeouts, seconds = [], [], defaultdict(float)
+    slow: list[tuple[float, str]] = []
+    for uid, res in units.items():
+        key, dt, mode = uid.split("|")
+        cell = {k: res.get(k, 0) for k in COUNT_KEYS}
+        cell["status"] = res.get("status")
+        if res.get("messages"):
+            cell["messages"] = res["messages"]
+        if res.get("missing"):
+            cell["missing"] = res["missing"]
+            missing_ops_by_opinfo[key].update(res["missing"])
+        per_op[key]["dtypes"][dt][mode] = cell
+        per_op[key]["aten_ops"].update(res.get("aten_ops") or ())
+        totals[(dt, mode)].update(cell if False else {k: res.get(k, 0) for k in COUNT_KEYS})
+        if mode == "eager":
+            missing.update(res.get("missing") or {})
+        if res.get("status") == "aborted":
+            aborts.append(uid)
+        if res.get("status") == "timeout":
+            timeouts.append(uid)
+        seconds[mode] += res.get("seconds", 0.0)
+        slow.append((res.get("seconds", 0.0), uid))
+    fully = sorted(k for k, v in per_op.items() if v["aten_ops"] and all(o in lowered for o in v["aten_ops"]))
+    totals_fully: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for uid, res in units.items():
+        key, dt, mode = uid.split("|")
+        if key in set(fully):
+            totals_fully[(dt, mode)].update({k: res.get(k, 0) for k in COUNT_KEYS})
+
+    def rate(c):
+        n = c["passed"] + c["failed"] + c["errored"]
+        return None if n == 0 else round(c["passed"] / n, 4)
+
+    summary = {
+        "units": len(units),
+        "opinfos": len(per_op),
+        "fully_lowered_opinfos": fully,
+        "by_dtype_mode": {f"{dt}|{m}": {**dict(c), "pass_rate": rate(c)} for (dt, m), c in sorted(totals.items())},
+        "by_dtype_mode_fully_lowered": {f"{dt}|{m}": {**dict(c), "pass_rate": rate(c)} for (dt, m), c in sorted(totals_fully.items())},
+        "top_missing": missing.most_common(60),
+        "aborted": sorted(aborts),
+        "timeouts": sorted(timeouts),
+        "seconds_by_mode": {m: round(s, 1) for m, s in sorted(seconds.items())},
+        "slowest_units": [[round(s, 1), u] for s, u in sorted(slow, reverse=True)[:25]],
+    }
+    # what a full sweep (every OpInfo, default dtypes, every mode) would cost at the
+    # measured seconds per unit; inferred units cost nothing
+    planned = Counter(u[2] for u in h.plan_units(list(h.opinfos()), h.DEFAULT_DTYPES, h.MODES))
+    measured = defaultdict(list)
+    for uid, res in units.items():
+        if res.get("status") != "inferred":
+            measured[uid.split("|")[2]].append(res.get("seconds", 0.0))
+    summary["runs"] = runs
+    summary["planned_units_full_sweep"] = dict(planned)
+    summary["opinfos_total"] = len(h.opinfos())
+    summary["mean_seconds_per_unit"] = {m: round(sum(v) / len(v), 2) for m, v in measured.items() if v}
+    overall = Counter()
+    for c in totals.values():
+        overall.update(c)
+    summary["overall"] = {**dict(overall), "pass_rate": rate(overall)}
+    overall_f = Counter()
+    for c in totals_fully.values():
+        overall_f.update(c)
+    summary["overall_fully_lowered"] = {**dict(overall_f), "pass_rate": rate(overall_f)}
+    doc = {
+        "manifest": man,
+        "summary": summary,
+        "opinfos": {
+            k: {"aten_ops": sorted(v["aten_ops"]), "dtypes": {d: dict(m) for d, m in sorted(v["dtypes"].items())}}
+            for k, v in sorted(per_op.items())
+        },
+    }
+    os.makedirs(out_dir, exist_ok=True)
+    Path(out_dir, "coverage.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    Path(out_dir, "coverage.md").write_text(_markdown(doc, per_op, lowered, missing_ops_by_opinfo))
+    return doc
+
+
+def _cell(c: dict | None) -> str:
+    if not c:
+        return ""
+    s = f"{c['passed']}/{c['failed']}/{c['errored']}"
+    if c.get("status") in ("aborted", "timeout", "harness_error"):
+        s += f" **{c['status']}**"
+    elif c.get("status") == "inferred":
+        s += " (inf)"
+    return s
+
+
+def _pct(r) -> str:
+    return "–" if r is None else f"{100 * r:.1f}%"
+
+
+def _markdown(doc, per_op, lowered, missing_by_op) -> str:
+    s, man = doc["summary"], doc["manifest"]
+    L = []
+    L.append("# OpInfo coverage\n")
+    L.append(
+        "Generated by `python scripts/coverage_report.py` (see its `--help`); do not edit. Every OpInfo of "
+        "PyTorch's `op_db` runs through the backend and is compared with PyTorch CPU at the OpInfo's own "
+        "tolerances (tests/opinfo_harness.py). Cells are samples passed/failed/errored; a sample on which "
+        "PyTorch CPU itself raises is not counted. `(inf)`: not run, because every eager sample of that "
+        "OpInfo and dtype stopped at a missing operator (OperatorNotFound), which the other modes hit too.\n"
+    )
+    L.append("## What ran\n")
+    for r in s["runs"]:
+        L.append(f"- `{r['file']}`: `coverage_report.py {r['argv']}` last started {r['started']}: {r['done']} of its {r['units']} units done")
+    L.append("")
+    L.append(
+        f"This report covers {s['units']} units (OpInfo, dtype, mode) over {s['opinfos']} of the "
+        f"{s['opinfos_total']} OpInfos in op_db. A full sweep in the default dtypes is "
+        + ", ".join(f"{n} {m}" for m, n in sorted(s["planned_units_full_sweep"].items()))
+        + " units; measured mean seconds per unit: "
+        + ", ".join(f"{m} {v}" for m, v in sorted(s["mean_seconds_per_unit"].items()))
+        + ".\n"
+    )
+    L.append("## Totals\n")
+    L.append("| dtype | mode | passed | failed | errored | of which not lowered | pass rate | pass rate, fully lowered OpInfos |")
+    L.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    for k, c in s["by_dtype_mode"].items():
+        dt, m = k.split("|")
+        f = s["by_dtype_mode_fully_lowered"].get(k)
+        L.append(
+            f"| {dt} | {m} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('errored', 0)} | {c.get('not_found', 0)} "
+            f"| {_pct(c['pass_rate'])} | {_pct(f['pass_rate']) if f else '–'} |"
+        )
+    o, of = s["overall"], s["overall_fully_lowered"]
+    L.append(
+        f"| **all** | | {o.get('passed', 0)} | {o.get('failed', 0)} | {o.get('errored', 0)} | {o.get('not_found', 0)} "
+        f"| {_pct(o['pass_rate'])} | {_pct(of['pass_rate'])} |\n"
+    )
+    L.append(
+        f"Fully lowered OpInfos (every aten overload their eager forward samples reach on PyTorch CPU is in "
+        f"the manifest; their backward may still reach missing ones, hence the grad rate): "
+        f"{len(s['fully_lowered_opinfos'])}: {', '.join(s['fully_lowered_opinfos'])}. Rows of different modes may "
+        f"come from different shards (see What ran), so compare rates within a row.\n"
+    )
+    L.append("## Manifest\n")
+    L.append("| section | manifest entries | registered overloads (incl. derived in-place/out=) |")
+    L.append("|---|---:|---:|")
+    for sec, c in man["sections"].items():
+        L.append(f"| {sec} | {c['entries']} | {c['overloads']} |")
+    L.append("")
+    L.append(
+        f"Core aten ops (torchgen `core` tag): {len(man['core_covered'])} of {man['core_total']} covered. "
+        f"Not yet covered: {', '.join(f'`{c}`' for c in man['core_missing'])}.\n"
+    )
+    L.append("## Top missing aten operators\n")
+    L.append("By number of eager samples (all dtypes) that stop at them.\n")
+    L.append("| aten operator | samples blocked |")
+    L.append("|---|---:|")
+    for name, n in s["top_missing"]:
+        L.append(f"| `{name}` | {n} |")
+    L.append("")
+    L.append("## Aborts and timeouts\n")
+    L.append(f"Aborted (the worker process died; recorded as errored): {', '.join(f'`{u}`' for u in s['aborted']) or 'none'}.\n")
+    L.append(f"Timed out: {', '.join(f'`{u}`' for u in s['timeouts']) or 'none'}.\n")
+    L.append("## Time\n")
+    L.append("Seconds per mode: " + ", ".join(f"{m} {v}" for m, v in s["seconds_by_mode"].items()) + ".\n")
+    L.append("Slowest units: " + ", ".join(f"`{u}` {t}s" for t, u in s["slowest_units"][:10]) + ".\n")
+    L.append("## Per OpInfo\n")
+    L.append("OpInfos that reach the backend (at least one sample not stopped by a missing operator). "
+             "Columns: passed/failed/errored per mode; error_inputs are listed under dtype `any`.\n")
+    L.append("| OpInfo | dtype | " + " | ".join(h.MODES) + " |")
+    L.append("|---|---|" + "---|" * len(h.MODES))
+    reached, unreached = [], []
+    for key in sorted(per_op):
+        cells = [c for d in per_op[key]["dtypes"].values() for c in d.values()]
+        if any(c["passed"] + c["failed"] + (c["errored"] - c["not_found"]) for c in cells):
+            reached.append(key)
+        else:
+            unreached.append(key)
+    for key in reached:
+        for dt, modes in sorted(per_op[key]["dtypes"].items()):
+            L.append(f"| {key} | {dt} | " + " | ".join(_cell(modes.get(m)) for m in h.MODES) + " |")
+    L.append("")
+    L.append("## Not lowered\n")
+    L.append("OpInfos none of whose samples get past a missing operator, with the operators they stop at.\n")
+    for key in unreached:
+        ms = sorted(missing_by_op.get(key, ()))
+        L.append(f"- {key}: {', '.join(f'`{m}`' for m in ms) or 'no counted samples'}")
+    L.append("")
+    return "\n".join(L)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv=None) -> None:
+    # a sweep run in the background (SIGINT ignored) still saves its results on SIGTERM
+    signal.signal(signal.SIGTERM, _interrupt)
+    args = _parse_args(argv)
+    if not args.report_only:
+        run_sweep(args)
+    doc = build_report(args.results_dir, args.out)
+    o = doc["summary"]["overall"]
+    print(
+        f"{doc['summary']['units']} units; samples passed {o.get('passed', 0)}, failed {o.get('failed', 0)}, "
+        f"errored {o.get('errored', 0)} ({o.get('not_found', 0)} not lowered); report in {args.out}/coverage.md",
+        file=sys.stderr,
+    )
+
+
+if __name__ == "__main__":
+    main()
