@@ -161,6 +161,7 @@ def run(
         rec["error"] = f"backend not available: torch.compile backend {DYNAMO_BACKEND!r} is not registered"
         return rec
 
+    fallback_setting = xnf.config.allow_cpu_fallback
     xnf.config.allow_cpu_fallback = allow_fallback
     torch.manual_seed(seed)
     case = spec.build(batch, attn=attn) if spec.hf else spec.build(batch)
@@ -265,7 +266,7 @@ def run(
         rec["error"] = f"{phase}: {_short_error(e)}"
         rec["where"] = _where(e)
     finally:
-        xnf.config.allow_cpu_fallback = False
+        xnf.config.allow_cpu_fallback = fallback_setting
     rec["compiles"] = _compiles(mode) - compiles_before
     rec["fallbacks"] = {
         str(op).removeprefix("aten."): n - fallbacks_before.get(op, 0)
