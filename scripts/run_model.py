@@ -67,7 +67,8 @@ def _as_cpu(t: torch.Tensor) -> torch.Tensor:
     return xnf.to_torch(t).detach()
 
 
-def compare(ours: list[torch.Tensor], ref: list[torch.Tensor], rtol: float, atol: float) -> dict:
+def compare(ours: list[torch.Tensor], ref: list[torch.Tensor], rtol: float, atol: float,
+            names: list[str] | None = None) -> dict:
     """max |ours - ref|, max |ours - ref| / (|ref| + atol), and whether every element is
     within atol + rtol * |ref| (torch.testing.assert_close's rule) with equal shapes and
     dtypes."""
@@ -76,6 +77,7 @@ def compare(ours: list[torch.Tensor], ref: list[torch.Tensor], rtol: float, atol
     max_abs = max_rel = 0.0
     why = None
     for i, (a, b) in enumerate(zip(ours, ref)):
+        i = names[i] if names else i
         a = _as_cpu(a)
         b = b.detach()
         if a.shape != b.shape or a.dtype != b.dtype:
@@ -231,7 +233,8 @@ def run(
                 rtol, atol = tol.weights_sgd if optimizer == "sgd" else tol.weights_adamw
                 ref_state = ref_model.state_dict()
                 ours_state = ours_model.state_dict()
-                rec["weights"] = compare([ours_state[k] for k in ref_state], list(ref_state.values()), rtol, atol)
+                rec["weights"] = compare([ours_state[k] for k in ref_state], list(ref_state.values()), rtol, atol,
+                                         names=list(ref_state))
                 checks = [rec["loss"], rec["weights"]]
             else:
                 rtol, atol = tol.output
@@ -246,18 +249,17 @@ def run(
             phase = "timing"
             for _ in range(max(0, WARMUP_CALLS - n_calls)):
                 sync(ours_step())
+            # Ours and PyTorch's steps alternate, so both see the same machine load.
             steady_before = _compiles(mode)
-            times = []
+            times, ref_times = [], []
             for _ in range(timed):
                 start = time.perf_counter()
                 sync(ours_step())
                 times.append(time.perf_counter() - start)
-            rec["compiles_steady"] = _compiles(mode) - steady_before
-            ref_times = []
-            for _ in range(timed):
                 start = time.perf_counter()
                 sync(ref_step())
                 ref_times.append(time.perf_counter() - start)
+            rec["compiles_steady"] = _compiles(mode) - steady_before
             rec["step_ms"] = statistics.median(times) * 1e3
             rec["torch_step_ms"] = statistics.median(ref_times) * 1e3
             rec["ratio"] = rec["step_ms"] / rec["torch_step_ms"]
@@ -274,7 +276,27 @@ def run(
         if n != fallbacks_before.get(op, 0)
     }
     rec["recompile_reasons"] = metrics.recompile_reasons[reasons_before:][:10]
+    lost = [op for op in rec["fallbacks"] if _mutates(op)]
+    if lost:
+        rec["note"] = ("ops that write into their arguments fell back to CPU and their writes were lost "
+                       f"(runtime bug): {', '.join(lost)}")
     return rec
+
+
+def _mutates(op: str) -> bool:
+    """Whether an aten op (as metrics name it, `addcdiv_.default`) writes into an argument."""
+    name, _, overload = op.partition(".")
+    try:
+        schema = getattr(getattr(torch.ops.aten, name), overload or "default")._schema
+    except (AttributeError, RuntimeError):
+        return False
+    if name in _UNANNOTATED_WRITES:
+        return True
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+# Ops that update an argument although their schema does not mark it as written.
+_UNANNOTATED_WRITES = {"native_batch_norm"}  # running_mean / running_var in training
 
 
 # ---------------------------------------------------------------- printing
@@ -292,6 +314,8 @@ def format_record(rec: dict) -> str:
     ]
     if rec.get("where"):
         lines.append(f"  raised at:         {rec['where']}")
+    if rec.get("note"):
+        lines.append(f"  note:              {rec['note']}")
     if rec["status"] == "unavailable":
         return "\n".join(lines)
     what = "losses and updated weights/buffers" if rec["task"] != "inference" else "outputs"
