@@ -391,13 +391,30 @@ def write_docs(records: list[dict]) -> None:
     if errors:
         out += ["", "## Errors and mismatches", ""]
         for r in errors:
-            out.append(f"- `{_key(r)}`: {r.get('error')}" + (f" at {r['where']}" if r.get("where") else ""))
+            out.append(f"- `{_key(r)}`: {r.get('error')}" + (f" at {r['where']}" if r.get("where") else "")
+                       + (f". Note: {r['note']}" if r.get("note") else ""))
     recompiles = [r for r in records if r["mode"] == "compiled" and r.get("compiles_steady")]
     if recompiles:
         out += ["", "## Recompiles in the steady state", ""]
         for r in recompiles:
             out.append(f"- `{_key(r)}`: {r['compiles_steady']} compiles; reasons: {'; '.join(r['recompile_reasons'][:3]) or '-'}")
-    out += ["", "## Ops that fell back to PyTorch CPU, per model", ""]
+    hf = [name for name, spec in models.items() if spec.hf]
+    attn_rows = [r for r in records if r["model"] in hf and r["mode"] != "dynamo"
+                 and any(q["model"] == r["model"] and q["mode"] == r["mode"] and q["task"] == r["task"]
+                         and (q.get("attn") or "default") != (r.get("attn") or "default") for q in records)]
+    if attn_rows:
+        out += ["", "## Attention implementations", "",
+                "transformers 5 defaults to `attn_implementation=\"sdpa\"`. On our device SDPA takes PyTorch's",
+                "math path (`_scaled_dot_product_attention_math`, decomposed before it reaches us), whose softmax",
+                "is `_safe_softmax`; `\"eager\"` attention is plain matmul + softmax. Same model, mode and task:", "",
+                "| model | mode | task | attn | status | max abs | fallback ops |", "|---|---|---|---|---|---|---|"]
+        for r in sorted(attn_rows, key=lambda r: (r["model"], r["mode"], r["task"], r.get("attn") or "")):
+            fb = ", ".join(r["fallbacks"]) or "none"
+            out.append(f"| {r['model']} | {r['mode']} | {r['task']} | {r.get('attn') or 'default (sdpa)'} | "
+                       f"{r['status']} | {_fmt(r.get('max_abs'), '.1e')} | {fb} |")
+    out += ["", "## Ops that fell back to PyTorch CPU, per model", "",
+            "Union over every mode and task (and both attention implementations); metrics' names, so an",
+            "in-place form (`addcdiv_.default`) is listed in the manifest as its functional op (`addcdiv`).", ""]
     for name in models:
         ops = sorted({op for r in records if r["model"] == name for op in r["fallbacks"]})
         out.append(f"- **{name}**: " + (", ".join(f"`{op}`" for op in ops) if ops else "none"))
@@ -450,7 +467,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard", help="with --all: run part i of n (i/n)")
     parser.add_argument("--resume", action="store_true", help="with --all: keep results already in docs/models.json")
     parser.add_argument("--json", action="store_true", help="print the record as JSON")
+    parser.add_argument("--report", action="store_true", help="rewrite docs/models.md from docs/models.json only")
     args = parser.parse_args(argv)
+    if args.report:
+        write_docs(json.loads((DOCS / "models.json").read_text()))
+        return 0
     if args.all:
         sweep(args)
         return 0
