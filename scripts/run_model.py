@@ -115,6 +115,22 @@ def _compiles(mode: str) -> int:
     return metrics.compile_count if mode == "compiled" else _eager_executable_compiles()
 
 
+def _fresh_caches() -> None:
+    """Forget every compiled executable, so each run's first call and compile counts are
+    its own even when a sweep runs many models in one process."""
+    import jax
+
+    from xla_native_functions.runtime import lazy
+
+    jax.clear_caches()
+    graph_cache = getattr(lazy, "_GRAPH_CACHE", None)
+    if graph_cache is not None:
+        graph_cache.clear()
+    last_key = getattr(lazy, "_LAST_KEY", None)
+    if last_key is not None:  # or the first compile reports a "recompile" against the last run
+        last_key[0] = None
+
+
 def dynamo_available() -> bool:
     import torch._dynamo
 
@@ -163,6 +179,7 @@ def run(
         rec["error"] = f"backend not available: torch.compile backend {DYNAMO_BACKEND!r} is not registered"
         return rec
 
+    _fresh_caches()
     fallback_setting = xnf.config.allow_cpu_fallback
     xnf.config.allow_cpu_fallback = allow_fallback
     torch.manual_seed(seed)
@@ -372,8 +389,10 @@ def write_docs(records: list[dict]) -> None:
         "`ratio` is our steady-state median step time over PyTorch CPU eager's, measured in",
         "the same run on a shared 2-core machine (orders of magnitude, not benchmarks).",
         "`compiles`: graphs compiled in compiled mode, per-op executables in eager mode",
-        "(total / in the steady state after warm-up). Ops that are not lowered yet ran on",
-        "PyTorch CPU (`allow_cpu_fallback`) and are listed with their call counts.",
+        "(total / in the steady state after warm-up); every run starts with empty caches.",
+        "Ops that are not lowered yet ran on PyTorch CPU (`allow_cpu_fallback`) and are",
+        "listed with their call counts; in compiled mode each one ends the traced graph, so",
+        "a step is several graphs until the ops are lowered.",
         "",
         "| model | mode | task | attn | status | max abs | max rel | first call s | step ms | torch ms | ratio | compiles | fallback ops |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
