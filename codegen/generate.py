@@ -31,15 +31,22 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 # The runtime's user-facing API, re-exported by the package __init__ (runtime/api.py).
 PUBLIC_API = (
     "OperatorNotFound",
+    "call_jax",
     "compile",
     "config",
     "default_env",
+    "dynamo_report",
+    "jax_function",
+    "jax_jit",
     "lazy_mode",
     "mark_step",
     "metrics_report",
     "reset_metrics",
+    "to_jax",
     "to_torch",
+    "to_torch_tensor",
     "to_xla",
+    "x64",
 )
 
 

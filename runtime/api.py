@@ -9,22 +9,31 @@ from torch.utils._pytree import tree_map
 
 from .config import config
 from .dispatch import X64, OperatorNotFound, cpu_to_jax, jax_to_cpu
+from .dynamo import dynamo_report
 from .env import default_env
+from .interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x64
 from .lazy import compile, lazy_mode, mark_step
 from .metrics import metrics_report, reset_metrics
 from .tensor import XlaTensor, from_array
 
 __all__ = [
     "OperatorNotFound",
+    "call_jax",
     "compile",
     "config",
     "default_env",
+    "dynamo_report",
+    "jax_function",
+    "jax_jit",
     "lazy_mode",
     "mark_step",
     "metrics_report",
     "reset_metrics",
+    "to_jax",
     "to_torch",
+    "to_torch_tensor",
     "to_xla",
+    "x64",
 ]
 
 

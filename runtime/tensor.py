@@ -87,6 +87,9 @@ class XlaTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents=None) -> str:
         from .api import to_torch
 
+        value = self._store.value
+        if isinstance(value, jax.core.Tracer):  # inside jax.jit/grad/vmap (interop)
+            return f"XlaTensor(<traced by JAX>, size={tuple(self.shape)}, dtype={self.dtype}, device='{self.device}')"
         cpu = to_torch(self.detach())
         text = repr(cpu)
         suffix = f", device='{self.device}'"

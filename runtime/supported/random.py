@@ -83,3 +83,300 @@ def impl_native_dropout(input, p, train):
         ones = _REGISTRY[torch.ops.aten.ones_like.default](input, dtype=torch.bool)
         return clone, ones
     return run_node(Dropout, (next_key(), input, float(p)))
+
+
+def _key(generator=None):
+    """next_key, or a key drawn from an explicit torch.Generator."""
+    if generator is None:
+        return next_key()
+    with torch._C._DisableTorchDispatch():
+        seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
+    with X64:
+        key = jax.random.PRNGKey(seed)
+    return from_array(key)
+
+
+def _compute_dtype(dtype):
+    # Reduced-precision floats sample in float32 and round once, like PyTorch CPU.
+    np_dtype = to_numpy_dtype(dtype)
+    if dtype in (torch.float16, torch.bfloat16):
+        return jnp.float32, np_dtype
+    return np_dtype, np_dtype
+
+
+# The largest value random_() draws (inclusive): 2**digits for floats (every integer
+# up to it is exact), the type's maximum for integers.
+_RANDOM_HIGH = {
+    torch.float16: 2**11, torch.bfloat16: 2**8, torch.float32: 2**24, torch.float64: 2**53,
+    torch.bool: 1, torch.uint8: 2**8 - 1, torch.int8: 2**7 - 1, torch.int16: 2**15 - 1,
+    torch.int32: 2**31 - 1, torch.int64: 2**63 - 1,
+}
+
+
+class Sample(Node):
+    """Numbers of one distribution with static parameters, in a shape and dtype."""
+
+    __slots__ = ()
+    op = name = "random_sample"
+    arg_kinds = (TENSOR, ATTR, ATTR, ATTR, ATTR)
+
+    @staticmethod
+    def lower(key, kind, shape, dtype, params):
+        compute, out = _compute_dtype(dtype)
+        if kind == "uniform":
+            low, high = params
+            return jax.random.uniform(key, shape, compute, low, high).astype(out)
+        if kind == "normal":
+            mean, std = params
+            return (mean + std * jax.random.normal(key, shape, compute)).astype(out)
+        if kind == "log_normal":
+            mean, std = params
+            return jnp.exp(mean + std * jax.random.normal(key, shape, compute)).astype(out)
+        if kind == "exponential":
+            (lambd,) = params
+            return (jax.random.exponential(key, shape, compute) / lambd).astype(out)
+        if kind == "cauchy":
+            median, sigma = params
+            return (median + sigma * jax.random.cauchy(key, shape, compute)).astype(out)
+        if kind == "geometric":
+            (p,) = params
+            u = jax.random.uniform(key, shape, jnp.float64, jnp.finfo(jnp.float64).tiny, 1.0)
+            # Trials up to the first success: ceil(log(u) / log(1 - p)), at least 1.
+            draws = jnp.maximum(jnp.ceil(jnp.log(u) / jnp.log1p(-p)), 1.0)
+            return draws.astype(out)
+        if kind == "bernoulli":
+            (p,) = params
+            return jax.random.bernoulli(key, p, shape).astype(out)
+        if kind == "integers":
+            low, high = params  # [low, high)
+            if high - low > 2**62:
+                # randint's maxval is exclusive and int64-bounded: draw 63 random bits.
+                bits = jax.random.bits(key, shape, jnp.uint64) >> jnp.uint64(1)
+                return (bits.astype(jnp.int64) + low).astype(out)
+            return jax.random.randint(key, shape, low, high, jnp.int64).astype(out)
+        if kind == "permutation":
+            (n,) = params
+            return jax.random.permutation(key, n).astype(out)
+        raise ValueError(kind)
+
+    @staticmethod
+    def output_shape(key, kind, shape, dtype, params):
+        return TensorMeta(tuple(shape), dtype)
+
+
+def _sample(kind, shape, dtype, params, generator=None):
+    return run_node(Sample, (_key(generator), kind, tuple(shape), dtype, tuple(params)))
+
+
+class BernoulliTensor(Node):
+    """Bernoulli draws with per-element probabilities `p`, in `self`'s shape and dtype."""
+
+    __slots__ = ()
+    op = name = "bernoulli_tensor"
+    arg_kinds = (TENSOR, TENSOR, TENSOR)
+
+    @staticmethod
+    def lower(key, self, p):
+        u = jax.random.uniform(key, self.shape, jnp.float64 if p.dtype == jnp.float64 else jnp.float32)
+        return (u < jnp.broadcast_to(p, self.shape)).astype(self.dtype)
+
+    @staticmethod
+    def output_shape(key, self, p):
+        from ...shape_fns.common import broadcast_shapes
+
+        if broadcast_shapes(tuple(self.shape), tuple(p.shape)) != tuple(self.shape):
+            raise RuntimeError(f"expand: the shape of p {list(p.shape)} cannot be expanded to {list(self.shape)}")
+        return TensorMeta(tuple(self.shape), self.dtype)
+
+
+class NormalTensor(Node):
+    """mean + std * N(0, 1), broadcasting tensor and float means and deviations."""
+
+    __slots__ = ()
+    op = name = "normal_tensor"
+    arg_kinds = (TENSOR, TENSOR, TENSOR, ATTR, ATTR)
+
+    @staticmethod
+    def lower(key, mean, std, shape, dtype):
+        compute, out = _compute_dtype(dtype)
+        z = jax.random.normal(key, shape, compute)
+        return (mean.astype(compute) + std.astype(compute) * z).astype(out)
+
+    @staticmethod
+    def output_shape(key, mean, std, shape, dtype):
+        return TensorMeta(tuple(shape), dtype)
+
+
+class Multinomial(Node):
+    __slots__ = ()
+    op = name = "multinomial"
+    arg_kinds = (TENSOR, TENSOR, ATTR, ATTR)
+
+    @staticmethod
+    def lower(key, probs, num_samples, replacement):
+        p = probs.astype(jnp.float64) if probs.dtype == jnp.float64 else probs.astype(jnp.float32)
+        rows = p.reshape(-1, p.shape[-1])
+        logits = jnp.log(rows)  # zero probabilities are never drawn
+        if replacement:
+            draws = jax.random.categorical(key, logits, axis=-1, shape=(num_samples, rows.shape[0])).T
+        else:
+            # Gumbel top-k: k draws without replacement, weighted by the probabilities.
+            g = jax.random.gumbel(key, rows.shape, rows.dtype)
+            _, draws = jax.lax.top_k(logits + g, num_samples)
+        return draws.reshape(probs.shape[:-1] + (num_samples,)).astype(jnp.int64)
+
+    @staticmethod
+    def output_shape(key, probs, num_samples, replacement):
+        return TensorMeta(tuple(probs.shape[:-1]) + (num_samples,), torch.int64)
+
+
+def _check_float(op, dtype):
+    if not dtype.is_floating_point:
+        raise NotImplementedError(f'"{op}" not implemented for \'{dtype}\'')
+
+
+def impl_uniform(self, from_=0, to=1, *, generator=None):
+    _check_float("check_uniform_bounds", self.dtype)
+    if from_ > to:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
+    return _sample("uniform", self.shape, self.dtype, (float(from_), float(to)), generator)
+
+
+def impl_normal_functional(self, mean=0, std=1, *, generator=None):
+    if std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+    return _sample("normal", self.shape, self.dtype, (float(mean), float(std)), generator)
+
+
+def impl_log_normal(self, mean=1, std=2, *, generator=None):
+    if std <= 0:
+        raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={std}")
+    return _sample("log_normal", self.shape, self.dtype, (float(mean), float(std)), generator)
+
+
+def impl_exponential(self, lambd=1, *, generator=None):
+    if lambd <= 0:
+        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
+    return _sample("exponential", self.shape, self.dtype, (float(lambd),), generator)
+
+
+def impl_cauchy(self, median=0, sigma=1, *, generator=None):
+    if sigma <= 0:
+        raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma}")
+    return _sample("cauchy", self.shape, self.dtype, (float(median), float(sigma)), generator)
+
+
+def impl_geometric(self, p, *, generator=None):
+    if not 0 < p < 1:
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={p}")
+    return _sample("geometric", self.shape, self.dtype, (float(p),), generator)
+
+
+def impl_bernoulli_p(self, p, *, generator=None):
+    if not 0 <= p <= 1:
+        raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
+    return _sample("bernoulli", self.shape, self.dtype, (float(p),), generator)
+
+
+def impl_bernoulli(self, *, generator=None):
+    return run_node(BernoulliTensor, (_key(generator), self, self))
+
+
+def impl_bernoulli_Tensor(self, p, *, generator=None):
+    return run_node(BernoulliTensor, (_key(generator), self, p))
+
+
+def _normal(mean, std, shape, dtype, generator):
+    return run_node(NormalTensor, (_key(generator), mean, std, tuple(shape), dtype))
+
+
+def _tensor_like(x, ref):
+    from ..dispatch import _REGISTRY
+
+    return _REGISTRY[torch.ops.aten.scalar_tensor.default](float(x), dtype=ref)
+
+
+def impl_normal_Tensor_float(mean, std=1, *, generator=None):
+    if std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+    return _normal(mean, _tensor_like(std, mean.dtype), mean.shape, mean.dtype, generator)
+
+
+def impl_normal_float_Tensor(mean, std, *, generator=None):
+    return _normal(_tensor_like(mean, std.dtype), std, std.shape, std.dtype, generator)
+
+
+def impl_normal_Tensor_Tensor(mean, std, *, generator=None):
+    from ...shape_fns.common import broadcast_shapes, promote_dtypes
+
+    shape = broadcast_shapes(tuple(mean.shape), tuple(std.shape))
+    dtype = torch.promote_types(mean.dtype, std.dtype)
+    return _normal(mean, std, shape, dtype, generator)
+
+
+def impl_normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
+    if std < 0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+    return _sample("normal", size, dtype or torch.get_default_dtype(), (float(mean), float(std)), generator)
+
+
+def _check_range(low, high):
+    if low >= high:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
+
+
+def impl_randint_low(low, high, size, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
+    _check_range(low, high)
+    return _sample("integers", size, dtype or torch.int64, (int(low), int(high)))
+
+
+def impl_randint(high, size, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
+    return impl_randint_low(0, high, size, dtype=dtype)
+
+
+def impl_randint_like_low_dtype(self, low, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    _check_range(low, high)
+    return _sample("integers", self.shape, dtype or self.dtype, (int(low), int(high)))
+
+
+def impl_randint_like(self, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return impl_randint_like_low_dtype(self, 0, high, dtype=dtype)
+
+
+def impl_random(self, *, generator=None):
+    high = _RANDOM_HIGH.get(self.dtype)
+    if high is None:
+        raise NotImplementedError(f'"random_" not implemented for \'{self.dtype}\'')
+    return _sample("integers", self.shape, self.dtype, (0, high + 1), generator)
+
+
+def impl_random_to(self, to, *, generator=None):
+    _check_range(0, to)
+    return _sample("integers", self.shape, self.dtype, (0, int(to)), generator)
+
+
+def impl_rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _sample("uniform", self.shape, dtype or self.dtype, (0.0, 1.0))
+
+
+def impl_randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return _sample("normal", self.shape, dtype or self.dtype, (0.0, 1.0))
+
+
+def impl_randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
+    if n < 0:
+        raise RuntimeError(f"n must be non-negative, got{n}")
+    return _sample("permutation", (n,), dtype or torch.int64, (int(n),))
+
+
+def impl_multinomial(self, num_samples, replacement=False, *, generator=None):
+    if self.dim() not in (1, 2):
+        raise RuntimeError(f"prob_dist must be 1 or 2 dim")
+    if not self.dtype.is_floating_point:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: {self.dtype}")
+    if num_samples <= 0:
+        raise RuntimeError(f"cannot sample n_sample <= 0 samples")
+    n = self.shape[-1]
+    if not replacement and num_samples > n:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    return run_node(Multinomial, (_key(generator), self, int(num_samples), bool(replacement)))

@@ -123,3 +123,19 @@ def impl_empty_strided(size, stride, *, dtype=None, layout=None, device=None, pi
     # A fresh contiguous tensor: nothing can observe the requested strides before a
     # write, and PyTorch's own users (copy, clone) only need the size.
     return impl_empty_memory_format(size, dtype=dtype)
+
+
+def _triangle_indices(row, col, offset, dtype, upper):
+    with torch._C._DisableTorchDispatch():
+        make = torch.triu_indices if upper else torch.tril_indices
+        cpu = make(row, col, offset, dtype=dtype)
+    return from_array(cpu_to_jax(cpu))
+
+
+def impl_tril_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
+    # A small host computation (its length depends on the arguments, like arange's).
+    return _triangle_indices(row, col, offset, dtype or torch.int64, upper=False)
+
+
+def impl_triu_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
+    return _triangle_indices(row, col, offset, dtype or torch.int64, upper=True)

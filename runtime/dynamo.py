@@ -1,0 +1,575 @@
+"""The `torch.compile` backend: `torch.compile(model, backend="xla_native")`.
+
+Dynamo captures a graph and guards it; AOTAutograd turns it into ATen-level forward
+and backward graphs (functionalized, decomposed to the ops we lower). Each ATen graph
+becomes one `jax.jit` function: the graph is interpreted once per input signature,
+at JAX trace time, on XlaTensors whose storages hold JAX tracers, so every node goes
+through the same dispatch stubs, lowerings, view and in-place handling as eager mode
+(Note [Tracer-backed tensors]). Later calls replay the compiled executable without
+running Python per op.
+
+Graphs with ops we do not lower are partitioned: maximal supported regions become
+jitted functions, the remaining nodes run on PyTorch CPU, and `dynamo_report()`
+names the ops that caused each split.
+
+Note [Tracer-backed tensors]
+An XlaTensor's storage may hold a JAX tracer instead of a concrete array. Eager
+dispatch then calls each op's cached `jax.jit` executable with tracers, which JAX
+inlines into the enclosing trace (jit inside jit, grad or vmap), so a torch program
+run on such tensors *is* a JAX function. Anything that needs a concrete value
+(`.item()`, `nonzero`, printing) raises JAX's concretization error instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import operator
+import time
+import weakref
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch.fx
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from . import state
+from .dispatch import _REGISTRY, _SECTIONS, X64, cpu_to_jax, dispatch, value
+from .tensor import DEVICE, XlaTensor, from_array
+
+BACKEND_NAME = "xla_native"
+
+_aten = torch.ops.aten
+
+# Registry entries that cannot run inside a jitted graph: they need concrete values
+# on the host (their results are Python numbers or have data-dependent shapes).
+_HOST_ONLY = {_aten._local_scalar_dense.default, _aten.nonzero.default}
+
+# Random ops draw from a per-call seed operand, so each replay gets new numbers
+# without recompiling (runtime/supported/random.py draws its key on the host, which
+# inside a trace would freeze one key into the executable).
+_RANDOM = {_aten.native_dropout.default, _aten.rand.default, _aten.randn.default}
+
+# AOT graphs are functionalized, so a view's aliasing is never observed: `view` may
+# run as a reshape. It has to where the graph relied on a layout we do not reproduce
+# (a tensor from a PyTorch CPU partition arrives contiguous in its logical shape, so a
+# permute followed by a view can be invalid on our side though valid on the original).
+_RESHAPE_VIEWS = {_aten.view.default: _aten._unsafe_view.default}
+
+# Python-level functions FX graphs use on sizes (symbolic ints are concrete while we
+# trace, so these just compute).
+_SIZE_OPS = {_aten.sym_size.int, _aten.sym_stride.int, _aten.sym_numel.default, _aten.sym_storage_offset.default}
+
+
+# ---------------------------------------------------------------- statistics
+
+
+class DynamoStats:
+    """What the backend did: graphs received, partitions, JAX traces and calls."""
+
+    def __init__(self):
+        self.graphs = 0
+        self.partitioned_graphs = 0
+        self.jax_partitions = 0
+        self.traces = 0
+        self.calls = 0
+        self.trace_seconds = 0.0
+        self.split_ops: collections.Counter = collections.Counter()
+        self.input_conversions = 0
+        self.input_cache_hits = 0
+
+
+stats = DynamoStats()
+
+
+def reset_dynamo_stats() -> None:
+    stats.__dict__.update(DynamoStats().__dict__)
+
+
+def dynamo_report() -> str:
+    """A summary of the torch.compile backend's work, including which ops split graphs."""
+    s = stats
+    lines = [
+        f"xla_native_functions torch.compile backend ({BACKEND_NAME!r})",
+        f"  ATen graphs compiled: {s.graphs} ({s.partitioned_graphs} partitioned, {s.jax_partitions} JAX functions)",
+        f"  JAX traces: {s.traces} ({s.trace_seconds:.3f}s tracing and compiling)",
+        f"  calls: {s.calls}; inputs converted: {s.input_conversions}, reused from the cache: {s.input_cache_hits}",
+    ]
+    if s.split_ops:
+        lines.append("  ops run on PyTorch CPU, splitting graphs (op: nodes):")
+        lines += [f"    {op}: {n}" for op, n in sorted(s.split_ops.items())]
+    else:
+        lines.append("  graph splits: none")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- what we lower
+
+
+def _op_name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        name = target._schema.name.removeprefix("aten::")
+        return name if target._overloadname == "default" else f"{name}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+def is_supported(target: Any) -> bool:
+    """Whether an FX node's target can run inside a jitted graph."""
+    if isinstance(target, torch._ops.OpOverload):
+        if target in _RANDOM or target in _SIZE_OPS:
+            return True
+        if target not in _REGISTRY or target in _HOST_ONLY:
+            return False
+        return _SECTIONS.get(_op_name(target)) != "fallback"
+    return target is operator.getitem or getattr(target, "__module__", None) in ("_operator", "math")
+
+
+# Kept as they are although core ATen decomposes them. torch 2.13's decomposition of
+# the CPU flash-attention forward returns a logsumexp that its backward kernel (which
+# AOTAutograd still calls) does not expect: gradients of q, k and v come out wrong,
+# with PyTorch's own aot_eager backend too. Undecomposed, the op runs on PyTorch CPU.
+_KEEP = {_aten._scaled_dot_product_flash_attention_for_cpu.default}
+
+
+def decompositions() -> dict[Any, Callable]:
+    """PyTorch's core ATen decompositions, minus the ops we lower as they are."""
+    from torch._decomp import core_aten_decompositions
+
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in _REGISTRY and op not in _KEEP}
+
+
+# ---------------------------------------------------------------- conversions
+
+_FAST_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
+                torch.uint8, torch.bool, torch.complex64, torch.complex128}
+
+
+# From this size on, sharing the CPU buffer through DLPack (tens of microseconds,
+# whatever the size) beats copying it (about 0.6 ms per MB here).
+_SHARE_BYTES = 1 << 16
+
+
+def _cpu_to_jax(t: torch.Tensor) -> jax.Array:
+    # Small tensors are copied; large ones shared. A shared array changes if torch
+    # writes into the tensor, which is safe here: the version counter makes the input
+    # cache convert again after any write, and each call waits for its results before
+    # handing control back to torch code that could write.
+    if t.dtype in _FAST_DTYPES and t.is_contiguous() and not t.is_conj() and not t.is_neg():
+        t = t.detach()
+        if t.numel() * t.element_size() >= _SHARE_BYTES:
+            try:
+                return jax.dlpack.from_dlpack(t)
+            except Exception:  # a buffer XLA cannot use in place (alignment): copy
+                pass
+        return jnp.asarray(t.numpy())
+    return cpu_to_jax(t)
+
+
+def _jax_to_cpu(a: jax.Array) -> torch.Tensor:
+    # A fresh output buffer that JAX no longer refers to: DLPack hands it over without a copy.
+    return torch.from_dlpack(a)
+
+
+class _InputCache:
+    """One slot per graph input position: the JAX copy of the tensor seen there last,
+    reused while it is the same tensor at the same version. Parameters and buffers
+    (the same tensors every call) are converted once, and again only after torch
+    mutates them (optimizer.step()); per-call inputs cost one conversion each."""
+
+    __slots__ = ("refs", "versions", "arrays")
+
+    def __init__(self, n: int):
+        self.refs: list[Any] = [None] * n
+        self.versions = [-1] * n
+        self.arrays: list[Any] = [None] * n
+
+    def get(self, i: int, t: torch.Tensor) -> jax.Array:
+        ref = self.refs[i]
+        version = t._version
+        if ref is not None and ref() is t and self.versions[i] == version:
+            stats.input_cache_hits += 1
+            return self.arrays[i]
+        stats.input_conversions += 1
+        if isinstance(t, XlaTensor):
+            arr = value(t)
+        else:
+            arr = _cpu_to_jax(t)
+        self.refs[i] = weakref.ref(t)
+        self.versions[i] = version
+        self.arrays[i] = arr
+        return arr
+
+
+# ---------------------------------------------------------------- one graph as one jax.jit
+
+_TENSOR, _DYNAMIC, _STATIC = 0, 1, 2
+
+
+class JaxGraph:
+    """An FX graph (ATen ops we lower) as one jitted JAX function, called with and
+    returning PyTorch CPU tensors."""
+
+    def __init__(self, gm: torch.fx.GraphModule, keep_on_jax: frozenset[int] = frozenset()):
+        self.gm = gm
+        self.graph = gm.graph
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.has_random = any(n.op == "call_function" and n.target in _RANDOM for n in gm.graph.nodes)
+        self.constants = {}
+        for n in gm.graph.nodes:
+            if n.op == "get_attr":
+                obj = _fetch_attr(gm, n.target)
+                self.constants[n.target] = _cpu_to_jax(obj) if isinstance(obj, torch.Tensor) else obj
+        self.kinds: tuple[int, ...] | None = None
+        self.strides = _expected_strides(gm)
+        # Outputs only the backward graph reads (saved activations) stay JAX arrays,
+        # wrapped as our tensors: no transfer to torch and back.
+        self.keep_on_jax = frozenset(i for i in keep_on_jax if i not in self.strides)
+        self.cache = _InputCache(len(self.placeholders))
+        # How each trace's flat array results map back to the graph's outputs.
+        self.layout: dict[Any, tuple] = {}
+        self.jitted = jax.jit(self._trace, static_argnums=(1,))
+
+    # -- trace time
+
+    def _trace(self, dynamic: tuple, statics: tuple):
+        started = time.perf_counter()
+        stats.traces += 1
+        saved = (state.tracing, state.trace)
+        state.tracing, state.trace = False, None
+        try:
+            with torch.no_grad():
+                result = self._interpret(dynamic, statics)
+        finally:
+            state.tracing, state.trace = saved
+            stats.trace_seconds += time.perf_counter() - started
+        return result
+
+    def _interpret(self, dynamic: tuple, statics: tuple):
+        dyn = iter(dynamic[1:] if self.has_random else dynamic)
+        stat = iter(statics)
+        seed = dynamic[0] if self.has_random else None
+        env: dict[torch.fx.Node, Any] = {}
+        inputs: list[Any] = []
+        for node, kind in zip(self.placeholders, self.kinds):
+            if kind == _TENSOR:
+                arr = next(dyn)
+                v = None if arr is None else from_array(arr)
+            elif kind == _DYNAMIC:
+                v = next(dyn)
+            else:
+                v = next(stat)
+            env[node] = v
+            inputs.append(v)
+        versions = [x._store.version if isinstance(x, XlaTensor) else None for x in inputs]
+        random_index = 0
+        out_node = None
+        for node in self.graph.nodes:
+            op = node.op
+            if op == "placeholder":
+                continue
+            if op == "output":
+                out_node = node
+                break
+            if op == "get_attr":
+                c = self.constants[node.target]
+                env[node] = from_array(c) if isinstance(c, jax.Array) else c
+                continue
+            if op != "call_function":
+                raise NotImplementedError(f"{op} nodes are not supported by the {BACKEND_NAME} backend ({node.format_node()})")
+            args = torch.fx.node.map_arg(node.args, env.__getitem__)
+            kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+            target = node.target
+            target = _RESHAPE_VIEWS.get(target, target)
+            if target in _RANDOM:
+                env[node] = _random(target, jax.random.fold_in(jax.random.PRNGKey(seed), random_index), args, kwargs)
+                random_index += 1
+            elif isinstance(target, torch._ops.OpOverload):
+                if "device" in kwargs and kwargs["device"] is not None:
+                    kwargs = dict(kwargs, device=DEVICE)  # AOT graphs name the CPU device of the fake inputs
+                if target in _SIZE_OPS:
+                    env[node] = target(*args, **kwargs)
+                else:
+                    env[node] = dispatch(target, args, kwargs)
+            else:
+                env[node] = target(*args, **kwargs)
+
+        flat, spec = tree_flatten(out_node.args[0])
+        flat = [env[x] if isinstance(x, torch.fx.Node) else x for x in flat]
+        arrays: list[Any] = []
+        plan: list[Any] = []  # per output: ("array", i) | ("input", i) | ("same", j) | ("const", v)
+        seen: dict[int, int] = {}
+        input_pos = {id(x): i for i, x in enumerate(inputs) if isinstance(x, XlaTensor)}
+        for j, o in enumerate(flat):
+            if isinstance(o, XlaTensor):
+                if id(o) in seen:
+                    plan.append(("same", seen[id(o)]))
+                elif id(o) in input_pos and o._store.version == versions[input_pos[id(o)]]:
+                    plan.append(("input", input_pos[id(o)]))
+                else:
+                    plan.append(("array", len(arrays)))
+                    arrays.append(value(o))
+                seen[id(o)] = j
+            elif isinstance(o, torch.Tensor):
+                raise TypeError(f"graph output {j} is a {type(o).__name__}, not a tensor of this backend")
+            else:
+                plan.append(("const", o))
+        # Inputs written in place: their new values are extra outputs, copied into
+        # the caller's tensors after the call.
+        mutated = []
+        for i, x in enumerate(inputs):
+            if isinstance(x, XlaTensor) and x._store.version != versions[i]:
+                mutated.append((i, len(arrays)))
+                arrays.append(x._store.value)
+        # Python numbers among the outputs come from sizes, which AOT graphs take as
+        # (static) int inputs: the statics identify them.
+        self.layout[statics] = (tuple(plan), spec, tuple(mutated))
+        return arrays
+
+    # -- call time
+
+    def _classify(self, args: tuple) -> tuple[int, ...]:
+        kinds = []
+        for a in args:
+            if isinstance(a, torch.Tensor) or a is None:
+                kinds.append(_TENSOR)
+            elif isinstance(a, float):
+                kinds.append(_DYNAMIC)
+            else:
+                kinds.append(_STATIC)
+        return tuple(kinds)
+
+    # AOTAutograd's boxed convention (one list, which we may clear to free inputs
+    # early) where it asks for it; its backward wrapper calls with plain arguments.
+    _boxed_call = True
+
+    def __call__(self, *args) -> Any:
+        if len(args) == 1 and type(args[0]) is list:
+            flat = tuple(args[0])
+            args[0].clear()
+            return self.run(*flat)
+        return self.run(*args)
+
+    def run(self, *args):
+        stats.calls += 1
+        kinds = self.kinds
+        if kinds is None:
+            kinds = self.kinds = self._classify(args)
+        dynamic: list[Any] = []
+        statics: list[Any] = []
+        if self.has_random:
+            with torch._C._DisableTorchDispatch():
+                dynamic.append(int(torch.empty((), dtype=torch.int64).random_(0, 2**31 - 1)))
+        cache = self.cache
+        with X64:
+            for i, (a, kind) in enumerate(zip(args, kinds)):
+                if kind == _TENSOR:
+                    dynamic.append(None if a is None else cache.get(i, a))
+                elif kind == _DYNAMIC:
+                    dynamic.append(a)
+                else:
+                    statics.append(_static(a))
+            statics_t = tuple(statics)
+            outs = self.jitted(tuple(dynamic), statics_t)
+            jax.block_until_ready(outs)
+            plan, spec, mutated = self.layout[statics_t]
+            results = []
+            for kind, x in plan:
+                if kind == "array" and len(results) in self.keep_on_jax:
+                    results.append(from_array(outs[x]))
+                elif kind == "array":
+                    t = _jax_to_cpu(outs[x])
+                    stride = self.strides.get(len(results))
+                    if stride is not None and t.stride() != stride:
+                        t = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
+                    results.append(t)
+                elif kind == "input":
+                    results.append(args[x])
+                elif kind == "same":
+                    results.append(results[x])
+                else:
+                    results.append(x)
+            for i, k in mutated:
+                with torch.no_grad():
+                    args[i].copy_(_jax_to_cpu(outs[k]))
+        return tree_unflatten(results, spec)
+
+
+def _expected_strides(gm: torch.fx.GraphModule) -> dict[int, tuple[int, ...]]:
+    """Strides of the graph's outputs as traced, where they are not contiguous. Our
+    results come back contiguous; PyTorch kernels that later consume them (a CPU
+    partition, the backward graph's saved activations) may depend on the layout the
+    graph promised, as the CPU flash-attention backward does."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    out = [n for n in gm.graph.nodes if n.op == "output"][0]
+    flat, _ = tree_flatten(out.args[0])
+    strides = {}
+    for j, x in enumerate(flat):
+        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        try:
+            stride = tuple(int(s) for s in val.stride())
+            shape = tuple(int(s) for s in val.shape)
+        except Exception:  # symbolic: the layout follows the call's sizes
+            continue
+        if stride != _contiguous(shape) and is_non_overlapping_and_dense_or_false(val):
+            strides[j] = stride
+    return strides
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    from .tensor import contiguous_strides
+
+    return contiguous_strides(shape)
+
+
+def _static(a: Any) -> Any:
+    if isinstance(a, torch.SymInt):
+        return int(a)
+    if isinstance(a, list):
+        return tuple(a)
+    return a
+
+
+def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _random(target: Any, key: jax.Array, args: tuple, kwargs: dict) -> Any:
+    from .supported.random import Dropout, RandomNormal, RandomUniform
+    from ..shape_fns.common import NUMPY_TO_TORCH
+
+    if target is _aten.native_dropout.default:
+        x, p = args[0], args[1]
+        train = args[2] if len(args) > 2 else kwargs.get("train")
+        if train is False:
+            return dispatch(target, (x, p, train), {})
+        out, mask = Dropout.lower(key, value(x), float(p))
+        return from_array(out), from_array(mask)
+    size = tuple(args[0])
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    cls = RandomNormal if target is _aten.randn.default else RandomUniform
+    out = cls.lower(key, size, dtype)
+    assert NUMPY_TO_TORCH[out.dtype] == dtype
+    return from_array(out)
+
+
+# ---------------------------------------------------------------- partitioning
+
+
+class _JaxSubgraph(torch.nn.Module):
+    def __init__(self, fn: JaxGraph):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn.run(*args)
+
+
+class _Partitioned:
+    _boxed_call = True
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm = gm
+        self.placeholder_vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+
+    def __call__(self, *args) -> Any:
+        if len(args) == 1 and type(args[0]) is list:
+            flat = list(args[0])
+            args[0].clear()
+        else:
+            flat = list(args)
+        for i, a in enumerate(flat):
+            if isinstance(a, XlaTensor):  # a saved activation kept on the JAX side
+                flat[i] = _to_cpu_like(a, self.placeholder_vals[i] if i < len(self.placeholder_vals) else None)
+        return self.gm(*flat)
+
+
+def _to_cpu_like(t: XlaTensor, val: Any) -> torch.Tensor:
+    with X64:
+        out = _jax_to_cpu(value(t))
+    try:
+        stride = tuple(int(s) for s in val.stride())
+    except Exception:
+        return out
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    if stride != out.stride() and is_non_overlapping_and_dense_or_false(val):
+        out = torch.empty_strided(out.shape, stride, dtype=out.dtype).copy_(out)
+    return out
+
+
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
+    """Compile one ATen-level FX graph: one jitted function if we lower all its ops,
+    otherwise supported regions as jitted functions and the rest on PyTorch CPU."""
+    stats.graphs += 1
+    unsupported = [n for n in gm.graph.nodes if n.op == "call_function" and not is_supported(n.target)]
+    if not unsupported:
+        stats.jax_partitions += 1
+        return JaxGraph(gm)
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupport
+
+    class Support(OperatorSupport):
+        def is_node_supported(self, submodules, node):
+            return node.op == "call_function" and is_supported(node.target)
+
+    stats.partitioned_graphs += 1
+    for n in unsupported:
+        stats.split_ops[_op_name(n.target)] += 1
+    partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
+    partitions = partitioner.propose_partitions()
+    fused = partitioner.fuse_partitions(partitions)
+    for node in list(fused.graph.nodes):
+        if node.op == "call_module" and node.target.startswith("fused_"):
+            sub = getattr(fused, node.target)
+            if not any(n.op == "call_function" and n.target is not operator.getitem for n in sub.graph.nodes):
+                continue
+            stats.jax_partitions += 1
+            setattr(fused, node.target, _JaxSubgraph(JaxGraph(sub)))
+    fused.recompile()
+    return _Partitioned(fused)
+
+
+def _compile_forward_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
+    keep: frozenset[int] = frozenset()
+    context = torch._guards.TracingContext.try_get()
+    saved = getattr(getattr(context, "fw_metadata", None), "tensors_saved_for_backwards_slice", None)
+    if isinstance(saved, slice) and all(
+        is_supported(n.target) for n in gm.graph.nodes if n.op == "call_function"
+    ):
+        n_outputs = len(tree_flatten([n for n in gm.graph.nodes if n.op == "output"][0].args[0])[0])
+        keep = frozenset(range(*saved.indices(n_outputs)))
+        stats.graphs += 1
+        stats.jax_partitions += 1
+        return JaxGraph(gm, keep)
+    return compile_aten_graph(gm, example_inputs)
+
+
+def _compile_backward_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
+    # Dynamo must not trace the compiler or the backward it returns. AOTAutograd's own
+    # wrapper for that hides the boxed calling convention, so it is done here.
+    compiled = torch._dynamo.disable(compile_aten_graph, reason="backward compiler")(gm, example_inputs)
+    wrapped = torch._dynamo.disable(compiled, reason="compiled backward graph")
+    wrapped._boxed_call = True
+    return wrapped
+
+
+_compile_backward_graph._is_wrapped_bw_compiler = True
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    """The `torch.compile` backend function (registered as "xla_native")."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    return aot_autograd(
+        fw_compiler=_compile_forward_graph,
+        bw_compiler=_compile_backward_graph,
+        inference_compiler=compile_aten_graph,
+        decompositions=decompositions(),
+    )(gm, example_inputs)

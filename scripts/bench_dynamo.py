@@ -1,0 +1,155 @@
+"""torch.compile backend benchmark: steady-state medians of our Dynamo backend
+("xla_native") against our own compiled mode (xla_native_functions.compile), PyTorch
+CPU eager and torch.compile's default backend (inductor), all measured in this run.
+
+    python scripts/bench_dynamo.py [--quick]
+
+Workloads: an MLP (256-512-512-10, batch 64) forward under no_grad, and its training
+step (forward, mean squared error, backward, SGD step). The backend runs forward and backward
+on JAX with CPU-resident parameters and the optimizer step on PyTorch CPU; our
+compiled mode runs the whole step, optimizer included, as one XLA program on
+parameters that live on the JAX side. The transfer line isolates what the backend
+pays per call to move CPU tensors in and out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+import xla_native_functions as xnf
+from xla_native_functions.runtime import dynamo
+
+
+def medians_ms(fns: dict[str, Callable], number: int, repeat: int) -> dict[str, float]:
+    """Median ms per call of each function, the functions interleaved round by round so
+    that load changes on a shared machine hit all of them alike."""
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    runs: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            runs[name].append((time.perf_counter() - start) / number * 1e3)
+    return {name: sorted(r)[repeat // 2] for name, r in runs.items()}
+
+
+def make_mlp() -> nn.Module:
+    torch.manual_seed(0)
+    dims = [256, 512, 512, 10]
+    layers: list[nn.Module] = []
+    for i, o in zip(dims, dims[1:]):
+        layers += [nn.Linear(i, o), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def inference(number: int, repeat: int) -> dict[str, float]:
+    model = make_mlp()
+    x = torch.randn(64, 256)
+    fns = {"torch eager": lambda: model(x)}
+    torch._dynamo.reset()
+    inductor = torch.compile(copy.deepcopy(model))
+    fns["torch.compile inductor"] = lambda: inductor(x)
+    ours = torch.compile(copy.deepcopy(model), backend=dynamo.BACKEND_NAME)
+    fns["torch.compile xla_native"] = lambda: ours(x)
+    moved = xnf.to_xla(copy.deepcopy(model))
+    xx = xnf.to_xla(x)
+    step = xnf.compile(lambda inp: moved(inp))
+    fns["xla_native_functions.compile"] = lambda: xnf.to_jax(step(xx)).block_until_ready()
+    with torch.no_grad():
+        return medians_ms(fns, number, repeat)
+
+
+def training(number: int, repeat: int) -> dict[str, float]:
+    x, y = torch.randn(64, 256), torch.randn(64, 10)
+
+    def torch_step(model, params):
+        opt = torch.optim.SGD(params, lr=1e-3)
+
+        def step():
+            opt.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    fns = {}
+    model = make_mlp()
+    fns["torch eager"] = torch_step(model, model.parameters())
+    torch._dynamo.reset()
+    model = make_mlp()
+    fns["torch.compile inductor"] = torch_step(torch.compile(model), model.parameters())
+    model = make_mlp()
+    fns["torch.compile xla_native"] = torch_step(torch.compile(model, backend=dynamo.BACKEND_NAME), model.parameters())
+
+    moved = xnf.to_xla(make_mlp())
+    opt = torch.optim.SGD(moved.parameters(), lr=1e-3)
+    xx, yy = xnf.to_xla(x), xnf.to_xla(y)
+
+    def our_step():
+        opt.zero_grad()
+        loss = ((moved(xx) - yy) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    compiled = xnf.compile(our_step)
+    fns["xla_native_functions.compile"] = lambda: xnf.to_jax(compiled()).block_until_ready()
+    return medians_ms(fns, number, repeat)
+
+
+def transfer(number: int, repeat: int) -> float:
+    """Per call: the MLP's 6 parameters and one batch into JAX, one result out."""
+    model = make_mlp()
+    tensors = [p.detach() for p in model.parameters()] + [torch.randn(64, 256)]
+    out = dynamo._cpu_to_jax(torch.randn(64, 10))
+
+    def move():
+        with xnf.x64():
+            arrays = [dynamo._cpu_to_jax(t) for t in tensors]
+        arrays[-1].block_until_ready()
+        dynamo._jax_to_cpu(out + 0)
+
+    return medians_ms({"move": move}, number, repeat)["move"]
+
+
+def print_table(title: str, times: dict[str, float]) -> None:
+    base = times["torch eager"]
+    ours = times["torch.compile xla_native"]
+    print(title)
+    print(f"  {'mode':32s} {'median ms':>10s} {'vs torch eager':>15s} {'vs xla_native backend':>22s}")
+    for name, t in times.items():
+        print(f"  {name:32s} {t:10.3f} {t / base:14.2f}x {t / ours:21.2f}x")
+    mode = times["xla_native_functions.compile"]
+    print(f"  backend / our compiled mode: {ours / mode:.2f}x (target <= 1.10x); "
+          f"backend / inductor: {ours / times['torch.compile inductor']:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="PyTorch intra-op threads (on a shared 2-core machine more threads make torch's "
+                             "timings erratic)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} torch thread(s)")
+    number, repeat = (10, 3) if args.quick else (50, 7)
+    print_table("MLP 256-512-512-10, batch 64, forward (no_grad)", inference(number, repeat))
+    print_table("MLP 256-512-512-10, batch 64, training step (SGD)", training(number, repeat))
+    t = transfer(number, repeat)
+    print(f"per-call transfer if nothing were cached (6 parameters + batch in, result out): {t:.3f} ms")
+    print(dynamo.dynamo_report())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""The torch.compile backend against PyTorch CPU: inference and training on small
+models, the graph cache, recompiles, partitions around unsupported ops, random ops,
+input mutation, and discovery through the entry point."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+import xla_native_functions as xnf
+from xla_native_functions.runtime import dynamo
+from xla_native_functions.runtime.dynamo import BACKEND_NAME, stats
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    dynamo.reset_dynamo_stats()
+    yield
+    torch._dynamo.reset()
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(50, 16)
+        self.layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(16, 50)
+
+    def forward(self, tokens):
+        return self.head(self.layer(self.embed(tokens)))
+
+
+def grads(model):
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def train_steps(model, inputs, targets, steps=3, loss_fn=nn.functional.mse_loss):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    return losses, grads(model)
+
+
+def test_backend_name_is_registered():
+    assert BACKEND_NAME in torch._dynamo.list_backends()
+
+
+def test_entry_point_works_without_importing_the_package():
+    code = (
+        "import sys, torch\n"
+        "assert 'xla_native_functions' not in sys.modules\n"
+        "f = torch.compile(lambda x: torch.relu(x) * 2, backend='xla_native')\n"
+        "out = f(torch.tensor([-1.0, 3.0]))\n"
+        "assert out.tolist() == [0.0, 6.0], out\n"
+        "assert 'xla_native_functions' in sys.modules\n"
+        "print('ok')\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().endswith("ok")
+
+
+def test_mlp_inference_matches_and_second_call_hits_the_cache():
+    model = mlp()
+    compiled = torch.compile(model, backend=BACKEND_NAME)
+    x = torch.randn(6, 8)
+    with torch.no_grad():
+        expected = model(x)
+        out = compiled(x)
+        assert out.device.type == "cpu" and out.dtype == torch.float32 and out.shape == (6, 4)
+        torch.testing.assert_close(out, expected)
+        traces = stats.traces
+        graphs = stats.graphs
+        torch.testing.assert_close(compiled(x * 2), model(x * 2))
+    assert stats.traces == traces == 1
+    assert stats.graphs == graphs == 1
+    # parameters converted once and kept on the JAX side
+    assert stats.input_cache_hits >= len(list(model.parameters()))
+
+
+def test_mlp_training_matches_torch():
+    x, y = torch.randn(16, 8), torch.randn(16, 4)
+    ref = mlp()
+    ours = copy.deepcopy(ref)
+    ref_losses, ref_grads = train_steps(ref, x, y)
+    our_losses, our_grads = train_steps(torch.compile(ours, backend=BACKEND_NAME), x, y)
+    torch.testing.assert_close(torch.stack(our_losses), torch.stack(ref_losses))
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b)
+    for a, b in zip(ours.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b)
+    # forward and backward graphs, each traced once, then replayed
+    assert stats.graphs == 2
+    assert stats.traces == 2
+    # the optimizer mutates parameters on CPU: they are converted again after each step
+    assert stats.input_conversions > 2 * len(list(ours.parameters()))
+
+
+def test_float64_model_training():
+    ref = mlp().double()
+    ours = copy.deepcopy(ref)
+    x, y = torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
+    ref_losses, ref_grads = train_steps(ref, x, y, steps=2)
+    our_losses, our_grads = train_steps(torch.compile(ours, backend=BACKEND_NAME), x, y, steps=2)
+    assert our_losses[0].dtype == torch.float64
+    torch.testing.assert_close(torch.stack(our_losses), torch.stack(ref_losses), rtol=1e-12, atol=1e-12)
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_transformer_training_matches_torch():
+    ref = TinyTransformer()
+    ours = copy.deepcopy(ref)
+    tokens = torch.randint(0, 50, (2, 7))
+    targets = torch.randint(0, 50, (2, 7))
+
+    def loss_fn(logits, t):
+        return nn.functional.cross_entropy(logits.reshape(-1, 50), t.reshape(-1))
+
+    ref_losses, ref_grads = train_steps(ref, tokens, targets, steps=2, loss_fn=loss_fn)
+    our_losses, our_grads = train_steps(torch.compile(ours, backend=BACKEND_NAME), tokens, targets, steps=2, loss_fn=loss_fn)
+    torch.testing.assert_close(torch.stack(our_losses), torch.stack(ref_losses), rtol=1e-4, atol=1e-5)
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_new_shape_recompiles_and_stays_correct():
+    model = mlp()
+    compiled = torch.compile(model, backend=BACKEND_NAME)
+    with torch.no_grad():
+        for batch in (3, 5, 7, 5):
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_dtype_change_recompiles():
+    f = torch.compile(lambda a, b: (a * b + 1).sum(0), backend=BACKEND_NAME)
+    for dtype in (torch.float32, torch.int64, torch.float64):
+        a = torch.arange(6, dtype=dtype).reshape(2, 3)
+        out = f(a, a)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out, (a * a + 1).sum(0))
+    big = torch.tensor([2**40 + 1])
+    assert f(big, torch.tensor([2])).item() == 2**41 + 3
+
+
+def test_unsupported_op_partitions_the_graph():
+    def f(x, w):
+        y = torch.tanh(x @ w)
+        z = torch.special.erfinv(y * 0.5)  # not lowered: runs on PyTorch CPU
+        return (z.exp() + y).sum(-1)
+
+    x, w = torch.randn(4, 5), torch.randn(5, 3)
+    out = torch.compile(f, backend=BACKEND_NAME)(x, w)
+    torch.testing.assert_close(out, f(x, w))
+    assert stats.partitioned_graphs == 1
+    assert stats.jax_partitions == 2
+    assert "erfinv" in stats.split_ops
+    assert "erfinv" in xnf.dynamo_report()
+
+
+def test_unsupported_op_in_training_graph():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a = nn.Linear(6, 6)
+            self.b = nn.Linear(6, 2)
+
+        def forward(self, x):
+            return self.b(torch.special.erfinv(torch.tanh(self.a(x)) * 0.5))
+
+    ref = Net()
+    ours = copy.deepcopy(ref)
+    x, y = torch.randn(5, 6), torch.randn(5, 2)
+    ref_losses, ref_grads = train_steps(ref, x, y, steps=2)
+    our_losses, our_grads = train_steps(torch.compile(ours, backend=BACKEND_NAME), x, y, steps=2)
+    torch.testing.assert_close(torch.stack(our_losses), torch.stack(ref_losses))
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b)
+    assert stats.partitioned_graphs >= 1
+
+
+def test_views_and_input_mutation():
+    def f(x, y):
+        x.add_(1)  # mutates the caller's tensor
+        v = y.t()[1:]
+        return v * 2, x.view(-1)[:3]
+
+    x, y = torch.randn(2, 3), torch.randn(4, 3)
+    x_ref = x.clone()
+    expected = f(x_ref, y)
+    out = torch.compile(f, backend=BACKEND_NAME)(x, y)
+    torch.testing.assert_close(x, x_ref)
+    for a, b in zip(out, expected):
+        torch.testing.assert_close(a, b)
+
+
+def test_output_that_is_an_input_keeps_identity():
+    def f(x, y):
+        return x, y + 1
+
+    x = torch.randn(3)
+    out = torch.compile(f, backend=BACKEND_NAME)(x, x)
+    assert out[0] is x
+    torch.testing.assert_close(out[1], x + 1)
+
+
+def test_dropout_is_random_per_call_and_keeps_scale():
+    drop = nn.Dropout(0.5)
+    compiled = torch.compile(drop, backend=BACKEND_NAME)
+    x = torch.ones(4000)
+    a, b = compiled(x), compiled(x)
+    assert set(a.unique().tolist()) <= {0.0, 2.0}
+    assert not torch.equal(a, b)
+    assert abs((a == 0).float().mean().item() - 0.5) < 0.05
+    assert stats.traces == 1
+    torch.manual_seed(3)
+    c = compiled(x)
+    torch.manual_seed(3)
+    assert torch.equal(c, compiled(x))
+
+
+def test_dropout_backward_uses_the_forward_mask():
+    torch.manual_seed(0)
+    lin = nn.Linear(10, 10)
+    model = nn.Sequential(lin, nn.Dropout(0.3))
+    x = torch.randn(8, 10, requires_grad=True)
+    out = torch.compile(model, backend=BACKEND_NAME)(x)
+    out.backward(torch.ones_like(out))
+    mask = (out != 0).float()
+    expected = (mask / 0.7) @ lin.weight
+    torch.testing.assert_close(x.grad, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_python_scalars_and_guards():
+    def f(x, scale: float, n: int):
+        return x * scale + n
+
+    compiled = torch.compile(f, backend=BACKEND_NAME)
+    x = torch.randn(3)
+    for scale, n in ((0.5, 1), (2.5, 1), (2.5, 4)):
+        torch.testing.assert_close(compiled(x, scale, n), f(x, scale, n))
+
+
+def test_decompositions_keep_lowered_ops():
+    table = dynamo.decompositions()
+    assert torch.ops.aten.addmm.default not in table
+    assert torch.ops.aten._softmax.default not in table
+    assert len(table) > 100
+
+
+def test_small_conv_net_trains_with_unlowered_ops_on_cpu():
+    class ConvNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.conv = nn.Conv2d(1, 4, 3, padding=1)
+            self.head = nn.Linear(4 * 6 * 6, 3)
+
+        def forward(self, x):
+            return self.head(torch.relu(self.conv(x)).flatten(1))
+
+    ref = ConvNet()
+    ours = copy.deepcopy(ref)
+    x, y = torch.randn(5, 1, 6, 6), torch.randn(5, 3)
+    ref_losses, ref_grads = train_steps(ref, x, y, steps=2)
+    our_losses, our_grads = train_steps(torch.compile(ours, backend=BACKEND_NAME), x, y, steps=2)
+    torch.testing.assert_close(torch.stack(our_losses), torch.stack(ref_losses))
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(a, b)
+    report = xnf.dynamo_report()
+    lowered = {str(op) for op in dynamo._REGISTRY}
+    if "aten.convolution.default" not in lowered:
+        assert "convolution" in stats.split_ops, report
