@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
+import torch._dynamo
 
 import xla_native_functions as xnf
 from xla_native_functions.runtime.metrics import metrics
@@ -38,9 +38,9 @@ from xla_native_functions.runtime.metrics import metrics
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from zoo import ADAMW_LR, MODELS, SGD_LR  # noqa: E402
 
-# The torch.compile backend name this project registers (not decided yet); runs in
+# The torch.compile backend this project registers (an entry point: needs the package installed); runs in
 # --mode dynamo report "backend not available" until torch._dynamo lists it.
-DYNAMO_BACKEND = "jax"
+DYNAMO_BACKEND = "xla_native"
 
 MODES = ("eager", "compiled", "dynamo")
 TASKS = ("inference", "train-sgd", "train-adamw")
@@ -111,8 +111,22 @@ def _eager_executable_compiles() -> int:
     return sum(f._cache_size() for f in fns if hasattr(f, "_cache_size"))
 
 
+def _dynamo_stats() -> Any:
+    from xla_native_functions.runtime import dynamo
+
+    return dynamo.stats
+
+
 def _compiles(mode: str) -> int:
+    if mode == "dynamo":
+        return _dynamo_stats().traces  # JAX functions traced and compiled by the backend
     return metrics.compile_count if mode == "compiled" else _eager_executable_compiles()
+
+
+def _fallback_counts(mode: str) -> dict[str, int]:
+    if mode == "dynamo":  # nodes the backend left to PyTorch CPU, splitting its graphs
+        return {str(op): n for op, n in _dynamo_stats().split_ops.items()}
+    return {str(op).removeprefix("aten."): n for op, n in metrics.fallback_calls.items()}
 
 
 def _fresh_caches() -> None:
@@ -186,10 +200,16 @@ def run(
     case = spec.build(batch, attn=attn) if spec.hf else spec.build(batch)
     ref_model = case.model
     ref_model.train(train)
-    ours_model = xnf.to_xla(copy.deepcopy(ref_model))
     kwargs = case.kwargs or {}
     ref_in = (case.inputs, kwargs, case.target)
-    ours_in = xnf.to_xla(ref_in)
+    if mode == "dynamo":
+        # The backend takes CPU modules and tensors, like inductor.
+        torch._dynamo.reset()
+        ours_model = copy.deepcopy(ref_model)
+        ours_in = copy.deepcopy(ref_in)
+    else:
+        ours_model = xnf.to_xla(copy.deepcopy(ref_model))
+        ours_in = xnf.to_xla(ref_in)
     tol = spec.tolerance
 
     def make_step(model, inputs):
@@ -224,7 +244,7 @@ def run(
         # Forces the result on the host, so a timing includes the work.
         return [_as_cpu(t) for t in _tensors(out)]
 
-    fallbacks_before = dict(metrics.fallback_calls)
+    fallbacks_before = _fallback_counts(mode)
     reasons_before = len(metrics.recompile_reasons)
     compiles_before = _compiles(mode)
     n_calls = steps if train else 1
@@ -288,8 +308,8 @@ def run(
         xnf.config.allow_cpu_fallback = fallback_setting
     rec["compiles"] = _compiles(mode) - compiles_before
     rec["fallbacks"] = {
-        str(op).removeprefix("aten."): n - fallbacks_before.get(op, 0)
-        for op, n in sorted(metrics.fallback_calls.items(), key=lambda kv: str(kv[0]))
+        op: n - fallbacks_before.get(op, 0)
+        for op, n in sorted(_fallback_counts(mode).items())
         if n != fallbacks_before.get(op, 0)
     }
     rec["recompile_reasons"] = metrics.recompile_reasons[reasons_before:][:10]
@@ -323,6 +343,9 @@ def _fmt(x: Any, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
+_COMPILE_UNIT = {"eager": "per-op executables", "compiled": "graphs", "dynamo": "JAX functions of the backend"}
+
+
 def format_record(rec: dict) -> str:
     lines = [
         f"{rec['model']} [{rec['mode']}, {rec['task']}{', attn=' + rec['attn'] if rec.get('attn') else ''}, "
@@ -341,7 +364,7 @@ def format_record(rec: dict) -> str:
         f"  first call:        {_fmt(rec.get('first_call_s'), '.2f')} s (tracing and compiling included)",
         f"  steady step:       {_fmt(rec.get('step_ms'), '.2f')} ms vs torch CPU eager {_fmt(rec.get('torch_step_ms'), '.2f')} ms "
         f"-> {_fmt(rec.get('ratio'), '.2f')}x",
-        f"  compiles:          {rec.get('compiles')} ({'graphs' if rec['mode'] == 'compiled' else 'per-op executables'}; "
+        f"  compiles:          {rec.get('compiles')} ({_COMPILE_UNIT[rec['mode']]}; "
         f"first call {rec.get('compiles_first_call', '-')}, steady state {rec.get('compiles_steady', '-')})",
     ]
     if rec["recompile_reasons"]:
@@ -388,7 +411,9 @@ def write_docs(records: list[dict]) -> None:
         "compares the loss of every step and all weights and buffers after the steps.",
         "`ratio` is our steady-state median step time over PyTorch CPU eager's, measured in",
         "the same run on a shared 2-core machine (orders of magnitude, not benchmarks).",
-        "`compiles`: graphs compiled in compiled mode, per-op executables in eager mode",
+        "`compiles`: graphs compiled in compiled mode, per-op executables in eager mode, the",
+        "backend's JAX functions in dynamo mode (`torch.compile(backend=\"xla_native\")` on the CPU",
+        "model; its fallback ops are the nodes it left to PyTorch CPU, splitting graphs)",
         "(total / in the steady state after warm-up); every run starts with empty caches.",
         "Ops that are not lowered yet ran on PyTorch CPU (`allow_cpu_fallback`) and are",
         "listed with their call counts; in compiled mode each one ends the traced graph, so",

@@ -50,7 +50,9 @@ WRONG_WHILE_FALLING_BACK = {
 }
 
 
-def needs(model: str, task: str) -> list[str]:
+def needs(model: str, task: str, mode: str = "eager") -> list[str]:
+    if mode == "dynamo":  # AOTAutograd decomposes the optimizer and loss ops away
+        return []
     ops = list(NEEDS_INFERENCE[model])
     if task != "inference":
         ops += NEEDS_TRAIN[model]
@@ -66,6 +68,7 @@ CASES = (
     + [(m, "compiled", "train-sgd") for m in ("mlp", "resnet", "dlrm", "llama")]
     + [("mlp", "eager", "train-adamw")]
     + [(m, "compiled", "train-adamw") for m in ("mlp", "dlrm", "gpt2")]
+    + [("mlp", "dynamo", "inference"), ("mlp", "dynamo", "train-adamw")]
 )
 
 
@@ -81,26 +84,28 @@ def _param(model, mode, task, xfail_ops):
     return pytest.param(model, mode, task, marks=marks, id=f"{model}-{mode}-{task}")
 
 
-def _numerics_xfail(model, task):
+def _numerics_xfail(model, task, mode):
+    if mode == "dynamo":
+        return []
     ops = WRONG_WHILE_FALLING_BACK.get((model, task), []) + (_ADAMW if task == "train-adamw" else [])
     return sorted(set(ops))
 
 
-@pytest.mark.parametrize("model,mode,task", [_param(*c, _numerics_xfail(c[0], c[2])) for c in CASES])
+@pytest.mark.parametrize("model,mode,task", [_param(*c, _numerics_xfail(c[0], c[2], c[1])) for c in CASES])
 def test_matches_pytorch_cpu(model, mode, task):
     rec = record(model, mode, task)
     assert rec["status"] == "ok", f"{rec.get('error')} {rec.get('where', '')}"
     assert rec["max_abs"] is not None
 
 
-@pytest.mark.parametrize("model,mode,task", [_param(*c, needs(c[0], c[2])) for c in CASES])
+@pytest.mark.parametrize("model,mode,task", [_param(*c, needs(c[0], c[2], c[1])) for c in CASES])
 def test_no_cpu_fallbacks(model, mode, task):
     rec = record(model, mode, task)
     assert rec["status"] != "error", rec.get("error")
     assert rec["fallbacks"] == {}
 
 
-@pytest.mark.parametrize("model,mode,task", [_param(*c, needs(c[0], c[2])) for c in CASES if c[1] == "compiled"])
+@pytest.mark.parametrize("model,mode,task", [_param(*c, needs(c[0], c[2], c[1])) for c in CASES if c[1] == "compiled"])
 def test_compiled_step_compiles_once(model, mode, task):
     rec = record(model, mode, task)
     assert rec["status"] != "error", rec.get("error")
