@@ -1,0 +1,533 @@
+"""Run a model of the zoo (scripts/zoo) on PyTorch CPU and on xla_native_functions with
+the same weights and inputs, and report numerics, timings, compiles and CPU fallbacks.
+
+    python scripts/run_model.py bert                          # eager inference
+    python scripts/run_model.py resnet --mode compiled --train --optimizer adamw
+    python scripts/run_model.py --all                         # sweep -> docs/models.md, .json
+    python scripts/run_model.py --all --shard 1/3 --resume    # a third, keeping earlier results
+
+Modes: `eager` (each op at once), `compiled` (the whole step, forward, backward and
+optimizer step, through xla_native_functions.compile), `dynamo` (torch.compile with
+the backend named DYNAMO_BACKEND; reported as unavailable until it is registered).
+
+Unlisted ops run on PyTorch CPU (config.allow_cpu_fallback) so a model runs end to end
+while its ops are being added; the report names every op that fell back.
+Timings are medians of steady-state steps, as ratios against PyTorch CPU eager
+measured in the same run; the machine's load shows up in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch._dynamo
+
+import xla_native_functions as xnf
+from xla_native_functions.runtime.metrics import metrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from zoo import ADAMW_LR, MODELS, SGD_LR  # noqa: E402
+
+# The torch.compile backend this project registers (an entry point: needs the package installed); runs in
+# --mode dynamo report "backend not available" until torch._dynamo lists it.
+DYNAMO_BACKEND = "xla_native"
+
+MODES = ("eager", "compiled", "dynamo")
+TASKS = ("inference", "train-sgd", "train-adamw")
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+WARMUP_CALLS = 2  # calls before the steady state: the first traces and compiles; AdamW's
+# first step also creates its state, so its second step is a different graph.
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    """The tensors of a model output (tensors, tuples, dicts, ModelOutput), in order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in _tensors(v)]
+    return []
+
+
+def _as_cpu(t: torch.Tensor) -> torch.Tensor:
+    return xnf.to_torch(t).detach()
+
+
+def compare(ours: list[torch.Tensor], ref: list[torch.Tensor], rtol: float, atol: float,
+            names: list[str] | None = None) -> dict:
+    """max |ours - ref|, max |ours - ref| / (|ref| + atol), and whether every element is
+    within atol + rtol * |ref| (torch.testing.assert_close's rule) with equal shapes and
+    dtypes."""
+    if len(ours) != len(ref):
+        return {"close": False, "max_abs": None, "max_rel": None, "why": f"{len(ours)} tensors, expected {len(ref)}"}
+    max_abs = max_rel = 0.0
+    why = None
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        i = names[i] if names else i
+        a = _as_cpu(a)
+        b = b.detach()
+        if a.shape != b.shape or a.dtype != b.dtype:
+            why = why or f"tensor {i}: {tuple(a.shape)} {a.dtype}, expected {tuple(b.shape)} {b.dtype}"
+            continue
+        if a.numel() == 0:
+            continue
+        if not b.is_floating_point():
+            if not torch.equal(a, b):
+                why = why or f"tensor {i}: integer values differ"
+            continue
+        a64, b64 = a.double(), b.double()
+        diff = (a64 - b64).abs()
+        nan_mismatch = (a64.isnan() != b64.isnan()).any().item()
+        diff = torch.where(a64.isnan() & b64.isnan(), torch.zeros_like(diff), diff)
+        max_abs = max(max_abs, diff.max().item())
+        max_rel = max(max_rel, (diff / (b64.abs() + atol)).max().item())
+        if nan_mismatch or not bool((diff <= atol + rtol * b64.abs()).all()):
+            why = why or f"tensor {i} {tuple(b.shape)} beyond rtol={rtol} atol={atol}"
+    return {"close": why is None, "max_abs": max_abs, "max_rel": max_rel, "why": why}
+
+
+def _eager_executable_compiles() -> int:
+    """Executables compiled so far by the per-op eager path (every jax.jit the generated
+    stubs and the view helpers own)."""
+    import xla_native_functions.dispatch as stubs
+    from xla_native_functions.runtime import dispatch as rd
+
+    fns = [getattr(stubs, n) for n in dir(stubs) if n.startswith("_eager_")]
+    fns += list(rd._EXECUTABLES.values()) + [rd.strided_read_jit, rd.strided_write_jit]
+    return sum(f._cache_size() for f in fns if hasattr(f, "_cache_size"))
+
+
+def _dynamo_stats() -> Any:
+    from xla_native_functions.runtime import dynamo
+
+    return dynamo.stats
+
+
+def _compiles(mode: str) -> int:
+    if mode == "dynamo":
+        return _dynamo_stats().traces  # JAX functions traced and compiled by the backend
+    return metrics.compile_count if mode == "compiled" else _eager_executable_compiles()
+
+
+def _fallback_counts(mode: str) -> dict[str, int]:
+    if mode == "dynamo":  # nodes the backend left to PyTorch CPU, splitting its graphs
+        return {str(op): n for op, n in _dynamo_stats().split_ops.items()}
+    return {str(op).removeprefix("aten."): n for op, n in metrics.fallback_calls.items()}
+
+
+def _fresh_caches() -> None:
+    """Forget every compiled executable, so each run's first call and compile counts are
+    its own even when a sweep runs many models in one process."""
+    import jax
+
+    from xla_native_functions.runtime import lazy
+
+    jax.clear_caches()
+    graph_cache = getattr(lazy, "_GRAPH_CACHE", None)
+    if graph_cache is not None:
+        graph_cache.clear()
+    last_key = getattr(lazy, "_LAST_KEY", None)
+    if last_key is not None:  # or the first compile reports a "recompile" against the last run
+        last_key[0] = None
+
+
+def dynamo_available() -> bool:
+    import torch._dynamo
+
+    return DYNAMO_BACKEND in torch._dynamo.list_backends(exclude_tags=())
+
+
+def _short_error(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {msg[:300]}"
+
+
+def _where(e: BaseException) -> str:
+    """The innermost frame of the traceback outside torch internals, for the report."""
+    frames = traceback.extract_tb(e.__traceback__)
+    for f in reversed(frames):
+        if "/torch/" not in f.filename or "/torch/nn/modules/" in f.filename:
+            return f"{Path(f.filename).name}:{f.lineno} ({f.name})"
+    return ""
+
+
+# ---------------------------------------------------------------- one run
+
+
+def run(
+    name: str,
+    mode: str = "eager",
+    train: bool = False,
+    optimizer: str = "sgd",
+    batch: int = 2,
+    steps: int = 3,
+    timed: int = 5,
+    attn: str | None = None,
+    seed: int = 0,
+    allow_fallback: bool = True,
+) -> dict:
+    """One model, one mode, inference or `steps` training steps; returns the record the
+    report prints (see `format_record`)."""
+    spec = MODELS[name]
+    task = f"train-{optimizer}" if train else "inference"
+    rec: dict[str, Any] = {
+        "model": name, "mode": mode, "task": task, "attn": attn, "batch": batch, "steps": steps if train else 1,
+        "status": "ok", "fallbacks": {}, "recompile_reasons": [],
+    }
+    if mode == "dynamo" and not dynamo_available():
+        rec["status"] = "unavailable"
+        rec["error"] = f"backend not available: torch.compile backend {DYNAMO_BACKEND!r} is not registered"
+        return rec
+
+    _fresh_caches()
+    fallback_setting = xnf.config.allow_cpu_fallback
+    xnf.config.allow_cpu_fallback = allow_fallback
+    torch.manual_seed(seed)
+    case = spec.build(batch, attn=attn) if spec.hf else spec.build(batch)
+    ref_model = case.model
+    ref_model.train(train)
+    kwargs = case.kwargs or {}
+    ref_in = (case.inputs, kwargs, case.target)
+    if mode == "dynamo":
+        # The backend takes CPU modules and tensors, like inductor.
+        torch._dynamo.reset()
+        ours_model = copy.deepcopy(ref_model)
+        ours_in = copy.deepcopy(ref_in)
+    else:
+        ours_model = xnf.to_xla(copy.deepcopy(ref_model))
+        ours_in = xnf.to_xla(ref_in)
+    tol = spec.tolerance
+
+    def make_step(model, inputs):
+        args, kw, target = inputs
+        if not train:
+            def infer():
+                with torch.no_grad():
+                    return model(*args, **kw)
+            return infer
+        if optimizer == "sgd":
+            opt = torch.optim.SGD(model.parameters(), lr=SGD_LR)
+        else:
+            opt = torch.optim.AdamW(model.parameters(), lr=ADAMW_LR, weight_decay=0.01)
+
+        def train_step():
+            opt.zero_grad()
+            loss = case.loss_fn(model(*args, **kw), target)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return train_step
+
+    ref_step = make_step(ref_model, ref_in)
+    ours_model_for_step = ours_model
+    if mode == "dynamo":
+        ours_model_for_step = torch.compile(ours_model, backend=DYNAMO_BACKEND)
+    ours_step = make_step(ours_model_for_step, ours_in)
+    if mode == "compiled":
+        ours_step = xnf.compile(ours_step)
+
+    def sync(out):
+        # Forces the result on the host, so a timing includes the work.
+        return [_as_cpu(t) for t in _tensors(out)]
+
+    fallbacks_before = _fallback_counts(mode)
+    reasons_before = len(metrics.recompile_reasons)
+    compiles_before = _compiles(mode)
+    n_calls = steps if train else 1
+    phase = "first call"
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*not lowered to JAX.*")
+            warnings.filterwarnings("ignore", message=".*Torch was not compiled with flash attention.*")
+            start = time.perf_counter()
+            ours_outs = [sync(ours_step())]
+            rec["first_call_s"] = time.perf_counter() - start
+            rec["compiles_first_call"] = _compiles(mode) - compiles_before
+            phase = "steps"
+            for _ in range(n_calls - 1):
+                ours_outs.append(sync(ours_step()))
+            ref_outs = [sync(ref_step()) for _ in range(n_calls)]
+
+            phase = "compare"
+            if train:
+                rtol, atol = tol.loss
+                rec["loss"] = compare([t for o in ours_outs for t in o], [t for o in ref_outs for t in o], rtol, atol)
+                rec["losses"] = [o[0].item() for o in ref_outs]
+                rtol, atol = tol.weights_sgd if optimizer == "sgd" else tol.weights_adamw
+                ref_state = ref_model.state_dict()
+                ours_state = ours_model.state_dict()
+                rec["weights"] = compare([ours_state[k] for k in ref_state], list(ref_state.values()), rtol, atol,
+                                         names=list(ref_state))
+                checks = [rec["loss"], rec["weights"]]
+            else:
+                rtol, atol = tol.output
+                rec["output"] = compare(ours_outs[0], ref_outs[0], rtol, atol)
+                checks = [rec["output"]]
+            rec["max_abs"] = max((c["max_abs"] or 0.0) for c in checks)
+            rec["max_rel"] = max((c["max_rel"] or 0.0) for c in checks)
+            if not all(c["close"] for c in checks):
+                rec["status"] = "mismatch"
+                rec["error"] = "; ".join(c["why"] for c in checks if c["why"])
+
+            phase = "timing"
+            for _ in range(max(0, WARMUP_CALLS - n_calls)):
+                sync(ours_step())
+            # Ours and PyTorch's steps alternate, so both see the same machine load.
+            steady_before = _compiles(mode)
+            times, ref_times = [], []
+            for _ in range(timed):
+                start = time.perf_counter()
+                sync(ours_step())
+                times.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                sync(ref_step())
+                ref_times.append(time.perf_counter() - start)
+            rec["compiles_steady"] = _compiles(mode) - steady_before
+            rec["step_ms"] = statistics.median(times) * 1e3
+            rec["torch_step_ms"] = statistics.median(ref_times) * 1e3
+            rec["ratio"] = rec["step_ms"] / rec["torch_step_ms"]
+    except Exception as e:  # noqa: BLE001 - every failure is a result to report
+        rec["status"] = "error"
+        rec["error"] = f"{phase}: {_short_error(e)}"
+        rec["where"] = _where(e)
+    finally:
+        xnf.config.allow_cpu_fallback = fallback_setting
+    rec["compiles"] = _compiles(mode) - compiles_before
+    rec["fallbacks"] = {
+        op: n - fallbacks_before.get(op, 0)
+        for op, n in sorted(_fallback_counts(mode).items())
+        if n != fallbacks_before.get(op, 0)
+    }
+    rec["recompile_reasons"] = metrics.recompile_reasons[reasons_before:][:10]
+    lost = [op for op in rec["fallbacks"] if _mutates(op)]
+    if lost:
+        rec["note"] = ("ops that write into their arguments fell back to CPU and their writes were lost "
+                       f"(runtime bug): {', '.join(lost)}")
+    return rec
+
+
+def _mutates(op: str) -> bool:
+    """Whether an aten op (as metrics name it, `addcdiv_.default`) writes into an argument."""
+    name, _, overload = op.partition(".")
+    try:
+        schema = getattr(getattr(torch.ops.aten, name), overload or "default")._schema
+    except (AttributeError, RuntimeError):
+        return False
+    if name in _UNANNOTATED_WRITES:
+        return True
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+# Ops that update an argument although their schema does not mark it as written.
+_UNANNOTATED_WRITES = {"native_batch_norm"}  # running_mean / running_var in training
+
+
+# ---------------------------------------------------------------- printing
+
+
+def _fmt(x: Any, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+_COMPILE_UNIT = {"eager": "per-op executables", "compiled": "graphs", "dynamo": "JAX functions of the backend"}
+
+
+def format_record(rec: dict) -> str:
+    lines = [
+        f"{rec['model']} [{rec['mode']}, {rec['task']}{', attn=' + rec['attn'] if rec.get('attn') else ''}, "
+        f"batch {rec['batch']}, {rec['steps']} step(s)]",
+        f"  status:            {rec['status']}" + (f" ({rec['error']})" if rec.get("error") else ""),
+    ]
+    if rec.get("where"):
+        lines.append(f"  raised at:         {rec['where']}")
+    if rec.get("note"):
+        lines.append(f"  note:              {rec['note']}")
+    if rec["status"] == "unavailable":
+        return "\n".join(lines)
+    what = "losses and updated weights/buffers" if rec["task"] != "inference" else "outputs"
+    lines += [
+        f"  max abs / rel diff: {_fmt(rec.get('max_abs'), '.2e')} / {_fmt(rec.get('max_rel'), '.2e')} ({what})",
+        f"  first call:        {_fmt(rec.get('first_call_s'), '.2f')} s (tracing and compiling included)",
+        f"  steady step:       {_fmt(rec.get('step_ms'), '.2f')} ms vs torch CPU eager {_fmt(rec.get('torch_step_ms'), '.2f')} ms "
+        f"-> {_fmt(rec.get('ratio'), '.2f')}x",
+        f"  compiles:          {rec.get('compiles')} ({_COMPILE_UNIT[rec['mode']]}; "
+        f"first call {rec.get('compiles_first_call', '-')}, steady state {rec.get('compiles_steady', '-')})",
+    ]
+    if rec["recompile_reasons"]:
+        lines.append("  recompile reasons: " + "; ".join(rec["recompile_reasons"][:5]))
+    fb = rec["fallbacks"]
+    lines.append("  CPU fallbacks:     " + (", ".join(f"{op} x{n}" for op, n in fb.items()) if fb else "none"))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- sweep
+
+
+def _key(rec: dict) -> str:
+    return f"{rec['model']}/{rec['mode']}/{rec['task']}/{rec.get('attn') or 'default'}"
+
+
+def sweep_plan(attn_variants: bool = True) -> list[dict]:
+    plan = []
+    for name, spec in MODELS.items():
+        for mode in MODES:
+            for task in TASKS:
+                plan.append({"name": name, "mode": mode, "train": task != "inference",
+                             "optimizer": task.removeprefix("train-") if task != "inference" else "sgd", "attn": None})
+        if spec.hf and attn_variants:
+            # The library default is sdpa; eager attention is the other choice users make.
+            for mode in ("eager", "compiled"):
+                for task in ("inference", "train-adamw"):
+                    plan.append({"name": name, "mode": mode, "train": task != "inference",
+                                 "optimizer": "adamw", "attn": "eager"})
+    return plan
+
+
+def write_docs(records: list[dict]) -> None:
+    from zoo import MODELS as models
+
+    DOCS.mkdir(exist_ok=True)
+    (DOCS / "models.json").write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
+    out = [
+        "# Model zoo",
+        "",
+        "Written by `python scripts/run_model.py --all` (models: `scripts/zoo/`). Every run builds",
+        "the model with a fixed seed and runs it on PyTorch CPU and on xla_native_functions",
+        "with the same weights and inputs (float32). Inference compares outputs; training",
+        "compares the loss of every step and all weights and buffers after the steps.",
+        "`ratio` is our steady-state median step time over PyTorch CPU eager's, measured in",
+        "the same run on a shared 2-core machine (orders of magnitude, not benchmarks).",
+        "`compiles`: graphs compiled in compiled mode, per-op executables in eager mode, the",
+        "backend's JAX functions in dynamo mode (`torch.compile(backend=\"xla_native\")` on the CPU",
+        "model; its fallback ops are the nodes it left to PyTorch CPU, splitting graphs)",
+        "(total / in the steady state after warm-up); every run starts with empty caches.",
+        "Ops that are not lowered yet ran on PyTorch CPU (`allow_cpu_fallback`) and are",
+        "listed with their call counts; in compiled mode each one ends the traced graph, so",
+        "a step is several graphs until the ops are lowered.",
+        "",
+        "| model | mode | task | attn | status | max abs | max rel | first call s | step ms | torch ms | ratio | compiles | fallback ops |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        fb = ", ".join(f"{op} ({n})" for op, n in r["fallbacks"].items()) or "none"
+        status = r["status"] if r["status"] == "ok" else f"**{r['status']}**"
+        out.append(
+            f"| {r['model']} | {r['mode']} | {r['task']} | {r.get('attn') or 'default'} | {status} | "
+            f"{_fmt(r.get('max_abs'), '.1e')} | {_fmt(r.get('max_rel'), '.1e')} | {_fmt(r.get('first_call_s'), '.1f')} | "
+            f"{_fmt(r.get('step_ms'), '.1f')} | {_fmt(r.get('torch_step_ms'), '.1f')} | {_fmt(r.get('ratio'), '.1f')} | "
+            f"{r.get('compiles', '-')} / {r.get('compiles_steady', '-')} | {fb} |"
+        )
+    errors = [r for r in records if r["status"] in ("error", "mismatch")]
+    if errors:
+        out += ["", "## Errors and mismatches", ""]
+        for r in errors:
+            out.append(f"- `{_key(r)}`: {r.get('error')}" + (f" at {r['where']}" if r.get("where") else "")
+                       + (f". Note: {r['note']}" if r.get("note") else ""))
+    recompiles = [r for r in records if r["mode"] == "compiled" and r.get("compiles_steady")]
+    if recompiles:
+        out += ["", "## Recompiles in the steady state", ""]
+        for r in recompiles:
+            out.append(f"- `{_key(r)}`: {r['compiles_steady']} compiles; reasons: {'; '.join(r['recompile_reasons'][:3]) or '-'}")
+    hf = [name for name, spec in models.items() if spec.hf]
+    attn_rows = [r for r in records if r["model"] in hf and r["mode"] != "dynamo"
+                 and any(q["model"] == r["model"] and q["mode"] == r["mode"] and q["task"] == r["task"]
+                         and (q.get("attn") or "default") != (r.get("attn") or "default") for q in records)]
+    if attn_rows:
+        out += ["", "## Attention implementations", "",
+                "transformers 5 defaults to `attn_implementation=\"sdpa\"`. On our device SDPA takes PyTorch's",
+                "math path (`_scaled_dot_product_attention_math`, decomposed before it reaches us), whose softmax",
+                "is `_safe_softmax`; `\"eager\"` attention is plain matmul + softmax. Same model, mode and task:", "",
+                "| model | mode | task | attn | status | max abs | fallback ops |", "|---|---|---|---|---|---|---|"]
+        for r in sorted(attn_rows, key=lambda r: (r["model"], r["mode"], r["task"], r.get("attn") or "")):
+            fb = ", ".join(r["fallbacks"]) or "none"
+            out.append(f"| {r['model']} | {r['mode']} | {r['task']} | {r.get('attn') or 'default (sdpa)'} | "
+                       f"{r['status']} | {_fmt(r.get('max_abs'), '.1e')} | {fb} |")
+    out += ["", "## Ops that fell back to PyTorch CPU, per model", "",
+            "Union over every mode and task (and both attention implementations); metrics' names, so an",
+            "in-place form (`addcdiv_.default`) is listed in the manifest as its functional op (`addcdiv`).", ""]
+    for name in models:
+        ops = sorted({op for r in records if r["model"] == name for op in r["fallbacks"]})
+        out.append(f"- **{name}**: " + (", ".join(f"`{op}`" for op in ops) if ops else "none"))
+    out += ["", "## Tolerances (float32; see Note [Zoo tolerances] in scripts/zoo/__init__.py)", "",
+            "| model | outputs rtol, atol | loss | weights after SGD | weights after AdamW | why |", "|---|---|---|---|---|---|"]
+    for name, spec in models.items():
+        t = spec.tolerance
+        out.append(f"| {name} | {t.output} | {t.loss} | {t.weights_sgd} | {t.weights_adamw} | {t.reason} |")
+    (DOCS / "models.md").write_text("\n".join(out) + "\n")
+
+
+def sweep(args: argparse.Namespace) -> None:
+    plan = sweep_plan()
+    if args.shard:
+        i, n = (int(x) for x in args.shard.split("/"))
+        plan = plan[i - 1::n]
+    json_path = DOCS / "models.json"
+    done: dict[str, dict] = {}
+    if args.resume and json_path.exists():
+        done = {_key(r): r for r in json.loads(json_path.read_text())}
+    for k, p in enumerate(plan):
+        probe = {"model": p["name"], "mode": p["mode"], "attn": p["attn"],
+                 "task": f"train-{p['optimizer']}" if p["train"] else "inference"}
+        if _key(probe) in done:
+            continue
+        print(f"[{k + 1}/{len(plan)}] {_key(probe)} ...", file=sys.stderr, flush=True)
+        rec = run(p["name"], p["mode"], p["train"], p["optimizer"], batch=args.batch, steps=args.steps,
+                  timed=args.timed, attn=p["attn"])
+        print(f"    {rec['status']}" + (f" ({rec.get('error')})" if rec.get("error") else ""), file=sys.stderr, flush=True)
+        done[_key(rec)] = rec
+        order = {_key({"model": q["name"], "mode": q["mode"], "attn": q["attn"],
+                       "task": f"train-{q['optimizer']}" if q["train"] else "inference"}): i
+                 for i, q in enumerate(sweep_plan())}
+        write_docs(sorted(done.values(), key=lambda r: order.get(_key(r), 1 << 30)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", nargs="?", choices=sorted(MODELS))
+    parser.add_argument("--mode", choices=MODES, default="eager")
+    parser.add_argument("--train", action="store_true")
+    parser.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3, help="training steps compared with PyTorch CPU")
+    parser.add_argument("--timed", type=int, default=5, help="steady-state steps timed after the comparison")
+    parser.add_argument("--attn", choices=("eager", "sdpa"), default=None,
+                        help="attn_implementation of transformers models (default: the library's)")
+    parser.add_argument("--no-fallback", action="store_true", help="raise on ops that are not lowered")
+    parser.add_argument("--all", action="store_true", help="sweep every model x mode x task, write docs/models.md")
+    parser.add_argument("--shard", help="with --all: run part i of n (i/n)")
+    parser.add_argument("--resume", action="store_true", help="with --all: keep results already in docs/models.json")
+    parser.add_argument("--json", action="store_true", help="print the record as JSON")
+    parser.add_argument("--report", action="store_true", help="rewrite docs/models.md from docs/models.json only")
+    args = parser.parse_args(argv)
+    if args.report:
+        write_docs(json.loads((DOCS / "models.json").read_text()))
+        return 0
+    if args.all:
+        sweep(args)
+        return 0
+    if not args.name:
+        parser.error("a model name or --all is required")
+    if args.attn and not MODELS[args.name].hf:
+        parser.error(f"--attn applies to transformers models only, not {args.name}")
+    rec = run(args.name, args.mode, args.train, args.optimizer, batch=args.batch, steps=args.steps,
+              timed=args.timed, attn=args.attn, allow_fallback=not args.no_fallback)
+    print(json.dumps(rec, indent=1) if args.json else format_record(rec))
+    return 0 if rec["status"] in ("ok", "unavailable") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
