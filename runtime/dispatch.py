@@ -364,6 +364,26 @@ def fallback(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         cpu_kwargs["device"] = torch.device("cpu")
     with torch._C._DisableTorchDispatch():
         out = op(*cpu_args, **cpu_kwargs)
+    # Arguments the op writes into (self of an in-place op, out=, running stats) got
+    # the new values on the CPU copies: write them back, and return our tensors.
+    written = {}
+    for i, a in enumerate(op._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            ours, theirs = (args[i], cpu_args[i]) if i < len(args) else (kwargs.get(a.name), cpu_kwargs.get(a.name))
+            if isinstance(ours, XlaTensor):
+                with X64:
+                    new = cpu_to_jax(theirs)
+                if state.tracing:
+                    from .lazy import _input
+
+                    new = _input(new)
+                write_into(ours, new, check_cast=False)
+                written[id(theirs)] = ours
+    if written:
+        if isinstance(out, (tuple, list)):
+            return type(out)(written.get(id(o)) or _from_cpu_result(o) for o in out)
+        if id(out) in written:
+            return written[id(out)]
     return _from_cpu_result(out)
 
 

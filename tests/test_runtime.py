@@ -503,6 +503,21 @@ def test_fallback_op_runs_on_cpu_and_is_counted(kthvalue_in_fallback):
     assert "aten.kthvalue.default: 1" in xnf.metrics_report()
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_fallback_writes_into_its_arguments(monkeypatch, mode):
+    op = torch.ops.aten.addcmul_.default
+    monkeypatch.setitem(dispatch._REGISTRY, op, lambda *args, **kwargs: dispatch.fallback(op, args, kwargs))
+    x, o = xnf.to_xla(torch.zeros(3)), xnf.to_xla(torch.ones(3))
+    view = x[1:]
+
+    def f():
+        return view.addcmul_(o[1:], o[1:], value=2.0)
+
+    result = f() if mode == "eager" else xnf.compile(f)()
+    assert result is view
+    assert torch.equal(cpu(x), torch.tensor([0.0, 2.0, 2.0]))
+
+
 def test_missing_op_names_op_call_site_and_section(bessel_j0_unlisted):
     x = xnf.to_xla(torch.randn(3))
     with pytest.raises(xnf.OperatorNotFound) as info:
