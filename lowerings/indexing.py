@@ -79,7 +79,12 @@ def lower_put(self, index, source, accumulate=False):
     idx = bounded(index.reshape(-1), flat.shape[0], wrap=True)
     src = source.reshape(-1).astype(flat.dtype)
     ref = flat.at[idx]
-    out = ref.add(src, mode="drop") if accumulate else ref.set(src, mode="drop")
+    if not accumulate:
+        out = ref.set(src, mode="drop")
+    elif flat.dtype == jnp.bool_:
+        out = ref.max(src, mode="drop")
+    else:
+        out = ref.add(src, mode="drop")
     return out.reshape(self.shape)
 
 
@@ -101,7 +106,7 @@ def lower_index_add(self, dim, index, source, *, alpha=1):
     x, key, d = _along(self, dim, index, wrap=False)
     src = _source_along(source, x, d)
     if x.dtype == jnp.bool_:
-        out = x.at[key].max(src, mode="drop")
+        out = x.at[key].max(src & jnp.asarray(alpha).astype(jnp.bool_), mode="drop")
     else:
         out = x.at[key].add((src * jnp.asarray(alpha).astype(x.dtype)).astype(x.dtype), mode="drop")
     return out.reshape(self.shape)

@@ -73,6 +73,9 @@ def lower_scatter_reduce_two(self, dim, index, src, reduce, *, include_self=True
     key = _scatter_key(x.shape, d, idx)
     out_dtype = x.dtype
     xs, s = opmath(x), opmath(_src_for(src, idx).astype(x.dtype))
+    if x.dtype == jnp.bool_:
+        # Reduce bools as integers; the cast back maps nonzero to True (any / all).
+        xs, s = xs.astype(jnp.int64), s.astype(jnp.int64)
     hit = jnp.zeros(x.shape, jnp.bool_).at[key].set(True, mode="drop")
     base = xs if include_self else jnp.where(hit, _identity(reduce, xs.dtype), xs)
     ref = base.at[key]

@@ -39,10 +39,10 @@ def index_select_output_shape(self, dim, index):
 def check_gather_scatter(op, self, dim, index, src=None):
     """ATen's gather_shape_check / scatter_shape_check."""
     d = normalize_dim(dim, self.ndim)
-    if index.dtype not in _INDEX_DTYPES:
-        raise RuntimeError(f"{op}(): Expected dtype int32/int64 for index")
     if index.numel() == 0:
         return d
+    if index.dtype not in _INDEX_DTYPES:
+        raise RuntimeError(f"{op}(): Expected dtype int32/int64 for index")
     if max(index.ndim, 1) != max(self.ndim, 1):
         raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
     if src is not None and src.ndim and max(index.ndim, 1) != max(src.ndim, 1):
