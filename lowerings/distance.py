@@ -110,7 +110,8 @@ def lower_searchsorted_Tensor(sorted_sequence, self, *, out_int32=False, right=F
         out = jnp.searchsorted(seq, self, side=side)
     else:
         search = lambda s, v: jnp.searchsorted(s, v, side=side)
-        flat_seq = seq.reshape(-1, seq.shape[-1])
-        flat_val = self.reshape(-1, self.shape[-1])
+        rows = math.prod(seq.shape[:-1])
+        flat_seq = seq.reshape(rows, seq.shape[-1])
+        flat_val = self.reshape(rows, self.shape[-1])
         out = jax.vmap(search)(flat_seq, flat_val).reshape(self.shape)
     return out.astype(_out_dtype(out_int32))

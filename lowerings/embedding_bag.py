@@ -3,7 +3,7 @@
 Bags are segments of `indices` that start at each offset; a row equal to padding_idx
 (-1: none) takes no part in its bag. Besides the output the forward returns PyTorch
 CPU's auxiliary tensors, in CPU's shapes: offset2bag (the bag of each index; empty in
-sum mode without padding, as on CPU), bag_size (rows per bag) and max_indices (the
+sum mode without padding, as on CPU), bag_size (rows per bag; zeros in sum mode, as on CPU) and max_indices (the
 weight row chosen per bag and feature in max mode, else bag_size again). The backward
 ops recompute bag membership from the offsets where they have them, so they do not
 depend on the auxiliary values. Out-of-range rows read as NaN (Note [Out-of-bounds
@@ -21,17 +21,24 @@ from .indexing import bounded
 SUM, MEAN, MAX = 0, 1, 2
 
 
-def _bags(indices, offsets, num_bags):
-    """The bag of every index (num_bags for an index past the last bag)."""
+def _bags(indices, offsets, num_bags, mode):
+    """The bag of every index: bag b starts at offsets[b]. An index before the first
+    offset belongs to no bag (num_bags). Indices past a trailing include_last_offset
+    entry (malformed input) are inconsistent on CPU: its plain sum kernel stops the last
+    bag there, its other kernels run it to the end of `indices`. We follow the sum
+    kernel in sum mode and run to the end otherwise."""
     pos = jnp.arange(indices.shape[0], dtype=offsets.dtype)
-    bag = jnp.searchsorted(offsets, pos, side="right").astype(jnp.int64) - 1
-    return jnp.where((bag < 0) | (bag >= num_bags), num_bags, bag)
+    bag = jnp.searchsorted(offsets[:num_bags], pos, side="right").astype(jnp.int64) - 1
+    outside = bag < 0
+    if mode == SUM and offsets.shape[0] > num_bags:
+        outside = outside | (pos >= offsets[num_bags])
+    return jnp.where(outside, num_bags, bag)
 
 
 def _forward(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx, forward_only):
     n, d = weight.shape
     num_bags, bag_size_len = bag_counts(offsets.shape[0], mode, include_last_offset, forward_only)
-    bag = _bags(indices, offsets, num_bags)
+    bag = _bags(indices, offsets, num_bags, mode)
     keep = (indices != padding_idx) & (bag < num_bags)
     w = opmath(weight)
     rows = jnp.take(w, bounded(indices, n, wrap=False), axis=0, mode="fill", fill_value=jnp.nan)
@@ -59,10 +66,13 @@ def _forward(weight, indices, offsets, mode, per_sample_weights, include_last_of
         if mode == MEAN:
             out = out / jnp.maximum(counts, 1).astype(out.dtype)[:, None]
     bag_size = jnp.concatenate([counts, jnp.zeros((bag_size_len - num_bags,), jnp.int64)])
+    if mode == SUM:
+        bag_size = jnp.zeros_like(bag_size)  # CPU leaves it unset (zeros) in sum mode
     if mode != MAX:
         max_indices = bag_size
     offset2bag = bag if (mode != SUM or padding_idx >= 0) else jnp.zeros((0,), jnp.int64)
-    return out.astype(weight.dtype), offset2bag, bag_size, max_indices
+    it = indices.dtype
+    return out.astype(weight.dtype), offset2bag.astype(it), bag_size.astype(it), max_indices.astype(it)
 
 
 def lower__embedding_bag(
@@ -111,7 +121,7 @@ def lower__embedding_bag_backward(
     grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq,
     mode, sparse, per_sample_weights, padding_idx=-1,
 ):
-    bag = _bags(indices, offsets, grad.shape[0])
+    bag = _bags(indices, offsets, grad.shape[0], mode)
     return _dense_backward(grad, indices, bag, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx, maximum_indices)
 
 
@@ -125,7 +135,7 @@ def lower__embedding_bag_dense_backward(
 
 def lower__embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
     g = opmath(grad)
-    bag = _bags(indices, offsets, g.shape[0])
+    bag = _bags(indices, offsets, g.shape[0], mode)
     rows = jnp.take(opmath(weight), bounded(indices, weight.shape[0], wrap=False), axis=0, mode="fill", fill_value=jnp.nan)
     per_bag = jnp.take(g, bag, axis=0, mode="fill", fill_value=0)
     out = jnp.sum(per_bag * rows, axis=1)

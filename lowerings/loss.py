@@ -207,8 +207,7 @@ def _multi_margin(self, target, p, margin, weight, reduction):
     tb = bounded(t, c, wrap=False)
     xy = jnp.take_along_axis(x2, tb[:, None], axis=1, mode="fill", fill_value=jnp.nan)
     z = jnp.maximum(margin - xy + x2, 0)
-    if p == 2:
-        z = z * z
+    z = jnp.where(jnp.asarray(p) == 2, z * z, z)  # p is a runtime Scalar: 1 or 2
     if weight is not None:
         z = z * jnp.take(opmath(weight), tb, mode="fill", fill_value=jnp.nan)[:, None]
     z = jnp.where(jnp.arange(c)[None, :] == tb[:, None], jnp.zeros((), z.dtype), z)

@@ -84,9 +84,4 @@ def searchsorted_Tensor_output_shape(sorted_sequence, self, *, out_int32=False, 
             f"tensor and input value tensor must match, but we got boundaries tensor {list(sorted_sequence.shape)} "
             f"and input value tensor {list(self.shape)}"
         )
-    if sorted_sequence.dtype != self.dtype:
-        raise RuntimeError(
-            "torch.searchsorted(): input value tensor and boundaries tensor should have same dtype, but got "
-            f"boundaries tensor dtype {type_name(sorted_sequence.dtype)} and input value tensor dtype {type_name(self.dtype)}"
-        )
     return TensorMeta(self.shape, torch.int32 if out_int32 else torch.int64)

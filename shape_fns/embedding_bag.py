@@ -57,7 +57,7 @@ def _check_forward(weight, indices, offsets, mode, sparse, per_sample_weights, i
 def _forward_meta(weight, indices, offsets, mode, sparse, per_sample_weights, include_last_offset, padding_idx, forward_only):
     _check_forward(weight, indices, offsets, mode, sparse, per_sample_weights, include_last_offset)
     num_bags, size_len = bag_counts(offsets.shape[0], mode, include_last_offset, forward_only)
-    long = torch.int64
+    long = indices.dtype  # the auxiliary outputs take the indices' integer type
     offset2bag = (indices.shape[0],) if (mode != 0 or padding_idx >= 0) else (0,)
     max_indices = (num_bags, weight.shape[1]) if mode == 2 else (size_len,)
     return (
