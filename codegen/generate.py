@@ -34,6 +34,7 @@ PUBLIC_API = (
     "compile",
     "config",
     "default_env",
+    "lazy_mode",
     "mark_step",
     "metrics_report",
     "reset_metrics",
@@ -89,6 +90,12 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
                 "before it reaches a backend, so listing it has no effect; list the ops it decomposes into"
             )
             continue
+        if entry.section == "full_codegen" and rec.kind != "functional" and not rec.is_view:
+            errors.append(
+                f"{entry.where(manifest.path)}: '{entry.op}' writes into its arguments ({rec.kind}); a lowering "
+                "only returns new values, so list it under `supported` (handwritten impl_*) or `fallback`"
+            )
+            continue
         spec = make_op_spec(entry.op, rec.schema, entry.section, rec.is_view, rec.kind)
         specs.append(spec)
         if rec.kind != "functional":
@@ -96,9 +103,10 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
         for variant in sorted(groups[rec.group], key=lambda r: r.name):
             if variant.kind not in ("inplace", "out") or variant.name in listed:
                 continue
-            if rec.is_view:
-                continue  # in-place views (t_, squeeze_) change metadata only; not derived
-            vspec = make_op_spec(variant.name, variant.schema, entry.section, False, variant.kind, functional=spec.name)
+            if rec.is_view and variant.kind != "inplace":
+                continue  # views have no out= form worth deriving (their _copy ops are separate entries)
+            # An in-place view (t_, squeeze_) gives `self` the view's sizes and strides.
+            vspec = make_op_spec(variant.name, variant.schema, entry.section, rec.is_view, variant.kind, functional=spec.name)
             if variant.kind == "out" and len(vspec.outs) != len(spec.returns):
                 continue
             specs.append(vspec)
@@ -108,9 +116,9 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
 
 
 def _schema_params(spec: OpSpec) -> tuple[list[str], list[str], dict[str, str]]:
-    positional = [a.name for a in spec.inputs if not a.kwarg_only]
-    kwonly = [a.name for a in spec.inputs if a.kwarg_only]
-    defaults = {a.name: a.default for a in spec.inputs if a.default is not None}
+    positional = [a.name for a in spec.handwritten_args if not a.kwarg_only]
+    kwonly = [a.name for a in spec.handwritten_args if a.kwarg_only]
+    defaults = {a.name: a.default for a in spec.handwritten_args if a.default is not None}
     return positional, kwonly, defaults
 
 
@@ -139,14 +147,14 @@ def check_sources(manifest: Manifest, specs: list[OpSpec], root: Path) -> tuple[
             fn = table.get(fname)
             place = f"{manifest.path}:{lines[spec.op]}"
             if fn is None:
-                missing.append(f"  {place}: {spec.op} needs, in {where}:\n      def {fname}({spec.signature(include_out=False)}):")
+                missing.append(f"  {place}: {spec.op} needs, in {where}:\n      def {fname}({spec.handwritten_signature()}):")
                 continue
             problems = signature_problems(fn, positional, kwonly, defaults)
             if problems:
                 mismatched.append(
                     f"  {fn.path}:{fn.line}: {fname} does not match the schema of {spec.op} ({spec.schema}):\n"
                     + "".join(f"      - {p}\n" for p in problems)
-                    + f"    expected: def {fname}({spec.signature(include_out=False)}):"
+                    + f"    expected: def {fname}({spec.handwritten_signature()}):"
                 )
     errors = []
     if missing:

@@ -110,10 +110,10 @@ class ArgSpec:
     def unwrap(self) -> str:
         """How the eager path passes this argument to the executable."""
         return {
-            TENSOR: f"_value({self.name})",
-            OPT_TENSOR: f"_value_opt({self.name})",
-            TENSOR_LIST: f"_values({self.name})",
-            ATTR_LIST: f"_attr_list({self.name})",
+            TENSOR: f"_rt_value({self.name})",
+            OPT_TENSOR: f"_rt_value_opt({self.name})",
+            TENSOR_LIST: f"_rt_values({self.name})",
+            ATTR_LIST: f"_rt_attr_list({self.name})",
         }.get(self.kind, self.name)
 
 
@@ -152,6 +152,33 @@ class OpSpec:
         """Arguments forwarding this op's inputs by name to a function of the same schema."""
         parts = [a.name if not a.kwarg_only else f"{a.name}={a.name}" for a in self.inputs]
         return ", ".join(parts)
+
+    @property
+    def functional_ref(self) -> str:
+        """How a derived variant's stub calls its functional stub (see dispatch.py.j2)."""
+        if any(a.name == self.functional for a in self.args):
+            return f"_rt_stubs.{self.functional}"
+        return self.functional
+
+    def aten_expr(self, aten: str) -> str:
+        """A Python expression for this overload's OpOverload, `aten` naming torch.ops.aten."""
+        name, _, overload = self.op.partition(".")
+        overload = overload or "default"
+        if keyword.iskeyword(overload):  # random.from
+            return f'getattr({aten}.{name}, "{overload}")'
+        return f"{aten}.{name}.{overload}"
+
+    @property
+    def handwritten_args(self) -> tuple[ArgSpec, ...]:
+        """Parameters of the op's handwritten function: an op listed in its out= form
+        (it has no functional overload to derive from) takes its out arguments too."""
+        return self.args if self.functional is None and self.outs else self.inputs
+
+    def handwritten_call_args(self) -> str:
+        return ", ".join(a.name if not a.kwarg_only else f"{a.name}={a.name}" for a in self.handwritten_args)
+
+    def handwritten_signature(self) -> str:
+        return self.signature(include_out=self.handwritten_args is self.args)
 
     @property
     def returns_kind(self) -> str:

@@ -10,7 +10,7 @@ from torch.utils._pytree import tree_map
 from .config import config
 from .dispatch import X64, OperatorNotFound, cpu_to_jax, jax_to_cpu
 from .env import default_env
-from .lazy import compile, mark_step
+from .lazy import compile, lazy_mode, mark_step
 from .metrics import metrics_report, reset_metrics
 from .tensor import XlaTensor, from_array
 
@@ -19,6 +19,7 @@ __all__ = [
     "compile",
     "config",
     "default_env",
+    "lazy_mode",
     "mark_step",
     "metrics_report",
     "reset_metrics",

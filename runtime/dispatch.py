@@ -291,6 +291,15 @@ def _type_name(dtype: torch.dtype) -> str:
     }.get(dtype, str(dtype))
 
 
+def restride_inplace(self: Any, view: XlaTensor) -> Any:
+    """An in-place view op (t_, squeeze_): `self` becomes `view`, a view of its own
+    storage, keeping its identity and autograd state."""
+    with torch._C._DisableTorchDispatch():
+        self.data = view  # TensorImpl::shallow_copy_from: sizes, strides, offset
+    self._store, self._whole, self._cache = view._store, view._whole, None
+    return self
+
+
 def write_inplace(self: Any, result: Any) -> Any:
     write_into(self, _result_value(result))
     return self
@@ -299,8 +308,25 @@ def write_inplace(self: Any, result: Any) -> Any:
 def write_out(outs: tuple[Any, ...], result: Any) -> Any:
     results = result if isinstance(result, (tuple, list)) else (result,)
     for o, r in zip(outs, results):
+        if isinstance(o, XlaTensor) and tuple(o.shape) != tuple(r.shape):
+            resize_out(o, tuple(r.shape))
         write_into(o, _result_value(r))
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def resize_out(out: XlaTensor, shape: tuple[int, ...]) -> None:
+    """PyTorch resizes an out= tensor of the wrong shape (with a warning unless it was
+    empty). `out` gets a new storage, to be written whole."""
+    if out.numel():
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does not "
+            f"match the required output shape {list(shape)}. This behavior is deprecated, and in a future PyTorch "
+            "release outputs will not be resized unless they have zero elements. You can explicitly reuse an out "
+            "tensor t by resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=4,
+        )
+    restride_inplace(out, XlaTensor(Storage(None), shape, out.dtype))
 
 
 def _result_value(t: Any) -> Any:
@@ -367,6 +393,8 @@ def user_call_site() -> str:
     for frame in reversed(traceback.extract_stack()[:-1]):
         if not frame.filename.startswith(skip) and "<frozen" not in frame.filename:
             return f"{frame.filename}:{frame.lineno} ({frame.line or frame.name})"
+    if torch._C._current_graph_task_id() != -1:
+        return "backward()"
     return "<unknown>"
 
 
@@ -381,9 +409,10 @@ def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             _warned_fallback.add(name)
             warnings.warn(f"{name} is not lowered to JAX; running it on PyTorch CPU (allow_cpu_fallback)", stacklevel=3)
         return fallback(func, args, kwargs)
-    functional = name.split(".")[0].rstrip("_") if name.split(".")[0].endswith("_") else None
+    base, dot, overload = name.partition(".")
+    listed = base.rstrip("_") + dot + overload  # in-place forms are derived from the functional op
     hint = (
-        f"add '{name if not functional else functional}' to a section of native_functions.yaml "
+        f"add '{listed}' to a section of native_functions.yaml "
         "(full_codegen with lower_*/..._output_shape, supported, or fallback) and run `python -m codegen.generate`"
     )
     raise OperatorNotFound(
@@ -393,21 +422,101 @@ def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    handler = _REGISTRY.get(func)
-    metrics.op_calls[func] += 1
-    if handler is None:
-        return missing_op(func, args, kwargs)
-    if config.debug_print_each_op or config.debug_accuracy_for_each_op:
-        from .debug import debug_call
+    try:
+        handler = _REGISTRY.get(func)
+        metrics.op_calls[func] += 1
+        if handler is None:
+            return missing_op(func, args, kwargs)
+        if config.debug_print_each_op or config.debug_accuracy_for_each_op:
+            from .debug import debug_call
 
-        return debug_call(func, handler, args, kwargs)
-    return handler(*args, **kwargs)
+            return debug_call(func, handler, args, kwargs)
+        return handler(*args, **kwargs)
+    except Exception as error:
+        if torch._C._current_graph_task_id() == -1:
+            raise
+        return _defer_backward_error(func, args, kwargs, error)
+
+
+# Note [Errors during backward]
+# An exception raised from __torch_dispatch__ on the autograd engine's device thread
+# kills the process: while it unwinds, a stream guard for our (Python-registered)
+# device calls back into Python with the error still pending, which throws inside a
+# noexcept destructor (std::terminate). So during backward an error is kept, the op
+# returns placeholder zeros of the right shape (the engine runs on to its end, on
+# values nobody will see), and the autograd engine wrapper below raises the kept
+# error from backward() on the caller's thread.
+_backward_errors: list[BaseException] = []
+
+
+def _defer_backward_error(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException) -> Any:
+    if not _backward_errors:
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            error.add_note(f"raised by {func} in the backward of {node.name()}")
+        _backward_errors.append(error)
+    if func._schema.is_mutable:
+        return next(a for a in args if isinstance(a, torch.Tensor))
+    from .tensor import from_array
+
+    def to_meta(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+        if isinstance(x, (list, tuple)):
+            return type(x)(to_meta(y) for y in x)
+        return x
+
+    def placeholder(m: Any) -> Any:
+        if isinstance(m, torch.Tensor):
+            with X64:
+                return from_array(jnp.zeros(m.shape, TORCH_TO_NUMPY[m.dtype]))
+        if isinstance(m, (list, tuple)):
+            return type(m)(placeholder(y) for y in m)
+        return m
+
+    try:
+        with torch._C._DisableTorchDispatch():
+            meta_out = func(*to_meta(args), **{k: to_meta(v) for k, v in kwargs.items()})
+    except Exception:
+        # No shape to imitate: the engine's own shape check stops the pass instead.
+        meta_out = to_meta(next(a for a in args if isinstance(a, torch.Tensor)))
+    return placeholder(meta_out)
+
+
+class _AutogradEngine:
+    """The autograd engine, raising errors kept during backward (Note [Errors during
+    backward]) from `run_backward` on the caller's thread."""
+
+    def __init__(self, engine: Any):
+        self._engine = engine
+
+    def run_backward(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = self._engine.run_backward(*args, **kwargs)
+        except BaseException:
+            if _backward_errors:
+                raise _backward_errors.pop() from None
+            raise
+        if _backward_errors:
+            raise _backward_errors.pop()
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+
+def _install_autograd_engine() -> None:
+    from torch.autograd.variable import Variable
+
+    if not isinstance(Variable._execution_engine, _AutogradEngine):
+        Variable._execution_engine = _AutogradEngine(Variable._execution_engine)
 
 
 _LIBRARY: list[Any] = []
 
 
 def install(registry: dict[Any, Any], sections: dict[str, str]) -> None:
+    _install_autograd_engine()
     _REGISTRY.update(registry)
     _SECTIONS.update(sections)
     # Factories asked for device="jax" (torch.zeros(3, device="jax"), torch.tensor(7)

@@ -170,14 +170,14 @@ def _new_tensor(v: Value) -> XlaTensor:
 
 def record_write(t: XlaTensor, new: Value) -> None:
     store = t._store
-    base = store.value
-    if base.__class__ is not Value:
-        base = store.value = _input(base)
     if new.meta.dtype != t.dtype:
         new = _emit(Convert((new, t.dtype)), TensorMeta(new.meta.shape, t.dtype))
     if t._whole:
         store.value = new
     else:
+        base = store.value
+        if base.__class__ is not Value:
+            base = store.value = _input(base)
         layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
         store.value = _emit(StridedWrite((base, new) + layout), base.meta)
     state.trace.track(store)
@@ -432,10 +432,31 @@ _lazy_scope: list[Any] = []
 
 def mark_step() -> None:
     """Lazy mode (PyTorch/XLA style): the first call starts recording; every call runs
-    what was recorded since the last one."""
+    what was recorded since the last one. Ops outside a `lazy_mode()` block stay lazy
+    for the rest of the process, as on PyTorch/XLA."""
     if not _lazy_scope:
         cm = tracing()
         cm.__enter__()
         _lazy_scope.append(cm)
         return
     sync()
+
+
+@contextlib.contextmanager
+def lazy_mode():
+    """Record ops lazily inside the block: `mark_step()` runs what was recorded so far,
+    the end of the block runs the rest and returns to eager execution."""
+    if _lazy_scope:
+        raise RuntimeError("lazy_mode() cannot be entered while lazy mode is already on")
+    cm = tracing()
+    cm.__enter__()
+    _lazy_scope.append(cm)
+    try:
+        yield
+    except BaseException as error:
+        _lazy_scope.pop()
+        if not cm.__exit__(type(error), error, error.__traceback__):
+            raise
+    else:
+        _lazy_scope.pop()
+        cm.__exit__(None, None, None)

@@ -309,6 +309,15 @@ def test_non_functional_form_is_rejected(tmp_path, empty_root, op, kind, functio
     )
 
 
+@pytest.mark.parametrize("op, kind", [("resize_", "inplace"), ("atan2.out", "out"), ("_native_batch_norm_legit", "mutable")])
+def test_mutating_op_cannot_be_full_codegen(tmp_path, empty_root, op, kind):
+    text = f"backend: XLA\nfull_codegen:\n  - {op}\nsupported:\nfallback:\n"
+    assert render_error(tmp_path, text, empty_root) == (
+        f"<tmp>/manifest.yaml:3: '{op}' writes into its arguments ({kind}); a lowering only returns new values, "
+        "so list it under `supported` (handwritten impl_*) or `fallback`"
+    )
+
+
 def test_composite_implicit_op_is_rejected(tmp_path, empty_root):
     text = "backend: XLA\nfull_codegen:\nsupported:\nfallback:\n  - linear\n"
     assert render_error(tmp_path, text, empty_root) == (
@@ -828,14 +837,14 @@ class Abs(Node):
         self.assertExpectedInline(
             self.stub("abs"),
             """\
-_eager_abs = _eager_executable(ir.Abs)
+_eager_abs = _rt_eager_executable(ir.Abs)
 
 
 def abs(self):
-    if _state.tracing:
-        return _trace(ir.Abs, (self,))
-    with _x64:
-        return _wrap(_eager_abs(_value(self)))
+    if _rt_state.tracing:
+        return _rt_trace(ir.Abs, (self,))
+    with _rt_x64:
+        return _rt_wrap(_eager_abs(_rt_value(self)))
 """,
         )
 
@@ -866,14 +875,14 @@ class AddTensor(Node):
         self.assertExpectedInline(
             self.stub("add_Tensor"),
             """\
-_eager_add_Tensor = _eager_executable(ir.AddTensor)
+_eager_add_Tensor = _rt_eager_executable(ir.AddTensor)
 
 
 def add_Tensor(self, other, *, alpha=1):
-    if _state.tracing:
-        return _trace(ir.AddTensor, (self, other, alpha,))
-    with _x64:
-        return _wrap(_eager_add_Tensor(_value(self), _value(other), alpha))
+    if _rt_state.tracing:
+        return _rt_trace(ir.AddTensor, (self, other, alpha,))
+    with _rt_x64:
+        return _rt_wrap(_eager_add_Tensor(_rt_value(self), _rt_value(other), alpha))
 """,
         )
 
@@ -904,14 +913,14 @@ class SumDimIntList(Node):
         self.assertExpectedInline(
             self.stub("sum_dim_IntList"),
             """\
-_eager_sum_dim_IntList = _eager_executable(ir.SumDimIntList)
+_eager_sum_dim_IntList = _rt_eager_executable(ir.SumDimIntList)
 
 
 def sum_dim_IntList(self, dim, keepdim=False, *, dtype=None):
-    if _state.tracing:
-        return _trace(ir.SumDimIntList, (self, dim, keepdim, dtype,))
-    with _x64:
-        return _wrap(_eager_sum_dim_IntList(_value(self), _attr_list(dim), keepdim, dtype))
+    if _rt_state.tracing:
+        return _rt_trace(ir.SumDimIntList, (self, dim, keepdim, dtype,))
+    with _rt_x64:
+        return _rt_wrap(_eager_sum_dim_IntList(_rt_value(self), _rt_attr_list(dim), keepdim, dtype))
 """,
         )
 
@@ -942,21 +951,21 @@ class NativeLayerNorm(Node):
         self.assertExpectedInline(
             self.stub("native_layer_norm"),
             """\
-_eager_native_layer_norm = _eager_executable(ir.NativeLayerNorm)
+_eager_native_layer_norm = _rt_eager_executable(ir.NativeLayerNorm)
 
 
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
-    if _state.tracing:
-        return _trace(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
-    with _x64:
-        return _wrap(_eager_native_layer_norm(_value(input), _attr_list(normalized_shape), _value_opt(weight), _value_opt(bias), eps))
+    if _rt_state.tracing:
+        return _rt_trace(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
+    with _rt_x64:
+        return _rt_wrap(_eager_native_layer_norm(_rt_value(input), _rt_attr_list(normalized_shape), _rt_value_opt(weight), _rt_value_opt(bias), eps))
 """,
         )
         self.assertExpectedInline(
             self.stub("native_layer_norm_out"),
             """\
 def native_layer_norm_out(input, normalized_shape, weight, bias, eps, *, out0, out1, out2):
-    return _write_out((out0, out1, out2,), native_layer_norm(input, normalized_shape, weight, bias, eps))
+    return _rt_write_out((out0, out1, out2,), native_layer_norm(input, normalized_shape, weight, bias, eps))
 """,
         )
 
@@ -965,7 +974,7 @@ def native_layer_norm_out(input, normalized_shape, weight, bias, eps, *, out0, o
             self.stub("add__Tensor"),
             """\
 def add__Tensor(self, other, *, alpha=1):
-    return _write_inplace(self, add_Tensor(self, other, alpha=alpha))
+    return _rt_write_inplace(self, add_Tensor(self, other, alpha=alpha))
 """,
         )
 
@@ -974,14 +983,14 @@ def add__Tensor(self, other, *, alpha=1):
             self.stub("max_dim_max"),
             """\
 def max_dim_max(self, dim, keepdim=False, *, max, max_values):
-    return _write_out((max, max_values,), max_dim(self, dim, keepdim))
+    return _rt_write_out((max, max_values,), max_dim(self, dim, keepdim))
 """,
         )
         self.assertExpectedInline(
             self.stub("add_out"),
             """\
 def add_out(self, other, *, alpha=1, out):
-    return _write_out((out,), add_Tensor(self, other, alpha=alpha))
+    return _rt_write_out((out,), add_Tensor(self, other, alpha=alpha))
 """,
         )
 
@@ -990,12 +999,12 @@ def add_out(self, other, *, alpha=1, out):
             self.stub("permute"),
             """\
 def permute(self, dims):
-    return _make_view(ir.Permute, (self, dims,))
+    return _rt_make_view(ir.Permute, (self, dims,))
 """,
         )
-        # In-place views (t_, squeeze_) are not derived; views have no out= form here.
+        # In-place views (t_, squeeze_) restride `self`; views have no out= form here.
         self.assertNotIn("\ndef permute_", self.files["dispatch.py"])
-        self.assertNotIn("\ndef t_(", self.files["dispatch.py"])
+        self.assertIn("\ndef t_(self):\n    return _rt_restride_inplace(self, t(self))\n", self.files["dispatch.py"])
 
     def test_supported(self):
         self.assertExpectedInline(
@@ -1042,14 +1051,14 @@ class Kthvalue(Node):
             self.stub("kthvalue"),
             """\
 def kthvalue(self, k, dim=-1, keepdim=False):
-    return _fallback(torch.ops.aten.kthvalue.default, (self, k, dim, keepdim,), {})
+    return _rt_fallback(torch.ops.aten.kthvalue.default, (self, k, dim, keepdim,), {})
 """,
         )
         self.assertExpectedInline(
             self.stub("kthvalue_values"),
             """\
 def kthvalue_values(self, k, dim=-1, keepdim=False, *, values, indices):
-    return _write_out((values, indices,), kthvalue(self, k, dim, keepdim))
+    return _rt_write_out((values, indices,), kthvalue(self, k, dim, keepdim))
 """,
         )
 
@@ -1067,7 +1076,7 @@ def test_fallback_stub_passes_keyword_only_arguments_by_schema_name(tmp_path, em
     files = render(write_manifest(tmp_path, text), root=empty_root).files
     assert stub(files["dispatch.py"], "gelu") == (
         "def gelu(self, *, approximate='none'):\n"
-        "    return _fallback(torch.ops.aten.gelu.default, (self,), {\"approximate\": approximate})\n"
+        "    return _rt_fallback(torch.ops.aten.gelu.default, (self,), {\"approximate\": approximate})\n"
     )
 
 
@@ -1109,11 +1118,6 @@ def _fake_torch(op: str, overload: str):
     return types.SimpleNamespace(ops=types.SimpleNamespace(aten=types.SimpleNamespace(**{op: types.SimpleNamespace(**{overload: f"aten.{op}.{overload}"})})))
 
 
-@pytest.mark.xfail(
-    reason="an overload named by a Python keyword (random.from) is emitted as `_aten.random.from` in registry.py and "
-    "`torch.ops.aten.random.from` in dispatch.py, which are syntax errors; the generator reports nothing",
-    strict=True,
-)
 def test_keyword_overload_name_gives_valid_python(tmp_path, empty_root):
     text = "backend: XLA\nfull_codegen:\nsupported:\nfallback:\n  - random.from\n"
     files = render(write_manifest(tmp_path, text), root=empty_root).files
@@ -1121,11 +1125,6 @@ def test_keyword_overload_name_gives_valid_python(tmp_path, empty_root):
         compile(files[name], name, "exec")
 
 
-@pytest.mark.xfail(
-    reason="derived in-place/out= stubs call the functional stub by its bare name, which a parameter of the same name "
-    "shadows: threshold_(self, threshold, value) calls the Scalar `threshold` (TypeError: not callable)",
-    strict=True,
-)
 def test_derived_stub_is_not_shadowed_by_a_parameter(tmp_path, empty_root):
     text = "backend: XLA\nfull_codegen:\nsupported:\nfallback:\n  - threshold\n"
     files = render(write_manifest(tmp_path, text), root=empty_root).files
@@ -1134,17 +1133,13 @@ def test_derived_stub_is_not_shadowed_by_a_parameter(tmp_path, empty_root):
         "threshold",
         "threshold_",
         torch=_fake_torch("threshold", "default"),
-        _fallback=lambda op, args, kwargs: (op, args),
-        _write_inplace=lambda self, result: result,
+        _rt_fallback=lambda op, args, kwargs: (op, args),
+        _rt_write_inplace=lambda self, result: result,
     )
+    ns["_rt_stubs"] = types.SimpleNamespace(threshold=ns["threshold"])
     assert ns["threshold_"]("x", 0.5, 0.0) == ("aten.threshold.default", ("x", 0.5, 0.0))
 
 
-@pytest.mark.xfail(
-    reason="the stub of aten `_values` is a module-level `def _values` in dispatch.py, which rebinds the imported helper "
-    "`values as _values` that every TENSOR_LIST argument (cat's `tensors`) is unwrapped with",
-    strict=True,
-)
 def test_stubs_do_not_shadow_dispatch_helpers(tmp_path, empty_root):
     text = "backend: XLA\nfull_codegen:\nsupported:\nfallback:\n  - _values\n"
     files = render(write_manifest(tmp_path, text), root=empty_root).files
@@ -1154,11 +1149,6 @@ def test_stubs_do_not_shadow_dispatch_helpers(tmp_path, empty_root):
     assert imported & defined == set()
 
 
-@pytest.mark.xfail(
-    reason="an op listed in its out= form (allowed for core-tagged atan2.out) gets a functional stub: the fallback "
-    "stub drops the `out` argument (`_fallback(torch.ops.aten.atan2.out, (self, other,), {})`)",
-    strict=True,
-)
 def test_listed_out_op_forwards_out(tmp_path, empty_root):
     text = "backend: XLA\nfull_codegen:\nsupported:\nfallback:\n  - atan2.out\n"
     files = render(write_manifest(tmp_path, text), root=empty_root).files
@@ -1167,7 +1157,7 @@ def test_listed_out_op_forwards_out(tmp_path, empty_root):
         files["dispatch.py"],
         "atan2_out",
         torch=_fake_torch("atan2", "out"),
-        _fallback=lambda op, args, kwargs: calls.append((op, args, kwargs)),
+        _rt_fallback=lambda op, args, kwargs: calls.append((op, args, kwargs)),
     )
     ns["atan2_out"]("a", "b", out="o")
     assert calls == [("aten.atan2.out", ("a", "b"), {"out": "o"})]
@@ -1175,12 +1165,12 @@ def test_listed_out_op_forwards_out(tmp_path, empty_root):
 
 def test_generated_python_compiles_for_many_ops(tmp_path, empty_root):
     """Every functional, non-composite aten overload listed as fallback (no handwritten code
-    needed) renders to valid Python, except the two exposed by the xfail tests above."""
+    needed) renders to valid Python."""
     db = load_schema_database()
     ops = sorted(
         r.name
         for r in db.records.values()
-        if r.kind == "functional" and not r.composite_implicit and r.name not in ("random.from", "_values")
+        if r.kind == "functional" and not r.composite_implicit
     )
     assert len(ops) > 1000
     text = "backend: XLA\nfull_codegen:\nsupported:\nfallback:\n" + "".join(f"  - {o}\n" for o in ops)

@@ -5,17 +5,26 @@ from __future__ import annotations
 
 import copy
 import re
+import warnings
 
 import pytest
 import torch
 
 import xla_native_functions as xnf
+from xla_native_functions.runtime import dispatch, lazy
 from xla_native_functions.runtime.metrics import metrics
 from xla_native_functions.runtime.tensor import XlaTensor
 
 
 def cpu(t):
     return xnf.to_torch(t)
+
+
+@pytest.fixture(autouse=True)
+def fresh_graph_cache(monkeypatch):
+    """Compile counts in one test do not depend on graphs other tests compiled."""
+    monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})
+    monkeypatch.setattr(lazy, "_LAST_KEY", [None])
 
 
 # ---------------------------------------------------------------- tensors and dtypes
@@ -149,6 +158,64 @@ def test_out_variant_writes_into_out():
     torch.testing.assert_close(cpu(out), torch.add(a, b, alpha=2))
 
 
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda x: x.t_(),
+        lambda x: x.transpose_(0, 1),
+        lambda x: x.unsqueeze_(1),
+        lambda x: x.unsqueeze_(0).squeeze_(0),
+        lambda x: x.resize_(2, 2),
+        lambda x: x.resize_(4, 4),  # grows the storage
+        lambda x: x[1:].t_().mul_(2),
+    ],
+    ids=["t_", "transpose_", "unsqueeze_", "squeeze_", "resize_shrink", "resize_grow", "t_on_view"],
+)
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_inplace_metadata_ops_keep_identity(mutate, mode):
+    ref = torch.arange(12.0).reshape(3, 4)
+    x = xnf.to_xla(ref.clone())
+    run = mutate if mode == "eager" else xnf.compile(mutate)
+    result = run(x)
+    expected = mutate(ref)
+    assert x.shape == ref.shape and x.stride() == ref.stride() and x.storage_offset() == ref.storage_offset()
+    if ref.numel() > 12:  # resize_ leaves grown elements uninitialized
+        torch.testing.assert_close(cpu(x).flatten()[:12], ref.flatten()[:12])
+    else:
+        torch.testing.assert_close(cpu(x), ref)
+        torch.testing.assert_close(cpu(result), expected)
+
+
+def test_resize_keeps_aliasing_with_views():
+    base = xnf.to_xla(torch.arange(6.0))
+    view = base.view(6)
+    view.resize_(3)
+    view.fill_(1)
+    assert torch.equal(cpu(base), torch.tensor([1.0, 1, 1, 3, 4, 5]))
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("numel", [0, 5])
+def test_out_of_the_wrong_shape_is_resized(mode, numel):
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    out, ref = xnf.to_xla(torch.zeros(numel)), torch.zeros(numel)
+
+    def add(o, x, y):
+        return torch.add(x, y, out=o)
+
+    run = add if mode == "eager" else xnf.compile(add)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run(out, xnf.to_xla(a), xnf.to_xla(b))
+    with warnings.catch_warnings(record=True) as ref_caught:
+        warnings.simplefilter("always")
+        add(ref, a, b)
+    # PyTorch's message ends with its C++ source location "(Triggered internally at ...)".
+    assert [str(w.message) for w in caught] == [str(w.message).split(" (Triggered internally")[0] for w in ref_caught]
+    assert out.shape == ref.shape and out.stride() == ref.stride()
+    torch.testing.assert_close(cpu(out), ref)
+
+
 def test_view_errors_match_torch():
     x = xnf.to_xla(torch.zeros(3, 4))
     with pytest.raises(RuntimeError, match="view size is not compatible"):
@@ -239,6 +306,80 @@ def test_compiled_training_step_compiles_once_and_matches_eager():
         torch.testing.assert_close(cpu(p), q, atol=1e-5, rtol=1e-5)
 
 
+def test_lazy_mode_training_loop_matches_cpu_and_compiles_once():
+    model = _block()
+    ref_model = copy.deepcopy(model)
+    xnf.to_xla(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref_opt = torch.optim.SGD(ref_model.parameters(), lr=0.1)
+    losses = []
+    xnf.reset_metrics()
+    with xnf.lazy_mode():
+        for _ in range(4):
+            x = torch.randn(5, 16)
+            ref_opt.zero_grad()
+            ref_loss = (ref_model(x) ** 2).mean()
+            ref_loss.backward()
+            ref_opt.step()
+            opt.zero_grad()
+            loss = (model(xnf.to_xla(x)) ** 2).mean()
+            loss.backward()
+            opt.step()
+            assert metrics.execute_count + metrics.compile_count == len(losses)  # nothing ran yet
+            xnf.mark_step()
+            losses.append((loss, ref_loss))
+    assert not xnf.runtime.state.tracing
+    for loss, ref_loss in losses:
+        torch.testing.assert_close(cpu(loss), ref_loss, atol=1e-5, rtol=1e-5)
+    assert metrics.compile_count == 1 and metrics.cache_hits == 3, xnf.metrics_report()
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(cpu(p), q, atol=1e-5, rtol=1e-5)
+
+
+def test_lazy_mode_host_read_runs_the_pending_graph():
+    x = xnf.to_xla(torch.arange(6.0))
+    with xnf.lazy_mode():
+        y = (x * 2).sum()
+        assert y.item() == 30.0  # a host read cannot wait for mark_step
+        x.add_(1)
+    assert torch.equal(cpu(x), torch.arange(6.0) + 1)
+
+
+@pytest.mark.parametrize("capturable", [False, True], ids=["step_on_cpu", "capturable"])
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_adamw_training_matches_cpu(mode, capturable):
+    """Default AdamW reads its CPU step counter with .item() and passes a new float to
+    addcdiv_ every step: compiled mode must neither freeze it nor recompile for it."""
+    model = _block()
+    ref_model = copy.deepcopy(model)
+    xnf.to_xla(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, capturable=capturable)
+    ref_opt = torch.optim.AdamW(ref_model.parameters(), lr=0.01)
+
+    def step(x):
+        opt.zero_grad()
+        loss = (model(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    run = step if mode == "eager" else xnf.compile(step)
+    xnf.reset_metrics()
+    for _ in range(4):
+        x = torch.randn(5, 16)
+        ref_opt.zero_grad()
+        ref_loss = (ref_model(x) ** 2).mean()
+        ref_loss.backward()
+        ref_opt.step()
+        torch.testing.assert_close(cpu(run(xnf.to_xla(x))), ref_loss, atol=1e-5, rtol=1e-5)
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        torch.testing.assert_close(cpu(p), q, atol=1e-5, rtol=1e-5)
+    assert not metrics.fallback_calls
+    if mode == "compiled":
+        # The first step creates the optimizer state, so its graph differs from the rest.
+        assert metrics.compile_count == 2, xnf.metrics_report()
+
+
 def test_recompile_reason_names_the_changed_input():
     f = xnf.compile(lambda a: (a * 2).sum())
     xnf.reset_metrics()
@@ -289,10 +430,37 @@ def test_factories_in_environment_and_seeded_rng():
     assert abs(cpu(r1).mean().item()) < 0.15 and abs(cpu(r1).std().item() - 1) < 0.1
 
 
+def test_environment_enabled_globally_until_disabled():
+    env = xnf.default_env()
+    env.enable_globally()
+    try:
+        inside = torch.ones(2)
+        model = torch.nn.Linear(3, 2)  # parameters created on JAX
+    finally:
+        env.disable_globally()
+    outside = torch.ones(2)
+    assert isinstance(inside, XlaTensor) and isinstance(model.weight, XlaTensor)
+    assert not isinstance(outside, XlaTensor)
+    out = model(xnf.to_xla(torch.ones(4, 3)))
+    torch.testing.assert_close(cpu(out), torch.ones(4, 3) @ cpu(model.weight).T + cpu(model.bias))
+
+
 # ---------------------------------------------------------------- fallback and missing ops
 
 
-def test_fallback_op_runs_on_cpu_and_is_counted():
+@pytest.fixture
+def kthvalue_in_fallback(monkeypatch):
+    """kthvalue listed under `fallback`, whatever today's manifest says."""
+    op = torch.ops.aten.kthvalue.default
+    monkeypatch.setitem(dispatch._REGISTRY, op, lambda *args, **kwargs: dispatch.fallback(op, args, kwargs))
+
+
+@pytest.fixture
+def bessel_j0_unlisted(monkeypatch):
+    monkeypatch.delitem(dispatch._REGISTRY, torch.ops.aten.special_bessel_j0.default, raising=False)
+
+
+def test_fallback_op_runs_on_cpu_and_is_counted(kthvalue_in_fallback):
     t = torch.tensor([3.0, 1.0, 2.0, 5.0])
     xnf.reset_metrics()
     values, indices = xnf.to_xla(t).kthvalue(2)
@@ -302,7 +470,7 @@ def test_fallback_op_runs_on_cpu_and_is_counted():
     assert "aten.kthvalue.default: 1" in xnf.metrics_report()
 
 
-def test_missing_op_names_op_call_site_and_section():
+def test_missing_op_names_op_call_site_and_section(bessel_j0_unlisted):
     x = xnf.to_xla(torch.randn(3))
     with pytest.raises(xnf.OperatorNotFound) as info:
         torch.special.bessel_j0(x)  # the line named in the message
@@ -312,12 +480,31 @@ def test_missing_op_names_op_call_site_and_section():
     assert "native_functions.yaml" in message and "allow_cpu_fallback" in message
 
 
-def test_allow_cpu_fallback_runs_missing_op(monkeypatch):
+def test_allow_cpu_fallback_runs_missing_op(monkeypatch, bessel_j0_unlisted):
     monkeypatch.setattr(xnf.config, "allow_cpu_fallback", True)
     t = torch.rand(4)
     with pytest.warns(UserWarning, match="not lowered"):
         out = torch.special.bessel_j0(xnf.to_xla(t))
     torch.testing.assert_close(cpu(out), torch.special.bessel_j0(t))
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_error_during_backward_raises_from_backward(monkeypatch, mode):
+    """Note [Errors during backward]: the process survives and backward() raises."""
+    monkeypatch.delitem(dispatch._REGISTRY, torch.ops.aten.threshold_backward.default)
+    x = xnf.to_xla(torch.randn(3, 3)).requires_grad_()
+
+    def step(a):
+        a.relu().sum().backward()
+
+    run = step if mode == "eager" else xnf.compile(step)
+    with pytest.raises(xnf.OperatorNotFound, match="'threshold_backward'.*backward\\(\\)") as info:
+        run(x)
+    assert any("ReluBackward0" in note for note in info.value.__notes__)
+    monkeypatch.undo()
+    x.grad = None
+    step(x)  # the next backward is unaffected
+    torch.testing.assert_close(cpu(x.grad), (cpu(x) > 0).float())
 
 
 def test_debug_print_each_op(monkeypatch, capsys):

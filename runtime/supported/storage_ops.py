@@ -1,0 +1,44 @@
+"""Ops that change a tensor's own sizes and storage: resize_."""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+
+from ..dispatch import X64, restride_inplace
+from ..ir import Value
+from ..lazy import materialize
+from ..tensor import Storage, XlaTensor, contiguous_strides
+
+
+def _channels_last_strides(size: tuple[int, ...]) -> tuple[int, ...]:
+    n, c, h, w = size
+    return (h * w * c, 1, w * c, c)
+
+
+def impl_resize_(self, size, *, memory_format=None):
+    import torch
+
+    size = tuple(size)
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
+    if memory_format is torch.channels_last and len(size) == 4:
+        strides = _channels_last_strides(size)
+    elif memory_format in (None, torch.contiguous_format, torch.preserve_format):
+        strides = contiguous_strides(size)
+    else:
+        raise RuntimeError(f"resize_ with memory_format {memory_format} is not supported for a {len(size)}-d size")
+    store = self._store
+    offset = self.storage_offset()
+    needed = offset + math.prod(size)
+    traced = store.value.__class__ is Value
+    capacity = math.prod(store.value.meta.shape if traced else store.value.shape)
+    if needed > capacity:
+        # PyTorch grows the storage in place; here `self` gets a grown copy of it, so
+        # other tensors still on the old storage no longer alias `self`.
+        with X64:
+            flat = jnp.ravel(materialize(store) if traced else store.value)
+            store = Storage(jnp.concatenate([flat, jnp.zeros(needed - capacity, flat.dtype)]))
+    restride_inplace(self, XlaTensor(store, size, self.dtype, strides, offset))
+    return self
