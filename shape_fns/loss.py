@@ -129,7 +129,8 @@ def soft_margin_loss_backward_output_shape(grad_output, self, target, reduction)
 
 
 def _check_margin(self, target, p=1, weight=None):
-    if p not in (1, 2):
+    # p is a runtime Scalar: its value is only known here when it is a Python number.
+    if isinstance(p, (int, float)) and p not in (1, 2):
         raise RuntimeError("only p == 1 and p == 2 supported")
     if self.ndim > 2 or (self.ndim == 2 and self.shape[1] == 0):
         raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: {list(self.shape)}")
