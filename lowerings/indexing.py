@@ -54,6 +54,8 @@ def lower_index_select(self, dim, index):
 
 
 def lower_gather(self, dim, index, *, sparse_grad=False):
+    if index.size == 0:  # any shape is valid then, even one self cannot be indexed by
+        return jnp.zeros(index.shape, self.dtype)
     if index.ndim == 0 or self.ndim == 0:
         d = 0
         x, idx = _as_1d(self), _as_1d(index)

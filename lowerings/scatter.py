@@ -38,16 +38,22 @@ def _src_for(src, index):
 
 
 def lower_scatter_src(self, dim, index, src):
+    if index.size == 0:  # nothing to write; the index's shape need not fit
+        return self
     x, d, idx = _prep(self, dim, index)
     return x.at[_scatter_key(x.shape, d, idx)].set(_src_for(src, idx).astype(x.dtype), mode="drop").reshape(self.shape)
 
 
 def lower_scatter_value(self, dim, index, value):
+    if index.size == 0:  # nothing to write; the index's shape need not fit
+        return self
     x, d, idx = _prep(self, dim, index)
     return x.at[_scatter_key(x.shape, d, idx)].set(jnp.asarray(value).astype(x.dtype), mode="drop").reshape(self.shape)
 
 
 def lower_scatter_add(self, dim, index, src):
+    if index.size == 0:  # nothing to write; the index's shape need not fit
+        return self
     x, d, idx = _prep(self, dim, index)
     src = _src_for(src, idx).astype(x.dtype)
     ref = x.at[_scatter_key(x.shape, d, idx)]
@@ -69,6 +75,8 @@ def _identity(reduce, dtype):
 
 
 def lower_scatter_reduce_two(self, dim, index, src, reduce, *, include_self=True):
+    if index.size == 0:  # nothing to write; the index's shape need not fit
+        return self
     x, d, idx = _prep(self, dim, index)
     key = _scatter_key(x.shape, d, idx)
     out_dtype = x.dtype
