@@ -1,0 +1,158 @@
+"""index.Tensor, index_put and masked_select: indexing whose shape or validity depends
+on the index values.
+
+A bool (or uint8) mask index selects a data-dependent number of elements: PyTorch
+hands it to the backend as is, and we turn it into integer indices (its nonzero
+coordinates) on the host, as PyTorch's own kernels do. index_put with a single mask
+and None elsewhere (`x[mask] = v`, and the backward of `x[mask]`) has a static shape
+and stays in the graph while tracing.
+
+Integer indices are checked against their dimension on the host whenever the index is
+concrete (eager mode), raising PyTorch's IndexError. In a compiled program the index is
+not known while tracing: out-of-range entries then read as fill values or are dropped
+(Note [Out-of-bounds indices] in lowerings/indexing.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ...lowerings.indexing import index_put_values, index_tensor, masked_select_positions
+from ...shape_fns.common import TensorMeta, broadcast_shapes
+from ...shape_fns.indexing import check_indices, index_meta, index_put_meta, masked_select_meta
+from .. import state
+from ..dispatch import X64, cpu_to_jax, run_node
+from ..ir import ATTR, TENSOR, TENSOR_LIST, Node
+from ..tensor import XlaTensor, from_array
+from .tensor_ops import _host_value
+
+
+class IndexTensor(Node):
+    __slots__ = ()
+    op = name = "index_tensor"
+    arg_kinds = (TENSOR, TENSOR_LIST)
+
+    @staticmethod
+    def lower(self, indices):
+        return index_tensor(self, indices)
+
+    @staticmethod
+    def output_shape(self, indices):
+        return index_meta(self, indices)
+
+
+class IndexPut(Node):
+    __slots__ = ()
+    op = name = "index_put_values"
+    arg_kinds = (TENSOR, TENSOR_LIST, TENSOR, ATTR)
+
+    @staticmethod
+    def lower(self, indices, values, accumulate):
+        return index_put_values(self, indices, values, accumulate)
+
+    @staticmethod
+    def output_shape(self, indices, values, accumulate):
+        return index_put_meta(self, indices, values, accumulate)
+
+
+class MaskedSelect(Node):
+    __slots__ = ()
+    op = name = "masked_select_positions"
+    arg_kinds = (TENSOR, TENSOR, TENSOR)
+
+    @staticmethod
+    def lower(self, mask, positions):
+        return masked_select_positions(self, mask, positions)
+
+    @staticmethod
+    def output_shape(self, mask, positions):
+        return masked_select_meta(self, mask, positions.shape[0])
+
+
+def _device(t):
+    """Index tensors may live on the CPU (`x[torch.tensor([0, 2])]`), as PyTorch allows."""
+    if t is None or isinstance(t, XlaTensor):
+        return t
+    with X64:
+        return from_array(cpu_to_jax(t))
+
+
+def _host(t):
+    if isinstance(t, XlaTensor):
+        with X64:
+            return np.asarray(_host_value(t))
+    return t.detach().numpy()
+
+
+def _is_mask(t):
+    return t is not None and t.dtype in (torch.bool, torch.uint8)
+
+
+def _expand_masks(self, indices):
+    """Integer indices for every bool mask: its nonzero coordinates (PyTorch's
+    expandTensors), checking the mask's shape against the dims it covers."""
+    out = []
+    for ix in indices:
+        if not _is_mask(ix):
+            out.append(ix)
+            continue
+        dim = len(out)
+        for j, n in enumerate(ix.shape):
+            if dim + j >= self.dim():
+                raise IndexError(f"too many indices for tensor of dimension {self.dim()}")
+            if n != self.shape[dim + j]:
+                raise IndexError(
+                    f"The shape of the mask {list(ix.shape)} at index {j} does not match the shape of the "
+                    f"indexed tensor {list(self.shape)} at index {dim + j}"
+                )
+        coords = np.nonzero(_host(ix).astype(bool))
+        out.extend(_device(torch.from_numpy(np.ascontiguousarray(c, dtype=np.int64))) for c in coords)
+    return out
+
+
+def _check_bounds(self, indices):
+    if state.tracing:
+        return
+    for dim, ix in enumerate(indices):
+        if ix is None or ix.numel() == 0:
+            continue
+        arr = _host(ix)
+        size = self.shape[dim]
+        bad = (arr < -size) | (arr >= size)
+        if bad.any():
+            raise IndexError(f"index {int(arr[bad].reshape(-1)[0])} is out of bounds for dimension {dim} with size {size}")
+
+
+def _prepare(self, indices):
+    indices = [_device(ix) for ix in indices]
+    check_indices(TensorMeta(tuple(self.shape), self.dtype), [None if ix is None else TensorMeta(tuple(ix.shape), ix.dtype) for ix in indices])
+    return indices
+
+
+def impl_index_Tensor(self, indices):
+    indices = _prepare(self, indices)
+    if any(_is_mask(ix) for ix in indices):
+        indices = _expand_masks(self, indices)
+    _check_bounds(self, indices)
+    return run_node(IndexTensor, (self, list(indices)))
+
+
+def impl_index_put(self, indices, values, accumulate=False):
+    indices = _prepare(self, indices)
+    values = _device(values)
+    masks = [ix for ix in indices if _is_mask(ix)]
+    simple_mask = len(masks) == 1 and sum(ix is not None for ix in indices) == 1
+    if masks and not (state.tracing and simple_mask):
+        indices = _expand_masks(self, indices)
+    _check_bounds(self, indices)
+    return run_node(IndexPut, (self, list(indices), values, bool(accumulate)))
+
+
+def impl_masked_select(self, mask):
+    mask = _device(mask)
+    if mask.dtype is not torch.bool:
+        raise RuntimeError(f"masked_select: expected BoolTensor for mask")
+    shape = broadcast_shapes(tuple(self.shape), tuple(mask.shape))
+    positions = np.flatnonzero(np.broadcast_to(_host(mask), shape)).astype(np.int64)
+    return run_node(MaskedSelect, (self, mask, _device(torch.from_numpy(positions))))
