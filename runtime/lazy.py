@@ -79,6 +79,7 @@ class Convert(Node):
 class Trace:
     def __init__(self):
         self.storages: list[weakref.ref[Storage]] = []  # created or mutated while tracing
+        self.segment = 0  # graphs run so far by this trace
 
     def track(self, store: Storage) -> None:
         self.storages.append(weakref.ref(store))
@@ -188,7 +189,9 @@ def record_write(t: XlaTensor, new: Value) -> None:
 # ---------------------------------------------------------------- lowering a graph
 
 _GRAPH_CACHE: dict[Any, Callable] = {}
-_LAST_KEY: list[Any] = [None]
+# The key of the graph last run at each position within a trace: a trace cut by host
+# reads (.item()) runs several graphs per step, each compared with its own predecessor.
+_LAST_KEYS: dict[int, Any] = {}
 
 
 def _collect(roots: list[Value]) -> tuple[list[Node], list[Value], list[ScalarInput]]:
@@ -338,15 +341,22 @@ def sync() -> None:
     fn = _GRAPH_CACHE.get(key)
     if fn is None:
         metrics.cache_misses += 1
-        if _LAST_KEY[0] is not None:
-            metrics.recompile_reasons.append(_why(_LAST_KEY[0], key))
+        previous = _LAST_KEYS.get(trace.segment)
+        if previous is not None:
+            metrics.recompile_reasons.append(_why(previous, key))
+        elif trace.segment:
+            metrics.recompile_reasons.append(
+                f"graph {trace.segment + 1} of one trace: a host read (.item(), printing, a data-dependent "
+                "shape) ran the graph recorded so far, and the trace continued in a new graph"
+            )
         fn = _build(order, inputs, scalars, roots)
         _GRAPH_CACHE[key] = fn
         compiling = True
     else:
         metrics.cache_hits += 1
         compiling = False
-    _LAST_KEY[0] = key
+    _LAST_KEYS[trace.segment] = key
+    trace.segment += 1
     from .dispatch import X64
 
     start = time.perf_counter()
@@ -440,6 +450,7 @@ def mark_step() -> None:
         _lazy_scope.append(cm)
         return
     sync()
+    state.trace.segment = 0  # a step boundary: the next graph is compared with this step's first
 
 
 @contextlib.contextmanager

@@ -137,12 +137,8 @@ def _fresh_caches() -> None:
     from xla_native_functions.runtime import lazy
 
     jax.clear_caches()
-    graph_cache = getattr(lazy, "_GRAPH_CACHE", None)
-    if graph_cache is not None:
-        graph_cache.clear()
-    last_key = getattr(lazy, "_LAST_KEY", None)
-    if last_key is not None:  # or the first compile reports a "recompile" against the last run
-        last_key[0] = None
+    lazy._GRAPH_CACHE.clear()
+    lazy._LAST_KEYS.clear()  # or the first compile reports a "recompile" against the last run
 
 
 def dynamo_available() -> bool:

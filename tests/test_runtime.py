@@ -24,7 +24,7 @@ def cpu(t):
 def fresh_graph_cache(monkeypatch):
     """Compile counts in one test do not depend on graphs other tests compiled."""
     monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})
-    monkeypatch.setattr(lazy, "_LAST_KEY", [None])
+    monkeypatch.setattr(lazy, "_LAST_KEYS", {})
 
 
 # ---------------------------------------------------------------- tensors and dtypes

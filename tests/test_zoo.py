@@ -15,52 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import run_model  # noqa: E402
 from zoo import MODELS  # noqa: E402
 
-# Ops each model still runs on PyTorch CPU, as metrics_report() names them (the
-# manifest entry is the functional overload: `addcdiv_.default` -> `addcdiv`).
-_LOSS = ["nll_loss_backward.default", "nll_loss_forward.default"]
-_ADAMW = ["addcdiv_.default", "addcmul_.default", "lerp_.Scalar"]
-_SDPA = ["_safe_softmax.default"]
-NEEDS_INFERENCE = {
-    "mlp": [],
-    "resnet": ["convolution.default", "max_pool2d_with_indices.default", "native_batch_norm.default"],
-    "dlrm": ["_embedding_bag.default", "index.Tensor", "stack.default"],
-    "bert": _SDPA + ["all.default", "bitwise_and.Tensor", "gather.default", "index.Tensor"],
-    "gpt2": _SDPA + ["all.default", "cumsum.default", "tril.default"],
-    "llama": _SDPA + ["all.default", "cumsum.default", "silu.default", "tril.default"],
-    "t5": _SDPA + ["ge.Tensor", "lt.Scalar"],
-    "vit": _SDPA + ["convolution.default"],
-}
-NEEDS_TRAIN = {
-    "mlp": _LOSS,
-    "resnet": _LOSS + ["convolution_backward.default", "max_pool2d_with_indices_backward.default",
-                       "native_batch_norm_backward.default"],
-    "dlrm": ["_embedding_bag_backward.default", "binary_cross_entropy_with_logits.default", "index_put.default"],
-    "bert": _LOSS,
-    "gpt2": _LOSS + ["tanh_backward.default"],
-    "llama": _LOSS + ["slice_backward.default"],
-    "t5": _LOSS,
-    "vit": _LOSS + ["convolution_backward.default", "select_backward.default"],
-}
-# In-place ops and ops that mutate an argument (native_batch_norm's running stats) lose
-# their writes when they fall back to CPU, so these results are wrong until the ops
-# are lowered.
-WRONG_WHILE_FALLING_BACK = {
-    ("resnet", "train-sgd"): ["native_batch_norm.default"],
-    ("resnet", "train-adamw"): ["native_batch_norm.default"] + _ADAMW,
-}
-
-
-def needs(model: str, task: str, mode: str = "eager") -> list[str]:
-    if mode == "dynamo":  # AOTAutograd decomposes the optimizer and loss ops away
-        return []
-    ops = list(NEEDS_INFERENCE[model])
-    if task != "inference":
-        ops += NEEDS_TRAIN[model]
-    if task == "train-adamw":
-        ops += _ADAMW
-    return sorted(set(ops))
-
-
 CASES = (
     [(m, "eager", "inference") for m in MODELS]
     + [(m, "compiled", "inference") for m in ("mlp", "resnet", "dlrm", "gpt2")]
@@ -79,43 +33,39 @@ def record(model: str, mode: str, task: str, attn: str | None = None) -> dict:
                          batch=2, steps=2, timed=1, attn=attn)
 
 
-def _param(model, mode, task, xfail_ops):
-    marks = [pytest.mark.xfail(strict=False, reason="needs ops: " + ", ".join(xfail_ops))] if xfail_ops else []
-    return pytest.param(model, mode, task, marks=marks, id=f"{model}-{mode}-{task}")
+def _param(model, mode, task):
+    return pytest.param(model, mode, task, id=f"{model}-{mode}-{task}")
 
 
-def _numerics_xfail(model, task, mode):
-    if mode == "dynamo":
-        return []
-    ops = WRONG_WHILE_FALLING_BACK.get((model, task), []) + (_ADAMW if task == "train-adamw" else [])
-    return sorted(set(ops))
-
-
-@pytest.mark.parametrize("model,mode,task", [_param(*c, _numerics_xfail(c[0], c[2], c[1])) for c in CASES])
+@pytest.mark.parametrize("model,mode,task", [_param(*c) for c in CASES])
 def test_matches_pytorch_cpu(model, mode, task):
     rec = record(model, mode, task)
     assert rec["status"] == "ok", f"{rec.get('error')} {rec.get('where', '')}"
     assert rec["max_abs"] is not None
 
 
-@pytest.mark.parametrize("model,mode,task", [_param(*c, needs(c[0], c[2], c[1])) for c in CASES])
+@pytest.mark.parametrize("model,mode,task", [_param(*c) for c in CASES])
 def test_no_cpu_fallbacks(model, mode, task):
     rec = record(model, mode, task)
     assert rec["status"] != "error", rec.get("error")
     assert rec["fallbacks"] == {}
 
 
-@pytest.mark.parametrize("model,mode,task", [_param(*c, needs(c[0], c[2], c[1])) for c in CASES if c[1] == "compiled"])
+@pytest.mark.parametrize("model,mode,task", [_param(*c) for c in CASES if c[1] == "compiled"])
 def test_compiled_step_compiles_once(model, mode, task):
     rec = record(model, mode, task)
     assert rec["status"] != "error", rec.get("error")
     assert rec["compiles_steady"] == 0, rec["recompile_reasons"]
+    # A host read inside the step (transformers' mask code checks values) runs the graph
+    # recorded so far: the step is then several graphs, each compiled in the first call.
+    graphs = rec["compiles_first_call"]
+    assert graphs <= 2, rec["recompile_reasons"]
     if task == "train-adamw":
         # AdamW creates its state (exp_avg, exp_avg_sq) in the first step, so the second
         # step is a different program; from then on nothing compiles.
-        assert rec["compiles_first_call"] == 1 and rec["compiles"] <= 2, rec["recompile_reasons"]
+        assert rec["compiles"] <= 2 * graphs, rec["recompile_reasons"]
     else:
-        assert rec["compiles"] == 1, rec["recompile_reasons"]
+        assert rec["compiles"] == graphs, rec["recompile_reasons"]
 
 
 def test_eager_attention_matches():
