@@ -549,7 +549,28 @@ def install(registry: dict[Any, Any], sections: dict[str, str]) -> None:
         ):
             lib.impl(op._schema.name.removeprefix("aten::") + ("." + op._overloadname if op._overloadname != "default" else ""),
                      _factory_kernel(op), "PrivateUse1")
+    # PyTorch's CPU kernels that produce a tensor on our device (cpu_tensor.to("jax")
+    # inside torch.tensor(data, device=...), a list index moved to an XlaTensor's
+    # device) end in a copy that reaches the dispatcher's PrivateUse1 key.
+    lib.impl("_copy_from", _copy_from_kernel, "PrivateUse1")
+    lib.impl("_copy_from_and_resize", _copy_from_and_resize_kernel, "PrivateUse1")
     _LIBRARY.append(lib)
+
+
+def _copy_from_kernel(src: torch.Tensor, dst: Any, non_blocking: bool = False) -> Any:
+    if isinstance(src, XlaTensor):
+        new = value(src) if not state.tracing else _result_value(src)
+    else:
+        with torch._C._DisableTorchDispatch():
+            new = cpu_to_jax(src.expand(dst.shape) if src.shape != dst.shape else src)
+    write_into(dst, new, check_cast=False)
+    return dst
+
+
+def _copy_from_and_resize_kernel(src: torch.Tensor, dst: Any) -> Any:
+    if tuple(dst.shape) != tuple(src.shape):
+        resize_out(dst, tuple(src.shape))
+    return _copy_from_kernel(src, dst)
 
 
 def _factory_kernel(op: Any) -> Any:

@@ -460,6 +460,16 @@ def test_factories_match_cpu(make):
     torch.testing.assert_close(cpu(ours), ref)
 
 
+def test_cpu_data_copied_to_our_device_by_torch():
+    """torch.tensor(data, device=...) and list indices copy CPU data through PrivateUse1."""
+    x = xnf.to_xla(torch.arange(12.0).reshape(3, 4))
+    t = torch.tensor([1.0, 2.0], device=x.device)
+    assert isinstance(t, XlaTensor) and torch.equal(cpu(t), torch.tensor([1.0, 2.0]))
+    assert torch.equal(cpu(x[[0, 2]]), torch.arange(12.0).reshape(3, 4)[[0, 2]])
+    moved = torch.arange(3).to("jax")
+    assert isinstance(moved, XlaTensor) and torch.equal(cpu(moved), torch.arange(3))
+
+
 def test_multihead_attention_forward_and_backward_match_cpu():
     """nn.MultiheadAttention and SDPA reach us as bmm, _safe_softmax, new_empty_strided..."""
     torch.manual_seed(0)

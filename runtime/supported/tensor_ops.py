@@ -139,3 +139,8 @@ def impl_tril_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, dev
 
 def impl_triu_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
     return _triangle_indices(row, col, offset, dtype or torch.int64, upper=True)
+
+
+def impl_lift_fresh(self):
+    # torch.tensor(data, device=...) marks its fresh result; nothing to do for a value.
+    return self
