@@ -16,11 +16,16 @@ def _softmax_axes(dim, ndim):
     return reduction_dims(dim, ndim)  # () for a 0-d tensor, which PyTorch allows
 
 
+def _max(x, axes):
+    # -inf as the identity, so a softmax over a zero-size dim gives an empty result.
+    return jnp.max(x, axis=axes, keepdims=True, initial=-jnp.inf)
+
+
 def lower__softmax(self, dim, half_to_float):
     out = jnp.float32 if half_to_float else self.dtype
     axes = _softmax_axes(dim, self.ndim)
     x = opmath(self)
-    e = jnp.exp(x - jnp.max(x, axis=axes, keepdims=True))
+    e = jnp.exp(x - _max(x, axes))
     return (e / jnp.sum(e, axis=axes, keepdims=True)).astype(out)
 
 
@@ -29,7 +34,7 @@ def lower__safe_softmax(self, dim, dtype=None):
     out = to_numpy_dtype(dtype) if dtype is not None else self.dtype
     axes = _softmax_axes(dim, self.ndim)
     x = opmath(self)
-    e = jnp.exp(x - jnp.max(x, axis=axes, keepdims=True))
+    e = jnp.exp(x - _max(x, axes))
     y = e / jnp.sum(e, axis=axes, keepdims=True)
     all_masked = jnp.all(x == -jnp.inf, axis=axes, keepdims=True)
     return jnp.where(all_masked, 0, y).astype(out)
@@ -39,7 +44,7 @@ def lower__log_softmax(self, dim, half_to_float):
     out = jnp.float32 if half_to_float else self.dtype
     axes = _softmax_axes(dim, self.ndim)
     x = opmath(self)
-    shifted = x - jnp.max(x, axis=axes, keepdims=True)
+    shifted = x - _max(x, axes)
     return (shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=axes, keepdims=True))).astype(out)
 
 

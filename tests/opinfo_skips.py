@@ -58,21 +58,21 @@ NONDETERMINISTIC = {**RANDOM, **UNINITIALISED}
 SKIPS: dict[tuple[str, str | None, str | None], str] = {}
 
 _BACKWARD = "the backward formula reaches an aten operator the manifest lacks: "
-_SOFTMAX_EMPTY = "softmax over a zero-size dim: the lowering's max reduction has no identity (ValueError from JAX)"
+
+_DATA_INDEX = (
+    "an out-of-range index held in a tensor cannot raise inside a jitted lowering; gather reads a fill "
+    "value and scatter drops the update instead (documented in lowerings/indexing.py)"
+)
 
 XFAILS: dict[tuple[str, str | None, str | None], str] = {
-    ("abs", "float64", "grad"): _BACKWARD + "sgn",
-    ("tanh", "float64", "grad"): _BACKWARD + "tanh_backward",
-    ("sigmoid", "float64", "grad"): _BACKWARD + "sigmoid_backward",
-    ("maximum", "float64", "grad"): _BACKWARD + "gt.Tensor",
-    ("minimum", "float64", "grad"): _BACKWARD + "masked_fill_.Scalar",
-    ("pow", "float64", "grad"): _BACKWARD + "logical_and",
-    ("div.trunc_rounding", "int64", None): (
-        "integer trunc division of operands of different rank: the lowering calls lax.div without "
-        "broadcasting (TypeError: arrays must have the same number of dimensions)"
+    ("nn.functional.conv2d", "float32", None): (
+        "one depthwise sample (groups=4) differs by 1.3e-5 in 1 of 144 elements: XLA sums the 3x3 window "
+        "in another order than PyTorch's CPU kernel; float64 and the other 29 samples match"
     ),
-    ("softmax", None, None): _SOFTMAX_EMPTY,
-    ("log_softmax", None, None): _SOFTMAX_EMPTY,
+    ("nn.functional.embedding_bag", None, "eager"): "max_norm reaches embedding_renorm_, which is not lowered",
+    ("nn.functional.embedding_bag", None, "compiled"): "max_norm reaches embedding_renorm_, which is not lowered",
+    ("gather", "any", "error_inputs"): _DATA_INDEX,
+    ("scatter_add", "any", "error_inputs"): _DATA_INDEX,
     ("amax", "any", "error_inputs"): (
         "amax over an empty dim raises IndexError and a dim beyond 64 raises JAX's ValueError; "
         "PyTorch raises RuntimeError (IndexError only for an out-of-range dim)"
