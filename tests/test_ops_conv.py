@@ -514,3 +514,17 @@ def test_opinfo_samples_and_float64_gradients(name, variant):
             if w is None:
                 continue
             torch.testing.assert_close(xnf.to_torch(h), w)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_native_batch_norm_legit_writes_running_stats(training):
+    torch.manual_seed(0)
+    x, w, b = torch.randn(4, 3, 5), torch.randn(3), torch.randn(3)
+    mean, var = torch.randn(3), torch.rand(3) + 0.5
+    ours_mean, ours_var = xnf.to_xla(mean.clone()), xnf.to_xla(var.clone())
+    ref = aten._native_batch_norm_legit(x, w, b, mean, var, training, 0.1, 1e-5)
+    ours = aten._native_batch_norm_legit(xnf.to_xla(x), xnf.to_xla(w), xnf.to_xla(b), ours_mean, ours_var, training, 0.1, 1e-5)
+    for a, r in zip(ours, ref):
+        torch.testing.assert_close(xnf.to_torch(a), r, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(xnf.to_torch(ours_mean), mean)
+    torch.testing.assert_close(xnf.to_torch(ours_var), var)
