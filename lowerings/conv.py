@@ -96,3 +96,26 @@ def lower_convolution_backward(
         axes = (0,) + tuple(range(2, grad_output.ndim))
         grad_bias = jnp.sum(g, axis=axes).astype(grad_output.dtype)
     return grad_input, grad_weight, grad_bias
+
+
+def lower_col2im(self, output_size, kernel_size, dilation, padding, stride):
+    # Sums every column of sliding-window values back into its window (fold): the
+    # target positions are static, built in NumPy, and overlapping windows add up.
+    import numpy as np
+
+    batched = self.ndim == 3
+    cols = self if batched else self[None]
+    n, ckk, length = cols.shape
+    (h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw) = output_size, kernel_size, dilation, padding, stride
+    channels = ckk // (kh * kw)
+    out_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+    bi, bj = np.meshgrid(np.arange(out_h), np.arange(out_w), indexing="ij")
+    rows = (ki.reshape(-1, 1) * dh + bi.reshape(1, -1) * sh).reshape(-1)  # (kh*kw*L,)
+    colsj = (kj.reshape(-1, 1) * dw + bj.reshape(1, -1) * sw).reshape(-1)
+    flat = rows * (w + 2 * pw) + colsj
+    values = opmath(cols).reshape(n, channels, kh * kw * length)
+    padded = jnp.zeros((n, channels, (h + 2 * ph) * (w + 2 * pw)), values.dtype).at[:, :, flat].add(values)
+    out = padded.reshape(n, channels, h + 2 * ph, w + 2 * pw)[:, :, ph : ph + h, pw : pw + w].astype(self.dtype)
+    return out if batched else out[0]

@@ -98,3 +98,31 @@ def convolution_backward_output_shape(
     bias_shape = tuple(bias_sizes) if bias_sizes is not None else (grad_output.shape[1],)
     grad_bias = TensorMeta(bias_shape, grad_output.dtype) if output_mask[2] else None
     return grad_input, grad_weight, grad_bias
+
+
+def col2im_output_shape(self, output_size, kernel_size, dilation, padding, stride):
+    if self.ndim not in (2, 3):
+        raise RuntimeError(
+            "Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and non-zero dimensions "
+            f"for input, but got: {list(self.shape)}"
+        )
+    (h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw) = output_size, kernel_size, dilation, padding, stride
+    if min(kh, kw) <= 0 or min(sh, sw) <= 0 or min(dh, dw) <= 0 or min(ph, pw) < 0:
+        raise RuntimeError("col2im: kernel_size, stride and dilation must be positive and padding non-negative")
+    ckk = self.shape[-2]
+    if ckk % (kh * kw):
+        raise RuntimeError(
+            "Expected size of input's dimension 1 to be divisible by the product of kernel_size, but got "
+            f"input.size(1)={ckk} and kernel_size=({kh}, {kw})"
+        )
+    blocks_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    blocks_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if self.shape[-1] != blocks_h * blocks_w:
+        raise RuntimeError(
+            f"Given output_size=({h}, {w}), kernel_size=({kh}, {kw}), dilation=({dh}, {dw}), padding=({ph}, {pw}), "
+            f"stride=({sh}, {sw}), expected size of input's dimension 2 to match the calculated number of sliding "
+            f"blocks {blocks_h} * {blocks_w} = {blocks_h * blocks_w}, but got input.size(2)={self.shape[-1]}."
+        )
+    channels = ckk // (kh * kw)
+    shape = (channels, h, w) if self.ndim == 2 else (self.shape[0], channels, h, w)
+    return TensorMeta(shape, self.dtype)

@@ -312,7 +312,15 @@ def upsample_cases():
     return cases
 
 
-CASES = conv_cases() + norm_cases() + pool_cases() + pad_cases() + upsample_cases()
+def col2im_cases():
+    return [
+        Case("col2im", aten.col2im.default, (T(2, 3 * 2 * 2, 9), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1])),
+        Case("col2im_unbatched_padded_strided", aten.col2im.default, (T(2 * 3 * 3, 9), [5, 5], [3, 3], [1, 1], [1, 1], [2, 2])),
+        Case("col2im_dilated_f64", aten.col2im.default, (T(1, 4, 4, dtype=torch.float64), [4, 4], [2, 2], [2, 2], [0, 0], [1, 1])),
+    ]
+
+
+CASES = conv_cases() + norm_cases() + pool_cases() + pad_cases() + upsample_cases() + col2im_cases()
 _ids = [c.id for c in CASES]
 assert len(_ids) == len(set(_ids)), "duplicate case ids"
 
