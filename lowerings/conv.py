@@ -98,24 +98,42 @@ def lower_convolution_backward(
     return grad_input, grad_weight, grad_bias
 
 
-def lower_col2im(self, output_size, kernel_size, dilation, padding, stride):
-    # Sums every column of sliding-window values back into its window (fold): the
-    # target positions are static, built in NumPy, and overlapping windows add up.
+def _window_positions(h, w, kernel_size, dilation, padding, stride):
+    """Flat positions in the padded (h, w) plane of every (kernel tap, block), tap-major."""
     import numpy as np
 
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
+    blocks_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    blocks_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+    bi, bj = np.meshgrid(np.arange(blocks_h), np.arange(blocks_w), indexing="ij")
+    rows = (ki.reshape(-1, 1) * dh + bi.reshape(1, -1) * sh).reshape(-1)
+    cols = (kj.reshape(-1, 1) * dw + bj.reshape(1, -1) * sw).reshape(-1)
+    return rows * (w + 2 * pw) + cols
+
+
+def lower_col2im(self, output_size, kernel_size, dilation, padding, stride):
+    # fold: every column of window values is added back into its window; the target
+    # positions are static, and overlapping windows add up.
     batched = self.ndim == 3
     cols = self if batched else self[None]
     n, ckk, length = cols.shape
-    (h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw) = output_size, kernel_size, dilation, padding, stride
+    (h, w), (kh, kw), (ph, pw) = output_size, kernel_size, padding
     channels = ckk // (kh * kw)
-    out_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    out_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
-    bi, bj = np.meshgrid(np.arange(out_h), np.arange(out_w), indexing="ij")
-    rows = (ki.reshape(-1, 1) * dh + bi.reshape(1, -1) * sh).reshape(-1)  # (kh*kw*L,)
-    colsj = (kj.reshape(-1, 1) * dw + bj.reshape(1, -1) * sw).reshape(-1)
-    flat = rows * (w + 2 * pw) + colsj
+    flat = _window_positions(h, w, kernel_size, dilation, padding, stride)
     values = opmath(cols).reshape(n, channels, kh * kw * length)
     padded = jnp.zeros((n, channels, (h + 2 * ph) * (w + 2 * pw)), values.dtype).at[:, :, flat].add(values)
     out = padded.reshape(n, channels, h + 2 * ph, w + 2 * pw)[:, :, ph : ph + h, pw : pw + w].astype(self.dtype)
+    return out if batched else out[0]
+
+
+def lower_im2col(self, kernel_size, dilation, padding, stride):
+    # unfold: the values of every window, gathered at static positions.
+    batched = self.ndim == 4
+    x = self if batched else self[None]
+    n, channels, h, w = x.shape
+    (kh, kw), (ph, pw) = kernel_size, padding
+    flat = _window_positions(h, w, kernel_size, dilation, padding, stride)
+    padded = jnp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))).reshape(n, channels, -1)
+    out = padded[:, :, flat].reshape(n, channels * kh * kw, -1)
     return out if batched else out[0]

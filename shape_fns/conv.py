@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import TensorMeta
+from .common import TensorMeta, scalar_type_name
 
 
 def _expand(values, n):
@@ -100,7 +100,13 @@ def convolution_backward_output_shape(
     return grad_input, grad_weight, grad_bias
 
 
+def _require_float(kernel, dtype):
+    if not (dtype.is_floating_point or dtype.is_complex):
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_type_name(dtype)}\'')
+
+
 def col2im_output_shape(self, output_size, kernel_size, dilation, padding, stride):
+    _require_float("col2im_out_cpu", self.dtype)
     if self.ndim not in (2, 3):
         raise RuntimeError(
             "Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and non-zero dimensions "
@@ -125,4 +131,28 @@ def col2im_output_shape(self, output_size, kernel_size, dilation, padding, strid
         )
     channels = ckk // (kh * kw)
     shape = (channels, h, w) if self.ndim == 2 else (self.shape[0], channels, h, w)
+    return TensorMeta(shape, self.dtype)
+
+
+def im2col_output_shape(self, kernel_size, dilation, padding, stride):
+    _require_float("im2col_out_cpu", self.dtype)
+    if self.ndim not in (3, 4) or any(d == 0 for d in self.shape[-3:]):
+        raise RuntimeError(
+            "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero dimensions for "
+            f"input, but got: {list(self.shape)}"
+        )
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
+    if min(kh, kw) <= 0 or min(sh, sw) <= 0 or min(dh, dw) <= 0 or min(ph, pw) < 0:
+        raise RuntimeError("im2col: kernel_size, stride and dilation must be positive and padding non-negative")
+    h, w = self.shape[-2:]
+    blocks_h = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    blocks_w = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if blocks_h < 1 or blocks_w < 1:
+        raise RuntimeError(
+            f"Given input with spatial size ({h}, {w}), kernel_size=({kh}, {kw}), dilation=({dh}, {dw}), "
+            f"padding=({ph}, {pw}), calculated shape of the array of sliding blocks as ({blocks_h}, {blocks_w}), "
+            "but its components must be at least one."
+        )
+    channels = self.shape[-3] * kh * kw
+    shape = (channels, blocks_h * blocks_w) if self.ndim == 3 else (self.shape[0], channels, blocks_h * blocks_w)
     return TensorMeta(shape, self.dtype)

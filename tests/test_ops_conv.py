@@ -317,6 +317,9 @@ def col2im_cases():
         Case("col2im", aten.col2im.default, (T(2, 3 * 2 * 2, 9), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1])),
         Case("col2im_unbatched_padded_strided", aten.col2im.default, (T(2 * 3 * 3, 9), [5, 5], [3, 3], [1, 1], [1, 1], [2, 2])),
         Case("col2im_dilated_f64", aten.col2im.default, (T(1, 4, 4, dtype=torch.float64), [4, 4], [2, 2], [2, 2], [0, 0], [1, 1])),
+        Case("im2col", aten.im2col.default, (T(2, 3, 4, 5), [2, 2], [1, 1], [0, 0], [1, 1])),
+        Case("im2col_unbatched_padded_strided", aten.im2col.default, (T(2, 5, 5), [3, 3], [1, 1], [1, 1], [2, 2])),
+        Case("im2col_dilated_f64", aten.im2col.default, (T(1, 2, 5, 5, dtype=torch.float64), [2, 2], [2, 2], [0, 0], [1, 1])),
     ]
 
 
