@@ -62,16 +62,13 @@ def lower__cdist_forward(x1, x2, p, compute_mode):
 
 
 def lower__cdist_backward(grad, x1, x2, p, cdist):
+    if 0 in x1.shape or 0 in x2.shape:
+        return jnp.zeros_like(x1)
     a, b = _batch(opmath(x1), opmath(x2))
     diff = a[..., :, None, :] - b[..., None, :, :]
     g = opmath(grad)[..., None] * _norm_grad(diff, opmath(cdist), p)
-    out = jnp.sum(g, axis=-2)
-    lead = out.ndim - x1.ndim
-    out = jnp.sum(out, axis=tuple(range(lead))) if lead else out
-    axes = tuple(i for i, (s, t) in enumerate(zip(x1.shape[:-2], out.shape[:-2])) if s == 1 and t != 1)
-    if axes:
-        out = jnp.sum(out, axis=axes, keepdims=True)
-    return out.astype(x1.dtype)
+    # Like PyTorch CPU, the result has the broadcast batch shape (autograd reduces it).
+    return jnp.sum(g, axis=-2).astype(x1.dtype)
 
 
 def _pairs(n):

@@ -34,7 +34,9 @@ def _cdist_forward_output_shape(x1, x2, p, compute_mode):
 
 def _cdist_backward_output_shape(grad, x1, x2, p, cdist):
     _check_cdist(x1, x2, p)
-    return TensorMeta(x1.shape, x1.dtype)
+    if 0 in x1.shape or 0 in x2.shape:  # PyTorch returns zeros like x1
+        return TensorMeta(x1.shape, x1.dtype)
+    return TensorMeta(broadcast_shapes(x1.shape[:-2], x2.shape[:-2]) + tuple(x1.shape[-2:]), x1.dtype)
 
 
 def _check_pdist(self, p):
