@@ -314,3 +314,14 @@ def test_small_conv_net_trains_with_unlowered_ops_on_cpu():
     lowered = {str(op) for op in dynamo._REGISTRY}
     if "aten.convolution.default" not in lowered:
         assert "convolution" in stats.split_ops, report
+
+
+def test_integer_indexing_inside_the_backend():
+    """index.Tensor checks bounds on concrete values; inside the backend's jax.jit the
+    index is a tracer and the check is skipped instead of failing."""
+
+    def f(x, idx):
+        return (x[idx] * 2).sum(0)
+
+    x, idx = torch.randn(5, 3), torch.tensor([4, 0, 2])
+    torch.testing.assert_close(torch.compile(f, backend=BACKEND_NAME)(x, idx), f(x, idx))

@@ -15,6 +15,7 @@ not known while tracing: out-of-range entries then read as fill values or are dr
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import torch
 
@@ -111,8 +112,16 @@ def _expand_masks(self, indices):
     return out
 
 
-def _check_bounds(self, indices):
+def _traced(indices):
+    """True while recording IR, or when an index is a JAX tracer (the torch.compile
+    backend and interop run these ops inside jax.jit): no value can be read."""
     if state.tracing:
+        return True
+    return any(isinstance(ix, XlaTensor) and isinstance(ix._store.value, jax.core.Tracer) for ix in indices)
+
+
+def _check_bounds(self, indices):
+    if _traced(indices):
         return
     for dim, ix in enumerate(indices):
         if ix is None or ix.numel() == 0:
@@ -143,7 +152,7 @@ def impl_index_put(self, indices, values, accumulate=False):
     values = _device(values)
     masks = [ix for ix in indices if _is_mask(ix)]
     simple_mask = len(masks) == 1 and sum(ix is not None for ix in indices) == 1
-    if masks and not (state.tracing and simple_mask):
+    if masks and not (_traced(indices) and simple_mask):
         indices = _expand_masks(self, indices)
     _check_bounds(self, indices)
     return run_node(IndexPut, (self, list(indices), values, bool(accumulate)))
