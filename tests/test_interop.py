@@ -148,7 +148,6 @@ def test_jax_grad_through_an_attention_block():
         np.testing.assert_allclose(np.asarray(g[name]), p.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.xfail(raises=xnf.OperatorNotFound, reason="aten._safe_softmax (nn.MultiheadAttention) is not lowered yet")
 def test_jax_grad_through_a_transformer_layer():
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
