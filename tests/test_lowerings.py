@@ -96,7 +96,11 @@ def _arg_kind(arg: torch._C.Argument) -> str:
 
 
 def run_lowering(op, args, kwargs):
-    fn = LOWERINGS[f"lower_{unambiguous_name(op)}"]
+    return call_lowering(LOWERINGS[f"lower_{unambiguous_name(op)}"], op, args, kwargs)
+
+
+def call_lowering(fn, op, args, kwargs):
+    """Run lowering `fn` of aten `op` the way the runtime does (Scalars dynamic, attributes static)."""
     bound = inspect.signature(fn).bind(*args, **kwargs).arguments
     kinds = {a.name: _arg_kind(a) for a in op._schema.arguments}
     with jax.enable_x64(True):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from test_lowerings import Case, ErrorCase, T, _arg_kind, _collect, as_meta, assert_same, ints, on_device, to_jax, to_meta_arg, to_torch, unambiguous_name
+from test_lowerings import call_lowering, Case, ErrorCase, T, _arg_kind, _collect, as_meta, assert_same, ints, on_device, to_jax, to_meta_arg, to_torch, unambiguous_name
 from xla_native_functions.lowerings import cumulative as lower_cumulative
 from xla_native_functions.lowerings import rearrange as lower_rearrange
 from xla_native_functions.lowerings import sort as lower_sort
@@ -34,23 +34,7 @@ SHAPE_FNS = _collect(
 
 
 def run_lowering(op, args, kwargs):
-    fn = LOWERINGS[f"lower_{unambiguous_name(op)}"]
-    bound = inspect.signature(fn).bind(*args, **kwargs).arguments
-    kinds = {a.name: _arg_kind(a) for a in op._schema.arguments}
-    with jax.enable_x64(True):
-        call_args, static = {}, []
-        for name, value in bound.items():
-            kind = kinds[name]
-            if kind == "tensor":
-                call_args[name] = to_jax(value)
-            elif kind == "tensors":
-                call_args[name] = tuple(to_jax(t) for t in value)
-            elif kind == "scalar":
-                call_args[name] = value
-            else:
-                call_args[name] = tuple(value) if isinstance(value, list) else value
-                static.append(name)
-        return to_torch(jax.jit(fn, static_argnames=tuple(static))(**call_args))
+    return call_lowering(LOWERINGS[f"lower_{unambiguous_name(op)}"], op, args, kwargs)
 
 
 def run_shape_fn(op, args, kwargs):
