@@ -24,3 +24,17 @@ def impl__linalg_check_errors(info, api_name, *, is_matrix):
             info = jax_to_cpu(value(info))
     torch.ops.aten._linalg_check_errors(info, api_name, is_matrix=is_matrix)
     return None
+
+
+def _registered(op):
+    from ..dispatch import _REGISTRY
+
+    return _REGISTRY[op]
+
+
+def impl_cholesky(self, upper=False):
+    # The deprecated torch.cholesky raises on a matrix that is not positive-definite,
+    # like linalg.cholesky: the factorization plus the same info check.
+    factor, info = _registered(torch.ops.aten.linalg_cholesky_ex.default)(self, upper=upper)
+    impl__linalg_check_errors(info, "cholesky", is_matrix=self.dim() == 2)
+    return factor
