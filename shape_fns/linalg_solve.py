@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .common import TensorMeta, broadcast_shapes
-from .linalg_decomp import _NAMES, _check_dtype, _real
+from .linalg_decomp import _NAMES, _check_dtype, _check_square, _real
 
 LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
@@ -57,3 +57,30 @@ def lstsq_values_shape(A, B, rcond, driver, residuals):
     rank = TensorMeta((0,) if driver == "gels" else A.shape[:-2], torch.int64)
     sv = TensorMeta(A.shape[:-2] + (min(m, n),) if driver in ("gelsd", "gelss") else (0,), real)
     return solution, res, rank, sv
+
+
+def linalg_ldl_factor_ex_output_shape(self, *, hermitian=False, check_errors=False):
+    api = "torch.linalg.ldl_factor_ex"
+    _check_square(self, api)
+    _check_dtype(self, api)
+    return TensorMeta(self.shape, self.dtype), TensorMeta(self.shape[:-1], torch.int32), TensorMeta(self.shape[:-2], torch.int32)
+
+
+def linalg_ldl_solve_output_shape(LD, pivots, B, *, hermitian=False):
+    api = "torch.linalg.ldl_solve"
+    _check_square(LD, api, "LD")
+    if B.ndim < 2:
+        raise RuntimeError(f"{api}: Expected B to have at least 2 dimensions, but it has {B.ndim} dimensions instead")
+    if LD.shape[:-1] != pivots.shape:
+        raise RuntimeError(f"{api}: Expected LD.shape[:-1] and pivots.shape to be the same, but got pivots with shape {pivots.shape} instead")
+    if pivots.dtype != torch.int32:
+        raise RuntimeError(f"{api}: Expected pivots to be integers. Got {_NAMES.get(pivots.dtype, pivots.dtype)}")
+    if LD.dtype != B.dtype:
+        raise RuntimeError(f"{api}: LD dtype {LD.dtype} does not match b dtype {B.dtype}")
+    _check_dtype(LD, api)
+    if LD.shape[-1] != B.shape[-2]:
+        raise RuntimeError(
+            f"{api}: Incompatible shapes of A and B for the equation AX = B ({LD.shape[-2]}x{LD.shape[-1]} and {B.shape[-2]}x{B.shape[-1]})"
+        )
+    batch = broadcast_shapes(LD.shape[:-2], B.shape[:-2])
+    return TensorMeta(batch + B.shape[-2:], B.dtype)
