@@ -285,7 +285,7 @@ def ldl_solve(LD, pivots, B, hermitian):
     if B.size == 0 or n == 0 or 0 in batch:
         return jnp.zeros(batch + B.shape[-2:], B.dtype)
     ld = jnp.broadcast_to(LD, batch + LD.shape[-2:])
-    piv = jnp.broadcast_to(pivots, batch + pivots.shape[-1:])
+    piv = jnp.broadcast_to(pivots.astype(jnp.int32), batch + pivots.shape[-1:])
     b = jnp.broadcast_to(B, batch + B.shape[-2:])
     return _batched(lambda l, p, x: _ldl_solve_one(l, p, x, hermitian), len(batch), ld, piv, b)
 

@@ -317,7 +317,8 @@ def geqrf_output_shape(self):
     api = "torch.geqrf"
     if self.ndim < 2:
         raise RuntimeError(f"{api}: input must have at least 2 dimensions.")
-    _check_dtype(self, api)
+    if not (self.dtype in (torch.float32, torch.float64) or self.dtype.is_complex):
+        raise NotImplementedError(f"\"geqrf_cpu\" not implemented for '{_NAMES.get(self.dtype, self.dtype)}'")
     m, n = self.shape[-2:]
     return TensorMeta(self.shape, self.dtype), TensorMeta(self.shape[:-2] + (min(m, n),), self.dtype)
 
@@ -334,8 +335,8 @@ def ormqr_output_shape(self, input2, input3, left=True, transpose=False):
         raise RuntimeError(f"{api}: other.shape[{side}] must be greater than or equal to tau.shape[-1]")
     if other.shape[side] != input.shape[-2]:
         raise RuntimeError(f"{api}: other.shape[{side}] must be equal to input.shape[-2]")
-    if tau.shape[-1] > input.shape[-1]:
-        raise RuntimeError(f"{api}: tau.shape[-1] must be less than or equal to input.shape[-1]")
+    if tau.shape[-1] != min(other.shape[side], input.shape[-1]):
+        raise RuntimeError(f"{api}: tau.shape[-1] must be equal to min(other.shape[{side}], input.shape[-1])")
     if input.ndim - tau.ndim != 1:
         raise RuntimeError(
             f"{api}: Expected tau to have one dimension less than input, but got tau.ndim equal to "

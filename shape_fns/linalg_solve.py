@@ -70,10 +70,11 @@ def linalg_ldl_solve_output_shape(LD, pivots, B, *, hermitian=False):
     api = "torch.linalg.ldl_solve"
     _check_square(LD, api, "LD")
     if B.ndim < 2:
-        raise RuntimeError(f"{api}: Expected B to have at least 2 dimensions, but it has {B.ndim} dimensions instead")
+        # PyTorch reads B.size(-2) before any check.
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-max(B.ndim, 1)}, {max(B.ndim, 1) - 1}], but got -2)")
     if LD.shape[:-1] != pivots.shape:
         raise RuntimeError(f"{api}: Expected LD.shape[:-1] and pivots.shape to be the same, but got pivots with shape {pivots.shape} instead")
-    if pivots.dtype != torch.int32:
+    if pivots.dtype.is_floating_point or pivots.dtype.is_complex or pivots.dtype == torch.bool:
         raise RuntimeError(f"{api}: Expected pivots to be integers. Got {_NAMES.get(pivots.dtype, pivots.dtype)}")
     if LD.dtype != B.dtype:
         raise RuntimeError(f"{api}: LD dtype {LD.dtype} does not match b dtype {B.dtype}")
