@@ -117,11 +117,27 @@ def lower_div_Tensor_mode(self, other, *, rounding_mode):
     return jnp.where(y == 0, x / y, jnp.floor_divide(x, y)).astype(out)
 
 
+def _square_and_multiply(base, e):
+    # Over every bit of the exponent: jnp.power's integer path wraps differently from
+    # PyTorch's on overflow (55**127 in int64), and exact modular arithmetic agrees
+    # with PyTorch whatever the order of the products.
+    base, e = jnp.broadcast_arrays(base, e)
+
+    def step(_, state):
+        result, b, e = state
+        result = jnp.where((e & 1) == 1, result * b, result)
+        return result, b * b, e >> 1
+
+    bits = jnp.iinfo(e.dtype).bits if jnp.issubdtype(e.dtype, jnp.integer) else 1
+    result, _, _ = lax.fori_loop(0, bits, step, (jnp.ones_like(base), base, e))
+    return result
+
+
 def int_pow(base, exponent):
     """Integer power with PyTorch's rule for negative exponents: 1 and -1 keep their
     magnitude, every other base gives 0 (jnp.power gives garbage there)."""
-    e = jnp.where(exponent < 0, 0, exponent)
-    positive = jnp.power(base, e)
+    e = jnp.where(exponent < 0, 0, exponent).astype(base.dtype)
+    positive = _square_and_multiply(base, e)
     one = jnp.ones((), base.dtype)
     negative = jnp.where(
         base == 1,
