@@ -7,17 +7,7 @@ import math
 
 import torch
 
-from .common import TensorMeta
-
-_FLOATING = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
-def _scalar_type_name(dtype):
-    return {
-        torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
-        torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-        torch.bfloat16: "BFloat16", torch.bool: "Bool",
-    }.get(dtype, str(dtype).replace("torch.", ""))
+from .common import TensorMeta, require_kernel_dtype, scalar_type_name
 
 
 def _common_checks(self, indices, output_size, nd):
@@ -38,15 +28,15 @@ def _common_checks(self, indices, output_size, nd):
 
 def _dtype_check(name, self, out_shape):
     # ATen dispatches on the dtype only when there is something to write.
-    if math.prod(out_shape) != 0 and self.dtype not in _FLOATING:
-        raise NotImplementedError(f'"{name}" not implemented for \'{_scalar_type_name(self.dtype)}\'')
+    if math.prod(out_shape) != 0:
+        require_kernel_dtype(name, self.dtype, "float")
     return TensorMeta(out_shape, self.dtype)
 
 
 def max_unpool2d_output_shape(self, indices, output_size):
     output_size = tuple(output_size)
     if indices.dtype is not torch.int64:
-        raise RuntimeError(f"elements in indices should be type int64 but got: {_scalar_type_name(indices.dtype)}")
+        raise RuntimeError(f"elements in indices should be type int64 but got: {scalar_type_name(indices.dtype)}")
     if len(output_size) != 2:
         raise RuntimeError(
             "There should be exactly two elements (height, width) in output_size, "
