@@ -189,7 +189,8 @@ def _cubic_coefficients(t):
         return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
 
     one = t.dtype.type(1)
-    return np.stack([far(t + one), near(t), near(one - t), far(2 * one - t)], axis=1)
+    rest = one - t
+    return np.stack([far(t + one), near(t), near(rest), far(rest + one)], axis=1)
 
 
 def bicubic_matrix(in_size, out_size, align_corners, scale, dtype):
@@ -238,7 +239,7 @@ def _separable(x, output_size, make):
     nd = len(output_size)
     dtype = np.float64 if x.dtype == jnp.float64 else np.float32
     x = x.astype(dtype) if not jnp.issubdtype(x.dtype, jnp.floating) else opmath(x)
-    for i in range(nd):
+    for i in reversed(range(nd)):  # the last dim is ATen's innermost sum
         axis = x.ndim - nd + i
         m = jnp.asarray(make(x.shape[axis], output_size[i], i, dtype), x.dtype)
         x = jnp.moveaxis(jnp.tensordot(x, m, axes=([axis], [1]), precision=lax.Precision.HIGHEST), -1, axis)
