@@ -211,23 +211,37 @@ def bicubic_matrix(in_size, out_size, align_corners, scale, dtype):
     return m
 
 
-def aa_linear_matrix(in_size, out_size, align_corners, scale, dtype):
-    """Antialiased (triangle filter widened by the downscaling factor) interpolation
-    weights, normalized per output, as ATen's separable antialiasing kernel builds them."""
+def _triangle(x):
+    return np.maximum(1 - np.abs(x), 0)
+
+
+def _keys_cubic(x):
+    # The antialiasing cubic filter uses a = -0.5 (as PIL does), not upsampling's -0.75.
+    a = x.dtype.type(-0.5)
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x < 1, near, np.where(x < 2, far, 0)).astype(x.dtype)
+
+
+def aa_matrix(in_size, out_size, align_corners, scale, dtype, half_width, filt):
+    """Antialiased interpolation weights (the filter widened by the downscaling factor),
+    normalized per output, as ATen's separable antialiasing kernel builds them."""
     dtype = np.dtype(dtype)
     if align_corners:
         s = dtype.type(in_size - 1) / dtype.type(out_size - 1) if out_size > 1 else dtype.type(0)
     else:
         s = _scale(in_size, out_size, scale, dtype)
-    support = s if s >= 1 else dtype.type(1)
+    support = dtype.type(half_width) * s if s >= 1 else dtype.type(half_width)
     invscale = dtype.type(1) / s if s >= 1 else dtype.type(1)
+    max_taps = int(np.ceil(support)) * 2 + 1
     m = np.zeros((out_size, in_size), dtype)
     for i in range(out_size):
         center = s * dtype.type(i + 0.5)
         lo = max(int(center - support + dtype.type(0.5)), 0)
-        hi = min(int(center + support + dtype.type(0.5)), in_size)
+        hi = lo + min(max(min(int(center + support + dtype.type(0.5)), in_size) - lo, 0), max_taps)
         j = np.arange(lo, hi)
-        w = np.maximum(dtype.type(1) - np.abs((j.astype(dtype) - center + dtype.type(0.5)) * invscale), 0).astype(dtype)
+        w = filt(((j.astype(dtype) - center + dtype.type(0.5)) * invscale).astype(dtype)).astype(dtype)
         total = w.sum(dtype=dtype)
         if total != 0:
             w = w / total
@@ -257,18 +271,26 @@ def _bicubic(x, output_size, align_corners, scales):
     return _separable(x, output_size, lambda n, o, i, dt: bicubic_matrix(n, o, align_corners, scales[i], dt))
 
 
-def _bilinear_aa(x, output_size, align_corners, scales):
+def _antialiased(x, output_size, align_corners, scales, half_width, filt):
     nd = len(output_size)
     dtype = np.float64 if x.dtype == jnp.float64 else np.float32
     x = x.astype(dtype) if not jnp.issubdtype(x.dtype, jnp.floating) else opmath(x)
-    # ATen's separable kernel runs the last dim first.
+    # ATen's separable kernel runs the last dim first and skips a dim whose size stays.
     for i in reversed(range(nd)):
         axis = x.ndim - nd + i
         if x.shape[axis] == output_size[i]:
             continue
-        m = jnp.asarray(aa_linear_matrix(x.shape[axis], output_size[i], align_corners, scales[i], dtype), x.dtype)
-        x = jnp.moveaxis(jnp.tensordot(x, m, axes=([axis], [1]), precision=lax.Precision.HIGHEST), -1, axis)
+        m = aa_matrix(x.shape[axis], output_size[i], align_corners, scales[i], dtype, half_width, filt)
+        x = jnp.moveaxis(jnp.tensordot(x, jnp.asarray(m, x.dtype), axes=([axis], [1]), precision=lax.Precision.HIGHEST), -1, axis)
     return x
+
+
+def _bilinear_aa(x, output_size, align_corners, scales):
+    return _antialiased(x, output_size, align_corners, scales, 1, _triangle)
+
+
+def _bicubic_aa(x, output_size, align_corners, scales):
+    return _antialiased(x, output_size, align_corners, scales, 2, _keys_cubic)
 
 
 def lower_upsample_bicubic2d(self, output_size, align_corners, scales_h=None, scales_w=None):
@@ -290,4 +312,16 @@ def lower__upsample_bilinear2d_aa_backward(
 ):
     return _backward(
         lambda x: _bilinear_aa(x, tuple(output_size), align_corners, (scales_h, scales_w)), grad_output, input_size
+    )
+
+
+def lower__upsample_bicubic2d_aa(self, output_size, align_corners, scales_h=None, scales_w=None):
+    return _to_input_dtype(_bicubic_aa(self, tuple(output_size), align_corners, (scales_h, scales_w)), self.dtype)
+
+
+def lower__upsample_bicubic2d_aa_backward(
+    grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
+):
+    return _backward(
+        lambda x: _bicubic_aa(x, tuple(output_size), align_corners, (scales_h, scales_w)), grad_output, input_size
     )

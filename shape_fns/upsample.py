@@ -160,3 +160,16 @@ def _upsample_bilinear2d_aa_backward_output_shape(
     grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
 ):
     return _backward(grad_output, 2, output_size, input_size)
+
+
+def _upsample_bicubic2d_aa_output_shape(self, output_size, align_corners, scales_h=None, scales_w=None):
+    meta = _forward(self, 2, output_size)
+    if self.dtype is not torch.uint8:
+        require_kernel_dtype("compute_index_ranges_weights", self.dtype, "float", reduced=False)
+    return meta
+
+
+def _upsample_bicubic2d_aa_backward_output_shape(
+    grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
+):
+    return _backward(grad_output, 2, output_size, input_size)

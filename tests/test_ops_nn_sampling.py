@@ -1,4 +1,4 @@
-"""Max unpooling, grid sampling, bicubic / nearest-exact / antialiased upsampling,
+"""Max unpooling, grid sampling, bicubic / nearest-exact / antialiased (bilinear, bicubic) upsampling,
 adaptive max pooling in 3-D, _trilinear, _euclidean_dist and embedding_renorm against
 PyTorch CPU (values), meta or CPU (shapes, dtypes) and CPU errors; OpInfo samples on the
 backend, eagerly and compiled, with float64 gradients."""
@@ -36,6 +36,7 @@ OPS_UNDER_TEST = {
     "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
     "_upsample_nearest_exact1d_backward", "_upsample_nearest_exact2d_backward", "_upsample_nearest_exact3d_backward",
     "_upsample_bilinear2d_aa", "_upsample_bilinear2d_aa_backward",
+    "_upsample_bicubic2d_aa", "_upsample_bicubic2d_aa_backward",
     "adaptive_max_pool3d", "adaptive_max_pool3d_backward",
     "_trilinear", "_euclidean_dist", "embedding_renorm",
 }  # fmt: skip
@@ -163,9 +164,13 @@ def upsample_cases():
             tag = f"_{size[0]}x{size[1]}_{'ac' if ac else 'nc'}{'_scales' if scales else ''}{sfx}"
             cases.append(Case("upsample_bicubic2d" + tag, aten.upsample_bicubic2d.default, (x, size, ac, *scales), tol=tol))
             cases.append(Case("upsample_bilinear2d_aa" + tag, aten._upsample_bilinear2d_aa.default, (x, size, ac, *scales), tol=tol))
+            cases.append(Case("upsample_bicubic2d_aa" + tag, aten._upsample_bicubic2d_aa.default, (x, size, ac, *scales), tol=tol))
             go = T(2, 3, *size, dtype=dtype)
             cases.append(
                 Case("upsample_bicubic2d_backward" + tag, aten.upsample_bicubic2d_backward.default, (go, size, [2, 3, 5, 7], ac, *scales), tol=tol)
+            )
+            cases.append(
+                Case("upsample_bicubic2d_aa_backward" + tag, aten._upsample_bicubic2d_aa_backward.default, (go, size, [2, 3, 5, 7], ac, *scales), tol=tol)
             )
             cases.append(
                 Case("upsample_bilinear2d_aa_backward" + tag, aten._upsample_bilinear2d_aa_backward.default, (go, size, [2, 3, 5, 7], ac, *scales), tol=tol)
