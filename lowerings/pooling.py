@@ -214,3 +214,24 @@ def lower_adaptive_max_pool2d(self, output_size):
 
 def lower_adaptive_max_pool2d_backward(grad_output, self, indices):
     return _scatter_back(grad_output, self, indices, 2)
+
+
+def _adaptive_max_pool(self, nd, output_size):
+    output_size = tuple(output_size) * (nd if len(output_size) == 1 else 1)
+    spatial = self.shape[-nd:]
+    per_dim = []
+    for size, out in zip(spatial, output_size):
+        start, end = _adaptive_bounds(size, out)
+        k = int((end - start).max()) if out else 1
+        coords = start[:, None] + np.arange(k)[None, :]
+        per_dim.append((coords, coords < end[:, None]))
+    idx, valid, outs = _combine(spatial, per_dim)
+    return _max_windows(self, nd, idx, valid, outs)
+
+
+def lower_adaptive_max_pool3d(self, output_size):
+    return _adaptive_max_pool(self, 3, output_size)
+
+
+def lower_adaptive_max_pool3d_backward(grad_output, self, indices):
+    return _scatter_back(grad_output, self, indices, 3)

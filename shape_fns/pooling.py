@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta
+from .common import TensorMeta, require_kernel_dtype
 
 
 def pool_params(nd, kernel_size, stride, padding, dilation=1):
@@ -165,4 +165,14 @@ def adaptive_max_pool2d_output_shape(self, output_size):
 
 
 def adaptive_max_pool2d_backward_output_shape(grad_output, self, indices):
+    return _pool_backward(grad_output, self, indices)
+
+
+def adaptive_max_pool3d_output_shape(self, output_size):
+    shape = _adaptive("adaptive_max_pool3d", self, 3, output_size)
+    require_kernel_dtype("adaptive_max_pool3d_cpu", self.dtype, "float")
+    return TensorMeta(shape, self.dtype), TensorMeta(shape, torch.int64)
+
+
+def adaptive_max_pool3d_backward_output_shape(grad_output, self, indices):
     return _pool_backward(grad_output, self, indices)

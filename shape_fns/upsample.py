@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .common import TensorMeta
+import torch
+
+from .common import TensorMeta, require_kernel_dtype
 
 
 def _check(nd, input_size, output_size):
@@ -93,3 +95,81 @@ def upsample_trilinear3d_backward_output_shape(
     grad_output, output_size, input_size, align_corners, scales_d=None, scales_h=None, scales_w=None
 ):
     return _backward(grad_output, 3, output_size, input_size)
+
+
+def _require(kernel, dtype):
+    # These kernels exist for floating types and uint8 only.
+    if dtype is not torch.uint8:
+        require_kernel_dtype(kernel, dtype, "float")
+
+
+def _upsample_nearest_exact1d_output_shape(self, output_size, scales=None):
+    meta = _forward(self, 1, output_size)
+    _require("compute_indices_weights_nearest", self.dtype)
+    return meta
+
+
+def _upsample_nearest_exact2d_output_shape(self, output_size, scales_h=None, scales_w=None):
+    meta = _forward(self, 2, output_size)
+    _require("upsample_nearest2d_channels_last", self.dtype)
+    return meta
+
+
+def _upsample_nearest_exact3d_output_shape(self, output_size, scales_d=None, scales_h=None, scales_w=None):
+    meta = _forward(self, 3, output_size)
+    _require("compute_indices_weights_nearest", self.dtype)
+    return meta
+
+
+def _upsample_nearest_exact1d_backward_output_shape(grad_output, output_size, input_size, scales=None):
+    return _backward(grad_output, 1, output_size, input_size)
+
+
+def _upsample_nearest_exact2d_backward_output_shape(
+    grad_output, output_size, input_size, scales_h=None, scales_w=None
+):
+    return _backward(grad_output, 2, output_size, input_size)
+
+
+def _upsample_nearest_exact3d_backward_output_shape(
+    grad_output, output_size, input_size, scales_d=None, scales_h=None, scales_w=None
+):
+    return _backward(grad_output, 3, output_size, input_size)
+
+
+def upsample_bicubic2d_output_shape(self, output_size, align_corners, scales_h=None, scales_w=None):
+    meta = _forward(self, 2, output_size)
+    _require("compute_indices_weights_cubic", self.dtype)
+    return meta
+
+
+def upsample_bicubic2d_backward_output_shape(
+    grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
+):
+    return _backward(grad_output, 2, output_size, input_size)
+
+
+def _upsample_bilinear2d_aa_output_shape(self, output_size, align_corners, scales_h=None, scales_w=None):
+    meta = _forward(self, 2, output_size)
+    if self.dtype is not torch.uint8:
+        require_kernel_dtype("compute_index_ranges_weights", self.dtype, "float", reduced=False)
+    return meta
+
+
+def _upsample_bilinear2d_aa_backward_output_shape(
+    grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
+):
+    return _backward(grad_output, 2, output_size, input_size)
+
+
+def _upsample_bicubic2d_aa_output_shape(self, output_size, align_corners, scales_h=None, scales_w=None):
+    meta = _forward(self, 2, output_size)
+    if self.dtype is not torch.uint8:
+        require_kernel_dtype("compute_index_ranges_weights", self.dtype, "float", reduced=False)
+    return meta
+
+
+def _upsample_bicubic2d_aa_backward_output_shape(
+    grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
+):
+    return _backward(grad_output, 2, output_size, input_size)
