@@ -245,3 +245,8 @@ def lower_logspace_Tensor_Scalar(start, end, steps, base=10.0, *, dtype=None, la
 
 def lower_logspace_Scalar_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
     return _logspace(start, end, steps, base, dtype)
+
+
+def lower_empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # Uninitialized memory in PyTorch; zeros here. Values are laid out contiguously.
+    return jnp.zeros(tuple(size), _dtype(dtype))

@@ -146,3 +146,14 @@ def logspace_Tensor_Scalar_output_shape(start, end, steps, base=10.0, *, dtype=N
 
 def logspace_Scalar_Tensor_output_shape(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
     return _range_meta("logspace", start, end, steps, dtype)
+
+
+def empty_permuted_output_shape(size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None):
+    if len(size) != len(physical_layout):
+        raise RuntimeError(
+            "Number of dimensions in size does not match the length of the physical_layout; i.e. "
+            f"len(size) = {len(size)} is not equal to len(physical_layout) = {len(physical_layout)}"
+        )
+    if len(set(physical_layout)) != len(physical_layout):
+        raise RuntimeError("Duplicate dim not allowed")
+    return TensorMeta(_check_size(size), _default(dtype))
