@@ -37,10 +37,6 @@ def lower_angle(self):
     return jnp.where(jnp.isnan(x), x, res).astype(out)
 
 
-def lower__conj(self):
-    return jnp.conj(self) if jnp.iscomplexobj(self) else self
-
-
 def lower__conj_physical(self):
     return jnp.conj(self) if jnp.iscomplexobj(self) else self
 

@@ -40,10 +40,6 @@ def angle_output_shape(self):
     return TensorMeta(self.shape, torch.get_default_dtype())
 
 
-def _conj_output_shape(self):
-    return TensorMeta(self.shape, self.dtype)
-
-
 def _conj_physical_output_shape(self):
     return TensorMeta(self.shape, self.dtype)
 
