@@ -42,7 +42,32 @@ def lower__conj_physical(self):
 
 
 def lower_frexp_Tensor(self):
-    mantissa, exponent = jnp.frexp(self)
+    # On the bits: XLA's CPU arithmetic flushes subnormals to zero, which PyTorch's
+    # frexp decomposes exactly.
+    x = self if self.dtype == jnp.float64 else self.astype(jnp.float32)
+    if x.dtype == jnp.float64:
+        uint, frac_bits, bias = jnp.uint64, 52, 1022
+    else:
+        uint, frac_bits, bias = jnp.uint32, 23, 126
+    width = 64 if uint == jnp.uint64 else 32
+    exp_max = (1 << (width - 1 - frac_bits)) - 1
+    frac_mask = uint((1 << frac_bits) - 1)
+    exp_mask = uint(exp_max)
+    bits = lax.bitcast_convert_type(x, uint)
+    sign = bits & uint(1 << (width - 1))
+    field = ((bits >> uint(frac_bits)) & exp_mask).astype(jnp.int32)
+    frac = bits & frac_mask
+    # Subnormals: normalize the fraction so its leading one sits at the implicit bit.
+    top = (width - 1) - lax.clz(frac).astype(jnp.int32)
+    shift = jnp.clip(frac_bits - top, 0, frac_bits).astype(uint)
+    sub_frac = (frac << shift) & frac_mask
+    subnormal = (field == 0) & (frac != 0)
+    exponent = jnp.where(subnormal, top - (bias + frac_bits - 1), field - bias)
+    frac = jnp.where(subnormal, sub_frac, frac)
+    mantissa = lax.bitcast_convert_type(sign | (uint(bias) << uint(frac_bits)) | frac, x.dtype)
+    special = ((field == 0) & ~subnormal) | (field == exp_max)
+    mantissa = jnp.where(special, x, mantissa)
+    exponent = jnp.where(special, 0, exponent)
     return mantissa.astype(self.dtype), exponent.astype(jnp.int32)
 
 
