@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import lax
 import torch
 
 from ..shape_fns.common import to_numpy_dtype
@@ -73,3 +74,179 @@ def lower_eye(n, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 def lower_eye_m(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
     return jnp.eye(n, m, dtype=_dtype(dtype))
+
+
+# linspace / logspace.
+#
+# PyTorch's CPU linspace kernel fills the first half as start + step*i and the second
+# half as end - step*(steps-1-i). It is compiled with FMA enabled, so each of these is
+# one fused multiply-add, rounded once; integer results are that double truncated.
+# The values here reproduce those roundings: the fused multiply-add is emulated in
+# float64 with exact partial products and error-free sums, so integer outputs
+# truncate the same doubles.
+
+
+def _two_sum(a, b):
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _high_bits(x, drop):
+    """x with the low `drop` bits of its float64 significand cleared (so x - hi is exact)."""
+    bits = lax.bitcast_convert_type(x, jnp.int64)
+    return lax.bitcast_convert_type(bits & ~((1 << drop) - 1), jnp.float64)
+
+
+def _fma64(a, n, c):
+    """a*n + c in float64 with one rounding (up to a rare double rounding), for integral
+    n < 2**52. The product is split into four exactly representable partial products,
+    so XLA contracting any of them into a fused multiply-add cannot change a bit."""
+    ah = _high_bits(a, 27)
+    al = a - ah
+    nh = jnp.floor(n * 2.0**-26) * 2.0**26
+    nl = n - nh
+    s, e1 = _two_sum(ah * nh, c)
+    s, e2 = _two_sum(s, ah * nl)
+    s, e3 = _two_sum(s, al * nh)
+    s, e4 = _two_sum(s, al * nl)
+    return s + ((e1 + e2) + (e3 + e4))
+
+
+def _float_to_int(x, out):
+    # C++ converts out-of-range values of narrow integer types modulo 2**bits (through
+    # a wider integer); XLA would saturate.
+    if jnp.dtype(out).itemsize < 8 and out != jnp.dtype(jnp.bool_):
+        return x.astype(jnp.int64).astype(out)
+    return x.astype(out)
+
+
+def _exact_divisor(n, dtype):
+    # XLA turns a division by a constant into a multiplication by its rounded
+    # reciprocal; a divisor it cannot see keeps the division correctly rounded.
+    return lax.optimization_barrier(jnp.asarray(n, dtype))
+
+
+def _rounded_product(a, n):
+    """a*n rounded to a's dtype, for integral n: formed from exact partial sums so that
+    XLA cannot contract it with the addition that follows into one fused operation."""
+    return _fma64(a.astype(jnp.float64), n.astype(jnp.float64), jnp.zeros((), jnp.float64)).astype(a.dtype)
+
+
+def _scalar_to(x, np_dtype):
+    """A Scalar (or a 0-d tensor's value) converted the way Scalar.to<T>() does."""
+    x = jnp.asarray(x)
+    if jnp.issubdtype(np_dtype, jnp.complexfloating) or not jnp.iscomplexobj(x):
+        return x.astype(np_dtype)
+    return jnp.real(x).astype(np_dtype)
+
+
+def _linspace(start, end, steps, dtype):
+    out = _dtype(dtype)
+    if steps == 0:
+        return jnp.zeros((0,), out)
+    s, e = _scalar_to(start, out), _scalar_to(end, out)
+    if steps == 1:
+        return s.reshape(1)
+    idx = jnp.arange(steps)
+    first = idx < steps // 2
+    back = (steps - 1 - idx).astype(jnp.float64)
+    fwd = idx.astype(jnp.float64)
+    if jnp.issubdtype(out, jnp.complexfloating):
+        real = out.type(0).real.dtype
+        step = (e - s) / _exact_divisor(steps - 1, real)
+        parts = []
+        for part in (jnp.real, jnp.imag):
+            ps, pe, pstep = (part(v).astype(jnp.float64) for v in (s, e, step))
+            parts.append(jnp.where(first, _fma64(pstep, fwd, ps), _fma64(-pstep, back, pe)).astype(real))
+        return lax.complex(parts[0], parts[1]).astype(out)
+    if out in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
+        # Half arithmetic rounds to the half type after every operation.
+        step = ((e - s) / _exact_divisor(steps - 1, out)).astype(out)
+        lo = s + (step * fwd.astype(out)).astype(out)
+        hi = e - (step * back.astype(out)).astype(out)
+        return jnp.where(first, lo, hi).astype(out)
+    if jnp.issubdtype(out, jnp.floating):
+        step = (e - s) / _exact_divisor(steps - 1, out)
+    else:
+        step = (e.astype(jnp.float64) - s.astype(jnp.float64)) / _exact_divisor(steps - 1, jnp.float64)
+    step = step.astype(jnp.float64)
+    lo = _fma64(step, fwd, s.astype(jnp.float64))
+    hi = _fma64(-step, back, e.astype(jnp.float64))
+    value = jnp.where(first, lo, hi)
+    return value.astype(out) if jnp.issubdtype(out, jnp.floating) else _float_to_int(value, out)
+
+
+def lower_linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _linspace(start, end, steps, dtype)
+
+
+def lower_linspace_Tensor_Tensor(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _linspace(start, end, steps, dtype)
+
+
+def lower_linspace_Tensor_Scalar(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _linspace(start, end, steps, dtype)
+
+
+def lower_linspace_Scalar_Tensor(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _linspace(start, end, steps, dtype)
+
+
+# PyTorch's CPU logspace (not FMA-compiled) computes base ** (start + step*i) in double
+# for floating results, and in float (powf) for integer results, which then truncate.
+
+
+def _logspace(start, end, steps, base, dtype):
+    out = _dtype(dtype)
+    if steps == 0:
+        return jnp.zeros((0,), out)
+    complex_out = jnp.issubdtype(out, jnp.complexfloating)
+    if steps == 1:
+        first = jnp.asarray(start)
+        first = first.astype(jnp.complex128) if complex_out else _scalar_to(first, jnp.float64)
+        return jnp.power(jnp.asarray(base, first.dtype), first).astype(out).reshape(1)
+    idx = jnp.arange(steps)
+    first = idx < steps // 2
+    back = steps - 1 - idx
+    s, e = _scalar_to(start, out), _scalar_to(end, out)
+    if jnp.issubdtype(out, jnp.integer):
+        f32 = jnp.float32
+        # Integer subtraction promotes narrow types to int first, as in C++.
+        step = (e.astype(jnp.int64) - s.astype(jnp.int64)).astype(f32) / _exact_divisor(steps - 1, f32)
+        lo = s.astype(f32) + _rounded_product(step, idx.astype(f32))
+        hi = e.astype(f32) - _rounded_product(step, back.astype(f32))
+        exponent = jnp.where(first, lo, hi)
+        # powf, correctly rounded: computed in double, rounded to float once.
+        value = jnp.power(jnp.float64(jnp.float32(base)), exponent.astype(jnp.float64)).astype(f32)
+        return _float_to_int(value, out)
+    if complex_out:
+        step = (e - s) / _exact_divisor(steps - 1, out)
+        exponent = jnp.where(first, s + step * idx.astype(out), e - step * back.astype(out))
+        return jnp.power(jnp.asarray(base, out), exponent)
+    wide = jnp.float64
+    step = (e - s).astype(wide) / _exact_divisor(steps - 1, jnp.float64)
+    lo = s.astype(wide) + _rounded_product(step, idx.astype(wide))
+    hi = e.astype(wide) - _rounded_product(step, back.astype(wide))
+    return jnp.power(jnp.asarray(base, wide), jnp.where(first, lo, hi)).astype(out)
+
+
+def lower_logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _logspace(start, end, steps, base, dtype)
+
+
+def lower_logspace_Tensor_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _logspace(start, end, steps, base, dtype)
+
+
+def lower_logspace_Tensor_Scalar(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _logspace(start, end, steps, base, dtype)
+
+
+def lower_logspace_Scalar_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _logspace(start, end, steps, base, dtype)
+
+
+def lower_empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # Uninitialized memory in PyTorch; zeros here. Values are laid out contiguously.
+    return jnp.zeros(tuple(size), _dtype(dtype))

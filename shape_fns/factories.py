@@ -86,3 +86,74 @@ def eye_output_shape(n, *, dtype=None, layout=None, device=None, pin_memory=None
 def eye_m_output_shape(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
     _check_eye(n, m)
     return TensorMeta((n, m), _default(dtype))
+
+
+def _is_complex(x) -> bool:
+    if isinstance(x, TensorMeta):
+        return x.dtype.is_complex
+    if isinstance(x, complex):
+        return True
+    kind = getattr(getattr(x, "dtype", None), "kind", None)
+    return kind == "c"
+
+
+def _range_meta(op, start, end, steps, dtype):
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    for name, t in (("start", start), ("end", end)):
+        if isinstance(t, TensorMeta) and t.ndim != 0:
+            dims = [s.ndim if isinstance(s, TensorMeta) else 0 for s in (start, end)]
+            raise RuntimeError(
+                f"{op} only supports 0-dimensional start and end tensors, but got start with {dims[0]} "
+                f"dimension(s) and end with {dims[1]} dimension(s)."
+            )
+    if dtype is None:
+        dtype = torch.get_default_dtype()
+        if _is_complex(start) or _is_complex(end):
+            dtype = {torch.float64: torch.complex128, torch.float16: torch.complex32}.get(dtype, torch.complex64)
+    if dtype == torch.bool and steps > 1:
+        raise RuntimeError(f"\"{op}_cpu\" not implemented for 'Bool'")
+    return TensorMeta((steps,), dtype)
+
+
+def linspace_output_shape(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _range_meta("linspace", start, end, steps, dtype)
+
+
+def linspace_Tensor_Tensor_output_shape(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _range_meta("linspace", start, end, steps, dtype)
+
+
+def linspace_Tensor_Scalar_output_shape(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _range_meta("linspace", start, end, steps, dtype)
+
+
+def linspace_Scalar_Tensor_output_shape(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _range_meta("linspace", start, end, steps, dtype)
+
+
+def logspace_output_shape(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _range_meta("logspace", start, end, steps, dtype)
+
+
+def logspace_Tensor_Tensor_output_shape(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _range_meta("logspace", start, end, steps, dtype)
+
+
+def logspace_Tensor_Scalar_output_shape(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _range_meta("logspace", start, end, steps, dtype)
+
+
+def logspace_Scalar_Tensor_output_shape(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _range_meta("logspace", start, end, steps, dtype)
+
+
+def empty_permuted_output_shape(size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None):
+    if len(size) != len(physical_layout):
+        raise RuntimeError(
+            "Number of dimensions in size does not match the length of the physical_layout; i.e. "
+            f"len(size) = {len(size)} is not equal to len(physical_layout) = {len(physical_layout)}"
+        )
+    if len(set(physical_layout)) != len(physical_layout):
+        raise RuntimeError("Duplicate dim not allowed")
+    return TensorMeta(_check_size(size), _default(dtype))

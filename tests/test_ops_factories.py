@@ -1,0 +1,256 @@
+"""Range factories (linspace, logspace), empty_permuted, the *_copy forms of views,
+rearranging ops (rot90, block_diag, _chunk_cat, pixel/channel shuffle) and complex
+parts (complex, polar, angle, _conj_physical, frexp, ldexp) against PyTorch CPU:
+values bit for bit where PyTorch's rounding is reproduced, dtypes and shapes, eager
+and compiled, shape functions against meta, and CPU's errors."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import xla_native_functions as xnf
+from test_lowerings import T, as_meta, assert_same, ints, on_device, run_lowering, run_shape_fn, to_meta_arg
+from xla_native_functions.runtime.tensor import DEVICE
+from xla_native_functions.shape_fns import complex_ops as shape_complex
+from xla_native_functions.shape_fns import factories as shape_factories
+from xla_native_functions.shape_fns import shuffle as shape_shuffle
+from xla_native_functions.shape_fns import view_copy as shape_view_copy
+
+aten = torch.ops.aten
+
+SHAPE_MODULES = [shape_factories, shape_view_copy, shape_shuffle, shape_complex]
+
+
+def _shape_fn(op):
+    name = op._schema.name.split("::")[1] + (f"_{op._overloadname}" if op._overloadname != "default" else "")
+    for module in SHAPE_MODULES:
+        fn = getattr(module, f"{name}_output_shape", None)
+        if fn is not None:
+            return fn
+    raise KeyError(name)
+
+
+def _meta(x):
+    if isinstance(x, torch.Tensor):
+        return x.to("meta")
+    if isinstance(x, list) and x and isinstance(x[0], torch.Tensor):
+        return [v.to("meta") for v in x]
+    return x
+
+
+# ------------------------------------------------------------ linspace / logspace
+
+# PyTorch CPU's linspace is start + step*i (first half) and end - step*(steps-1-i)
+# (second half), each a fused multiply-add; integer dtypes truncate. These sweeps pin
+# the exact bits, which a plain start + i*step misses for about 1 value in 20.
+_RNG = random.Random(0)
+LINSPACE_CASES = []
+for dtype in (torch.int64, torch.float32, torch.float64, torch.int8, torch.uint8, torch.float16, torch.bfloat16):
+    for _ in range(12):
+        if _RNG.random() < 0.5:
+            s, e = _RNG.randint(-60, 60), _RNG.randint(-60, 60)
+        else:
+            s, e = _RNG.uniform(-60, 60), _RNG.uniform(-60, 60)
+        if dtype == torch.uint8:
+            s, e = abs(s), abs(e)
+        LINSPACE_CASES.append((s, e, _RNG.randint(2, 120), dtype))
+LINSPACE_CASES += [(-18, 18, 46, torch.int64), (50, 1, 50, torch.int64), (25, -38, 46, torch.int64), (-2.5, 10.7, 5, torch.int64)]
+LINSPACE_CASES += [(3.5, 9.0, 0, torch.float32), (3.5, 9.0, 1, torch.int64), (0.0, 1.0, 1, torch.bool), (1.0, 2.0, 0, torch.bool)]
+
+
+@pytest.mark.parametrize("start,end,steps,dtype", LINSPACE_CASES)
+def test_linspace_bits(start, end, steps, dtype):
+    ref = torch.linspace(start, end, steps, dtype=dtype)
+    ours = xnf.to_torch(torch.linspace(start, end, steps, dtype=dtype, device=DEVICE))
+    assert ours.dtype == ref.dtype and ours.shape == ref.shape
+    assert torch.equal(ours, ref), (ours, ref)
+
+
+LOGSPACE_CASES = []
+for dtype in (torch.int64, torch.float32, torch.int8, torch.uint8, torch.float16, torch.bfloat16):
+    for _ in range(10):
+        s, e = _RNG.uniform(-3, 3), _RNG.uniform(-3, 3)
+        if dtype == torch.uint8:
+            s, e = abs(s), abs(e)  # a negative Scalar for uint8 raises in PyTorch
+        LOGSPACE_CASES.append((s, e, _RNG.randint(2, 120), _RNG.choice([10.0, 2.0, 1.1, 3.0]), dtype))
+LOGSPACE_CASES += [(-2.05, 2.75, 49, 3.0, torch.int64), (1.55, 3.0, 95, 10.0, torch.uint8), (2.5, 4.0, 1, 10.0, torch.int64)]
+
+
+@pytest.mark.parametrize("start,end,steps,base,dtype", LOGSPACE_CASES)
+def test_logspace_bits(start, end, steps, base, dtype):
+    ref = torch.logspace(start, end, steps, base, dtype=dtype)
+    ours = xnf.to_torch(torch.logspace(start, end, steps, base, dtype=dtype, device=DEVICE))
+    assert ours.dtype == ref.dtype and torch.equal(ours, ref), (ours, ref)
+
+
+def test_logspace_float64_close():
+    # XLA's float64 pow differs from libm's by an ulp at times.
+    ref = torch.logspace(-2.4, 1.7, 101, 1.1, dtype=torch.float64)
+    ours = xnf.to_torch(torch.logspace(-2.4, 1.7, 101, 1.1, dtype=torch.float64, device=DEVICE))
+    torch.testing.assert_close(ours, ref, rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("fn", [torch.linspace, torch.logspace])
+@pytest.mark.parametrize("dtype", [None, torch.int64, torch.float64])
+def test_tensor_overloads(fn, dtype):
+    start, end = torch.tensor(-2.5, dtype=torch.float64), torch.tensor(3)
+    for a, b in ((start, end), (start, 3), (-2.5, end)):
+        ref = fn(a, b, 7, dtype=dtype)
+        ours = xnf.to_torch(fn(xnf.to_xla(a) if isinstance(a, torch.Tensor) else a, xnf.to_xla(b) if isinstance(b, torch.Tensor) else b, 7, dtype=dtype, device=DEVICE))
+        assert ours.dtype == ref.dtype and torch.equal(ours, ref)
+
+
+def test_linspace_compiled_uses_scalars_as_operands():
+    f = xnf.compile(lambda s, e: torch.linspace(s, e, 9, dtype=torch.int64, device=DEVICE))
+    for s, e in ((0, 10), (-18, 18), (50, 1)):
+        assert torch.equal(xnf.to_torch(f(s, e)), torch.linspace(s, e, 9, dtype=torch.int64))
+
+
+def test_linspace_out():
+    out = torch.empty(5, device=DEVICE)
+    torch.linspace(0, 1, 5, out=out)
+    assert torch.equal(xnf.to_torch(out), torch.linspace(0, 1, 5))
+
+
+@pytest.mark.parametrize(
+    "call,exc",
+    [
+        (lambda d: torch.linspace(0, 1, -1, device=d), RuntimeError),
+        (lambda d: torch.linspace(0, 1, 3, dtype=torch.bool, device=d), (RuntimeError, NotImplementedError)),
+        (lambda d: torch.logspace(0, 1, 3, dtype=torch.bool, device=d), (RuntimeError, NotImplementedError)),
+        (lambda d: torch.linspace(torch.zeros(2, device=d), 1, 3, device=d), RuntimeError),
+    ],
+)
+def test_range_errors(call, exc):
+    with pytest.raises(exc):
+        call("cpu")
+    with pytest.raises(exc):
+        call(DEVICE)
+
+
+# ------------------------------------------------------------ empty_permuted
+
+
+def test_empty_permuted():
+    out = torch.empty_permuted((2, 3, 4), (2, 0, 1), dtype=torch.int64, device=DEVICE)
+    assert out.shape == (2, 3, 4) and out.dtype == torch.int64
+    meta = shape_factories.empty_permuted_output_shape((2, 3, 4), (2, 0, 1), dtype=torch.int64)
+    assert meta == as_meta(torch.empty_permuted((2, 3, 4), (2, 0, 1), dtype=torch.int64, device="meta"))
+    with pytest.raises(RuntimeError, match="Duplicate dim"):
+        shape_factories.empty_permuted_output_shape((2, 3), (0, 0))
+    with pytest.raises(RuntimeError, match="does not match the length"):
+        shape_factories.empty_permuted_output_shape((2, 3), (0,))
+
+
+# ------------------------------------------------------------ ops against CPU
+
+f234, f34 = T(2, 3, 4), T(3, 4)
+OPS = [
+    ("alias_copy", aten.alias_copy.default, (f34,), {}),
+    ("as_strided_copy", aten.as_strided_copy.default, (f34, [2, 2], [1, 3], 1), {}),
+    ("diagonal_copy", aten.diagonal_copy.default, (f234, 1, -1, 0), {}),
+    ("permute_copy", aten.permute_copy.default, (f234, [2, 0, 1]), {}),
+    ("split_copy", aten.split_copy.Tensor, (f234, 2, 2), {}),
+    ("split_with_sizes_copy", aten.split_with_sizes_copy.default, (f234, [1, 2], 1), {}),
+    ("squeeze_copy", aten.squeeze_copy.default, (T(2, 1, 3, 1),), {}),
+    ("squeeze_copy_dim", aten.squeeze_copy.dim, (T(2, 1, 3), -2), {}),
+    ("squeeze_copy_dims", aten.squeeze_copy.dims, (T(2, 1, 3, 1), [1, 3, 0]), {}),
+    ("t_copy", aten.t_copy.default, (f34,), {}),
+    ("transpose_copy", aten.transpose_copy.int, (f234, 0, -1), {}),
+    ("unbind_copy", aten.unbind_copy.int, (f234, 1), {}),
+    ("unfold_copy", aten.unfold_copy.default, (f234, 2, 2, 1), {}),
+    ("unsqueeze_copy", aten.unsqueeze_copy.default, (ints(3, 4), -1), {}),
+    ("view_copy", aten.view_copy.default, (f234, [4, -1]), {}),
+    ("rot90", aten.rot90.default, (f234, 3, [2, 0]), {}),
+    ("rot90_int", aten.rot90.default, (ints(3, 4), -1, [0, 1]), {}),
+    ("block_diag", aten.block_diag.default, ([T(), ints(3), T(2, 2, dtype=torch.float64)],), {}),
+    ("chunk_cat", aten._chunk_cat.default, ([T(2, 5), T(2, 3, 2)], 1, 2), {}),
+    ("pixel_shuffle", aten.pixel_shuffle.default, (T(2, 8, 3, 2), 2), {}),
+    ("pixel_unshuffle", aten.pixel_unshuffle.default, (T(1, 2, 4, 6), 2), {}),
+    ("channel_shuffle", aten.channel_shuffle.default, (T(2, 6, 3), 3), {}),
+    ("complex", aten.complex.default, (T(3, 1, dtype=torch.float64), T(4, dtype=torch.float64)), {}),
+    ("polar", aten.polar.default, (T(3, low=0, high=2), T(3)), {}),
+    ("angle", aten.angle.default, (torch.tensor([-1.5, 0.0, 2.0, float("nan"), -0.0]),), {}),
+    ("angle_int", aten.angle.default, (ints(5),), {}),
+    ("angle_complex", aten.angle.default, (T(4, dtype=torch.complex64),), {}),
+    ("conj_physical", aten._conj_physical.default, (T(4, dtype=torch.complex128),), {}),
+    ("frexp", aten.frexp.Tensor, (torch.tensor([0.0, -3.5, 1e-310, 1024.0, float("inf")], dtype=torch.float64),), {}),
+    ("ldexp", aten.ldexp.Tensor, (T(4), ints(4, low=-3, high=4)), {}),
+    ("ldexp_int", aten.ldexp.Tensor, (ints(4), ints(4, low=-3, high=4)), {}),
+]
+
+
+@pytest.mark.parametrize("name,op,args,kwargs", OPS, ids=[c[0] for c in OPS])
+def test_op_matches_cpu(name, op, args, kwargs):
+    ref = op(*args, **kwargs)
+    ours = xnf.to_torch(on_device(op, args, kwargs, DEVICE))
+    if isinstance(ref, (list, tuple)):
+        ours, ref = tuple(ours), tuple(ref)
+    assert_same(ours, ref)
+
+
+@pytest.mark.parametrize("name,op,args,kwargs", OPS, ids=[c[0] for c in OPS])
+def test_op_compiled(name, op, args, kwargs):
+    ref = op(*args, **kwargs)
+    moved = [xnf.to_xla(a) if isinstance(a, torch.Tensor) else [xnf.to_xla(t) for t in a] if isinstance(a, list) and a and isinstance(a[0], torch.Tensor) else a for a in args]
+    ours = xnf.to_torch(xnf.compile(lambda *xs: op(*xs, **kwargs))(*moved))
+    if isinstance(ref, (list, tuple)):
+        ours, ref = tuple(ours), tuple(ref)
+    assert_same(ours, ref)
+
+
+@pytest.mark.parametrize("name,op,args,kwargs", OPS, ids=[c[0] for c in OPS])
+def test_shape_fn_matches_meta(name, op, args, kwargs):
+    ours = _shape_fn(op)(*map(to_meta_arg, args), **kwargs)
+    expected = as_meta(op(*map(_meta, args), **kwargs))
+    assert as_meta_tuple(ours) == as_meta_tuple(expected)
+
+
+def as_meta_tuple(x):
+    return tuple(x) if isinstance(x, (list, tuple)) else x
+
+
+def test_copies_do_not_alias():
+    base = xnf.to_xla(torch.zeros(3, 4))
+    copy = aten.t_copy.default(base)
+    base.add_(1)
+    assert torch.equal(xnf.to_torch(copy), torch.zeros(4, 3))
+
+
+def test_grad_through_rot90_and_pixel_shuffle():
+    x = T(1, 4, 2, 3, dtype=torch.float64).requires_grad_()
+    xd = xnf.to_xla(x.detach()).requires_grad_()
+    for t, f in ((x, None), (xd, None)):
+        torch.rot90(torch.pixel_shuffle(t, 2), 1, [2, 3]).pow(2).sum().backward()
+    torch.testing.assert_close(xnf.to_torch(xd.grad), x.grad)
+
+
+@pytest.mark.parametrize(
+    "op,args",
+    [
+        (aten.rot90.default, (T(3), 1, [0, 1])),
+        (aten.rot90.default, (T(3, 3), 1, [0, 0])),
+        (aten.rot90.default, (T(3, 3), 1, [0, 1, 2])),
+        (aten.block_diag.default, ([T(2, 2, 2)],)),
+        (aten.pixel_shuffle.default, (T(1, 3, 2, 2), 2)),
+        (aten.pixel_unshuffle.default, (T(1, 1, 3, 4), 2)),
+        (aten.channel_shuffle.default, (T(1, 4, 2), 3)),
+        (aten.complex.default, (T(2), T(2, dtype=torch.float64))),
+        (aten.complex.default, (ints(2), ints(2))),
+        (aten.frexp.Tensor, (ints(2),)),
+        (aten.view_copy.default, (T(2, 3), [4, -1])),
+        (aten.permute_copy.default, (T(2, 3), [0, 0])),
+        (aten.unfold_copy.default, (T(3), 0, 4, 1)),
+    ],
+)
+def test_errors_like_cpu(op, args):
+    with pytest.raises(Exception) as cpu:
+        op(*args)
+    with pytest.raises(type(cpu.value)):
+        _shape_fn(op)(*map(to_meta_arg, args))
+    moved = [xnf.to_xla(a) if isinstance(a, torch.Tensor) else [xnf.to_xla(t) for t in a] if isinstance(a, list) and a and isinstance(a[0], torch.Tensor) else a for a in args]
+    with pytest.raises(type(cpu.value)):
+        op(*moved)
