@@ -153,3 +153,110 @@ def lower_as_strided_scatter(self, src, size, stride, storage_offset=None):
     pos = as_strided_positions(size, stride, storage_offset)
     flat = self.reshape(-1).at[pos.reshape(-1)].set(src.reshape(-1).astype(self.dtype))
     return flat.reshape(self.shape)
+
+
+def _segment_ids(offsets, length):
+    """For rows of segment offsets (B, S + 1), each position along an axis of `length`
+    mapped to its segment, or to S (dropped) outside [offsets[0], offsets[S])."""
+    import jax
+
+    segs = offsets.shape[-1] - 1
+    pos = jnp.arange(length)
+    ids = jax.vmap(lambda o: jnp.searchsorted(o[1:], pos, side="right"))(offsets)
+    outside = (pos[None, :] < offsets[:, :1]) | (ids >= segs)
+    return jnp.where(outside, segs, ids)
+
+
+def _segment_layout(data, lengths, offsets, axis):
+    """data as (B, L, R) around `axis`, and the segments' offsets as (B, S + 1)."""
+    axis = axis % data.ndim
+    lead = int(np.prod(data.shape[:axis], dtype=np.int64))
+    x = data.reshape(lead, data.shape[axis], -1)
+    if offsets is None:
+        lens = lengths.reshape(-1, lengths.shape[-1]).astype(jnp.int64)
+        offsets = jnp.concatenate([jnp.zeros((lens.shape[0], 1), jnp.int64), jnp.cumsum(lens, axis=1)], axis=1)
+    else:
+        offsets = offsets.reshape(-1, offsets.shape[-1]).astype(jnp.int64)
+    offsets = jnp.broadcast_to(offsets, (lead, offsets.shape[-1]))
+    return x, offsets, axis
+
+
+def _segment_start(reduce, dtype, initial):
+    if initial is not None:
+        return jnp.asarray(initial).astype(dtype)
+    return {
+        "max": jnp.asarray(-jnp.inf, dtype),
+        "min": jnp.asarray(jnp.inf, dtype),
+        "prod": jnp.ones((), dtype),
+    }.get(reduce, jnp.zeros((), dtype))
+
+
+def lower_segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    # PyTorch checks (unless `unsafe`) that lengths are non-negative and add up to
+    # the axis' size; the lengths are data here, so invalid ones are not detected:
+    # elements past the last segment are ignored, a negative length empties its segment.
+    x, offs, axis = _segment_layout(data, lengths, offsets, axis)
+    b, n, r = x.shape
+    segs = offs.shape[1] - 1
+    xs = opmath(x)
+    ids = _segment_ids(offs, n)
+    key = (jnp.arange(b)[:, None, None], ids[:, :, None], jnp.arange(r)[None, None, :])
+    base = jnp.broadcast_to(_segment_start(reduce, xs.dtype, initial), (b, segs, r))
+    ref = base.at[key]
+    if reduce in ("sum", "mean"):
+        out = ref.add(xs, mode="drop")
+    elif reduce == "prod":
+        out = ref.multiply(xs, mode="drop")
+    else:
+        out = ref.max(xs, mode="drop") if reduce == "max" else ref.min(xs, mode="drop")
+        # A NaN element makes its segment NaN, as PyTorch's kernel does.
+        nan = jnp.zeros((b, segs, r), jnp.bool_).at[key].max(jnp.isnan(xs), mode="drop")
+        out = jnp.where(nan, jnp.nan, out)
+    if reduce == "mean":
+        count = jnp.maximum(offs[:, 1:] - offs[:, :-1], 0)[:, :, None]
+        # An empty segment's mean is its initial value, or NaN without one.
+        empty = jnp.full_like(out, jnp.nan) if initial is None else out
+        out = jnp.where(count > 0, out / jnp.maximum(count, 1).astype(out.dtype), empty)
+    shape = data.shape[:axis] + (segs,) + data.shape[axis + 1:]
+    return out.astype(data.dtype).reshape(shape)
+
+
+def lower__segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
+    x, offs, axis = _segment_layout(data, lengths, offsets, axis)
+    b, n, r = x.shape
+    segs = offs.shape[1] - 1
+    xs = opmath(x)
+    ids = _segment_ids(offs, n)
+    inside = (ids < segs)[:, :, None]
+    g = opmath(grad).reshape(b, segs, r)
+    o = opmath(output).reshape(b, segs, r)
+    take = lambda t: jnp.take_along_axis(t, jnp.minimum(ids, max(segs - 1, 0))[:, :, None], axis=1)
+    key = (jnp.arange(b)[:, None, None], ids[:, :, None], jnp.arange(r)[None, None, :])
+    if segs == 0:
+        return jnp.zeros(data.shape, data.dtype)
+    g_at, o_at = take(g), take(o)
+    if reduce in ("max", "min"):
+        hit = jnp.isnan(xs) | (xs == o_at)
+        counter = jnp.zeros((b, segs, r), jnp.int64).at[key].add(hit.astype(jnp.int64), mode="drop")
+        gi = jnp.where(hit, g_at, 0)
+        # PyTorch shares a tied gradient among the tied elements only where it is positive.
+        c = take(counter).astype(gi.dtype)
+        gi = jnp.where((c >= 2) & (gi > 0), gi / jnp.maximum(c, 1), gi)
+    elif reduce == "mean":
+        count = (offs[:, 1:] - offs[:, :-1])[:, :, None]
+        gi = g_at / take(jnp.broadcast_to(count, (b, segs, r))).astype(g_at.dtype)
+    elif reduce == "sum":
+        gi = g_at
+    else:
+        special = jnp.isnan(xs) | (xs == 0)
+        nan_ct = jnp.zeros((b, segs, r), jnp.int64).at[key].add(jnp.isnan(xs).astype(jnp.int64), mode="drop")
+        zero_ct = jnp.zeros((b, segs, r), jnp.int64).at[key].add((xs == 0).astype(jnp.int64), mode="drop")
+        start = _segment_start("prod", xs.dtype, initial)
+        rest = jnp.full((b, segs, r), start, xs.dtype).at[key].multiply(jnp.where(special, 1, xs), mode="drop")
+        # The product of the segment without this (zero or NaN) element.
+        others_nan = take(nan_ct) - jnp.isnan(xs)
+        others_zero = take(zero_ct) - (xs == 0)
+        exclusive = jnp.where(others_nan > 0, jnp.nan, take(rest) * jnp.where(others_zero > 0, 0, 1).astype(xs.dtype))
+        gi = jnp.where(special, g_at * exclusive, g_at * o_at / jnp.where(special, 1, xs))
+    gi = jnp.where(inside, gi, 0)
+    return gi.astype(data.dtype).reshape(data.shape)

@@ -119,3 +119,45 @@ def diagonal_positions(shape, offset, dim1, dim2):
         rows = np.arange(length) - offset
         cols = np.arange(length)
     return rows, cols
+
+
+_SEGMENT_REDUCTIONS = ("max", "mean", "min", "sum", "prod")
+
+
+def _segment_checks(data, reduce, lengths, offsets, axis, kernel_dtypes=True):
+    import torch
+
+    from .common import require_kernel_dtype
+
+    axis = normalize_dim(axis, len(data.shape))
+    if reduce not in _SEGMENT_REDUCTIONS:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    if offsets is not None:
+        segs, what, kernel = offsets, "offsets", "_segment_reduce_offsets_cpu_kernel1"
+    elif lengths is not None:
+        segs, what, kernel = lengths, "lengths", "_segment_reduce_lengths_cpu_kernel1"
+    else:
+        raise RuntimeError("segment_reduce(): Either lengths or offsets must be defined.")
+    if len(data.shape) < len(segs.shape):
+        raise RuntimeError(f"segment_reduce(): Expected data to have at least as many dimensions as {what}")
+    if axis != len(segs.shape) - 1:
+        raise RuntimeError(f"segment_reduce(): Expected axis to be the last dimension of {what} but got {axis}.")
+    if segs.dtype not in (torch.int32, torch.int64):
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{type_name(segs.dtype)}'")
+    require_kernel_dtype("_segment_reduce_cpu", data.dtype, "float")
+    count = segs.shape[-1] - (1 if offsets is not None else 0)
+    return axis, count
+
+
+def segment_reduce_output_shape(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    if indices is not None:
+        raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
+    axis, count = _segment_checks(data, reduce, lengths, offsets, axis)
+    shape = list(data.shape)
+    shape[axis] = count
+    return TensorMeta(tuple(shape), data.dtype)
+
+
+def _segment_reduce_backward_output_shape(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
+    _segment_checks(data, reduce, lengths, offsets, axis)
+    return TensorMeta(tuple(data.shape), data.dtype)

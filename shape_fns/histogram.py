@@ -1,0 +1,167 @@
+"""Shape functions of histograms (lowerings/histogram.py) and the other counting and
+searching ops there: searchsorted with a scalar, isin, nonzero_static."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .common import TensorMeta, require_kernel_dtype, scalar_type_name
+
+# ATen's spelling of dtypes inside histogramdd's messages (caffe2 type names).
+_CAFFE2_NAMES = {
+    torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16",
+    torch.int64: "long int", torch.int32: "int", torch.int16: "short int", torch.int8: "signed char",
+    torch.uint8: "unsigned char", torch.bool: "bool",
+}
+
+
+def _name(dtype):
+    return _CAFFE2_NAMES.get(dtype, str(dtype))
+
+
+def _check_bin_ct(bins):
+    for dim, b in enumerate(bins):
+        if b <= 0:
+            raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {b} for dimension {dim}")
+
+
+def _check_range(edges, n):
+    """A given range must have two finite, ordered edges per dimension."""
+    if edges is None:
+        return
+    if len(edges) != 2 * n:
+        raise RuntimeError(
+            f"torch.histogramdd: for a {n}-dimensional histogram range should have {2 * n} elements, but got {len(edges)}"
+        )
+    for dim in range(n):
+        lo, hi = float(edges[2 * dim]), float(edges[2 * dim + 1])
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise RuntimeError(f"torch.histogramdd: dimension {dim}'s range [{_num(lo)}, {_num(hi)}] is not finite")
+        if lo > hi:
+            raise RuntimeError(
+                f"torch.histogramdd: min should not exceed max, but got min {_num(lo)} max {_num(hi)} for dimension {dim}"
+            )
+
+
+def _num(x):
+    return int(x) if float(x).is_integer() else x
+
+
+def _require_float(self, kernel, range_from_data):
+    # Edges taken from the data go through a kernel without float16/bfloat16.
+    require_kernel_dtype(kernel, self.dtype, "float", reduced=not range_from_data)
+
+
+def _check_weight(self, weight, expected_shape):
+    if weight is None:
+        return
+    if weight.dtype != self.dtype:
+        raise RuntimeError(
+            "torch.histogramdd: if weight tensor is provided, input tensor and weight tensor should have the same "
+            f"dtype, but got input({self.dtype}), and weight({weight.dtype})"
+        )
+    got = tuple(weight.shape) or (1,)
+    if got != tuple(expected_shape):
+        raise RuntimeError(
+            "torch.histogramdd: if weight tensor is provided it should have the same shape as the input tensor "
+            f"excluding its innermost dimension, but got input with shape {list(self.shape)} and weight with shape "
+            f"{list(weight.shape)}"
+        )
+
+
+def _check_bin_tensors(self, bins):
+    for dim, b in enumerate(bins):
+        if b.dtype != self.dtype:
+            raise RuntimeError(
+                "torch.histogramdd: input tensor and bins tensors should have the same dtype, but got input with "
+                f"dtype {_name(self.dtype)} and bins for dimension {dim} with dtype {_name(b.dtype)}"
+            )
+        if len(b.shape) != 1:
+            raise RuntimeError(
+                "torch.histogramdd: bins tensor should have one dimension, but got "
+                f"{len(b.shape)} dimensions in the bins tensor for dimension {dim}"
+            )
+        if b.shape[0] == 0:
+            raise RuntimeError(
+                "torch.histogramdd: bins tensor should have at least 1 element, but got 0 elements in the bins "
+                f"tensor for dimension {dim}"
+            )
+
+
+def _numel(shape):
+    return math.prod(shape)
+
+
+def histc_output_shape(self, bins=100, min=0, max=0):
+    require_kernel_dtype("histogram_cpu", self.dtype, "float")
+    _check_bin_ct([bins])
+    # min/max are runtime values (Note [Argument kinds]): PyTorch's checks on them
+    # (finite, min < max) cannot run here; see lower_histc.
+    return TensorMeta((bins,), self.dtype)
+
+
+def histogram_bin_ct_output_shape(self, bins=100, *, range=None, weight=None, density=False):
+    _check_bin_ct([bins])
+    _require_float(self, "histogramdd", range is None and _numel(self.shape) > 0)
+    _check_range(range, 1)
+    _check_flat_weight(self, weight)
+    return TensorMeta((bins,), self.dtype), TensorMeta((bins + 1,), self.dtype)
+
+
+def _check_flat_weight(self, weight):
+    # histogram checks input and weight flattened to (numel, 1) and (numel,).
+    if weight is not None:
+        n = _numel(self.shape)
+        _check_weight(TensorMeta((n, 1), self.dtype), TensorMeta((_numel(weight.shape),), weight.dtype), (n,))
+
+
+def histogram_bins_tensor_output_shape(self, bins, *, weight=None, density=False):
+    require_kernel_dtype("histogram_cpu", self.dtype, "float")
+    _check_bin_tensors(self, [bins])
+    _check_flat_weight(self, weight)
+    return TensorMeta((bins.shape[0] - 1,), self.dtype), TensorMeta(tuple(bins.shape), bins.dtype)
+
+
+def _check_dd_input(self):
+    if len(self.shape) < 2:
+        raise RuntimeError(f"torch.histogramdd: input tensor should have at least 2 dimensions, but got {len(self.shape)}")
+
+
+def _check_dd_bins(self, n_bins):
+    n = self.shape[-1]
+    if n_bins != n:
+        raise RuntimeError(
+            f"torch.histogramdd: expected {n} sequences of bin edges for a {n}-dimensional histogram but got {n_bins}"
+        )
+
+
+def _histogramdd_bin_edges_output_shape(self, bins, *, range=None, weight=None, density=False):
+    if len(self.shape) < 2:
+        raise RuntimeError("torch.histogramdd: input tensor should have at least 2 dimensions")
+    _check_dd_bins(self, len(bins))
+    _require_float(self, "histogramdd", range is None and _numel(self.shape) > 0)
+    _check_range(range, self.shape[-1])
+    for b in bins:
+        if b + 1 < 0:
+            raise RuntimeError("number of steps must be non-negative")
+    return [TensorMeta((b + 1,), self.dtype) for b in bins]
+
+
+def _histogramdd_from_bin_cts_output_shape(self, bins, *, range=None, weight=None, density=False):
+    edges = _histogramdd_bin_edges_output_shape(self, bins, range=range, weight=weight, density=density)
+    _check_dd_input(self)
+    _check_weight(self, weight, tuple(self.shape[:-1]))
+    _check_bin_ct(bins)
+    require_kernel_dtype("histogram_cpu", self.dtype, "float")
+    return TensorMeta(tuple(e.shape[0] - 1 for e in edges), self.dtype)
+
+
+def _histogramdd_from_bin_tensors_output_shape(self, bins, *, weight=None, density=False):
+    _check_dd_input(self)
+    _check_dd_bins(self, len(bins))
+    _check_bin_tensors(self, bins)
+    _check_weight(self, weight, tuple(self.shape[:-1]))
+    require_kernel_dtype("histogram_cpu", self.dtype, "float")
+    return TensorMeta(tuple(b.shape[0] - 1 for b in bins), self.dtype)
