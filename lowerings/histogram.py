@@ -146,3 +146,40 @@ def lower__histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, dens
 
 def lower__histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
     return _histogramdd(self.reshape(-1, self.shape[-1]), list(bins), weight, density, "search")
+
+
+def lower_searchsorted_Scalar(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
+    from ..shape_fns.common import to_numpy_dtype, to_torch_dtype
+    from .distance import lower_searchsorted_Tensor
+    import torch
+
+    # PyTorch turns the scalar into a 0-d tensor of its own type (int64, double or
+    # bool) and compares both in their promoted type.
+    common = to_numpy_dtype(torch.promote_types(to_torch_dtype(sorted_sequence.dtype), to_torch_dtype(jnp.asarray(self).dtype)))
+    value = jnp.asarray(self).astype(common).reshape(())
+    return lower_searchsorted_Tensor(sorted_sequence.astype(common), value, out_int32=out_int32, right=right, side=side, sorter=sorter)
+
+
+def lower_isin_Tensor_Tensor(elements, test_elements, *, assume_unique=False, invert=False):
+    from ..shape_fns.common import promote_dtypes, to_numpy_dtype
+
+    common = to_numpy_dtype(promote_dtypes(elements, test_elements))
+    a, b = elements.astype(common), test_elements.reshape(-1).astype(common)
+    if b.size == 0:
+        found = jnp.zeros(a.shape, jnp.bool_)
+    else:
+        # Sort once and binary-search each element: O((n + m) log m), not n * m.
+        s = jnp.sort(b)
+        at = jnp.clip(jnp.searchsorted(s, a), 0, s.size - 1)
+        found = s[at] == a
+    return ~found if invert else found
+
+
+def lower_nonzero_static(self, *, size, fill_value=-1):
+    if self.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    if self.size == 0:
+        # jnp.nonzero ignores fill_value for an empty input.
+        return jnp.full((size, self.ndim), fill_value, jnp.int64)
+    coords = jnp.nonzero(self != 0, size=size, fill_value=fill_value)
+    return jnp.stack(coords, axis=-1).astype(jnp.int64)

@@ -165,3 +165,33 @@ def _histogramdd_from_bin_tensors_output_shape(self, bins, *, weight=None, densi
     _check_weight(self, weight, tuple(self.shape[:-1]))
     require_kernel_dtype("histogram_cpu", self.dtype, "float")
     return TensorMeta(tuple(b.shape[0] - 1 for b in bins), self.dtype)
+
+
+def searchsorted_Scalar_output_shape(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
+    from .distance import searchsorted_Tensor_output_shape
+
+    searchsorted_Tensor_output_shape(sorted_sequence, TensorMeta(tuple(sorted_sequence.shape), sorted_sequence.dtype), out_int32=out_int32, right=right, side=side, sorter=sorter)
+    if len(sorted_sequence.shape) != 1:
+        raise RuntimeError(
+            "torch.searchsorted(): input value can be a scalar only when boundaries tensor dimension is 1, but we got "
+            f"boundaries tensor dim({len(sorted_sequence.shape)}) and input value's dim(0) numel(1)"
+        )
+    if sorted_sequence.dtype is torch.bool:
+        require_kernel_dtype("searchsorted_out_cpu", sorted_sequence.dtype, "int float")
+    return TensorMeta((), torch.int32 if out_int32 else torch.int64)
+
+
+def isin_Tensor_Tensor_output_shape(elements, test_elements, *, assume_unique=False, invert=False):
+    from .common import promote_dtypes
+
+    for t in (elements, test_elements):
+        if t.dtype is torch.bool or t.dtype.is_complex:
+            raise RuntimeError(f"Unsupported input type encountered for isin(): {scalar_type_name(t.dtype)}")
+    promote_dtypes(elements, test_elements)
+    return TensorMeta(tuple(elements.shape), torch.bool)
+
+
+def nonzero_static_output_shape(self, *, size, fill_value=-1):
+    if size < 0:
+        raise RuntimeError("nonzero_static: 'size' must be an non-negative integer")
+    return TensorMeta((size, len(self.shape)), torch.int64)
