@@ -260,3 +260,43 @@ def lower__segment_reduce_backward(grad, output, data, reduce, *, lengths=None, 
         gi = jnp.where(special, g_at * exclusive, g_at * o_at / jnp.where(special, 1, xs))
     gi = jnp.where(inside, gi, 0)
     return gi.astype(data.dtype).reshape(data.shape)
+
+
+def lower_index_reduce(self, dim, index, source, reduce, *, include_self=True):
+    # Out-of-range indices are data: their updates are dropped (Note [Out-of-bounds
+    # indices] in lowerings/indexing.py) where PyTorch raises IndexError.
+    from .indexing import _along, _source_along
+
+    x, key, d = _along(self, dim, index, wrap=False)
+    src = _source_along(source, x, d)
+    xs, s = opmath(x), opmath(src)
+    hit = jnp.zeros(x.shape, jnp.bool_).at[key].set(True, mode="drop")
+    base = xs if include_self else jnp.where(hit, _identity(reduce, xs.dtype), xs)
+    ref = base.at[key]
+    if reduce == "prod":
+        out = ref.multiply(s, mode="drop")
+    elif reduce == "mean":
+        out = ref.add(s, mode="drop")
+        count = jnp.zeros(x.shape, jnp.int64).at[key].add(1, mode="drop") + (1 if include_self else 0)
+        count = jnp.maximum(count, 1).astype(out.dtype)
+        out = jnp.floor_divide(out, count) if jnp.issubdtype(out.dtype, jnp.integer) else out / count
+    else:
+        out = ref.max(s, mode="drop") if reduce == "amax" else ref.min(s, mode="drop")
+        if jnp.issubdtype(s.dtype, jnp.floating):
+            # A NaN source propagates, as PyTorch's max/min do.
+            nan = jnp.zeros(x.shape, jnp.bool_).at[key].max(jnp.isnan(s), mode="drop")
+            out = jnp.where(nan, jnp.nan, out)
+    return out.astype(x.dtype).reshape(self.shape)
+
+
+_SCATTER_REDUCE = {"add": "sum", "multiply": "prod"}
+
+
+def lower_scatter_reduce(self, dim, index, src, *, reduce):
+    return lower_scatter_reduce_two(self, dim, index, src, _SCATTER_REDUCE[reduce])
+
+
+def lower_scatter_value_reduce(self, dim, index, value, *, reduce):
+    # The value takes self's dtype before it is combined (2.7 adds 2 to an int64).
+    src = jnp.asarray(value).astype(self.dtype)
+    return lower_scatter_reduce_two(self, dim, index, src, _SCATTER_REDUCE[reduce])

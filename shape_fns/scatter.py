@@ -161,3 +161,50 @@ def segment_reduce_output_shape(data, reduce, *, lengths=None, indices=None, off
 def _segment_reduce_backward_output_shape(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
     _segment_checks(data, reduce, lengths, offsets, axis)
     return TensorMeta(tuple(data.shape), data.dtype)
+
+
+def index_reduce_output_shape(self, dim, index, source, reduce, *, include_self=True):
+    import torch
+
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")
+    d = normalize_dim(dim, len(self.shape))
+    if len(index.shape) > 1:
+        raise IndexError(
+            f"index_reduce_(): Index is supposed to be a vector, but got dim: {len(index.shape)} with type: "
+            f"{type_name(index.dtype)} and size: {list(index.shape)}"
+        )
+    if index.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError(f"index_reduce_(): Expected dtype int32/int64 for index but got: {type_name(index.dtype)}")
+    if source.dtype != self.dtype:
+        raise RuntimeError(
+            f"index_reduce_(): self ({type_name(self.dtype)}) and source ({type_name(source.dtype)}) must have the same scalar type"
+        )
+    numel = int(np.prod(index.shape, dtype=np.int64))
+    n = source.shape[d] if source.shape else 1
+    if numel != n:
+        raise RuntimeError(
+            f"index_reduce_(): Number of indices ({numel}) should be equal to source.size(dim): ({n}), for dim: {d}"
+        )
+    self_shape, src_shape = tuple(self.shape) or (1,), tuple(source.shape) or (1,)
+    if len(self_shape) != len(src_shape) or any(a != b for k, (a, b) in enumerate(zip(self_shape, src_shape)) if k != d):
+        raise RuntimeError(
+            "source tensor shape must match self tensor shape, excluding the specified dimension. "
+            f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}"
+        )
+    return TensorMeta(self.shape, self.dtype)
+
+
+def _check_scatter_reduce_arg(reduce):
+    if reduce not in ("add", "multiply"):
+        raise RuntimeError("reduce argument must be either add or multiply.")
+
+
+def scatter_reduce_output_shape(self, dim, index, src, *, reduce):
+    _check_scatter_reduce_arg(reduce)
+    return scatter_src_output_shape(self, dim, index, src)
+
+
+def scatter_value_reduce_output_shape(self, dim, index, value, *, reduce):
+    _check_scatter_reduce_arg(reduce)
+    return scatter_value_output_shape(self, dim, index, value)
