@@ -300,3 +300,31 @@ def lower_scatter_value_reduce(self, dim, index, value, *, reduce):
     # The value takes self's dtype before it is combined (2.7 adds 2 to an int64).
     src = jnp.asarray(value).astype(self.dtype)
     return lower_scatter_reduce_two(self, dim, index, src, _SCATTER_REDUCE[reduce])
+
+
+def _clamped_indices(self, indices):
+    """Indices clamped into range, as the masked-index ops promise valid reads where
+    the mask is set and let masked-out positions point anywhere."""
+    out = []
+    for i, ix in enumerate(indices):
+        if ix is None:
+            out.append(None)
+        else:
+            size = self.shape[i]
+            out.append(jnp.clip(ix.astype(jnp.int64), -size, max(size - 1, 0)))
+    return out
+
+
+def lower__unsafe_masked_index(self, mask, indices, fill):
+    from .indexing import index_tensor
+
+    gathered = index_tensor(self, _clamped_indices(self, indices))
+    keep = jnp.broadcast_to(mask, gathered.shape)
+    return jnp.where(keep, gathered, jnp.asarray(fill).astype(self.dtype))
+
+
+def lower__unsafe_masked_index_put_accumulate(self, mask, indices, values):
+    from .indexing import index_put_values
+
+    masked = jnp.where(jnp.broadcast_to(mask, values.shape), values, jnp.zeros((), values.dtype))
+    return index_put_values(self, _clamped_indices(self, indices), masked, True)

@@ -208,3 +208,26 @@ def scatter_reduce_output_shape(self, dim, index, src, *, reduce):
 def scatter_value_reduce_output_shape(self, dim, index, value, *, reduce):
     _check_scatter_reduce_arg(reduce)
     return scatter_value_output_shape(self, dim, index, value)
+
+
+def _check_masked_index_indices(indices):
+    import torch
+
+    for ix in indices:
+        if ix is not None and ix.dtype not in (torch.int64, torch.int32):
+            raise RuntimeError("_unsafe_masked_index found unexpected index type " + type_name(ix.dtype))
+
+
+def _unsafe_masked_index_output_shape(self, mask, indices, fill):
+    from .indexing import index_meta
+
+    _check_masked_index_indices(indices)
+    return index_meta(self, indices)
+
+
+def _unsafe_masked_index_put_accumulate_output_shape(self, mask, indices, values):
+    from .indexing import index_put_meta
+
+    _check_masked_index_indices(indices)
+    index_put_meta(self, indices, values, True)
+    return TensorMeta(self.shape, self.dtype)
