@@ -1,6 +1,6 @@
 """Lowerings of histograms (histc, histogram, histogramdd) and other counting and
 searching ops with static output shapes (searchsorted with a scalar, isin,
-nonzero_static).
+nonzero_static, hash_tensor).
 
 Histograms follow PyTorch's CPU kernel: an element lands in bin
 `trunc((x - lo) * bins / (hi - lo))` (histc), corrected against the bin edges by a
@@ -183,3 +183,18 @@ def lower_nonzero_static(self, *, size, fill_value=-1):
         return jnp.full((size, self.ndim), fill_value, jnp.int64)
     coords = jnp.nonzero(self != 0, size=size, fill_value=fill_value)
     return jnp.stack(coords, axis=-1).astype(jnp.int64)
+
+
+def lower_hash_tensor(self, dim=(), *, keepdim=False, mode=0):
+    import jax
+
+    from ..shape_fns.common import reduction_dims
+
+    dims = reduction_dims(dim, self.ndim)
+    # Elements widen to their 64-bit float or integer type and are xor-ed as raw bits.
+    wide = self.astype(jnp.float64) if jnp.issubdtype(self.dtype, jnp.floating) else self.astype(jnp.int64)
+    bits = jax.lax.bitcast_convert_type(wide, jnp.uint64)
+    out = jax.lax.reduce(bits, jnp.uint64(0), jax.lax.bitwise_xor, dims)
+    if keepdim:
+        out = jnp.expand_dims(out, dims)
+    return out

@@ -1,5 +1,5 @@
 """Shape functions of histograms (lowerings/histogram.py) and the other counting and
-searching ops there: searchsorted with a scalar, isin, nonzero_static."""
+searching ops there: searchsorted with a scalar, isin, nonzero_static, hash_tensor."""
 
 from __future__ import annotations
 
@@ -195,3 +195,28 @@ def nonzero_static_output_shape(self, *, size, fill_value=-1):
     if size < 0:
         raise RuntimeError("nonzero_static: 'size' must be an non-negative integer")
     return TensorMeta((size, len(self.shape)), torch.int64)
+
+
+def hash_tensor_output_shape(self, dim=(), *, keepdim=False, mode=0):
+    from .common import reduction_dims
+
+    if mode != 0:
+        raise RuntimeError(f"Unknown hash_tensor mode: {mode}")
+    if self.dtype.is_complex:
+        require_kernel_dtype("xor_sum_cpu", self.dtype, "int float bool")
+    ndim = len(self.shape)
+    dims = reduction_dims(dim, ndim)
+    if _numel(self.shape) == 0:
+        if not dim:
+            raise RuntimeError(
+                "hash_tensor: Expected reduction dim to be specified for input.numel() == 0. Specify the reduction "
+                "dim with the 'dim' argument."
+            )
+        for d in dims:
+            if self.shape[d] == 0:
+                raise IndexError(f"hash_tensor: Expected reduction dim {d} to have non-zero size.")
+    if keepdim:
+        shape = tuple(1 if k in dims else s for k, s in enumerate(self.shape))
+    else:
+        shape = tuple(s for k, s in enumerate(self.shape) if k not in dims)
+    return TensorMeta(shape, torch.uint64)
