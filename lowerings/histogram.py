@@ -58,7 +58,11 @@ def _bin_index(x, edges, algorithm):
     if algorithm == "search":
         pos = jnp.searchsorted(edges, x, side="right").astype(jnp.int64) - 1
     else:
-        scaled = opmath((x - lo) * jnp.asarray(nb, x.dtype)) / opmath(hi - lo)
+        # Each step rounds to the input's type, as PyTorch's kernel computes it (done
+        # explicitly: XLA may keep a float16 chain in float32 between steps).
+        rnd = lambda v: v.astype(x.dtype).astype(opmath(x).dtype)
+        wide = lambda v: v.astype(opmath(x).dtype)
+        scaled = rnd(rnd(rnd(wide(x) - wide(lo)) * nb) / rnd(wide(hi) - wide(lo)))
         pos = jnp.clip(jnp.where(inside, scaled, 0).astype(jnp.int64), 0, nb)
         if algorithm == "local":
             # Check the computed bin against its neighbouring edges, as torch.histogram
@@ -78,7 +82,9 @@ def _histogramdd(x2d, edges, weight, density, algorithm):
     """The histogram of the rows of `x2d` (M, N) over N edge sequences."""
     dtype = x2d.dtype
     shape = tuple(e.shape[0] - 1 for e in edges)
-    acc = opmath(jnp.zeros((), dtype)).dtype
+    # PyTorch's kernel accumulates in the input's own type, float16/bfloat16 included
+    # (a bfloat16 count stops growing at 256), and so do we.
+    acc = dtype
     total = 1
     for s in shape:
         total *= s
@@ -91,7 +97,7 @@ def _histogramdd(x2d, edges, weight, density, algorithm):
             pos, inside = _bin_index(x2d[:, d], e.astype(dtype), algorithm)
             flat = flat * shape[d] + pos
             keep = keep & inside
-        w = jnp.ones(x2d.shape[0], acc) if weight is None else opmath(weight.reshape(-1)).astype(acc)
+        w = jnp.ones(x2d.shape[0], acc) if weight is None else weight.reshape(-1).astype(acc)
         hist = jnp.zeros(total, acc).at[flat].add(jnp.where(keep, w, 0)).reshape(shape)
     if density:
         hist = hist / hist.sum()

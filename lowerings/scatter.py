@@ -198,7 +198,8 @@ def lower_segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=No
     x, offs, axis = _segment_layout(data, lengths, offsets, axis)
     b, n, r = x.shape
     segs = offs.shape[1] - 1
-    xs = opmath(x)
+    # PyTorch's kernel reduces float16/bfloat16 in their own type, rounding each step.
+    xs = x
     ids = _segment_ids(offs, n)
     key = (jnp.arange(b)[:, None, None], ids[:, :, None], jnp.arange(r)[None, None, :])
     base = jnp.broadcast_to(_segment_start(reduce, xs.dtype, initial), (b, segs, r))
@@ -269,7 +270,8 @@ def lower_index_reduce(self, dim, index, source, reduce, *, include_self=True):
 
     x, key, d = _along(self, dim, index, wrap=False)
     src = _source_along(source, x, d)
-    xs, s = opmath(x), opmath(src)
+    # Mean accumulates in the tensor's own type (PyTorch's index_add, then a division).
+    xs, s = (x, src) if reduce == "mean" else (opmath(x), opmath(src))
     hit = jnp.zeros(x.shape, jnp.bool_).at[key].set(True, mode="drop")
     base = xs if include_self else jnp.where(hit, _identity(reduce, xs.dtype), xs)
     ref = base.at[key]
