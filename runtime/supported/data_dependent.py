@@ -129,7 +129,9 @@ def impl_unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=
 
 
 def impl_unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
-    if dim is not None:
+    # PyTorch takes the flat path for dim=0 (literally) of a 1-d tensor, which
+    # honours the flags; every other dim returns inverse and counts regardless.
+    if dim is not None and not (dim == 0 and self.dim() == 1):
         return _unique_along(self, dim, False)
     return _unique_flat(self, False, return_inverse, return_counts)
 
@@ -142,16 +144,20 @@ _INTEGRAL = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, tor
 
 
 def impl_bincount(self, weights=None, minlength=0):
-    if self.dim() != 1 or self.dtype not in _INTEGRAL:
-        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
+    # PyTorch's checks, in its order: dtype, minlength, the empty shortcut (int64
+    # zeros whatever the weights), then rank, sign and the weights' length.
+    if self.dtype not in _INTEGRAL:
+        raise NotImplementedError(f"\"bincount_cpu\" not implemented for '{_type_name(self.dtype)}'")
     if minlength < 0:
         raise RuntimeError("minlength should be >= 0")
+    if self.dim() == 1 and self.numel() == 0:
+        return _dev(np.zeros(int(minlength), np.int64), torch.int64)
+    x = _np(self).astype(np.int64)
+    if self.dim() != 1 or x.min(initial=0) < 0:
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
     if weights is not None and (weights.dim() != 1 or weights.shape[0] != self.shape[0]):
         raise RuntimeError("weights should be 1-d and have the same length as input")
-    x = _np(self).astype(np.int64)
-    if x.size and x.min() < 0:
-        raise RuntimeError("bincount only supports 1-d non-negative integral inputs.")
-    length = max(int(x.max()) + 1 if x.size else 0, int(minlength))
+    length = max(int(x.max()) + 1, int(minlength))
     if weights is None:
         return _dev(np.bincount(x, minlength=length).astype(np.int64), torch.int64)
     # PyTorch accumulates float weights in float and every other dtype in double.
