@@ -1,13 +1,17 @@
-"""Shape functions of histograms (lowerings/histogram.py) and the other counting and
-searching ops there: searchsorted with a scalar, isin, nonzero_static, hash_tensor."""
+"""Shape functions of histograms (lowerings/histogram.py) and the other ops there:
+grouped reductions (segment_reduce, index_reduce, scatter with a reduce, masked index)
+and searchsorted with a scalar, isin, nonzero_static, hash_tensor."""
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
-from .common import TensorMeta, require_kernel_dtype, scalar_type_name
+from .common import TensorMeta, normalize_dim, require_kernel_dtype, scalar_type_name
+from .indexing import type_name
+from .scatter import scatter_src_output_shape, scatter_value_output_shape
 
 # ATen's spelling of dtypes inside histogramdd's messages (caffe2 type names).
 _CAFFE2_NAMES = {
@@ -220,3 +224,107 @@ def hash_tensor_output_shape(self, dim=(), *, keepdim=False, mode=0):
     else:
         shape = tuple(s for k, s in enumerate(self.shape) if k not in dims)
     return TensorMeta(shape, torch.uint64)
+
+
+_SEGMENT_REDUCTIONS = ("max", "mean", "min", "sum", "prod")
+
+
+def _segment_checks(data, reduce, lengths, offsets, axis, kernel_dtypes=True):
+    axis = normalize_dim(axis, len(data.shape))
+    if reduce not in _SEGMENT_REDUCTIONS:
+        raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
+    if offsets is not None:
+        segs, what, kernel = offsets, "offsets", "_segment_reduce_offsets_cpu_kernel1"
+    elif lengths is not None:
+        segs, what, kernel = lengths, "lengths", "_segment_reduce_lengths_cpu_kernel1"
+    else:
+        raise RuntimeError("segment_reduce(): Either lengths or offsets must be defined.")
+    if len(data.shape) < len(segs.shape):
+        raise RuntimeError(f"segment_reduce(): Expected data to have at least as many dimensions as {what}")
+    if axis != len(segs.shape) - 1:
+        raise RuntimeError(f"segment_reduce(): Expected axis to be the last dimension of {what} but got {axis}.")
+    if segs.dtype not in (torch.int32, torch.int64):
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{type_name(segs.dtype)}'")
+    require_kernel_dtype("_segment_reduce_cpu", data.dtype, "float")
+    count = segs.shape[-1] - (1 if offsets is not None else 0)
+    return axis, count
+
+
+def segment_reduce_output_shape(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    if indices is not None:
+        raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
+    axis, count = _segment_checks(data, reduce, lengths, offsets, axis)
+    shape = list(data.shape)
+    shape[axis] = count
+    return TensorMeta(tuple(shape), data.dtype)
+
+
+def _segment_reduce_backward_output_shape(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
+    _segment_checks(data, reduce, lengths, offsets, axis)
+    return TensorMeta(tuple(data.shape), data.dtype)
+
+
+def index_reduce_output_shape(self, dim, index, source, reduce, *, include_self=True):
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")
+    d = normalize_dim(dim, len(self.shape))
+    if len(index.shape) > 1:
+        raise IndexError(
+            f"index_reduce_(): Index is supposed to be a vector, but got dim: {len(index.shape)} with type: "
+            f"{type_name(index.dtype)} and size: {list(index.shape)}"
+        )
+    if index.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError(f"index_reduce_(): Expected dtype int32/int64 for index but got: {type_name(index.dtype)}")
+    if source.dtype != self.dtype:
+        raise RuntimeError(
+            f"index_reduce_(): self ({type_name(self.dtype)}) and source ({type_name(source.dtype)}) must have the same scalar type"
+        )
+    numel = int(np.prod(index.shape, dtype=np.int64))
+    n = source.shape[d] if source.shape else 1
+    if numel != n:
+        raise RuntimeError(
+            f"index_reduce_(): Number of indices ({numel}) should be equal to source.size(dim): ({n}), for dim: {d}"
+        )
+    self_shape, src_shape = tuple(self.shape) or (1,), tuple(source.shape) or (1,)
+    if len(self_shape) != len(src_shape) or any(a != b for k, (a, b) in enumerate(zip(self_shape, src_shape)) if k != d):
+        raise RuntimeError(
+            "source tensor shape must match self tensor shape, excluding the specified dimension. "
+            f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}"
+        )
+    return TensorMeta(self.shape, self.dtype)
+
+
+def _check_scatter_reduce_arg(reduce):
+    if reduce not in ("add", "multiply"):
+        raise RuntimeError("reduce argument must be either add or multiply.")
+
+
+def scatter_reduce_output_shape(self, dim, index, src, *, reduce):
+    _check_scatter_reduce_arg(reduce)
+    return scatter_src_output_shape(self, dim, index, src)
+
+
+def scatter_value_reduce_output_shape(self, dim, index, value, *, reduce):
+    _check_scatter_reduce_arg(reduce)
+    return scatter_value_output_shape(self, dim, index, value)
+
+
+def _check_masked_index_indices(indices):
+    for ix in indices:
+        if ix is not None and ix.dtype not in (torch.int64, torch.int32):
+            raise RuntimeError("_unsafe_masked_index found unexpected index type " + type_name(ix.dtype))
+
+
+def _unsafe_masked_index_output_shape(self, mask, indices, fill):
+    from .indexing import index_meta
+
+    _check_masked_index_indices(indices)
+    return index_meta(self, indices)
+
+
+def _unsafe_masked_index_put_accumulate_output_shape(self, mask, indices, values):
+    from .indexing import index_put_meta
+
+    _check_masked_index_indices(indices)
+    index_put_meta(self, indices, values, True)
+    return TensorMeta(self.shape, self.dtype)
