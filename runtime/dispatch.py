@@ -162,7 +162,7 @@ def jax_to_cpu(a: jax.Array) -> torch.Tensor:
 
 
 def wrap(out: Any) -> Any:
-    if out.__class__ is tuple or out.__class__ is list:
+    if isinstance(out, (tuple, list)):  # including named tuples (jnp.linalg.qr's)
         return tuple(None if o is None else XlaTensor(Storage(o), o.shape, NUMPY_TO_TORCH[o.dtype]) for o in out)
     return XlaTensor(Storage(out), out.shape, NUMPY_TO_TORCH[out.dtype])
 
