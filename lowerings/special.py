@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import jax.scipy.special as jss
 from jax import lax
 
+from ..shape_fns.common import to_numpy_dtype
+from ..shape_fns.special import ldexp_power_dtype, ldexp_Tensor_output_shape
 from .common import opmath, promote_operands
 
 
@@ -157,3 +159,13 @@ def lower_special_zeta_self_scalar(self, other):
 
 def lower_special_zeta_other_scalar(self, other):
     return _binary("special_zeta_other_scalar", zeta, self, other)
+
+
+def lower_ldexp_Tensor(self, other):
+    # PyTorch: self * pow(2.0, other); the power is floating (the default dtype for an
+    # integral exponent) and then promotes with self.
+    power_dtype = to_numpy_dtype(ldexp_power_dtype(other))
+    out = to_numpy_dtype(ldexp_Tensor_output_shape(self, other).dtype)
+    power = jnp.power(jnp.asarray(2.0, opmath(jnp.zeros((), power_dtype)).dtype), opmath(other.astype(power_dtype)))
+    power = power.astype(power_dtype)
+    return (opmath(self.astype(out)) * opmath(power.astype(out))).astype(out)
