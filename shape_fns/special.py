@@ -121,3 +121,43 @@ def ldexp_power_dtype(other):
 def ldexp_Tensor_output_shape(self, other):
     power = TensorMeta(other.shape, ldexp_power_dtype(other))
     return TensorMeta(broadcast_shapes(self.shape, other.shape), promote_dtypes(self, power))
+
+
+def _no_reduced(op, kernel, x):
+    return checked_meta(op, x, kernel=f"{kernel}_cpu", categories="float", reduced=False)
+
+
+def special_bessel_j0_output_shape(self):
+    return _no_reduced("special_bessel_j0", "bessel_j0", self)
+
+
+def special_bessel_j1_output_shape(self):
+    return _no_reduced("special_bessel_j1", "bessel_j1", self)
+
+
+def special_bessel_y0_output_shape(self):
+    return _no_reduced("special_bessel_y0", "bessel_y0", self)
+
+
+def special_bessel_y1_output_shape(self):
+    return _no_reduced("special_bessel_y1", "bessel_y1", self)
+
+
+def special_modified_bessel_k0_output_shape(self):
+    return _no_reduced("special_modified_bessel_k0", "modified_bessel_k0", self)
+
+
+def special_modified_bessel_k1_output_shape(self):
+    return _no_reduced("special_modified_bessel_k1", "modified_bessel_k1", self)
+
+
+def special_scaled_modified_bessel_k0_output_shape(x):
+    return _no_reduced("special_scaled_modified_bessel_k0", "scaled_modified_bessel_k0", x)
+
+
+def special_scaled_modified_bessel_k1_output_shape(x):
+    return _no_reduced("special_scaled_modified_bessel_k1", "scaled_modified_bessel_k1", x)
+
+
+def special_airy_ai_output_shape(x):
+    return _no_reduced("special_airy_ai", "airy_ai", x)
