@@ -161,3 +161,11 @@ def special_scaled_modified_bessel_k1_output_shape(x):
 
 def special_airy_ai_output_shape(x):
     return _no_reduced("special_airy_ai", "airy_ai", x)
+
+
+def igamma_output_shape(self, other):
+    return checked_meta("igamma", self, other, kernel="igamma_cpu", categories="float")
+
+
+def igammac_output_shape(self, other):
+    return checked_meta("igammac", self, other, kernel="igammac_cpu", categories="float")
