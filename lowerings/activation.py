@@ -224,21 +224,24 @@ def lower_threshold(self, threshold, value):
     return jnp.where(x <= _cast(threshold, x), _cast(value, x), x).astype(out)
 
 
-def _inside(x, lambd):
-    lam = _cast(lambd, x)
+def _inside(x, lambd, like):
+    # The kernels compare in opmath but with lambd rounded to the input dtype first.
+    lam = opmath(_cast(lambd, like))
     return (x >= -lam) & (x <= lam)
 
 
 def lower_hardshrink(self, lambd=0.5):
     (x,), out = promote_operands("hardshrink", self)
+    like = x
     x = opmath(x)
-    return jnp.where(_inside(x, lambd), _zero(x), x).astype(out)
+    return jnp.where(_inside(x, lambd, like), _zero(x), x).astype(out)
 
 
 def lower_hardshrink_backward(grad_out, self, lambd):
     (g, x), out = promote_operands("hardshrink_backward", grad_out, self)
+    like = x
     g, x = opmath(g), opmath(x)
-    return jnp.where(_inside(x, lambd), _zero(g), g).astype(out)
+    return jnp.where(_inside(x, lambd, like), _zero(g), g).astype(out)
 
 
 def lower_softshrink(self, lambd=0.5):
@@ -251,8 +254,9 @@ def lower_softshrink(self, lambd=0.5):
 
 def lower_softshrink_backward(grad_output, self, lambd):
     (g, x), out = promote_operands("softshrink_backward", grad_output, self)
+    like = x
     g, x = opmath(g), opmath(x)
-    return jnp.where(_inside(x, lambd), _zero(g), g).astype(out)
+    return jnp.where(_inside(x, lambd, like), _zero(g), g).astype(out)
 
 
 def lower_celu(self, alpha=1.0):

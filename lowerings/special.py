@@ -15,8 +15,6 @@ import jax.numpy as jnp
 import jax.scipy.special as jss
 from jax import lax
 
-from ..shape_fns.common import to_numpy_dtype
-from ..shape_fns.special import ldexp_power_dtype, ldexp_Tensor_output_shape
 from .common import opmath, promote_operands
 
 
@@ -162,14 +160,11 @@ def lower_special_zeta_other_scalar(self, other):
 
 
 def lower_ldexp_Tensor(self, other):
-    # PyTorch: self * pow(2.0, other); the power is floating (the default dtype for an
-    # integral exponent) and then promotes with self.
-    power_dtype = to_numpy_dtype(ldexp_power_dtype(other))
-    out = to_numpy_dtype(ldexp_Tensor_output_shape(self, other).dtype)
-    power = jnp.power(jnp.asarray(2.0, opmath(jnp.zeros((), power_dtype)).dtype), opmath(other.astype(power_dtype)))
-    power = power.astype(power_dtype)
-    return (opmath(self.astype(out)) * opmath(power.astype(out))).astype(out)
-
+    # self * 2**other in the promoted dtype of both (integers promote to the default
+    # float dtype).
+    (x, e), out = promote_operands("ldexp_Tensor", self, other)
+    x, e = opmath(x), opmath(e)
+    return (x * jnp.power(jnp.asarray(2.0, e.dtype), e)).astype(out)
 
 # ---------------------------------------------------------------- Bessel functions
 # J0, J1, Y0, Y1, K0, K1 (and e^x K0, e^x K1) and Airy Ai, evaluated in float64 for

@@ -477,7 +477,7 @@ def _special_promotion_kinds() -> dict[str, Promotion]:
     unary = [
         "special_airy_ai", "special_bessel_y0", "special_bessel_y1", "special_modified_bessel_k0",
         "special_modified_bessel_k1", "special_scaled_modified_bessel_k0",
-        "special_scaled_modified_bessel_k1",
+        "special_scaled_modified_bessel_k1", "ldexp_Tensor",
     ]
     default = [
         "threshold", "hardshrink", "hardshrink_backward", "softshrink", "softshrink_backward",

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
-from .common import TensorMeta, broadcast_shapes, promote_dtypes, to_torch_dtype
 from .pointwise_binary import checked_meta
 
 
@@ -113,14 +110,8 @@ def special_zeta_other_scalar_output_shape(self, other):
     return _float("special_zeta_other_scalar", self, other, reduced=False)
 
 
-def ldexp_power_dtype(other):
-    dtype = other.dtype if isinstance(other, TensorMeta) else to_torch_dtype(other.dtype)
-    return dtype if (dtype.is_floating_point or dtype.is_complex) else torch.get_default_dtype()
-
-
 def ldexp_Tensor_output_shape(self, other):
-    power = TensorMeta(other.shape, ldexp_power_dtype(other))
-    return TensorMeta(broadcast_shapes(self.shape, other.shape), promote_dtypes(self, power))
+    return checked_meta("ldexp_Tensor", self, other)
 
 
 def _no_reduced(op, kernel, x):
