@@ -84,7 +84,12 @@ def _polynomial_cases():
         packet = getattr(aten, f"special_{name}")
         for dtype in (torch.float32, torch.float64):
             x, n = _grid(dtype)
-            cases.append(Case(f"{name}_grid_{str(dtype)[6:]}", packet.default, (x, n), tol=_tol(dtype)))
+            tol = _tol(dtype)
+            if dtype is torch.float32 and name in ("laguerre_polynomial_l", "legendre_polynomial_p"):
+                # CPU's compiled float32 loop rounds differently (fused multiply-adds);
+                # over n = 60 steps the results drift apart by a few 1e-6 relative.
+                tol = {"rtol": 1e-5, "atol": 1e-5}
+            cases.append(Case(f"{name}_grid_{str(dtype)[6:]}", packet.default, (x, n), tol=tol))
         cases += [
             Case(f"{name}_int", packet.default, (ints(3, 4, low=-3, high=4), ints(4, low=-1, high=9)), tol=_tol(torch.float32)),
             Case(f"{name}_bool", packet.default, (T(3, dtype=torch.bool), T(3, dtype=torch.bool))),
