@@ -134,6 +134,7 @@ def lower_im2col(self, kernel_size, dilation, padding, stride):
     n, channels, h, w = x.shape
     (kh, kw), (ph, pw) = kernel_size, padding
     flat = _window_positions(h, w, kernel_size, dilation, padding, stride)
-    padded = jnp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))).reshape(n, channels, -1)
-    out = padded[:, :, flat].reshape(n, channels * kh * kw, -1)
+    # Explicit sizes, not -1: batches and channels may be empty.
+    padded = jnp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))).reshape(n, channels, (h + 2 * ph) * (w + 2 * pw))
+    out = padded[:, :, flat].reshape(n, channels * kh * kw, flat.size // (kh * kw))
     return out if batched else out[0]

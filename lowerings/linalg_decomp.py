@@ -255,3 +255,60 @@ def lower_trace(self):
     if self.dtype in (jnp.float16, jnp.bfloat16):
         return jnp.sum(diag.astype(jnp.float32)).astype(self.dtype)
     return jnp.sum(diag)
+
+
+def lower_geqrf(self):
+    # jnp's "raw" mode is LAPACK's geqrf on the transposed (row-major) matrix.
+    h, tau = jnp.linalg.qr(self, mode="raw")
+    return _mT(h), tau
+
+
+def lower_ormqr(self, input2, input3, left=True, transpose=False):
+    k = input2.shape[-1]
+    if k == 0 or input3.size == 0:
+        return input3
+    return lax.linalg.ormqr(self[..., :, :k], input2, input3, left=left, transpose=transpose)
+
+
+def _real_dtype(dtype):
+    return jnp.finfo(dtype).dtype
+
+
+def _pinv_tolerances(A, atol, rtol):
+    # PyTorch's defaults are float64 tensors; its tolerance arithmetic follows tensor
+    # promotion, which JAX's array promotion reproduces.
+    f64 = jnp.float64
+    atol_t = jnp.zeros((), f64) if atol is None else atol
+    if rtol is None:
+        default = jnp.asarray(jnp.finfo(_real_dtype(A.dtype)).eps * max(A.shape[-2], A.shape[-1]), f64)
+        rtol_t = default if atol is None else jnp.where(atol > 0, jnp.zeros((), f64), default)
+    else:
+        rtol_t = rtol
+    return atol_t, rtol_t
+
+
+def lower_linalg_pinv_atol_rtol_tensor(self, *, atol=None, rtol=None, hermitian=False):
+    m, n = self.shape[-2:]
+    if self.size == 0:
+        return jnp.zeros(self.shape[:-2] + (n, m), self.dtype)
+    atol_t, rtol_t = _pinv_tolerances(self, atol, rtol)
+    if not hermitian:
+        u, s, vh = jnp.linalg.svd(self, full_matrices=False)
+        top = s[..., :1]
+        keep = s
+    else:
+        s, u = jnp.linalg.eigh(self, UPLO="L", symmetrize_input=False)
+        keep = jnp.abs(s)
+        top = jnp.max(keep, axis=-1, keepdims=True)
+        vh = _mH(u)
+    tol = jnp.maximum(atol_t[..., None], rtol_t[..., None] * top)
+    s_inv = jnp.where(keep > tol, 1 / s, jnp.zeros((), s.dtype)).astype(self.dtype)
+    return _matmul(_mH(vh) * s_inv[..., None, :], _mH(u))
+
+
+def lower_linalg_eig(self):
+    cdtype = jnp.result_type(self.dtype, jnp.complex64)
+    if self.size == 0:
+        return jnp.zeros(self.shape[:-1], cdtype), jnp.zeros(self.shape, cdtype)
+    w, v = jnp.linalg.eig(self)
+    return w.astype(cdtype), v.astype(cdtype)

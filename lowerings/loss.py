@@ -213,7 +213,7 @@ def _multi_margin(self, target, p, margin, weight, reduction):
     z = jnp.where(jnp.arange(c)[None, :] == tb[:, None], jnp.zeros((), z.dtype), z)
     per_sample = jnp.sum(z, axis=1) / c
     if reduction == NONE:
-        return per_sample.reshape(target.shape) if x.ndim > 1 else per_sample.reshape(())
+        return per_sample.reshape(target.shape) if target.ndim else per_sample.reshape(())
     return _reduce(per_sample, reduction)
 
 

@@ -52,7 +52,9 @@ def lower_digamma(self):
 def lower_polygamma(n, self):
     if n == 0:
         return _unary("polygamma", digamma, self)
-    return _unary("polygamma", lambda x: jss.polygamma(n, x), self)
+    # (-1)^(n+1) n! zeta(n+1, x), through the zeta above (accurate for x < 0).
+    sign_factorial = (-1.0) ** (n + 1) * math.factorial(n)
+    return _unary("polygamma", lambda x: sign_factorial * zeta(jnp.asarray(n + 1, x.dtype), x), self)
 
 
 def lower_mvlgamma(self, p):
@@ -140,11 +142,22 @@ def lower_special_xlog1py_other_scalar(self, other):
 
 
 def zeta(x, q):
-    # Hurwitz zeta. Cephes (PyTorch) gives inf at the poles q = 0, -1, -2, ...; JAX
-    # gives NaN there. For other q < 0 with an integral x PyTorch still sums its
-    # series where JAX returns NaN (not matched).
-    pole = (q <= 0) & (q == jnp.floor(q)) & (x > 1)
-    return jnp.where(pole, jnp.asarray(jnp.inf, x.dtype), jss.zeta(x, q))
+    # Hurwitz zeta as Cephes (PyTorch) defines it: inf at x == 1, NaN for x < 1, inf at
+    # the poles q = 0, -1, -2, ..., NaN for q < 0 with a non-integral x. For other q < 0
+    # JAX's series is NaN or inaccurate (trigamma at -8.48 is off by 20%); there, with
+    # m = ceil(-q) and r = q + m in (0, 1), the terms of negative base are a difference
+    # of two zetas of positive argument:
+    #   zeta(x, q) = (-1)^x (zeta(x, 1 - r) - zeta(x, 1 - r + m)) + zeta(x, r).
+    x, q = jnp.broadcast_arrays(x, q)
+    m = jnp.ceil(-q)
+    r = q + m
+    sign = jnp.where(jnp.fmod(x, 2) == 0, 1, -1).astype(x.dtype)
+    negative = sign * (jss.zeta(x, 1 - r) - jss.zeta(x, 1 - r + m)) + jss.zeta(x, r)
+    out = jnp.where(q < 0, negative, jss.zeta(x, q))
+    nan, inf = jnp.asarray(jnp.nan, x.dtype), jnp.asarray(jnp.inf, x.dtype)
+    out = jnp.where((q < 0) & (x != jnp.floor(x)), nan, out)
+    out = jnp.where((q <= 0) & (q == jnp.floor(q)), inf, out)
+    return jnp.where(x == 1, inf, jnp.where(x < 1, nan, out))
 
 
 def lower_special_zeta(self, other):

@@ -48,7 +48,29 @@ class _X64:
 
 X64 = _X64()
 
-_REGISTRY: dict[Any, Any] = {}
+class _Registry(dict):
+    """aten overload -> handler. The per-op path looks handlers up by id(op) in
+    `by_id`, kept in step with the dict, because hashing an OpOverload runs Python."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_id: dict[int, Any] = {}
+
+    def __setitem__(self, op: Any, handler: Any) -> None:
+        super().__setitem__(op, handler)
+        self.by_id[id(op)] = handler
+
+    def __delitem__(self, op: Any) -> None:
+        super().__delitem__(op)
+        del self.by_id[id(op)]
+
+    def update(self, other: Any = (), **kwargs: Any) -> None:
+        for op, handler in dict(other, **kwargs).items():
+            self[op] = handler
+
+
+_REGISTRY = _Registry()
+_HANDLERS = _REGISTRY.by_id
 _SECTIONS: dict[str, str] = {}
 
 
@@ -140,7 +162,7 @@ def jax_to_cpu(a: jax.Array) -> torch.Tensor:
 
 
 def wrap(out: Any) -> Any:
-    if out.__class__ is tuple or out.__class__ is list:
+    if isinstance(out, (tuple, list)):  # including named tuples (jnp.linalg.qr's)
         return tuple(None if o is None else XlaTensor(Storage(o), o.shape, NUMPY_TO_TORCH[o.dtype]) for o in out)
     return XlaTensor(Storage(out), out.shape, NUMPY_TO_TORCH[out.dtype])
 
@@ -190,6 +212,7 @@ def _check_output(cls: type[Node], out: Any, metas: Any) -> None:
 
 
 _EXECUTABLES: dict[type[Node], Any] = {}
+_lazy: Any = None  # the runtime.lazy module, bound by install()
 
 
 def run_node(cls: type[Node], args: tuple[Any, ...]) -> Any:
@@ -205,9 +228,7 @@ def run_node(cls: type[Node], args: tuple[Any, ...]) -> Any:
 
 
 def trace(cls: type[Node], args: tuple[Any, ...]) -> Any:
-    from .lazy import record
-
-    return record(cls, args)
+    return _lazy.record(cls, args)
 
 
 # ---------------------------------------------------------------- views and mutation
@@ -443,8 +464,8 @@ def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
-        handler = _REGISTRY.get(func)
-        metrics.op_calls[func] += 1
+        handler = _HANDLERS.get(id(func))
+        metrics.count_call(func)
         if handler is None:
             return missing_op(func, args, kwargs)
         if config.debug_print_each_op or config.debug_accuracy_for_each_op:
@@ -536,6 +557,11 @@ _LIBRARY: list[Any] = []
 
 
 def install(registry: dict[Any, Any], sections: dict[str, str]) -> None:
+    from . import lazy, tensor
+
+    global _lazy
+    _lazy = lazy  # lazy imports this module: bound here, not at the top
+    tensor._dispatch = dispatch
     _install_autograd_engine()
     _REGISTRY.update(registry)
     _SECTIONS.update(sections)

@@ -114,6 +114,10 @@ def traced_value(t: Any) -> Any:
 
 
 def _emit(node: Node, metas: Any) -> Any:
+    if metas.__class__ is TensorMeta:
+        v = Value(node, 0, metas)
+        node.outputs = (v,)
+        return v
     multi = isinstance(metas, (tuple, list))
     outs = tuple(None if m is None else Value(node, i, m) for i, m in enumerate(metas if multi else (metas,)))
     node.outputs = outs

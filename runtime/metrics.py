@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
 class Metrics:
-    op_calls: collections.Counter = field(default_factory=collections.Counter)
+    # Per-op call counts are kept by id(op): hashing an OpOverload runs Python code,
+    # and the count is taken on every op (see `count_call`).
+    calls_by_id: dict[int, int] = field(default_factory=dict)
+    ops_by_id: dict[int, Any] = field(default_factory=dict)
     fallback_calls: collections.Counter = field(default_factory=collections.Counter)
     compile_count: int = 0
     compile_seconds: float = 0.0
@@ -17,6 +21,19 @@ class Metrics:
     execute_count: int = 0
     execute_seconds: float = 0.0
     recompile_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def op_calls(self) -> collections.Counter:
+        """Calls per aten overload."""
+        return collections.Counter({self.ops_by_id[k]: n for k, n in self.calls_by_id.items()})
+
+    def count_call(self, op: Any) -> None:
+        key = id(op)
+        n = self.calls_by_id.get(key)
+        if n is None:
+            self.ops_by_id[key] = op  # keeps the op alive, so its id stays its own
+            n = 0
+        self.calls_by_id[key] = n + 1
 
 
 metrics = Metrics()

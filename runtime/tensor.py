@@ -47,6 +47,10 @@ class Storage:
         self.version = 0
 
 
+_NO_KWARGS: dict[str, Any] = {}
+_dispatch: Any = None  # runtime.dispatch.dispatch, set there (it imports this module)
+
+
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = []
     acc = 1
@@ -80,9 +84,7 @@ class XlaTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from .dispatch import dispatch
-
-        return dispatch(func, args, kwargs or {})
+        return _dispatch(func, args, kwargs or _NO_KWARGS)
 
     def __repr__(self, *, tensor_contents=None) -> str:
         from .api import to_torch

@@ -18,14 +18,22 @@ from xla_native_functions.runtime.lazy import tracing
 
 
 def median_us(fn, number: int = 2000, repeat: int = 7) -> float:
-    fn()
-    runs = []
+    return paired_us({"fn": fn}, number, repeat)["fn"]
+
+
+def paired_us(fns: dict, number: int = 2000, repeat: int = 7) -> dict:
+    """Median microseconds per call of each function. The functions take turns within
+    every repeat, so load on a shared machine hits them alike and their ratios hold."""
+    for fn in fns.values():
+        fn()
+    runs: dict = {name: [] for name in fns}
     for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        runs.append((time.perf_counter() - start) / number * 1e6)
-    return sorted(runs)[repeat // 2]
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            runs[name].append((time.perf_counter() - start) / number * 1e6)
+    return {name: sorted(r)[repeat // 2] for name, r in runs.items()}
 
 
 def eager_add() -> None:
@@ -33,9 +41,8 @@ def eager_add() -> None:
     xa, xb = xnf.to_xla(a), xnf.to_xla(b)
     with jax.enable_x64(True):
         ja, jb = jnp.asarray(a.numpy()), jnp.asarray(b.numpy())
-        t_jnp = median_us(lambda: jnp.add(ja, jb))
-    t_torch = median_us(lambda: a + b)
-    t_ours = median_us(lambda: xa + xb)
+        t = paired_us({"jnp": lambda: jnp.add(ja, jb), "torch": lambda: a + b, "ours": lambda: xa + xb}, repeat=15)
+    t_jnp, t_torch, t_ours = t["jnp"], t["torch"], t["ours"]
     print("eager 16x16 float32 add (median us per op)")
     print(f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
           f"-> {t_ours / t_jnp:.2f}x jax.numpy, {t_ours / t_torch:.1f}x torch (target <= 2x jax.numpy)")
@@ -63,13 +70,6 @@ def mlp_step() -> None:
         layers += [torch.nn.Linear(i, o), torch.nn.ReLU()]
     model = torch.nn.Sequential(*layers[:-1])
     x = torch.randn(64, 256)
-    with torch.no_grad():
-        t_torch = median_us(lambda: model(x), number=50)
-        moved = xnf.to_xla(torch.nn.Sequential(*[l for l in model]))
-        xx = xnf.to_xla(x)
-        step = xnf.compile(moved)
-        t_ours = median_us(lambda: step(xx), number=50)
-        t_eager = median_us(lambda: xnf.to_torch(moved(xx)), number=50)
     params = [(jnp.asarray(l.weight.detach().numpy()), jnp.asarray(l.bias.detach().numpy())) for l in model if isinstance(l, torch.nn.Linear)]
 
     @jax.jit
@@ -81,7 +81,20 @@ def mlp_step() -> None:
         return x
 
     jx = jnp.asarray(x.numpy())
-    t_jax = median_us(lambda: pure(params, jx).block_until_ready(), number=50)
+    with torch.no_grad():
+        moved = xnf.to_xla(torch.nn.Sequential(*[l for l in model]))
+        xx = xnf.to_xla(x)
+        step = xnf.compile(moved)
+        t = paired_us(
+            {
+                "torch": lambda: model(x),
+                "jax": lambda: pure(params, jx).block_until_ready(),
+                "compiled": lambda: xnf.to_jax(step(xx)).block_until_ready(),
+                "eager": lambda: xnf.to_torch(moved(xx)),
+            },
+            number=50,
+        )
+    t_torch, t_jax, t_ours, t_eager = t["torch"], t["jax"], t["compiled"], t["eager"]
     print("MLP 256-512-512-10 forward, batch 64 (median us per step)")
     print(f"  torch CPU {t_torch:8.1f}   pure JAX jit {t_jax:8.1f}   ours eager {t_eager:8.1f}   ours compiled {t_ours:8.1f}")
     print(f"  compiled: {t_ours / t_torch:.2f}x torch, {t_ours / t_jax:.2f}x pure JAX (targets <= 1x torch, <= 1.1x JAX)")

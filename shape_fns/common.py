@@ -185,9 +185,10 @@ def _operand(x: Any) -> tuple[torch.dtype, int]:
     """(dtype, priority) of an operand: 2 for tensors with dims, 1 for zero-dim tensors,
     0 for Python scalars (including a JAX scalar traced from a Python number, which JAX
     marks weakly typed)."""
-    if isinstance(x, TensorMeta):
+    cls = x.__class__
+    if cls is TensorMeta:
         return x.dtype, 2 if x.shape else 1
-    if isinstance(x, (bool, int, float, complex)):
+    if cls is bool or cls is int or cls is float or cls is complex or isinstance(x, (bool, int, float, complex)):
         return _python_scalar_dtype(x), 0
     dtype = to_torch_dtype(x.dtype)
     if getattr(x, "weak_type", False) or _is_weak(x):
@@ -232,17 +233,23 @@ def _combine_categories(higher: torch.dtype | None, lower: torch.dtype | None) -
 def promote_dtypes(*operands: Any) -> torch.dtype:
     """The dtype torch.result_type gives for these operands (TensorMeta, jax arrays or
     Python scalars; None is skipped)."""
-    best: list[torch.dtype | None] = [None, None, None]
-    for x in operands:
-        if x is None:
-            continue
-        dtype, priority = _operand(x)
-        cur = best[priority]
-        best[priority] = dtype if cur is None else torch.promote_types(cur, dtype)
-    result = _combine_categories(best[2], _combine_categories(best[1], best[0]))
+    key = tuple(_operand(x) for x in operands if x is not None)
+    result = _PROMOTED.get(key)
     if result is None:
-        raise TypeError("type promotion needs at least one operand")
+        best: list[torch.dtype | None] = [None, None, None]
+        for dtype, priority in key:
+            cur = best[priority]
+            best[priority] = dtype if cur is None else torch.promote_types(cur, dtype)
+        result = _combine_categories(best[2], _combine_categories(best[1], best[0]))
+        if result is None:
+            raise TypeError("type promotion needs at least one operand")
+        _PROMOTED[key] = result
     return result
+
+
+# promote_dtypes by the operands' (dtype, priority): shape functions run on every op
+# while tracing, and the answer depends on nothing else.
+_PROMOTED: dict[tuple[tuple[torch.dtype, int], ...], torch.dtype] = {}
 
 
 def elementwise_dtypes(op: str, *operands: Any) -> tuple[torch.dtype, torch.dtype]:

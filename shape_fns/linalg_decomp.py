@@ -311,3 +311,80 @@ def trace_output_shape(self):
         raise NotImplementedError("\"trace\" not implemented for 'Bool'")
     integral = not (self.dtype.is_floating_point or self.dtype.is_complex)
     return TensorMeta((), torch.int64 if integral else self.dtype)
+
+
+def geqrf_output_shape(self):
+    api = "torch.geqrf"
+    if self.ndim < 2:
+        raise RuntimeError(f"{api}: input must have at least 2 dimensions.")
+    if not (self.dtype in (torch.float32, torch.float64) or self.dtype.is_complex):
+        raise NotImplementedError(f"\"geqrf_cpu\" not implemented for '{_NAMES.get(self.dtype, self.dtype)}'")
+    m, n = self.shape[-2:]
+    return TensorMeta(self.shape, self.dtype), TensorMeta(self.shape[:-2] + (min(m, n),), self.dtype)
+
+
+def ormqr_output_shape(self, input2, input3, left=True, transpose=False):
+    api = "torch.ormqr"
+    input, tau, other = self, input2, input3
+    if input.ndim < 2:
+        raise RuntimeError(f"{api}: input must have at least 2 dimensions.")
+    if other.ndim < 2:
+        raise RuntimeError(f"{api}: other must have at least 2 dimensions.")
+    side = -2 if left else -1
+    if tau.ndim == 0 or other.shape[side] < tau.shape[-1]:
+        raise RuntimeError(f"{api}: other.shape[{side}] must be greater than or equal to tau.shape[-1]")
+    if other.shape[side] != input.shape[-2]:
+        raise RuntimeError(f"{api}: other.shape[{side}] must be equal to input.shape[-2]")
+    if tau.shape[-1] != min(other.shape[side], input.shape[-1]):
+        raise RuntimeError(f"{api}: tau.shape[-1] must be equal to min(other.shape[{side}], input.shape[-1])")
+    if input.ndim - tau.ndim != 1:
+        raise RuntimeError(
+            f"{api}: Expected tau to have one dimension less than input, but got tau.ndim equal to "
+            f"{tau.ndim} and input.ndim is equal to {input.ndim}"
+        )
+    if input.ndim != other.ndim:
+        raise RuntimeError(
+            f"{api}: Expected other to have the same number of dimensions as input, but got other.ndim "
+            f"equal to {other.ndim} and input.ndim is equal to {input.ndim}"
+        )
+    if input.ndim > 2:
+        if tau.shape[:-1] != input.shape[:-2]:
+            raise RuntimeError(f"{api}: Expected batch dimensions of tau to be equal to input.shape[:-2], but got {tau.shape[:-1]}")
+        if other.shape[:-2] != input.shape[:-2]:
+            raise RuntimeError(f"{api}: Expected batch dimensions of other to be equal to input.shape[:-2], but got {other.shape[:-2]}")
+    if tau.dtype != input.dtype:
+        raise RuntimeError(f"{api}: Expected input and tau to have the same dtype, but input has dtype {input.dtype} and tau has dtype {tau.dtype}")
+    if other.dtype != input.dtype:
+        raise RuntimeError(f"{api}: Expected input and other to have the same dtype, but input has dtype {input.dtype} and other has dtype {other.dtype}")
+    _check_dtype(input, api)
+    return TensorMeta(other.shape, other.dtype)
+
+
+def _check_tolerance(t, name):
+    if t is not None and t.dtype.is_complex:
+        raise RuntimeError(f"linalg.pinv: {name} tensor of complex type is not supported.")
+
+
+def linalg_pinv_atol_rtol_tensor_output_shape(self, *, atol=None, rtol=None, hermitian=False):
+    api = "linalg.pinv"
+    _check_matrix(self, api)
+    _check_dtype(self, api)
+    _check_tolerance(atol, "atol")
+    _check_tolerance(rtol, "rtol")
+    m, n = self.shape[-2:]
+    if self.numel() == 0:
+        return TensorMeta(self.shape[:-2] + (n, m), self.dtype)
+    batch = self.shape[:-2]
+    for t in (atol, rtol):
+        if t is not None:
+            batch = broadcast_shapes(batch, t.shape)
+    return TensorMeta(batch + (n, m), self.dtype)
+
+
+_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+
+
+def linalg_eig_output_shape(self):
+    _square(self, "linalg.eig")
+    dtype = _COMPLEX.get(self.dtype, self.dtype)
+    return TensorMeta(self.shape[:-1], dtype), TensorMeta(self.shape, dtype)

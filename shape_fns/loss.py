@@ -48,7 +48,8 @@ def _check_nll(self, target, weight, spatial):
 
 def nll_loss_forward_output_shape(self, target, weight, reduction, ignore_index):
     _check_nll(self, target, weight, spatial=False)
-    out = target.shape if reduction == 0 and self.ndim == 2 else ()
+    # PyTorch: one loss per sample unless the target is 0-d (a 1-d input is one sample).
+    out = target.shape if reduction == 0 and target.ndim else ()
     return TensorMeta(out, self.dtype), TensorMeta((), self.dtype)
 
 
@@ -146,7 +147,8 @@ def _check_margin(self, target, p=1, weight=None):
 
 def multi_margin_loss_output_shape(self, target, p=1, margin=1, weight=None, reduction=1):
     _check_margin(self, target, p, weight)
-    out = target.shape if reduction == 0 and self.ndim == 2 else ()
+    # PyTorch: one loss per sample unless the target is 0-d (a 1-d input is one sample).
+    out = target.shape if reduction == 0 and target.ndim else ()
     return TensorMeta(out, self.dtype)
 
 

@@ -33,6 +33,7 @@ RANDOM = {
     "nn.functional.feature_alpha_dropout.without_train": "random numbers (identity without training, still seeded)",
     "nn.functional.rrelu": "random numbers",
     "normal": "random numbers",
+    "pca_lowrank": "random numbers (a random projection drawn with torch.randn)",
     "normal.number_mean": "random numbers",
     "normal.in_place": "random numbers",
     "rand_like": "random numbers",
@@ -40,6 +41,7 @@ RANDOM = {
     "randint_like": "random numbers",
     "randn": "random numbers",
     "randn_like": "random numbers",
+    "svd_lowrank": "random numbers (a random projection drawn with torch.randn)",
     "uniform": "random numbers",
 }
 

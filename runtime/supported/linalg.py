@@ -24,3 +24,52 @@ def impl__linalg_check_errors(info, api_name, *, is_matrix):
             info = jax_to_cpu(value(info))
     torch.ops.aten._linalg_check_errors(info, api_name, is_matrix=is_matrix)
     return None
+
+
+def _registered(op):
+    from ..dispatch import _REGISTRY
+
+    return _REGISTRY[op]
+
+
+def impl_cholesky(self, upper=False):
+    # The deprecated torch.cholesky raises on a matrix that is not positive-definite,
+    # like linalg.cholesky: the factorization plus the same info check.
+    factor, info = _registered(torch.ops.aten.linalg_cholesky_ex.default)(self, upper=upper)
+    impl__linalg_check_errors(info, "cholesky", is_matrix=self.dim() == 2)
+    return factor
+
+
+from ...lowerings.linalg_solve import lstsq_values
+from ...shape_fns.linalg_solve import lstsq_check, lstsq_values_shape
+from ..dispatch import run_node
+from ..ir import ATTR, TENSOR, Node
+
+
+class LinalgLstsq(Node):
+    """linalg.lstsq with its driver resolved and the residuals' presence decided."""
+
+    __slots__ = ()
+    op = name = "linalg_lstsq_values"
+    arg_kinds = (TENSOR, TENSOR, ATTR, ATTR, ATTR)
+    lower = staticmethod(lstsq_values)
+    output_shape = staticmethod(lstsq_values_shape)
+
+
+def impl_linalg_lstsq(self, b, rcond=None, *, driver=None):
+    from ...shape_fns.common import TensorMeta
+    from .tensor_ops import _host_value
+
+    driver = "gelsy" if driver is None else driver
+    lstsq_check(TensorMeta(tuple(self.shape), self.dtype), TensorMeta(tuple(b.shape), b.dtype), driver)
+    m, n = self.shape[-2:]
+    residuals = m > n and driver != "gelsy"
+    solution, res, rank, sv = run_node(LinalgLstsq, (self, b, rcond, driver, residuals))
+    if residuals and driver in ("gelsd", "gelss"):
+        # Their residuals exist only when every matrix has full column rank: a shape
+        # that depends on the values, so the ranks are read on the host.
+        with X64:
+            full = bool((jax_to_cpu(_host_value(rank)) == n).all())
+        if not full:
+            res = _registered(torch.ops.aten.new_zeros.default)(res, [0])
+    return solution, res, rank, sv
