@@ -12,7 +12,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from ..shape_fns.common import normalize_dim
+from ..shape_fns.activation import native_dropout_backward_dtype
+from ..shape_fns.common import normalize_dim, promote_dtypes, to_numpy_dtype
 from .common import opmath, promote_operands
 
 
@@ -210,3 +211,89 @@ def lower_logit_backward(grad_output, self, eps=None):
     else:
         y = jnp.where((x < _cast(eps, x)) | (x > _cast(1 - eps, x)), _zero(x), grad)
     return y.astype(out)
+
+
+# threshold, the shrink functions and celu, with the few nn ops that share their file
+# (renorm, dist, native_dropout_backward). NaN inputs propagate as in PyTorch's kernels:
+# softshrink multiplies the "zero" branch by x, so a NaN stays NaN.
+
+
+def lower_threshold(self, threshold, value):
+    (x,), out = promote_operands("threshold", self)
+    # The bounds are cast to self's dtype first (truncating for integer tensors).
+    return jnp.where(x <= _cast(threshold, x), _cast(value, x), x).astype(out)
+
+
+def _inside(x, lambd, like):
+    # The kernels compare in opmath but with lambd rounded to the input dtype first.
+    lam = opmath(_cast(lambd, like))
+    return (x >= -lam) & (x <= lam)
+
+
+def lower_hardshrink(self, lambd=0.5):
+    (x,), out = promote_operands("hardshrink", self)
+    like = x
+    x = opmath(x)
+    return jnp.where(_inside(x, lambd, like), _zero(x), x).astype(out)
+
+
+def lower_hardshrink_backward(grad_out, self, lambd):
+    (g, x), out = promote_operands("hardshrink_backward", grad_out, self)
+    like = x
+    g, x = opmath(g), opmath(x)
+    return jnp.where(_inside(x, lambd, like), _zero(g), g).astype(out)
+
+
+def lower_softshrink(self, lambd=0.5):
+    (x,), out = promote_operands("softshrink", self)
+    x = opmath(x)
+    lam = _cast(lambd, x)
+    y = jnp.where(x > lam, x - lam, jnp.where(x < -lam, x + lam, x * 0))
+    return y.astype(out)
+
+
+def lower_softshrink_backward(grad_output, self, lambd):
+    (g, x), out = promote_operands("softshrink_backward", grad_output, self)
+    like = x
+    g, x = opmath(g), opmath(x)
+    return jnp.where(_inside(x, lambd, like), _zero(g), g).astype(out)
+
+
+def lower_celu(self, alpha=1.0):
+    # PyTorch: elu(x, alpha, scale=1, input_scale=1/alpha), 1/alpha taken in double.
+    inv = 1.0 / jnp.asarray(alpha, jnp.float64)
+    (x,), out = promote_operands("celu", self)
+    x = opmath(x)
+    neg = jnp.expm1(x * _cast(inv, x)) * _cast(alpha, x)
+    return jnp.where(x <= 0, neg, x).astype(out)
+
+
+def lower_renorm(self, p, dim, maxnorm):
+    from .statistics import lower_linalg_vector_norm
+
+    (x,), out = promote_operands("renorm", self)
+    d = normalize_dim(dim, x.ndim)
+    others = [i for i in range(x.ndim) if i != d]
+    norm = lower_linalg_vector_norm(x, p, others, True)
+    norm = opmath(norm)
+    limit = _cast(maxnorm, norm)
+    factor = jnp.where(norm > limit, limit / (norm + jnp.asarray(1e-7, norm.dtype)), jnp.ones((), norm.dtype))
+    return (opmath(x) * factor).astype(out)
+
+
+def lower_dist(self, other, p=2):
+    from .statistics import lower_linalg_vector_norm
+
+    (x, y), out = promote_operands("dist", self, other)
+    diff = x - y
+    return lower_linalg_vector_norm(diff, p).astype(out)
+
+
+def lower_native_dropout_backward(grad_output, mask, scale):
+    # grad * mask * scale: the product keeps the promoted dtype of grad and mask (integer
+    # arithmetic for integer grads), and the Python float scale then makes an integral
+    # product floating (the default dtype).
+    masked_dtype = to_numpy_dtype(promote_dtypes(grad_output, mask))
+    masked = grad_output.astype(masked_dtype) * mask.astype(masked_dtype)
+    out = to_numpy_dtype(native_dropout_backward_dtype(grad_output, mask))
+    return (opmath(masked.astype(out)) * scale).astype(out)

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, elementwise_dtypes, normalize_dim, require_kernel_dtype, scalar_type_name
+from .common import (
+    TensorMeta,
+    broadcast_shapes,
+    elementwise_dtypes,
+    normalize_dim,
+    promote_dtypes,
+    require_kernel_dtype,
+    scalar_type_name,
+)
 from .pointwise_binary import checked_meta
 
 
@@ -147,3 +155,89 @@ def logit_output_shape(self, eps=None):
 def logit_backward_output_shape(grad_output, self, eps=None):
     return _float("logit_backward", grad_output, self, kernel="logit_backward_cpu")
 
+
+
+def _concrete(value):
+    """A Scalar argument's value when it is known while shapes are computed (a Python
+    number), else None (a traced runtime value: its checks cannot run here)."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def threshold_output_shape(self, threshold, value):
+    return checked_meta("threshold", self, kernel="threshold_cpu", categories="int float")
+
+
+def hardshrink_output_shape(self, lambd=0.5):
+    return _float("hardshrink", self, kernel="hardshrink_cpu")
+
+
+def hardshrink_backward_output_shape(grad_out, self, lambd):
+    return _float("hardshrink_backward", grad_out, self, kernel="shrink_backward_cpu")
+
+
+def softshrink_output_shape(self, lambd=0.5):
+    meta = _float("softshrink", self, kernel="softshrink_check")
+    # A traced lambd (a runtime value) cannot be checked here.
+    lam = _concrete(lambd)
+    if lam is not None and lam < 0:
+        limit = "3.40282e+38" if meta.dtype is not torch.float64 else "1.79769e+308"
+        raise RuntimeError(
+            f"lambda must be in range [0, {limit}] for input dtype {scalar_type_name(meta.dtype)}, but found {lam}"
+        )
+    return meta
+
+
+def softshrink_backward_output_shape(grad_output, self, lambd):
+    return _float("softshrink_backward", grad_output, self, kernel="shrink_backward_cpu")
+
+
+def celu_output_shape(self, alpha=1.0):
+    if _concrete(alpha) == 0:
+        raise RuntimeError("ZeroDivisionError")
+    return _float("celu", self, kernel="elu_cpu")
+
+
+def _norm_input(op, *operands):
+    compute, _ = elementwise_dtypes(op, *operands)
+    if not (compute.is_floating_point or compute.is_complex):
+        raise RuntimeError(
+            f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {scalar_type_name(compute)}"
+        )
+    return compute
+
+
+def renorm_output_shape(self, p, dim, maxnorm):
+    normalize_dim(dim, self.ndim)
+    if self.ndim < 2:
+        raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {self.ndim} dimensions")
+    # p and maxnorm are runtime values inside a traced program; checked when known.
+    if _concrete(p) is not None and p <= 0:
+        raise RuntimeError("renorm: non-positive-norm not supported")
+    if _concrete(maxnorm) is not None and maxnorm < 0:
+        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
+    dtype = _norm_input("renorm", self)
+    return TensorMeta(self.shape, dtype)
+
+
+def dist_output_shape(self, other, p=2):
+    if self.dtype is torch.bool and other.dtype is torch.bool:
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not supported. "
+            "Use the `^` or `logical_xor()` operator instead."
+        )
+    broadcast_shapes(self.shape, other.shape)
+    compute, _ = elementwise_dtypes("dist", self, other)
+    if not (compute.is_floating_point or compute.is_complex):
+        raise RuntimeError(f"norm(): input dtype should be either floating point or complex. Got {scalar_type_name(compute)} instead.")
+    if compute.is_complex:
+        compute = {torch.complex64: torch.float32, torch.complex128: torch.float64}[compute]
+    return TensorMeta((), compute)
+
+
+def native_dropout_backward_dtype(grad_output, mask):
+    dtype = promote_dtypes(grad_output, mask)
+    return dtype if (dtype.is_floating_point or dtype.is_complex) else torch.get_default_dtype()
+
+
+def native_dropout_backward_output_shape(grad_output, mask, scale):
+    return TensorMeta(broadcast_shapes(grad_output.shape, mask.shape), native_dropout_backward_dtype(grad_output, mask))

@@ -464,3 +464,35 @@ def require_kernel_dtype(kernel: str, dtype: torch.dtype, categories: str, reduc
         ok = False
     if not ok:
         raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_type_name(dtype)}\'')
+
+
+# Activations, shrink functions, norms, igamma and the special functions of
+# lowerings/special.py and lowerings/special_polynomials.py.
+def _special_promotion_kinds() -> dict[str, Promotion]:
+    polynomials = [
+        f"special_{name}_polynomial_{kind}{overload}"
+        for name, kinds in (
+            ("chebyshev", "tuvw"),
+            ("shifted_chebyshev", "tuvw"),
+            ("hermite", ("h", "he")),
+            ("laguerre", "l"),
+            ("legendre", "p"),
+        )
+        for kind in kinds
+        for overload in ("", "_x_scalar", "_n_scalar")
+    ]
+    unary = [
+        "special_airy_ai", "special_bessel_y0", "special_bessel_y1", "special_modified_bessel_k0",
+        "special_modified_bessel_k1", "special_scaled_modified_bessel_k0",
+        "special_scaled_modified_bessel_k1", "ldexp_Tensor",
+    ]
+    default = [
+        "threshold", "hardshrink", "hardshrink_backward", "softshrink", "softshrink_backward",
+        "celu", "renorm", "dist", "igamma", "igammac",
+    ]
+    kinds = {name: Promotion.INT_TO_FLOAT for name in polynomials + unary}
+    kinds.update({name: Promotion.DEFAULT for name in default})
+    return kinds
+
+
+TYPE_PROMOTION.update(_special_promotion_kinds())

@@ -108,3 +108,55 @@ def special_zeta_self_scalar_output_shape(self, other):
 
 def special_zeta_other_scalar_output_shape(self, other):
     return _float("special_zeta_other_scalar", self, other, reduced=False)
+
+
+def ldexp_Tensor_output_shape(self, other):
+    return checked_meta("ldexp_Tensor", self, other)
+
+
+def _no_reduced(op, kernel, x):
+    return checked_meta(op, x, kernel=f"{kernel}_cpu", categories="float", reduced=False)
+
+
+def special_bessel_j0_output_shape(self):
+    return _no_reduced("special_bessel_j0", "bessel_j0", self)
+
+
+def special_bessel_j1_output_shape(self):
+    return _no_reduced("special_bessel_j1", "bessel_j1", self)
+
+
+def special_bessel_y0_output_shape(self):
+    return _no_reduced("special_bessel_y0", "bessel_y0", self)
+
+
+def special_bessel_y1_output_shape(self):
+    return _no_reduced("special_bessel_y1", "bessel_y1", self)
+
+
+def special_modified_bessel_k0_output_shape(self):
+    return _no_reduced("special_modified_bessel_k0", "modified_bessel_k0", self)
+
+
+def special_modified_bessel_k1_output_shape(self):
+    return _no_reduced("special_modified_bessel_k1", "modified_bessel_k1", self)
+
+
+def special_scaled_modified_bessel_k0_output_shape(x):
+    return _no_reduced("special_scaled_modified_bessel_k0", "scaled_modified_bessel_k0", x)
+
+
+def special_scaled_modified_bessel_k1_output_shape(x):
+    return _no_reduced("special_scaled_modified_bessel_k1", "scaled_modified_bessel_k1", x)
+
+
+def special_airy_ai_output_shape(x):
+    return _no_reduced("special_airy_ai", "airy_ai", x)
+
+
+def igamma_output_shape(self, other):
+    return checked_meta("igamma", self, other, kernel="igamma_cpu", categories="float")
+
+
+def igammac_output_shape(self, other):
+    return checked_meta("igammac", self, other, kernel="igammac_cpu", categories="float")
