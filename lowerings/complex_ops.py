@@ -1,4 +1,4 @@
-"""Complex numbers from parts and back: complex, polar, angle, conjugation, frexp, ldexp."""
+"""Complex numbers from parts and back: complex, polar, angle, conjugation, frexp."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..shape_fns.common import TensorMeta, to_numpy_dtype, to_torch_dtype
-from ..shape_fns.complex_ops import angle_output_shape, ldexp_Tensor_output_shape
+from ..shape_fns.complex_ops import angle_output_shape
 from .common import opmath
 
 
@@ -69,9 +69,3 @@ def lower_frexp_Tensor(self):
     mantissa = jnp.where(special, x, mantissa)
     exponent = jnp.where(special, 0, exponent)
     return mantissa.astype(self.dtype), exponent.astype(jnp.int32)
-
-
-def lower_ldexp_Tensor(self, other):
-    out = to_numpy_dtype(ldexp_Tensor_output_shape(_meta(self), _meta(other)).dtype)
-    scale = jnp.power(jnp.asarray(2.0, out), other.astype(out))
-    return (self.astype(out) * scale).astype(out)

@@ -589,6 +589,8 @@ def _copy_from_kernel(src: torch.Tensor, dst: Any, non_blocking: bool = False) -
     else:
         with torch._C._DisableTorchDispatch():
             new = cpu_to_jax(src.expand(dst.shape) if src.shape != dst.shape else src)
+        if state.tracing:  # a CPU value enters the trace as a graph input
+            new = _lazy._input(new)
     write_into(dst, new, check_cast=False)
     return dst
 

@@ -50,9 +50,3 @@ def frexp_Tensor_output_shape(self):
             "torch.frexp() only supports floating-point dtypes, but got " + scalar_type_name(self.dtype)
         )
     return TensorMeta(self.shape, self.dtype), TensorMeta(self.shape, torch.int32)
-
-
-def ldexp_Tensor_output_shape(self, other):
-    # ldexp is self * 2.0 ** other: the power of an integer exponent is a default float.
-    power = other.dtype if (other.dtype.is_floating_point or other.dtype.is_complex) else torch.get_default_dtype()
-    return TensorMeta(broadcast_shapes(self.shape, other.shape), promote_dtypes(self, TensorMeta(other.shape, power)))

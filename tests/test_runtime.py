@@ -13,7 +13,7 @@ import torch
 import xla_native_functions as xnf
 from xla_native_functions.runtime import dispatch, lazy
 from xla_native_functions.runtime.metrics import metrics
-from xla_native_functions.runtime.tensor import XlaTensor
+from xla_native_functions.runtime.tensor import DEVICE, XlaTensor
 
 
 def cpu(t):
@@ -396,6 +396,16 @@ def test_new_scalar_does_not_recompile():
     for s in (0.5, 1.5, 2.5):
         assert torch.equal(cpu(f(x, s)), torch.ones(3) * (1 + s))
     assert metrics.compile_count == 1
+
+
+def test_compiled_tensor_from_python_data_on_our_device():
+    # torch.tensor(data, device=...) ends in a CPU-to-device copy (_copy_from), whose
+    # CPU value enters the trace as a graph input.
+    f = xnf.compile(lambda: torch.tensor([1.0, 2.5], device=DEVICE) * 2)
+    for _ in range(2):
+        out = f()
+        assert isinstance(out, XlaTensor)
+        assert torch.equal(cpu(out), torch.tensor([2.0, 5.0]))
 
 
 def test_compiled_mutation_through_view_is_written_back():
