@@ -76,8 +76,6 @@ XFAILS: dict[tuple[str, str | None, str | None], str] = {
         "one depthwise sample (groups=4) differs by 1.3e-5 in 1 of 144 elements: XLA sums the 3x3 window "
         "in another order than PyTorch's CPU kernel; float64 and the other 29 samples match"
     ),
-    ("nn.functional.embedding_bag", None, "eager"): "max_norm reaches embedding_renorm_, which is not lowered",
-    ("nn.functional.embedding_bag", None, "compiled"): "max_norm reaches embedding_renorm_, which is not lowered",
     ("gather", "any", "error_inputs"): _DATA_INDEX,
     ("scatter_add", "any", "error_inputs"): _DATA_INDEX,
     ("amax", "any", "error_inputs"): (

@@ -343,9 +343,11 @@ def test_shape_fn_matches_meta(case):
 
 
 def test_every_op_is_covered():
-    tested = {unambiguous_name(c.op) for c in CASES}
-    assert {f"lower_{n}" for n in tested} == set(LOWERINGS)
-    assert {f"{n}_output_shape" for n in tested} == set(SHAPE_FNS)
+    from test_ops_nn_sampling import OPS_UNDER_TEST  # the sampling ops' cases live there
+
+    tested = {unambiguous_name(c.op) for c in CASES} | OPS_UNDER_TEST
+    assert {f"lower_{n}" for n in tested} >= set(LOWERINGS)
+    assert {f"{n}_output_shape" for n in tested} >= set(SHAPE_FNS)
 
 
 OPS = {unambiguous_name(c.op): c.op for c in CASES}

@@ -1,6 +1,6 @@
 """Range factories (linspace, logspace), empty_permuted, the *_copy forms of views,
 rearranging ops (rot90, block_diag, _chunk_cat, pixel/channel shuffle) and complex
-parts (complex, polar, angle, _conj_physical, frexp, ldexp) against PyTorch CPU:
+parts (complex, polar, angle, _conj_physical, frexp) against PyTorch CPU:
 values bit for bit where PyTorch's rounding is reproduced, dtypes and shapes, eager
 and compiled, shape functions against meta, and CPU's errors."""
 
@@ -178,8 +178,6 @@ OPS = [
     ("angle_complex", aten.angle.default, (T(4, dtype=torch.complex64),), {}),
     ("conj_physical", aten._conj_physical.default, (T(4, dtype=torch.complex128),), {}),
     ("frexp", aten.frexp.Tensor, (torch.tensor([0.0, -3.5, 1e-310, 1024.0, float("inf")], dtype=torch.float64),), {}),
-    ("ldexp", aten.ldexp.Tensor, (T(4), ints(4, low=-3, high=4)), {}),
-    ("ldexp_int", aten.ldexp.Tensor, (ints(4), ints(4, low=-3, high=4)), {}),
 ]
 
 
