@@ -59,6 +59,7 @@ class _Registry(dict):
     def __setitem__(self, op: Any, handler: Any) -> None:
         super().__setitem__(op, handler)
         self.by_id[id(op)] = handler
+        metrics.ops_by_id[id(op)] = op  # names the per-op call counts
 
     def __delitem__(self, op: Any) -> None:
         super().__delitem__(op)
@@ -71,6 +72,7 @@ class _Registry(dict):
 
 _REGISTRY = _Registry()
 _HANDLERS = _REGISTRY.by_id
+_CALLS = metrics.calls_by_id
 _SECTIONS: dict[str, str] = {}
 
 
@@ -464,9 +466,11 @@ def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
-        handler = _HANDLERS.get(id(func))
-        metrics.count_call(func)
+        key = id(func)
+        handler = _HANDLERS.get(key)
+        _CALLS[key] = _CALLS.get(key, 0) + 1
         if handler is None:
+            metrics.ops_by_id[key] = func  # registered ops are named by the registry
             return missing_op(func, args, kwargs)
         if config.debug_print_each_op or config.debug_accuracy_for_each_op:
             from .debug import debug_call

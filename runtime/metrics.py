@@ -10,7 +10,7 @@ from typing import Any
 @dataclass
 class Metrics:
     # Per-op call counts are kept by id(op): hashing an OpOverload runs Python code,
-    # and the count is taken on every op (see `count_call`).
+    # and the count is taken on every op (runtime/dispatch.py `dispatch`).
     calls_by_id: dict[int, int] = field(default_factory=dict)
     ops_by_id: dict[int, Any] = field(default_factory=dict)
     fallback_calls: collections.Counter = field(default_factory=collections.Counter)
@@ -27,22 +27,14 @@ class Metrics:
         """Calls per aten overload."""
         return collections.Counter({self.ops_by_id[k]: n for k, n in self.calls_by_id.items()})
 
-    def count_call(self, op: Any) -> None:
-        key = id(op)
-        n = self.calls_by_id.get(key)
-        if n is None:
-            self.ops_by_id[key] = op  # keeps the op alive, so its id stays its own
-            n = 0
-        self.calls_by_id[key] = n + 1
-
 
 metrics = Metrics()
 
 
 def reset_metrics() -> None:
-    global metrics
-    fresh = Metrics()
-    metrics.__dict__.update(fresh.__dict__)
+    # In place: the per-op path holds the counters' dict.
+    metrics.calls_by_id.clear()
+    metrics.__dict__.update({k: v for k, v in Metrics().__dict__.items() if k not in ("calls_by_id", "ops_by_id")})
 
 
 def metrics_report() -> str:

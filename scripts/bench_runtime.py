@@ -7,6 +7,7 @@ step, each as a median and a ratio against baselines measured in the same run
 
 from __future__ import annotations
 
+import copy
 import time
 
 import jax
@@ -82,7 +83,7 @@ def mlp_step() -> None:
 
     jx = jnp.asarray(x.numpy())
     with torch.no_grad():
-        moved = xnf.to_xla(torch.nn.Sequential(*[l for l in model]))
+        moved = xnf.to_xla(copy.deepcopy(model))
         xx = xnf.to_xla(x)
         step = xnf.compile(moved)
         t = paired_us(

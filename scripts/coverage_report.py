@@ -194,6 +194,16 @@ def _manifest_summary() -> dict:
     }
 
 
+def _short_argv(argv: str) -> str:
+    """The command line with a long --ops list replaced by its length (the JSON twin
+    keeps it whole)."""
+    words = argv.split()
+    for i, w in enumerate(words[:-1]):
+        if w == "--ops" and words[i + 1].count(",") > 5:
+            words[i + 1] = f"<{words[i + 1].count(',') + 1} OpInfos>"
+    return " ".join(words)
+
+
 def build_report(results_dir: str, out_dir: str) -> dict:
     units: dict[str, dict] = {}
     runs = []
@@ -313,7 +323,7 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
     )
     L.append("## What ran\n")
     for r in s["runs"]:
-        L.append(f"- `{r['file']}`: `coverage_report.py {r['argv']}` last started {r['started']}: {r['done']} of its {r['units']} units done")
+        L.append(f"- `{r['file']}`: `coverage_report.py {_short_argv(r['argv'])}` last started {r['started']}: {r['done']} of its {r['units']} units done")
     L.append("")
     L.append(
         f"This report covers {s['units']} units (OpInfo, dtype, mode) over {s['opinfos']} of the "
