@@ -490,16 +490,22 @@ def test_signatures_match(name):
     """Lowering and shape function take exactly the schema's parameters."""
     schema = OPS[name]._schema
     for fn in (LOWERINGS[f"lower_{name}"], SHAPE_FNS[f"{name}_output_shape"]):
-        params = list(inspect.signature(fn).parameters.values())
-        assert [p.name for p in params] == [a.name for a in schema.arguments]
-        for p, a in zip(params, schema.arguments):
-            kind = inspect.Parameter.KEYWORD_ONLY if a.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
-            assert p.kind is kind, p.name
-            assert (p.default is inspect.Parameter.empty) == (not a.has_default_value()), p.name
-            if a.has_default_value():
-                default = a.default_value
-                default = tuple(default) if isinstance(default, list) else default
-                assert p.default == default, p.name
+        assert_params_match_schema(fn, schema)
+
+
+def assert_params_match_schema(fn, schema, check_defaults=True):
+    """`fn` takes exactly the schema's parameters: names, order, keyword-only-ness,
+    which have defaults (and, with `check_defaults`, their values)."""
+    params = list(inspect.signature(fn).parameters.values())
+    assert [p.name for p in params] == [a.name for a in schema.arguments]
+    for p, a in zip(params, schema.arguments):
+        kind = inspect.Parameter.KEYWORD_ONLY if a.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        assert p.kind is kind, p.name
+        assert (p.default is inspect.Parameter.empty) == (not a.has_default_value()), p.name
+        if check_defaults and a.has_default_value():
+            default = a.default_value
+            default = tuple(default) if isinstance(default, list) else default
+            assert p.default == default, p.name
 
 
 # ---------------------------------------------------------------------------- errors

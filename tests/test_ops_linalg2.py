@@ -6,13 +6,15 @@ gradients, out=)."""
 
 from __future__ import annotations
 
-import inspect
 
 import pytest
 import torch
 
 import xla_native_functions as xnf
-from test_lowerings import Case, ErrorCase, T, _collect, as_meta, assert_same, on_device, run_lowering, run_shape_fn, unambiguous_name
+from test_lowerings import (
+    Case, ErrorCase, T, _collect, as_meta, assert_params_match_schema, assert_same, on_device, run_lowering, run_shape_fn,
+    unambiguous_name,
+)
 from xla_native_functions.lowerings import linalg_decomp as lower_decomp
 from xla_native_functions.lowerings import linalg_solve as lower_solve
 from xla_native_functions.shape_fns import linalg_decomp as shape_decomp
@@ -196,12 +198,7 @@ def test_signatures_match(name):
     op = next(c.op for c in CASES + EIG_CASES if unambiguous_name(c.op) == name)
     schema = op._schema
     for fn in (LOWERINGS[f"lower_{name}"], SHAPE_FNS[f"{name}_output_shape"]):
-        params = list(inspect.signature(fn).parameters.values())
-        assert [p.name for p in params] == [a.name for a in schema.arguments]
-        for p, a in zip(params, schema.arguments):
-            kind = inspect.Parameter.KEYWORD_ONLY if a.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
-            assert p.kind is kind, p.name
-            assert (p.default is inspect.Parameter.empty) == (not a.has_default_value()), p.name
+        assert_params_match_schema(fn, schema, check_defaults=False)
 
 
 ERROR_CASES = [

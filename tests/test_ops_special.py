@@ -24,6 +24,7 @@ from xla_native_functions.shape_fns import activation as shape_activation
 from xla_native_functions.shape_fns import special as shape_special
 from xla_native_functions.shape_fns import special_polynomials as shape_polynomials
 from test_lowerings import Case, T, _arg_kind, _collect, as_meta, assert_same, ints, to_jax, to_meta_arg, to_torch, unambiguous_name
+from test_ops_pointwise import _expected
 
 aten = torch.ops.aten
 NAN, INF = float("nan"), float("inf")
@@ -258,13 +259,6 @@ MY_LOWERINGS = {
         "lower_native_dropout_backward", "lower_ldexp_Tensor",
     }
 }
-
-
-def _expected(case):
-    try:
-        return (case.ref or case.op)(*case.args, **case.kwargs), None
-    except Exception as e:  # noqa: BLE001 - the type is compared below
-        return None, e
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
