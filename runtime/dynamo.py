@@ -563,7 +563,23 @@ def _compile_backward_graph(gm: torch.fx.GraphModule, example_inputs: Any = None
 _compile_backward_graph._is_wrapped_bw_compiler = True
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+def _run_runtime_without_dynamo() -> None:
+    """Dynamo cannot trace an XlaTensor (a Python subclass whose data is a JAX array):
+    code that `torch.compile` wraps and that meets one breaks the graph and runs the op
+    eagerly, which calls our `__torch_dispatch__`. Dynamo would then try to compile the
+    runtime's own frames (and JAX's) and fail; this makes it run them, and everything
+    they call, as plain Python, so such code gives eager mode's results."""
+    from torch._dynamo.eval_frame import set_code_exec_strategy
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+    from .env import Environment
+
+    skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+    for fn in (XlaTensor.__torch_dispatch__, Environment.__torch_dispatch__):
+        set_code_exec_strategy(getattr(fn, "__func__", fn).__code__, skip)
+
+
+def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """The `torch.compile` backend function (registered as "xla_native")."""
     from torch._dynamo.backends.common import aot_autograd
 
@@ -573,3 +589,13 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         inference_compiler=compile_aten_graph,
         decompositions=decompositions(),
     )(gm, example_inputs)
+
+
+def __getattr__(name: str) -> Any:
+    # `backend` is what torch.compile looks up (through the entry point, or imported):
+    # only then is torch._dynamo loaded, which keeps `import xla_native_functions` cheap.
+    if name == "backend":
+        _run_runtime_without_dynamo()
+        globals()["backend"] = _backend
+        return _backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -114,6 +114,23 @@ def test_mlp_training_matches_torch():
     assert stats.input_conversions > 2 * len(list(ours.parameters()))
 
 
+
+def test_module_already_on_our_device_trains_with_eager_results():
+    # Dynamo cannot trace XlaTensors: it breaks the graph around each op, which then
+    # runs eagerly on JAX (the runtime's frames are excluded from Dynamo).
+    x, y = torch.randn(16, 8), torch.randn(16, 4)
+    ref = mlp()
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    ref_losses, ref_grads = train_steps(ref, x, y)
+    our_losses, our_grads = train_steps(torch.compile(ours, backend=BACKEND_NAME), xnf.to_xla(x), xnf.to_xla(y))
+    assert all(loss.device == xnf.runtime.tensor.DEVICE for loss in our_losses)
+    torch.testing.assert_close(torch.stack([xnf.to_torch(loss) for loss in our_losses]), torch.stack(ref_losses))
+    for a, b in zip(our_grads, ref_grads):
+        torch.testing.assert_close(xnf.to_torch(a), b)
+    for a, b in zip(ours.parameters(), ref.parameters()):
+        assert a.device == xnf.runtime.tensor.DEVICE
+        torch.testing.assert_close(xnf.to_torch(a), b)
+
 def test_float64_model_training():
     ref = mlp().double()
     ours = copy.deepcopy(ref)
