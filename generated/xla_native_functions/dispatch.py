@@ -45,7 +45,7 @@ def _adaptive_avg_pool2d(self, output_size):
 
 
 def _adaptive_avg_pool2d_out(self, output_size, *, out):
-    return _rt_write_out((out,), _adaptive_avg_pool2d(self, output_size))
+    return _rt_write_out((out,), _adaptive_avg_pool2d(self, output_size), (self,), "_adaptive_avg_pool2d")
 
 
 _eager__adaptive_avg_pool2d_backward = _rt_eager_executable(ir._AdaptiveAvgPool2dBackward)
@@ -59,7 +59,7 @@ def _adaptive_avg_pool2d_backward(grad_output, self):
 
 
 def _adaptive_avg_pool2d_backward_out(grad_output, self, *, out):
-    return _rt_write_out((out,), _adaptive_avg_pool2d_backward(grad_output, self))
+    return _rt_write_out((out,), _adaptive_avg_pool2d_backward(grad_output, self), (grad_output, self,), "_adaptive_avg_pool2d_backward")
 
 
 _eager__adaptive_avg_pool3d = _rt_eager_executable(ir._AdaptiveAvgPool3d)
@@ -73,7 +73,7 @@ def _adaptive_avg_pool3d(self, output_size):
 
 
 def _adaptive_avg_pool3d_out(self, output_size, *, out):
-    return _rt_write_out((out,), _adaptive_avg_pool3d(self, output_size))
+    return _rt_write_out((out,), _adaptive_avg_pool3d(self, output_size), (self,), "_adaptive_avg_pool3d")
 
 
 _eager__adaptive_avg_pool3d_backward = _rt_eager_executable(ir._AdaptiveAvgPool3dBackward)
@@ -87,7 +87,7 @@ def _adaptive_avg_pool3d_backward(grad_output, self):
 
 
 def _adaptive_avg_pool3d_backward_out(grad_output, self, *, out):
-    return _rt_write_out((out,), _adaptive_avg_pool3d_backward(grad_output, self))
+    return _rt_write_out((out,), _adaptive_avg_pool3d_backward(grad_output, self), (grad_output, self,), "_adaptive_avg_pool3d_backward")
 
 
 _eager__cdist_backward = _rt_eager_executable(ir._CdistBackward)
@@ -101,7 +101,7 @@ def _cdist_backward(grad, x1, x2, p, cdist):
 
 
 def _cdist_backward_out(grad, x1, x2, p, cdist, *, out):
-    return _rt_write_out((out,), _cdist_backward(grad, x1, x2, p, cdist))
+    return _rt_write_out((out,), _cdist_backward(grad, x1, x2, p, cdist), (grad, x1, x2, cdist,), "_cdist_backward")
 
 
 _eager__cdist_forward = _rt_eager_executable(ir._CdistForward)
@@ -115,7 +115,7 @@ def _cdist_forward(x1, x2, p, compute_mode):
 
 
 def _cdist_forward_out(x1, x2, p, compute_mode, *, out):
-    return _rt_write_out((out,), _cdist_forward(x1, x2, p, compute_mode))
+    return _rt_write_out((out,), _cdist_forward(x1, x2, p, compute_mode), (x1, x2,), "_cdist_forward")
 
 
 _eager__chunk_cat = _rt_eager_executable(ir._ChunkCat)
@@ -129,7 +129,7 @@ def _chunk_cat(tensors, dim, num_chunks):
 
 
 def _chunk_cat_out(tensors, dim, num_chunks, *, out):
-    return _rt_write_out((out,), _chunk_cat(tensors, dim, num_chunks))
+    return _rt_write_out((out,), _chunk_cat(tensors, dim, num_chunks), (tensors,), "_chunk_cat")
 
 
 _eager__conj_physical = _rt_eager_executable(ir._ConjPhysical)
@@ -143,7 +143,7 @@ def _conj_physical(self):
 
 
 def _conj_physical_out(self, *, out):
-    return _rt_write_out((out,), _conj_physical(self))
+    return _rt_write_out((out,), _conj_physical(self), (self,), "_conj_physical")
 
 
 _eager__embedding_bag = _rt_eager_executable(ir._EmbeddingBag)
@@ -157,7 +157,7 @@ def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, s
 
 
 def _embedding_bag_out(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=-1, *, out0, out1, out2, out3):
-    return _rt_write_out((out0, out1, out2, out3,), _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx))
+    return _rt_write_out((out0, out1, out2, out3,), _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx), (weight, indices, offsets, per_sample_weights,), "_embedding_bag")
 
 
 _eager__embedding_bag_backward = _rt_eager_executable(ir._EmbeddingBagBackward)
@@ -181,7 +181,7 @@ def _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_i
 
 
 def _embedding_bag_dense_backward_out(grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1, *, out):
-    return _rt_write_out((out,), _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx))
+    return _rt_write_out((out,), _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx), (grad, indices, offset2bag, bag_size, maximum_indices, per_sample_weights,), "_embedding_bag_dense_backward")
 
 
 _eager__embedding_bag_forward_only = _rt_eager_executable(ir._EmbeddingBagForwardOnly)
@@ -195,7 +195,7 @@ def _embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq=Fal
 
 
 def _embedding_bag_forward_only_out(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=-1, *, out0, out1, out2, out3):
-    return _rt_write_out((out0, out1, out2, out3,), _embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx))
+    return _rt_write_out((out0, out1, out2, out3,), _embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx), (weight, indices, offsets, per_sample_weights,), "_embedding_bag_forward_only")
 
 
 _eager__embedding_bag_per_sample_weights_backward = _rt_eager_executable(ir._EmbeddingBagPerSampleWeightsBackward)
@@ -209,7 +209,7 @@ def _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, o
 
 
 def _embedding_bag_per_sample_weights_backward_out(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1, *, out):
-    return _rt_write_out((out,), _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx))
+    return _rt_write_out((out,), _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx), (grad, weight, indices, offsets, offset2bag,), "_embedding_bag_per_sample_weights_backward")
 
 
 _eager__euclidean_dist = _rt_eager_executable(ir._EuclideanDist)
@@ -223,7 +223,7 @@ def _euclidean_dist(x1, x2):
 
 
 def _euclidean_dist_out(x1, x2, *, out):
-    return _rt_write_out((out,), _euclidean_dist(x1, x2))
+    return _rt_write_out((out,), _euclidean_dist(x1, x2), (x1, x2,), "_euclidean_dist")
 
 
 _eager__fft_c2c = _rt_eager_executable(ir._FftC2c)
@@ -237,7 +237,7 @@ def _fft_c2c(self, dim, normalization, forward):
 
 
 def _fft_c2c_out(self, dim, normalization, forward, *, out):
-    return _rt_write_out((out,), _fft_c2c(self, dim, normalization, forward))
+    return _rt_write_out((out,), _fft_c2c(self, dim, normalization, forward), (self,), "_fft_c2c")
 
 
 _eager__fft_c2r = _rt_eager_executable(ir._FftC2r)
@@ -251,7 +251,7 @@ def _fft_c2r(self, dim, normalization, last_dim_size):
 
 
 def _fft_c2r_out(self, dim, normalization, last_dim_size, *, out):
-    return _rt_write_out((out,), _fft_c2r(self, dim, normalization, last_dim_size))
+    return _rt_write_out((out,), _fft_c2r(self, dim, normalization, last_dim_size), (self,), "_fft_c2r")
 
 
 _eager__fft_r2c = _rt_eager_executable(ir._FftR2c)
@@ -265,7 +265,7 @@ def _fft_r2c(self, dim, normalization, onesided):
 
 
 def _fft_r2c_out(self, dim, normalization, onesided, *, out):
-    return _rt_write_out((out,), _fft_r2c(self, dim, normalization, onesided))
+    return _rt_write_out((out,), _fft_r2c(self, dim, normalization, onesided), (self,), "_fft_r2c")
 
 
 _eager__histogramdd_bin_edges = _rt_eager_executable(ir._HistogramddBinEdges)
@@ -279,7 +279,7 @@ def _histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False
 
 
 def _histogramdd_bin_edges_out(self, bins, *, range=None, weight=None, density=False, out):
-    return _rt_write_out((out,), _histogramdd_bin_edges(self, bins, range=range, weight=weight, density=density))
+    return _rt_write_out((out,), _histogramdd_bin_edges(self, bins, range=range, weight=weight, density=density), (self, weight,), "_histogramdd_bin_edges")
 
 
 _eager__histogramdd_from_bin_cts = _rt_eager_executable(ir._HistogramddFromBinCts)
@@ -293,7 +293,7 @@ def _histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=Fa
 
 
 def _histogramdd_from_bin_cts_out(self, bins, *, range=None, weight=None, density=False, out):
-    return _rt_write_out((out,), _histogramdd_from_bin_cts(self, bins, range=range, weight=weight, density=density))
+    return _rt_write_out((out,), _histogramdd_from_bin_cts(self, bins, range=range, weight=weight, density=density), (self, weight,), "_histogramdd_from_bin_cts")
 
 
 _eager__histogramdd_from_bin_tensors = _rt_eager_executable(ir._HistogramddFromBinTensors)
@@ -307,7 +307,7 @@ def _histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
 
 
 def _histogramdd_from_bin_tensors_out(self, bins, *, weight=None, density=False, out):
-    return _rt_write_out((out,), _histogramdd_from_bin_tensors(self, bins, weight=weight, density=density))
+    return _rt_write_out((out,), _histogramdd_from_bin_tensors(self, bins, weight=weight, density=density), (self, bins, weight,), "_histogramdd_from_bin_tensors")
 
 
 def _linalg_check_errors(info, api_name, *, is_matrix):
@@ -325,7 +325,7 @@ def _linalg_det(A):
 
 
 def _linalg_det_result(A, *, result, LU, pivots):
-    return _rt_write_out((result, LU, pivots,), _linalg_det(A))
+    return _rt_write_out((result, LU, pivots,), _linalg_det(A), (A,), "_linalg_det")
 
 
 _eager__linalg_eigh = _rt_eager_executable(ir._LinalgEigh)
@@ -339,7 +339,7 @@ def _linalg_eigh(A, UPLO='L', compute_v=True):
 
 
 def _linalg_eigh_eigenvalues(A, UPLO='L', compute_v=True, *, eigenvalues, eigenvectors):
-    return _rt_write_out((eigenvalues, eigenvectors,), _linalg_eigh(A, UPLO, compute_v))
+    return _rt_write_out((eigenvalues, eigenvectors,), _linalg_eigh(A, UPLO, compute_v), (A,), "_linalg_eigh")
 
 
 _eager__linalg_slogdet = _rt_eager_executable(ir._LinalgSlogdet)
@@ -353,7 +353,7 @@ def _linalg_slogdet(A):
 
 
 def _linalg_slogdet_sign(A, *, sign, logabsdet, LU, pivots):
-    return _rt_write_out((sign, logabsdet, LU, pivots,), _linalg_slogdet(A))
+    return _rt_write_out((sign, logabsdet, LU, pivots,), _linalg_slogdet(A), (A,), "_linalg_slogdet")
 
 
 _eager__linalg_solve_ex = _rt_eager_executable(ir._LinalgSolveEx)
@@ -367,7 +367,7 @@ def _linalg_solve_ex(A, B, *, left=True, check_errors=False):
 
 
 def _linalg_solve_ex_result(A, B, *, left=True, check_errors=False, result, LU, pivots, info):
-    return _rt_write_out((result, LU, pivots, info,), _linalg_solve_ex(A, B, left=left, check_errors=check_errors))
+    return _rt_write_out((result, LU, pivots, info,), _linalg_solve_ex(A, B, left=left, check_errors=check_errors), (A, B,), "_linalg_solve_ex")
 
 
 _eager__linalg_svd = _rt_eager_executable(ir._LinalgSvd)
@@ -381,7 +381,7 @@ def _linalg_svd(A, full_matrices=False, compute_uv=True, *, driver=None):
 
 
 def _linalg_svd_U(A, full_matrices=False, compute_uv=True, *, driver=None, U, S, Vh):
-    return _rt_write_out((U, S, Vh,), _linalg_svd(A, full_matrices, compute_uv, driver=driver))
+    return _rt_write_out((U, S, Vh,), _linalg_svd(A, full_matrices, compute_uv, driver=driver), (A,), "_linalg_svd")
 
 
 def _local_scalar_dense(self):
@@ -399,7 +399,7 @@ def _log_softmax(self, dim, half_to_float):
 
 
 def _log_softmax_out(self, dim, half_to_float, *, out):
-    return _rt_write_out((out,), _log_softmax(self, dim, half_to_float))
+    return _rt_write_out((out,), _log_softmax(self, dim, half_to_float), (self,), "_log_softmax")
 
 
 _eager__log_softmax_backward_data = _rt_eager_executable(ir._LogSoftmaxBackwardData)
@@ -413,7 +413,7 @@ def _log_softmax_backward_data(grad_output, output, dim, input_dtype):
 
 
 def _log_softmax_backward_data_out(grad_output, output, dim, input_dtype, *, out):
-    return _rt_write_out((out,), _log_softmax_backward_data(grad_output, output, dim, input_dtype))
+    return _rt_write_out((out,), _log_softmax_backward_data(grad_output, output, dim, input_dtype), (grad_output, output,), "_log_softmax_backward_data")
 
 
 def _native_batch_norm_legit(input, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -431,7 +431,7 @@ def _native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, e
 
 
 def _native_batch_norm_legit_no_stats_out(input, weight, bias, training, momentum, eps, *, out, save_mean, save_invstd):
-    return _rt_write_out((out, save_mean, save_invstd,), _native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps))
+    return _rt_write_out((out, save_mean, save_invstd,), _native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps), (input, weight, bias,), "_native_batch_norm_legit_no_stats")
 
 
 _eager__native_batch_norm_legit_functional = _rt_eager_executable(ir._NativeBatchNormLegitFunctional)
@@ -455,7 +455,7 @@ def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, runn
 
 
 def _native_batch_norm_legit_no_training_out(input, weight, bias, running_mean, running_var, momentum, eps, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps))
+    return _rt_write_out((out0, out1, out2,), _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps), (input, weight, bias, running_mean, running_var,), "_native_batch_norm_legit_no_training")
 
 
 _eager__pdist_backward = _rt_eager_executable(ir._PdistBackward)
@@ -469,7 +469,7 @@ def _pdist_backward(grad, self, p, pdist):
 
 
 def _pdist_backward_out(grad, self, p, pdist, *, out):
-    return _rt_write_out((out,), _pdist_backward(grad, self, p, pdist))
+    return _rt_write_out((out,), _pdist_backward(grad, self, p, pdist), (grad, self, pdist,), "_pdist_backward")
 
 
 _eager__pdist_forward = _rt_eager_executable(ir._PdistForward)
@@ -483,7 +483,7 @@ def _pdist_forward(self, p=2):
 
 
 def _pdist_forward_out(self, p=2, *, out):
-    return _rt_write_out((out,), _pdist_forward(self, p))
+    return _rt_write_out((out,), _pdist_forward(self, p), (self,), "_pdist_forward")
 
 
 _eager__prelu_kernel = _rt_eager_executable(ir._PreluKernel)
@@ -527,7 +527,7 @@ def _segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offset
 
 
 def _segment_reduce_backward_out(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None, out):
-    return _rt_write_out((out,), _segment_reduce_backward(grad, output, data, reduce, lengths=lengths, offsets=offsets, axis=axis, initial=initial))
+    return _rt_write_out((out,), _segment_reduce_backward(grad, output, data, reduce, lengths=lengths, offsets=offsets, axis=axis, initial=initial), (grad, output, data, lengths, offsets,), "_segment_reduce_backward")
 
 
 _eager__softmax = _rt_eager_executable(ir._Softmax)
@@ -541,7 +541,7 @@ def _softmax(self, dim, half_to_float):
 
 
 def _softmax_out(self, dim, half_to_float, *, out):
-    return _rt_write_out((out,), _softmax(self, dim, half_to_float))
+    return _rt_write_out((out,), _softmax(self, dim, half_to_float), (self,), "_softmax")
 
 
 _eager__softmax_backward_data = _rt_eager_executable(ir._SoftmaxBackwardData)
@@ -555,7 +555,7 @@ def _softmax_backward_data(grad_output, output, dim, input_dtype):
 
 
 def _softmax_backward_data_out(grad_output, output, dim, input_dtype, *, grad_input):
-    return _rt_write_out((grad_input,), _softmax_backward_data(grad_output, output, dim, input_dtype))
+    return _rt_write_out((grad_input,), _softmax_backward_data(grad_output, output, dim, input_dtype), (grad_output, output,), "_softmax_backward_data")
 
 
 def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
@@ -563,7 +563,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
 
 
 def _to_copy_out(self, *, non_blocking=False, memory_format=None, out):
-    return _rt_write_out((out,), _to_copy(self, non_blocking=non_blocking, memory_format=memory_format))
+    return _rt_write_out((out,), _to_copy(self, non_blocking=non_blocking, memory_format=memory_format), (self,), "_to_copy")
 
 
 _eager__trilinear = _rt_eager_executable(ir._Trilinear)
@@ -577,7 +577,7 @@ def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
 
 
 def _trilinear_out(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1, *, out):
-    return _rt_write_out((out,), _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim))
+    return _rt_write_out((out,), _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim), (i1, i2, i3,), "_trilinear")
 
 
 def _unique2(self, sorted=True, return_inverse=False, return_counts=False):
@@ -585,7 +585,7 @@ def _unique2(self, sorted=True, return_inverse=False, return_counts=False):
 
 
 def _unique2_out(self, sorted=True, return_inverse=False, return_counts=False, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), _unique2(self, sorted, return_inverse, return_counts))
+    return _rt_write_out((out0, out1, out2,), _unique2(self, sorted, return_inverse, return_counts), (self,), "_unique2")
 
 
 _eager__unsafe_masked_index = _rt_eager_executable(ir._UnsafeMaskedIndex)
@@ -619,7 +619,7 @@ def _unsafe_view(self, size):
 
 
 def _unsafe_view_out(self, size, *, out):
-    return _rt_write_out((out,), _unsafe_view(self, size))
+    return _rt_write_out((out,), _unsafe_view(self, size), (self,), "_unsafe_view")
 
 
 _eager__upsample_bicubic2d_aa = _rt_eager_executable(ir._UpsampleBicubic2dAa)
@@ -633,7 +633,7 @@ def _upsample_bicubic2d_aa(self, output_size, align_corners, scales_h=None, scal
 
 
 def _upsample_bicubic2d_aa_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
-    return _rt_write_out((out,), _upsample_bicubic2d_aa(self, output_size, align_corners, scales_h, scales_w))
+    return _rt_write_out((out,), _upsample_bicubic2d_aa(self, output_size, align_corners, scales_h, scales_w), (self,), "_upsample_bicubic2d_aa")
 
 
 _eager__upsample_bicubic2d_aa_backward = _rt_eager_executable(ir._UpsampleBicubic2dAaBackward)
@@ -647,7 +647,7 @@ def _upsample_bicubic2d_aa_backward(grad_output, output_size, input_size, align_
 
 
 def _upsample_bicubic2d_aa_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
-    return _rt_write_out((grad_input,), _upsample_bicubic2d_aa_backward(grad_output, output_size, input_size, align_corners, scales_h, scales_w))
+    return _rt_write_out((grad_input,), _upsample_bicubic2d_aa_backward(grad_output, output_size, input_size, align_corners, scales_h, scales_w), (grad_output,), "_upsample_bicubic2d_aa_backward")
 
 
 _eager__upsample_bilinear2d_aa = _rt_eager_executable(ir._UpsampleBilinear2dAa)
@@ -661,7 +661,7 @@ def _upsample_bilinear2d_aa(self, output_size, align_corners, scales_h=None, sca
 
 
 def _upsample_bilinear2d_aa_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
-    return _rt_write_out((out,), _upsample_bilinear2d_aa(self, output_size, align_corners, scales_h, scales_w))
+    return _rt_write_out((out,), _upsample_bilinear2d_aa(self, output_size, align_corners, scales_h, scales_w), (self,), "_upsample_bilinear2d_aa")
 
 
 _eager__upsample_bilinear2d_aa_backward = _rt_eager_executable(ir._UpsampleBilinear2dAaBackward)
@@ -675,7 +675,7 @@ def _upsample_bilinear2d_aa_backward(grad_output, output_size, input_size, align
 
 
 def _upsample_bilinear2d_aa_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
-    return _rt_write_out((grad_input,), _upsample_bilinear2d_aa_backward(grad_output, output_size, input_size, align_corners, scales_h, scales_w))
+    return _rt_write_out((grad_input,), _upsample_bilinear2d_aa_backward(grad_output, output_size, input_size, align_corners, scales_h, scales_w), (grad_output,), "_upsample_bilinear2d_aa_backward")
 
 
 _eager__upsample_nearest_exact1d = _rt_eager_executable(ir._UpsampleNearestExact1d)
@@ -689,7 +689,7 @@ def _upsample_nearest_exact1d(self, output_size, scales=None):
 
 
 def _upsample_nearest_exact1d_out(self, output_size, scales=None, *, out):
-    return _rt_write_out((out,), _upsample_nearest_exact1d(self, output_size, scales))
+    return _rt_write_out((out,), _upsample_nearest_exact1d(self, output_size, scales), (self,), "_upsample_nearest_exact1d")
 
 
 _eager__upsample_nearest_exact1d_backward = _rt_eager_executable(ir._UpsampleNearestExact1dBackward)
@@ -703,7 +703,7 @@ def _upsample_nearest_exact1d_backward(grad_output, output_size, input_size, sca
 
 
 def _upsample_nearest_exact1d_backward_grad_input(grad_output, output_size, input_size, scales=None, *, grad_input):
-    return _rt_write_out((grad_input,), _upsample_nearest_exact1d_backward(grad_output, output_size, input_size, scales))
+    return _rt_write_out((grad_input,), _upsample_nearest_exact1d_backward(grad_output, output_size, input_size, scales), (grad_output,), "_upsample_nearest_exact1d_backward")
 
 
 _eager__upsample_nearest_exact2d = _rt_eager_executable(ir._UpsampleNearestExact2d)
@@ -717,7 +717,7 @@ def _upsample_nearest_exact2d(self, output_size, scales_h=None, scales_w=None):
 
 
 def _upsample_nearest_exact2d_out(self, output_size, scales_h=None, scales_w=None, *, out):
-    return _rt_write_out((out,), _upsample_nearest_exact2d(self, output_size, scales_h, scales_w))
+    return _rt_write_out((out,), _upsample_nearest_exact2d(self, output_size, scales_h, scales_w), (self,), "_upsample_nearest_exact2d")
 
 
 _eager__upsample_nearest_exact2d_backward = _rt_eager_executable(ir._UpsampleNearestExact2dBackward)
@@ -731,7 +731,7 @@ def _upsample_nearest_exact2d_backward(grad_output, output_size, input_size, sca
 
 
 def _upsample_nearest_exact2d_backward_grad_input(grad_output, output_size, input_size, scales_h=None, scales_w=None, *, grad_input):
-    return _rt_write_out((grad_input,), _upsample_nearest_exact2d_backward(grad_output, output_size, input_size, scales_h, scales_w))
+    return _rt_write_out((grad_input,), _upsample_nearest_exact2d_backward(grad_output, output_size, input_size, scales_h, scales_w), (grad_output,), "_upsample_nearest_exact2d_backward")
 
 
 _eager__upsample_nearest_exact3d = _rt_eager_executable(ir._UpsampleNearestExact3d)
@@ -745,7 +745,7 @@ def _upsample_nearest_exact3d(self, output_size, scales_d=None, scales_h=None, s
 
 
 def _upsample_nearest_exact3d_out(self, output_size, scales_d=None, scales_h=None, scales_w=None, *, out):
-    return _rt_write_out((out,), _upsample_nearest_exact3d(self, output_size, scales_d, scales_h, scales_w))
+    return _rt_write_out((out,), _upsample_nearest_exact3d(self, output_size, scales_d, scales_h, scales_w), (self,), "_upsample_nearest_exact3d")
 
 
 _eager__upsample_nearest_exact3d_backward = _rt_eager_executable(ir._UpsampleNearestExact3dBackward)
@@ -759,7 +759,7 @@ def _upsample_nearest_exact3d_backward(grad_output, output_size, input_size, sca
 
 
 def _upsample_nearest_exact3d_backward_grad_input(grad_output, output_size, input_size, scales_d=None, scales_h=None, scales_w=None, *, grad_input):
-    return _rt_write_out((grad_input,), _upsample_nearest_exact3d_backward(grad_output, output_size, input_size, scales_d, scales_h, scales_w))
+    return _rt_write_out((grad_input,), _upsample_nearest_exact3d_backward(grad_output, output_size, input_size, scales_d, scales_h, scales_w), (grad_output,), "_upsample_nearest_exact3d_backward")
 
 
 _eager_abs = _rt_eager_executable(ir.Abs)
@@ -773,7 +773,7 @@ def abs(self):
 
 
 def abs_out(self, *, out):
-    return _rt_write_out((out,), abs(self))
+    return _rt_write_out((out,), abs(self), (self,), "abs")
 
 
 def abs_(self):
@@ -791,7 +791,7 @@ def acos(self):
 
 
 def acos_out(self, *, out):
-    return _rt_write_out((out,), acos(self))
+    return _rt_write_out((out,), acos(self), (self,), "acos")
 
 
 def acos_(self):
@@ -809,7 +809,7 @@ def acosh(self):
 
 
 def acosh_out(self, *, out):
-    return _rt_write_out((out,), acosh(self))
+    return _rt_write_out((out,), acosh(self), (self,), "acosh")
 
 
 def acosh_(self):
@@ -827,7 +827,7 @@ def adaptive_max_pool2d(self, output_size):
 
 
 def adaptive_max_pool2d_out(self, output_size, *, out, indices):
-    return _rt_write_out((out, indices,), adaptive_max_pool2d(self, output_size))
+    return _rt_write_out((out, indices,), adaptive_max_pool2d(self, output_size), (self,), "adaptive_max_pool2d")
 
 
 _eager_adaptive_max_pool2d_backward = _rt_eager_executable(ir.AdaptiveMaxPool2dBackward)
@@ -841,7 +841,7 @@ def adaptive_max_pool2d_backward(grad_output, self, indices):
 
 
 def adaptive_max_pool2d_backward_grad_input(grad_output, self, indices, *, grad_input):
-    return _rt_write_out((grad_input,), adaptive_max_pool2d_backward(grad_output, self, indices))
+    return _rt_write_out((grad_input,), adaptive_max_pool2d_backward(grad_output, self, indices), (grad_output, self, indices,), "adaptive_max_pool2d_backward")
 
 
 _eager_adaptive_max_pool3d = _rt_eager_executable(ir.AdaptiveMaxPool3d)
@@ -855,7 +855,7 @@ def adaptive_max_pool3d(self, output_size):
 
 
 def adaptive_max_pool3d_out(self, output_size, *, out, indices):
-    return _rt_write_out((out, indices,), adaptive_max_pool3d(self, output_size))
+    return _rt_write_out((out, indices,), adaptive_max_pool3d(self, output_size), (self,), "adaptive_max_pool3d")
 
 
 _eager_adaptive_max_pool3d_backward = _rt_eager_executable(ir.AdaptiveMaxPool3dBackward)
@@ -869,7 +869,7 @@ def adaptive_max_pool3d_backward(grad_output, self, indices):
 
 
 def adaptive_max_pool3d_backward_grad_input(grad_output, self, indices, *, grad_input):
-    return _rt_write_out((grad_input,), adaptive_max_pool3d_backward(grad_output, self, indices))
+    return _rt_write_out((grad_input,), adaptive_max_pool3d_backward(grad_output, self, indices), (grad_output, self, indices,), "adaptive_max_pool3d_backward")
 
 
 _eager_add_Scalar = _rt_eager_executable(ir.AddScalar)
@@ -883,7 +883,7 @@ def add_Scalar(self, other, alpha=1):
 
 
 def add_Scalar_out(self, other, alpha=1, *, out):
-    return _rt_write_out((out,), add_Scalar(self, other, alpha))
+    return _rt_write_out((out,), add_Scalar(self, other, alpha), (self,), "add_Scalar")
 
 
 _eager_add_Tensor = _rt_eager_executable(ir.AddTensor)
@@ -897,7 +897,7 @@ def add_Tensor(self, other, *, alpha=1):
 
 
 def add_out(self, other, *, alpha=1, out):
-    return _rt_write_out((out,), add_Tensor(self, other, alpha=alpha))
+    return _rt_write_out((out,), add_Tensor(self, other, alpha=alpha), (self, other,), "add_Tensor")
 
 
 def add__Scalar(self, other, alpha=1):
@@ -919,7 +919,7 @@ def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
 
 
 def addbmm_out(self, batch1, batch2, *, beta=1, alpha=1, out):
-    return _rt_write_out((out,), addbmm(self, batch1, batch2, beta=beta, alpha=alpha))
+    return _rt_write_out((out,), addbmm(self, batch1, batch2, beta=beta, alpha=alpha), (self, batch1, batch2,), "addbmm")
 
 
 def addbmm_(self, batch1, batch2, *, beta=1, alpha=1):
@@ -937,7 +937,7 @@ def addcdiv(self, tensor1, tensor2, *, value=1):
 
 
 def addcdiv_out(self, tensor1, tensor2, *, value=1, out):
-    return _rt_write_out((out,), addcdiv(self, tensor1, tensor2, value=value))
+    return _rt_write_out((out,), addcdiv(self, tensor1, tensor2, value=value), (self, tensor1, tensor2,), "addcdiv")
 
 
 def addcdiv_(self, tensor1, tensor2, *, value=1):
@@ -955,7 +955,7 @@ def addcmul(self, tensor1, tensor2, *, value=1):
 
 
 def addcmul_out(self, tensor1, tensor2, *, value=1, out):
-    return _rt_write_out((out,), addcmul(self, tensor1, tensor2, value=value))
+    return _rt_write_out((out,), addcmul(self, tensor1, tensor2, value=value), (self, tensor1, tensor2,), "addcmul")
 
 
 def addcmul_(self, tensor1, tensor2, *, value=1):
@@ -973,7 +973,7 @@ def addmm(self, mat1, mat2, *, beta=1, alpha=1):
 
 
 def addmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
-    return _rt_write_out((out,), addmm(self, mat1, mat2, beta=beta, alpha=alpha))
+    return _rt_write_out((out,), addmm(self, mat1, mat2, beta=beta, alpha=alpha), (self, mat1, mat2,), "addmm")
 
 
 def addmm_(self, mat1, mat2, *, beta=1, alpha=1):
@@ -991,7 +991,7 @@ def addmv(self, mat, vec, *, beta=1, alpha=1):
 
 
 def addmv_out(self, mat, vec, *, beta=1, alpha=1, out):
-    return _rt_write_out((out,), addmv(self, mat, vec, beta=beta, alpha=alpha))
+    return _rt_write_out((out,), addmv(self, mat, vec, beta=beta, alpha=alpha), (self, mat, vec,), "addmv")
 
 
 def addmv_(self, mat, vec, *, beta=1, alpha=1):
@@ -1009,7 +1009,7 @@ def addr(self, vec1, vec2, *, beta=1, alpha=1):
 
 
 def addr_out(self, vec1, vec2, *, beta=1, alpha=1, out):
-    return _rt_write_out((out,), addr(self, vec1, vec2, beta=beta, alpha=alpha))
+    return _rt_write_out((out,), addr(self, vec1, vec2, beta=beta, alpha=alpha), (self, vec1, vec2,), "addr")
 
 
 def addr_(self, vec1, vec2, *, beta=1, alpha=1):
@@ -1031,7 +1031,7 @@ def alias_copy(self):
 
 
 def alias_copy_out(self, *, out):
-    return _rt_write_out((out,), alias_copy(self))
+    return _rt_write_out((out,), alias_copy(self), (self,), "alias_copy")
 
 
 _eager_all = _rt_eager_executable(ir.All)
@@ -1045,7 +1045,7 @@ def all(self):
 
 
 def all_all_out(self, *, out):
-    return _rt_write_out((out,), all(self))
+    return _rt_write_out((out,), all(self), (self,), "all")
 
 
 _eager_all_dim = _rt_eager_executable(ir.AllDim)
@@ -1069,11 +1069,11 @@ def all_dims(self, dim=None, keepdim=False):
 
 
 def all_dims_out(self, dim=None, keepdim=False, *, out):
-    return _rt_write_out((out,), all_dims(self, dim, keepdim))
+    return _rt_write_out((out,), all_dims(self, dim, keepdim), (self,), "all_dims")
 
 
 def all_out(self, dim, keepdim=False, *, out):
-    return _rt_write_out((out,), all_dim(self, dim, keepdim))
+    return _rt_write_out((out,), all_dim(self, dim, keepdim), (self,), "all_dim")
 
 
 def allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
@@ -1091,7 +1091,7 @@ def amax(self, dim=(), keepdim=False):
 
 
 def amax_out(self, dim=(), keepdim=False, *, out):
-    return _rt_write_out((out,), amax(self, dim, keepdim))
+    return _rt_write_out((out,), amax(self, dim, keepdim), (self,), "amax")
 
 
 _eager_amin = _rt_eager_executable(ir.Amin)
@@ -1105,7 +1105,7 @@ def amin(self, dim=(), keepdim=False):
 
 
 def amin_out(self, dim=(), keepdim=False, *, out):
-    return _rt_write_out((out,), amin(self, dim, keepdim))
+    return _rt_write_out((out,), amin(self, dim, keepdim), (self,), "amin")
 
 
 _eager_aminmax = _rt_eager_executable(ir.Aminmax)
@@ -1119,7 +1119,7 @@ def aminmax(self, *, dim=None, keepdim=False):
 
 
 def aminmax_out(self, *, dim=None, keepdim=False, min, max):
-    return _rt_write_out((min, max,), aminmax(self, dim=dim, keepdim=keepdim))
+    return _rt_write_out((min, max,), aminmax(self, dim=dim, keepdim=keepdim), (self,), "aminmax")
 
 
 _eager_angle = _rt_eager_executable(ir.Angle)
@@ -1133,7 +1133,7 @@ def angle(self):
 
 
 def angle_out(self, *, out):
-    return _rt_write_out((out,), angle(self))
+    return _rt_write_out((out,), angle(self), (self,), "angle")
 
 
 _eager_any = _rt_eager_executable(ir.Any)
@@ -1147,7 +1147,7 @@ def any(self):
 
 
 def any_all_out(self, *, out):
-    return _rt_write_out((out,), any(self))
+    return _rt_write_out((out,), any(self), (self,), "any")
 
 
 _eager_any_dim = _rt_eager_executable(ir.AnyDim)
@@ -1171,11 +1171,11 @@ def any_dims(self, dim=None, keepdim=False):
 
 
 def any_dims_out(self, dim=None, keepdim=False, *, out):
-    return _rt_write_out((out,), any_dims(self, dim, keepdim))
+    return _rt_write_out((out,), any_dims(self, dim, keepdim), (self,), "any_dims")
 
 
 def any_out(self, dim, keepdim=False, *, out):
-    return _rt_write_out((out,), any_dim(self, dim, keepdim))
+    return _rt_write_out((out,), any_dim(self, dim, keepdim), (self,), "any_dim")
 
 
 def arange(end, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -1183,7 +1183,7 @@ def arange(end, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def arange_out(end, *, out):
-    return _rt_write_out((out,), arange(end))
+    return _rt_write_out((out,), arange(end, dtype=out.dtype), (), "arange")
 
 
 def arange_start(start, end, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -1191,7 +1191,7 @@ def arange_start(start, end, *, dtype=None, layout=None, device=None, pin_memory
 
 
 def arange_start_out(start, end, step=1, *, out):
-    return _rt_write_out((out,), arange_start_step(start, end, step))
+    return _rt_write_out((out,), arange_start_step(start, end, step, dtype=out.dtype), (), "arange_start_step")
 
 
 def arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -1209,7 +1209,7 @@ def argmax(self, dim=None, keepdim=False):
 
 
 def argmax_out(self, dim=None, keepdim=False, *, out):
-    return _rt_write_out((out,), argmax(self, dim, keepdim))
+    return _rt_write_out((out,), argmax(self, dim, keepdim), (self,), "argmax")
 
 
 _eager_argmin = _rt_eager_executable(ir.Argmin)
@@ -1223,7 +1223,7 @@ def argmin(self, dim=None, keepdim=False):
 
 
 def argmin_out(self, dim=None, keepdim=False, *, out):
-    return _rt_write_out((out,), argmin(self, dim, keepdim))
+    return _rt_write_out((out,), argmin(self, dim, keepdim), (self,), "argmin")
 
 
 def as_strided(self, size, stride, storage_offset=None):
@@ -1245,7 +1245,7 @@ def as_strided_copy(self, size, stride, storage_offset=None):
 
 
 def as_strided_copy_out(self, size, stride, storage_offset=None, *, out):
-    return _rt_write_out((out,), as_strided_copy(self, size, stride, storage_offset))
+    return _rt_write_out((out,), as_strided_copy(self, size, stride, storage_offset), (self,), "as_strided_copy")
 
 
 _eager_as_strided_scatter = _rt_eager_executable(ir.AsStridedScatter)
@@ -1259,7 +1259,7 @@ def as_strided_scatter(self, src, size, stride, storage_offset=None):
 
 
 def as_strided_scatter_out(self, src, size, stride, storage_offset=None, *, out):
-    return _rt_write_out((out,), as_strided_scatter(self, src, size, stride, storage_offset))
+    return _rt_write_out((out,), as_strided_scatter(self, src, size, stride, storage_offset), (self, src,), "as_strided_scatter")
 
 
 _eager_asin = _rt_eager_executable(ir.Asin)
@@ -1273,7 +1273,7 @@ def asin(self):
 
 
 def asin_out(self, *, out):
-    return _rt_write_out((out,), asin(self))
+    return _rt_write_out((out,), asin(self), (self,), "asin")
 
 
 def asin_(self):
@@ -1291,7 +1291,7 @@ def asinh(self):
 
 
 def asinh_out(self, *, out):
-    return _rt_write_out((out,), asinh(self))
+    return _rt_write_out((out,), asinh(self), (self,), "asinh")
 
 
 def asinh_(self):
@@ -1309,7 +1309,7 @@ def atan(self):
 
 
 def atan_out(self, *, out):
-    return _rt_write_out((out,), atan(self))
+    return _rt_write_out((out,), atan(self), (self,), "atan")
 
 
 _eager_atan2 = _rt_eager_executable(ir.Atan2)
@@ -1323,7 +1323,7 @@ def atan2(self, other):
 
 
 def atan2_out(self, other, *, out):
-    return _rt_write_out((out,), atan2(self, other))
+    return _rt_write_out((out,), atan2(self, other), (self, other,), "atan2")
 
 
 def atan2_(self, other):
@@ -1345,7 +1345,7 @@ def atanh(self):
 
 
 def atanh_out(self, *, out):
-    return _rt_write_out((out,), atanh(self))
+    return _rt_write_out((out,), atanh(self), (self,), "atanh")
 
 
 def atanh_(self):
@@ -1363,7 +1363,7 @@ def avg_pool2d(self, kernel_size, stride=(), padding=(0, 0,), ceil_mode=False, c
 
 
 def avg_pool2d_out(self, kernel_size, stride=(), padding=(0, 0,), ceil_mode=False, count_include_pad=True, divisor_override=None, *, out):
-    return _rt_write_out((out,), avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override))
+    return _rt_write_out((out,), avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), (self,), "avg_pool2d")
 
 
 _eager_avg_pool2d_backward = _rt_eager_executable(ir.AvgPool2dBackward)
@@ -1377,7 +1377,7 @@ def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
 
 
 def avg_pool2d_backward_grad_input(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, *, grad_input):
-    return _rt_write_out((grad_input,), avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override))
+    return _rt_write_out((grad_input,), avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), (grad_output, self,), "avg_pool2d_backward")
 
 
 _eager_avg_pool3d = _rt_eager_executable(ir.AvgPool3d)
@@ -1391,7 +1391,7 @@ def avg_pool3d(self, kernel_size, stride=(), padding=(0, 0, 0,), ceil_mode=False
 
 
 def avg_pool3d_out(self, kernel_size, stride=(), padding=(0, 0, 0,), ceil_mode=False, count_include_pad=True, divisor_override=None, *, out):
-    return _rt_write_out((out,), avg_pool3d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override))
+    return _rt_write_out((out,), avg_pool3d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), (self,), "avg_pool3d")
 
 
 _eager_avg_pool3d_backward = _rt_eager_executable(ir.AvgPool3dBackward)
@@ -1405,7 +1405,7 @@ def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
 
 
 def avg_pool3d_backward_grad_input(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, *, grad_input):
-    return _rt_write_out((grad_input,), avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override))
+    return _rt_write_out((grad_input,), avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), (grad_output, self,), "avg_pool3d_backward")
 
 
 _eager_baddbmm = _rt_eager_executable(ir.Baddbmm)
@@ -1419,7 +1419,7 @@ def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
 
 
 def baddbmm_out(self, batch1, batch2, *, beta=1, alpha=1, out):
-    return _rt_write_out((out,), baddbmm(self, batch1, batch2, beta=beta, alpha=alpha))
+    return _rt_write_out((out,), baddbmm(self, batch1, batch2, beta=beta, alpha=alpha), (self, batch1, batch2,), "baddbmm")
 
 
 def baddbmm_(self, batch1, batch2, *, beta=1, alpha=1):
@@ -1435,15 +1435,15 @@ def bernoulli_Tensor(self, p, *, generator=None):
 
 
 def bernoulli_Tensor_out(self, p, *, generator=None, out):
-    return _rt_write_out((out,), bernoulli_Tensor(self, p, generator=generator))
+    return _rt_write_out((out,), bernoulli_Tensor(self, p, generator=generator), (self, p,), "bernoulli_Tensor")
 
 
 def bernoulli_float_out(self, p=0.5, *, generator=None, out):
-    return _rt_write_out((out,), bernoulli_p(self, p, generator=generator))
+    return _rt_write_out((out,), bernoulli_p(self, p, generator=generator), (self,), "bernoulli_p")
 
 
 def bernoulli_out(self, *, generator=None, out):
-    return _rt_write_out((out,), bernoulli(self, generator=generator))
+    return _rt_write_out((out,), bernoulli(self, generator=generator), (self,), "bernoulli")
 
 
 def bernoulli_p(self, p, *, generator=None):
@@ -1469,7 +1469,7 @@ def binary_cross_entropy(self, target, weight=None, reduction=1):
 
 
 def binary_cross_entropy_out(self, target, weight=None, reduction=1, *, out):
-    return _rt_write_out((out,), binary_cross_entropy(self, target, weight, reduction))
+    return _rt_write_out((out,), binary_cross_entropy(self, target, weight, reduction), (self, target, weight,), "binary_cross_entropy")
 
 
 _eager_binary_cross_entropy_backward = _rt_eager_executable(ir.BinaryCrossEntropyBackward)
@@ -1483,7 +1483,7 @@ def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduct
 
 
 def binary_cross_entropy_backward_grad_input(grad_output, self, target, weight=None, reduction=1, *, grad_input):
-    return _rt_write_out((grad_input,), binary_cross_entropy_backward(grad_output, self, target, weight, reduction))
+    return _rt_write_out((grad_input,), binary_cross_entropy_backward(grad_output, self, target, weight, reduction), (grad_output, self, target, weight,), "binary_cross_entropy_backward")
 
 
 _eager_binary_cross_entropy_with_logits = _rt_eager_executable(ir.BinaryCrossEntropyWithLogits)
@@ -1497,7 +1497,7 @@ def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None,
 
 
 def binary_cross_entropy_with_logits_out(self, target, weight=None, pos_weight=None, reduction=1, *, out):
-    return _rt_write_out((out,), binary_cross_entropy_with_logits(self, target, weight, pos_weight, reduction))
+    return _rt_write_out((out,), binary_cross_entropy_with_logits(self, target, weight, pos_weight, reduction), (self, target, weight, pos_weight,), "binary_cross_entropy_with_logits")
 
 
 def bincount(self, weights=None, minlength=0):
@@ -1505,7 +1505,7 @@ def bincount(self, weights=None, minlength=0):
 
 
 def bincount_out(self, weights=None, minlength=0, *, out):
-    return _rt_write_out((out,), bincount(self, weights, minlength))
+    return _rt_write_out((out,), bincount(self, weights, minlength), (self, weights,), "bincount")
 
 
 _eager_bitwise_and_Scalar = _rt_eager_executable(ir.BitwiseAndScalar)
@@ -1519,7 +1519,7 @@ def bitwise_and_Scalar(self, other):
 
 
 def bitwise_and_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_and_Scalar(self, other))
+    return _rt_write_out((out,), bitwise_and_Scalar(self, other), (self,), "bitwise_and_Scalar")
 
 
 _eager_bitwise_and_Tensor = _rt_eager_executable(ir.BitwiseAndTensor)
@@ -1533,7 +1533,7 @@ def bitwise_and_Tensor(self, other):
 
 
 def bitwise_and_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_and_Tensor(self, other))
+    return _rt_write_out((out,), bitwise_and_Tensor(self, other), (self, other,), "bitwise_and_Tensor")
 
 
 def bitwise_and__Scalar(self, other):
@@ -1555,7 +1555,7 @@ def bitwise_left_shift_Scalar_Tensor(self, other):
 
 
 def bitwise_left_shift_Scalar_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_left_shift_Scalar_Tensor(self, other))
+    return _rt_write_out((out,), bitwise_left_shift_Scalar_Tensor(self, other), (other,), "bitwise_left_shift_Scalar_Tensor")
 
 
 _eager_bitwise_left_shift_Tensor = _rt_eager_executable(ir.BitwiseLeftShiftTensor)
@@ -1579,11 +1579,11 @@ def bitwise_left_shift_Tensor_Scalar(self, other):
 
 
 def bitwise_left_shift_Tensor_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_left_shift_Tensor_Scalar(self, other))
+    return _rt_write_out((out,), bitwise_left_shift_Tensor_Scalar(self, other), (self,), "bitwise_left_shift_Tensor_Scalar")
 
 
 def bitwise_left_shift_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_left_shift_Tensor(self, other))
+    return _rt_write_out((out,), bitwise_left_shift_Tensor(self, other), (self, other,), "bitwise_left_shift_Tensor")
 
 
 def bitwise_left_shift__Tensor(self, other):
@@ -1605,7 +1605,7 @@ def bitwise_not(self):
 
 
 def bitwise_not_out(self, *, out):
-    return _rt_write_out((out,), bitwise_not(self))
+    return _rt_write_out((out,), bitwise_not(self), (self,), "bitwise_not")
 
 
 def bitwise_not_(self):
@@ -1623,7 +1623,7 @@ def bitwise_or_Scalar(self, other):
 
 
 def bitwise_or_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_or_Scalar(self, other))
+    return _rt_write_out((out,), bitwise_or_Scalar(self, other), (self,), "bitwise_or_Scalar")
 
 
 _eager_bitwise_or_Tensor = _rt_eager_executable(ir.BitwiseOrTensor)
@@ -1637,7 +1637,7 @@ def bitwise_or_Tensor(self, other):
 
 
 def bitwise_or_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_or_Tensor(self, other))
+    return _rt_write_out((out,), bitwise_or_Tensor(self, other), (self, other,), "bitwise_or_Tensor")
 
 
 def bitwise_or__Scalar(self, other):
@@ -1659,7 +1659,7 @@ def bitwise_right_shift_Scalar_Tensor(self, other):
 
 
 def bitwise_right_shift_Scalar_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_right_shift_Scalar_Tensor(self, other))
+    return _rt_write_out((out,), bitwise_right_shift_Scalar_Tensor(self, other), (other,), "bitwise_right_shift_Scalar_Tensor")
 
 
 _eager_bitwise_right_shift_Tensor = _rt_eager_executable(ir.BitwiseRightShiftTensor)
@@ -1683,11 +1683,11 @@ def bitwise_right_shift_Tensor_Scalar(self, other):
 
 
 def bitwise_right_shift_Tensor_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_right_shift_Tensor_Scalar(self, other))
+    return _rt_write_out((out,), bitwise_right_shift_Tensor_Scalar(self, other), (self,), "bitwise_right_shift_Tensor_Scalar")
 
 
 def bitwise_right_shift_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_right_shift_Tensor(self, other))
+    return _rt_write_out((out,), bitwise_right_shift_Tensor(self, other), (self, other,), "bitwise_right_shift_Tensor")
 
 
 def bitwise_right_shift__Tensor(self, other):
@@ -1709,7 +1709,7 @@ def bitwise_xor_Scalar(self, other):
 
 
 def bitwise_xor_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_xor_Scalar(self, other))
+    return _rt_write_out((out,), bitwise_xor_Scalar(self, other), (self,), "bitwise_xor_Scalar")
 
 
 _eager_bitwise_xor_Tensor = _rt_eager_executable(ir.BitwiseXorTensor)
@@ -1723,7 +1723,7 @@ def bitwise_xor_Tensor(self, other):
 
 
 def bitwise_xor_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), bitwise_xor_Tensor(self, other))
+    return _rt_write_out((out,), bitwise_xor_Tensor(self, other), (self, other,), "bitwise_xor_Tensor")
 
 
 def bitwise_xor__Scalar(self, other):
@@ -1745,7 +1745,7 @@ def block_diag(tensors):
 
 
 def block_diag_out(tensors, *, out):
-    return _rt_write_out((out,), block_diag(tensors))
+    return _rt_write_out((out,), block_diag(tensors), (tensors,), "block_diag")
 
 
 _eager_bmm = _rt_eager_executable(ir.Bmm)
@@ -1759,7 +1759,7 @@ def bmm(self, mat2):
 
 
 def bmm_out(self, mat2, *, out):
-    return _rt_write_out((out,), bmm(self, mat2))
+    return _rt_write_out((out,), bmm(self, mat2), (self, mat2,), "bmm")
 
 
 _eager_bucketize_Tensor = _rt_eager_executable(ir.BucketizeTensor)
@@ -1773,7 +1773,7 @@ def bucketize_Tensor(self, boundaries, *, out_int32=False, right=False):
 
 
 def bucketize_Tensor_out(self, boundaries, *, out_int32=False, right=False, out):
-    return _rt_write_out((out,), bucketize_Tensor(self, boundaries, out_int32=out_int32, right=right))
+    return _rt_write_out((out,), bucketize_Tensor(self, boundaries, out_int32=out_int32, right=right), (self, boundaries,), "bucketize_Tensor")
 
 
 _eager_cat = _rt_eager_executable(ir.Cat)
@@ -1787,7 +1787,7 @@ def cat(tensors, dim=0):
 
 
 def cat_out(tensors, dim=0, *, out):
-    return _rt_write_out((out,), cat(tensors, dim))
+    return _rt_write_out((out,), cat(tensors, dim), (tensors,), "cat")
 
 
 def cauchy(self, median=0, sigma=1, *, generator=None):
@@ -1795,7 +1795,7 @@ def cauchy(self, median=0, sigma=1, *, generator=None):
 
 
 def cauchy_out(self, median=0, sigma=1, *, generator=None, out):
-    return _rt_write_out((out,), cauchy(self, median, sigma, generator=generator))
+    return _rt_write_out((out,), cauchy(self, median, sigma, generator=generator), (self,), "cauchy")
 
 
 def cauchy_(self, median=0, sigma=1, *, generator=None):
@@ -1813,7 +1813,7 @@ def ceil(self):
 
 
 def ceil_out(self, *, out):
-    return _rt_write_out((out,), ceil(self))
+    return _rt_write_out((out,), ceil(self), (self,), "ceil")
 
 
 def ceil_(self):
@@ -1831,7 +1831,7 @@ def celu(self, alpha=1.0):
 
 
 def celu_out(self, alpha=1.0, *, out):
-    return _rt_write_out((out,), celu(self, alpha))
+    return _rt_write_out((out,), celu(self, alpha), (self,), "celu")
 
 
 def celu_(self, alpha=1.0):
@@ -1849,7 +1849,7 @@ def channel_shuffle(self, groups):
 
 
 def channel_shuffle_out(self, groups, *, out):
-    return _rt_write_out((out,), channel_shuffle(self, groups))
+    return _rt_write_out((out,), channel_shuffle(self, groups), (self,), "channel_shuffle")
 
 
 def cholesky(self, upper=False):
@@ -1857,7 +1857,7 @@ def cholesky(self, upper=False):
 
 
 def cholesky_out(self, upper=False, *, out):
-    return _rt_write_out((out,), cholesky(self, upper))
+    return _rt_write_out((out,), cholesky(self, upper), (self,), "cholesky")
 
 
 _eager_cholesky_inverse = _rt_eager_executable(ir.CholeskyInverse)
@@ -1871,7 +1871,7 @@ def cholesky_inverse(self, upper=False):
 
 
 def cholesky_inverse_out(self, upper=False, *, out):
-    return _rt_write_out((out,), cholesky_inverse(self, upper))
+    return _rt_write_out((out,), cholesky_inverse(self, upper), (self,), "cholesky_inverse")
 
 
 _eager_cholesky_solve = _rt_eager_executable(ir.CholeskySolve)
@@ -1885,7 +1885,7 @@ def cholesky_solve(self, input2, upper=False):
 
 
 def cholesky_solve_out(self, input2, upper=False, *, out):
-    return _rt_write_out((out,), cholesky_solve(self, input2, upper))
+    return _rt_write_out((out,), cholesky_solve(self, input2, upper), (self, input2,), "cholesky_solve")
 
 
 _eager_clamp = _rt_eager_executable(ir.Clamp)
@@ -1909,11 +1909,11 @@ def clamp_Tensor(self, min=None, max=None):
 
 
 def clamp_Tensor_out(self, min=None, max=None, *, out):
-    return _rt_write_out((out,), clamp_Tensor(self, min, max))
+    return _rt_write_out((out,), clamp_Tensor(self, min, max), (self, min, max,), "clamp_Tensor")
 
 
 def clamp_out(self, min=None, max=None, *, out):
-    return _rt_write_out((out,), clamp(self, min, max))
+    return _rt_write_out((out,), clamp(self, min, max), (self,), "clamp")
 
 
 def clamp_(self, min=None, max=None):
@@ -1945,11 +1945,11 @@ def clamp_max_Tensor(self, max):
 
 
 def clamp_max_Tensor_out(self, max, *, out):
-    return _rt_write_out((out,), clamp_max_Tensor(self, max))
+    return _rt_write_out((out,), clamp_max_Tensor(self, max), (self, max,), "clamp_max_Tensor")
 
 
 def clamp_max_out(self, max, *, out):
-    return _rt_write_out((out,), clamp_max(self, max))
+    return _rt_write_out((out,), clamp_max(self, max), (self,), "clamp_max")
 
 
 def clamp_max_(self, max):
@@ -1981,11 +1981,11 @@ def clamp_min_Tensor(self, min):
 
 
 def clamp_min_Tensor_out(self, min, *, out):
-    return _rt_write_out((out,), clamp_min_Tensor(self, min))
+    return _rt_write_out((out,), clamp_min_Tensor(self, min), (self, min,), "clamp_min_Tensor")
 
 
 def clamp_min_out(self, min, *, out):
-    return _rt_write_out((out,), clamp_min(self, min))
+    return _rt_write_out((out,), clamp_min(self, min), (self,), "clamp_min")
 
 
 def clamp_min_(self, min):
@@ -2007,7 +2007,7 @@ def clone(self, *, memory_format=None):
 
 
 def clone_out(self, *, memory_format=None, out):
-    return _rt_write_out((out,), clone(self, memory_format=memory_format))
+    return _rt_write_out((out,), clone(self, memory_format=memory_format), (self,), "clone")
 
 
 _eager_col2im = _rt_eager_executable(ir.Col2im)
@@ -2021,7 +2021,7 @@ def col2im(self, output_size, kernel_size, dilation, padding, stride):
 
 
 def col2im_out(self, output_size, kernel_size, dilation, padding, stride, *, out):
-    return _rt_write_out((out,), col2im(self, output_size, kernel_size, dilation, padding, stride))
+    return _rt_write_out((out,), col2im(self, output_size, kernel_size, dilation, padding, stride), (self,), "col2im")
 
 
 _eager_complex = _rt_eager_executable(ir.Complex)
@@ -2035,7 +2035,7 @@ def complex(real, imag):
 
 
 def complex_out(real, imag, *, out):
-    return _rt_write_out((out,), complex(real, imag))
+    return _rt_write_out((out,), complex(real, imag), (real, imag,), "complex")
 
 
 _eager_constant_pad_nd = _rt_eager_executable(ir.ConstantPadNd)
@@ -2049,7 +2049,7 @@ def constant_pad_nd(self, pad, value=0):
 
 
 def constant_pad_nd_out(self, pad, value=0, *, out):
-    return _rt_write_out((out,), constant_pad_nd(self, pad, value))
+    return _rt_write_out((out,), constant_pad_nd(self, pad, value), (self,), "constant_pad_nd")
 
 
 _eager_convolution = _rt_eager_executable(ir.Convolution)
@@ -2063,7 +2063,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
 
 
 def convolution_out(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, *, out):
-    return _rt_write_out((out,), convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups))
+    return _rt_write_out((out,), convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups), (input, weight, bias,), "convolution")
 
 
 _eager_convolution_backward = _rt_eager_executable(ir.ConvolutionBackward)
@@ -2077,7 +2077,7 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
 
 
 def convolution_backward_out(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask))
+    return _rt_write_out((out0, out1, out2,), convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask), (grad_output, input, weight,), "convolution_backward")
 
 
 def copy(self, src, non_blocking=False):
@@ -2085,7 +2085,7 @@ def copy(self, src, non_blocking=False):
 
 
 def copy_out(self, src, non_blocking=False, *, out):
-    return _rt_write_out((out,), copy(self, src, non_blocking))
+    return _rt_write_out((out,), copy(self, src, non_blocking), (self, src,), "copy")
 
 
 def copy_(self, src, non_blocking=False):
@@ -2103,7 +2103,7 @@ def copysign_Scalar(self, other):
 
 
 def copysign_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), copysign_Scalar(self, other))
+    return _rt_write_out((out,), copysign_Scalar(self, other), (self,), "copysign_Scalar")
 
 
 _eager_copysign_Tensor = _rt_eager_executable(ir.CopysignTensor)
@@ -2117,7 +2117,7 @@ def copysign_Tensor(self, other):
 
 
 def copysign_out(self, other, *, out):
-    return _rt_write_out((out,), copysign_Tensor(self, other))
+    return _rt_write_out((out,), copysign_Tensor(self, other), (self, other,), "copysign_Tensor")
 
 
 def copysign__Scalar(self, other):
@@ -2139,7 +2139,7 @@ def cos(self):
 
 
 def cos_out(self, *, out):
-    return _rt_write_out((out,), cos(self))
+    return _rt_write_out((out,), cos(self), (self,), "cos")
 
 
 def cos_(self):
@@ -2157,7 +2157,7 @@ def cosh(self):
 
 
 def cosh_out(self, *, out):
-    return _rt_write_out((out,), cosh(self))
+    return _rt_write_out((out,), cosh(self), (self,), "cosh")
 
 
 def cosh_(self):
@@ -2185,11 +2185,11 @@ def count_nonzero_dim_IntList(self, dim):
 
 
 def count_nonzero_dim_IntList_out(self, dim, *, out):
-    return _rt_write_out((out,), count_nonzero_dim_IntList(self, dim))
+    return _rt_write_out((out,), count_nonzero_dim_IntList(self, dim), (self,), "count_nonzero_dim_IntList")
 
 
 def count_nonzero_out(self, dim=None, *, out):
-    return _rt_write_out((out,), count_nonzero(self, dim))
+    return _rt_write_out((out,), count_nonzero(self, dim), (self,), "count_nonzero")
 
 
 _eager_cummax = _rt_eager_executable(ir.Cummax)
@@ -2203,7 +2203,7 @@ def cummax(self, dim):
 
 
 def cummax_out(self, dim, *, values, indices):
-    return _rt_write_out((values, indices,), cummax(self, dim))
+    return _rt_write_out((values, indices,), cummax(self, dim), (self,), "cummax")
 
 
 _eager_cummin = _rt_eager_executable(ir.Cummin)
@@ -2217,7 +2217,7 @@ def cummin(self, dim):
 
 
 def cummin_out(self, dim, *, values, indices):
-    return _rt_write_out((values, indices,), cummin(self, dim))
+    return _rt_write_out((values, indices,), cummin(self, dim), (self,), "cummin")
 
 
 _eager_cumprod = _rt_eager_executable(ir.Cumprod)
@@ -2231,7 +2231,7 @@ def cumprod(self, dim, *, dtype=None):
 
 
 def cumprod_out(self, dim, *, dtype=None, out):
-    return _rt_write_out((out,), cumprod(self, dim, dtype=dtype))
+    return _rt_write_out((out,), cumprod(self, dim, dtype=dtype), (self,), "cumprod")
 
 
 def cumprod_(self, dim, *, dtype=None):
@@ -2249,7 +2249,7 @@ def cumsum(self, dim, *, dtype=None):
 
 
 def cumsum_out(self, dim, *, dtype=None, out):
-    return _rt_write_out((out,), cumsum(self, dim, dtype=dtype))
+    return _rt_write_out((out,), cumsum(self, dim, dtype=dtype), (self,), "cumsum")
 
 
 def cumsum_(self, dim, *, dtype=None):
@@ -2267,7 +2267,7 @@ def deg2rad(self):
 
 
 def deg2rad_out(self, *, out):
-    return _rt_write_out((out,), deg2rad(self))
+    return _rt_write_out((out,), deg2rad(self), (self,), "deg2rad")
 
 
 def deg2rad_(self):
@@ -2293,7 +2293,7 @@ def diag_embed(self, offset=0, dim1=-2, dim2=-1):
 
 
 def diag_embed_out(self, offset=0, dim1=-2, dim2=-1, *, out):
-    return _rt_write_out((out,), diag_embed(self, offset, dim1, dim2))
+    return _rt_write_out((out,), diag_embed(self, offset, dim1, dim2), (self,), "diag_embed")
 
 
 def diagonal(self, offset=0, dim1=0, dim2=1):
@@ -2311,7 +2311,7 @@ def diagonal_backward(grad_output, input_sizes, offset, dim1, dim2):
 
 
 def diagonal_backward_out(grad_output, input_sizes, offset, dim1, dim2, *, out):
-    return _rt_write_out((out,), diagonal_backward(grad_output, input_sizes, offset, dim1, dim2))
+    return _rt_write_out((out,), diagonal_backward(grad_output, input_sizes, offset, dim1, dim2), (grad_output,), "diagonal_backward")
 
 
 _eager_diagonal_copy = _rt_eager_executable(ir.DiagonalCopy)
@@ -2325,7 +2325,7 @@ def diagonal_copy(self, offset=0, dim1=0, dim2=1):
 
 
 def diagonal_copy_out(self, offset=0, dim1=0, dim2=1, *, out):
-    return _rt_write_out((out,), diagonal_copy(self, offset, dim1, dim2))
+    return _rt_write_out((out,), diagonal_copy(self, offset, dim1, dim2), (self,), "diagonal_copy")
 
 
 _eager_diagonal_scatter = _rt_eager_executable(ir.DiagonalScatter)
@@ -2339,7 +2339,7 @@ def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
 
 
 def diagonal_scatter_out(self, src, offset=0, dim1=0, dim2=1, *, out):
-    return _rt_write_out((out,), diagonal_scatter(self, src, offset, dim1, dim2))
+    return _rt_write_out((out,), diagonal_scatter(self, src, offset, dim1, dim2), (self, src,), "diagonal_scatter")
 
 
 _eager_digamma = _rt_eager_executable(ir.Digamma)
@@ -2353,7 +2353,7 @@ def digamma(self):
 
 
 def digamma_out(self, *, out):
-    return _rt_write_out((out,), digamma(self))
+    return _rt_write_out((out,), digamma(self), (self,), "digamma")
 
 
 def digamma_(self):
@@ -2371,7 +2371,7 @@ def dist(self, other, p=2):
 
 
 def dist_out(self, other, p=2, *, out):
-    return _rt_write_out((out,), dist(self, other, p))
+    return _rt_write_out((out,), dist(self, other, p), (self, other,), "dist")
 
 
 _eager_div_Scalar = _rt_eager_executable(ir.DivScalar)
@@ -2395,11 +2395,11 @@ def div_Scalar_mode(self, other, *, rounding_mode):
 
 
 def div_Scalar_mode_out(self, other, *, rounding_mode, out):
-    return _rt_write_out((out,), div_Scalar_mode(self, other, rounding_mode=rounding_mode))
+    return _rt_write_out((out,), div_Scalar_mode(self, other, rounding_mode=rounding_mode), (self,), "div_Scalar_mode")
 
 
 def div_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), div_Scalar(self, other))
+    return _rt_write_out((out,), div_Scalar(self, other), (self,), "div_Scalar")
 
 
 _eager_div_Tensor = _rt_eager_executable(ir.DivTensor)
@@ -2423,11 +2423,11 @@ def div_Tensor_mode(self, other, *, rounding_mode):
 
 
 def div_out(self, other, *, out):
-    return _rt_write_out((out,), div_Tensor(self, other))
+    return _rt_write_out((out,), div_Tensor(self, other), (self, other,), "div_Tensor")
 
 
 def div_out_mode(self, other, *, rounding_mode, out):
-    return _rt_write_out((out,), div_Tensor_mode(self, other, rounding_mode=rounding_mode))
+    return _rt_write_out((out,), div_Tensor_mode(self, other, rounding_mode=rounding_mode), (self, other,), "div_Tensor_mode")
 
 
 def div__Scalar(self, other):
@@ -2457,7 +2457,7 @@ def dot(self, tensor):
 
 
 def dot_out(self, tensor, *, out):
-    return _rt_write_out((out,), dot(self, tensor))
+    return _rt_write_out((out,), dot(self, tensor), (self, tensor,), "dot")
 
 
 _eager_elu = _rt_eager_executable(ir.Elu)
@@ -2471,7 +2471,7 @@ def elu(self, alpha=1, scale=1, input_scale=1):
 
 
 def elu_out(self, alpha=1, scale=1, input_scale=1, *, out):
-    return _rt_write_out((out,), elu(self, alpha, scale, input_scale))
+    return _rt_write_out((out,), elu(self, alpha, scale, input_scale), (self,), "elu")
 
 
 def elu_(self, alpha=1, scale=1, input_scale=1):
@@ -2489,7 +2489,7 @@ def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_resu
 
 
 def elu_backward_grad_input(grad_output, alpha, scale, input_scale, is_result, self_or_result, *, grad_input):
-    return _rt_write_out((grad_input,), elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result))
+    return _rt_write_out((grad_input,), elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result), (grad_output, self_or_result,), "elu_backward")
 
 
 _eager_embedding = _rt_eager_executable(ir.Embedding)
@@ -2503,7 +2503,7 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 
 
 def embedding_out(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False, *, out):
-    return _rt_write_out((out,), embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse))
+    return _rt_write_out((out,), embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse), (weight, indices,), "embedding")
 
 
 _eager_embedding_dense_backward = _rt_eager_executable(ir.EmbeddingDenseBackward)
@@ -2517,7 +2517,7 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
 
 
 def embedding_dense_backward_out(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq, *, out):
-    return _rt_write_out((out,), embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq))
+    return _rt_write_out((out,), embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq), (grad_output, indices,), "embedding_dense_backward")
 
 
 _eager_embedding_renorm = _rt_eager_executable(ir.EmbeddingRenorm)
@@ -2531,7 +2531,7 @@ def embedding_renorm(self, indices, max_norm, norm_type):
 
 
 def embedding_renorm_out(self, indices, max_norm, norm_type, *, out):
-    return _rt_write_out((out,), embedding_renorm(self, indices, max_norm, norm_type))
+    return _rt_write_out((out,), embedding_renorm(self, indices, max_norm, norm_type), (self, indices,), "embedding_renorm")
 
 
 def embedding_renorm_(self, indices, max_norm, norm_type):
@@ -2543,7 +2543,7 @@ def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memor
 
 
 def empty_out(size, *, memory_format=None, out):
-    return _rt_write_out((out,), empty_memory_format(size, memory_format=memory_format))
+    return _rt_write_out((out,), empty_memory_format(size, memory_format=memory_format, dtype=out.dtype), (), "empty_memory_format")
 
 
 _eager_empty_like = _rt_eager_executable(ir.EmptyLike)
@@ -2557,7 +2557,7 @@ def empty_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, m
 
 
 def empty_like_out(self, *, memory_format=None, out):
-    return _rt_write_out((out,), empty_like(self, memory_format=memory_format))
+    return _rt_write_out((out,), empty_like(self, memory_format=memory_format), (self,), "empty_like")
 
 
 _eager_empty_permuted = _rt_eager_executable(ir.EmptyPermuted)
@@ -2571,7 +2571,7 @@ def empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=Non
 
 
 def empty_permuted_out(size, physical_layout, *, out):
-    return _rt_write_out((out,), empty_permuted(size, physical_layout))
+    return _rt_write_out((out,), empty_permuted(size, physical_layout, dtype=out.dtype), (), "empty_permuted")
 
 
 def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -2579,7 +2579,7 @@ def empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_mem
 
 
 def empty_strided_out(size, stride, *, out):
-    return _rt_write_out((out,), empty_strided(size, stride))
+    return _rt_write_out((out,), empty_strided(size, stride, dtype=out.dtype), (), "empty_strided")
 
 
 _eager_eq_Scalar = _rt_eager_executable(ir.EqScalar)
@@ -2593,7 +2593,7 @@ def eq_Scalar(self, other):
 
 
 def eq_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), eq_Scalar(self, other))
+    return _rt_write_out((out,), eq_Scalar(self, other), (self,), "eq_Scalar")
 
 
 _eager_eq_Tensor = _rt_eager_executable(ir.EqTensor)
@@ -2607,7 +2607,7 @@ def eq_Tensor(self, other):
 
 
 def eq_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), eq_Tensor(self, other))
+    return _rt_write_out((out,), eq_Tensor(self, other), (self, other,), "eq_Tensor")
 
 
 def eq__Scalar(self, other):
@@ -2633,7 +2633,7 @@ def erf(self):
 
 
 def erf_out(self, *, out):
-    return _rt_write_out((out,), erf(self))
+    return _rt_write_out((out,), erf(self), (self,), "erf")
 
 
 def erf_(self):
@@ -2651,7 +2651,7 @@ def erfc(self):
 
 
 def erfc_out(self, *, out):
-    return _rt_write_out((out,), erfc(self))
+    return _rt_write_out((out,), erfc(self), (self,), "erfc")
 
 
 def erfc_(self):
@@ -2669,7 +2669,7 @@ def erfinv(self):
 
 
 def erfinv_out(self, *, out):
-    return _rt_write_out((out,), erfinv(self))
+    return _rt_write_out((out,), erfinv(self), (self,), "erfinv")
 
 
 def erfinv_(self):
@@ -2687,7 +2687,7 @@ def exp(self):
 
 
 def exp_out(self, *, out):
-    return _rt_write_out((out,), exp(self))
+    return _rt_write_out((out,), exp(self), (self,), "exp")
 
 
 _eager_exp2 = _rt_eager_executable(ir.Exp2)
@@ -2701,7 +2701,7 @@ def exp2(self):
 
 
 def exp2_out(self, *, out):
-    return _rt_write_out((out,), exp2(self))
+    return _rt_write_out((out,), exp2(self), (self,), "exp2")
 
 
 def exp2_(self):
@@ -2727,7 +2727,7 @@ def expand_copy(self, size, *, implicit=False):
 
 
 def expand_copy_out(self, size, *, implicit=False, out):
-    return _rt_write_out((out,), expand_copy(self, size, implicit=implicit))
+    return _rt_write_out((out,), expand_copy(self, size, implicit=implicit), (self,), "expand_copy")
 
 
 _eager_expm1 = _rt_eager_executable(ir.Expm1)
@@ -2741,7 +2741,7 @@ def expm1(self):
 
 
 def expm1_out(self, *, out):
-    return _rt_write_out((out,), expm1(self))
+    return _rt_write_out((out,), expm1(self), (self,), "expm1")
 
 
 def expm1_(self):
@@ -2753,7 +2753,7 @@ def exponential(self, lambd=1, *, generator=None):
 
 
 def exponential_out(self, lambd=1, *, generator=None, out):
-    return _rt_write_out((out,), exponential(self, lambd, generator=generator))
+    return _rt_write_out((out,), exponential(self, lambd, generator=generator), (self,), "exponential")
 
 
 def exponential_(self, lambd=1, *, generator=None):
@@ -2781,11 +2781,11 @@ def eye_m(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def eye_m_out(n, m, *, out):
-    return _rt_write_out((out,), eye_m(n, m))
+    return _rt_write_out((out,), eye_m(n, m, dtype=out.dtype), (), "eye_m")
 
 
 def eye_out(n, *, out):
-    return _rt_write_out((out,), eye(n))
+    return _rt_write_out((out,), eye(n, dtype=out.dtype), (), "eye")
 
 
 _eager_fill_Scalar = _rt_eager_executable(ir.FillScalar)
@@ -2799,7 +2799,7 @@ def fill_Scalar(self, value):
 
 
 def fill_Scalar_out(self, value, *, out):
-    return _rt_write_out((out,), fill_Scalar(self, value))
+    return _rt_write_out((out,), fill_Scalar(self, value), (self,), "fill_Scalar")
 
 
 def fill__Scalar(self, value):
@@ -2817,7 +2817,7 @@ def flip(self, dims):
 
 
 def flip_out(self, dims, *, out):
-    return _rt_write_out((out,), flip(self, dims))
+    return _rt_write_out((out,), flip(self, dims), (self,), "flip")
 
 
 _eager_floor = _rt_eager_executable(ir.Floor)
@@ -2831,7 +2831,7 @@ def floor(self):
 
 
 def floor_out(self, *, out):
-    return _rt_write_out((out,), floor(self))
+    return _rt_write_out((out,), floor(self), (self,), "floor")
 
 
 def floor_(self):
@@ -2859,11 +2859,11 @@ def floor_divide_Scalar(self, other):
 
 
 def floor_divide_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), floor_divide_Scalar(self, other))
+    return _rt_write_out((out,), floor_divide_Scalar(self, other), (self,), "floor_divide_Scalar")
 
 
 def floor_divide_out(self, other, *, out):
-    return _rt_write_out((out,), floor_divide(self, other))
+    return _rt_write_out((out,), floor_divide(self, other), (self, other,), "floor_divide")
 
 
 def floor_divide__Scalar(self, other):
@@ -2885,7 +2885,7 @@ def fmax(self, other):
 
 
 def fmax_out(self, other, *, out):
-    return _rt_write_out((out,), fmax(self, other))
+    return _rt_write_out((out,), fmax(self, other), (self, other,), "fmax")
 
 
 _eager_fmin = _rt_eager_executable(ir.Fmin)
@@ -2899,7 +2899,7 @@ def fmin(self, other):
 
 
 def fmin_out(self, other, *, out):
-    return _rt_write_out((out,), fmin(self, other))
+    return _rt_write_out((out,), fmin(self, other), (self, other,), "fmin")
 
 
 _eager_fmod_Scalar = _rt_eager_executable(ir.FmodScalar)
@@ -2913,7 +2913,7 @@ def fmod_Scalar(self, other):
 
 
 def fmod_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), fmod_Scalar(self, other))
+    return _rt_write_out((out,), fmod_Scalar(self, other), (self,), "fmod_Scalar")
 
 
 _eager_fmod_Tensor = _rt_eager_executable(ir.FmodTensor)
@@ -2927,7 +2927,7 @@ def fmod_Tensor(self, other):
 
 
 def fmod_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), fmod_Tensor(self, other))
+    return _rt_write_out((out,), fmod_Tensor(self, other), (self, other,), "fmod_Tensor")
 
 
 def fmod__Scalar(self, other):
@@ -2949,7 +2949,7 @@ def frac(self):
 
 
 def frac_out(self, *, out):
-    return _rt_write_out((out,), frac(self))
+    return _rt_write_out((out,), frac(self), (self,), "frac")
 
 
 def frac_(self):
@@ -2967,7 +2967,7 @@ def frexp_Tensor(self):
 
 
 def frexp_Tensor_out(self, *, mantissa, exponent):
-    return _rt_write_out((mantissa, exponent,), frexp_Tensor(self))
+    return _rt_write_out((mantissa, exponent,), frexp_Tensor(self), (self,), "frexp_Tensor")
 
 
 _eager_full = _rt_eager_executable(ir.Full)
@@ -2981,7 +2981,7 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
 
 
 def full_out(size, fill_value, *, out):
-    return _rt_write_out((out,), full(size, fill_value))
+    return _rt_write_out((out,), full(size, fill_value, dtype=out.dtype), (), "full")
 
 
 _eager_full_like = _rt_eager_executable(ir.FullLike)
@@ -2995,7 +2995,7 @@ def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_mem
 
 
 def full_like_out(self, fill_value, *, memory_format=None, out):
-    return _rt_write_out((out,), full_like(self, fill_value, memory_format=memory_format))
+    return _rt_write_out((out,), full_like(self, fill_value, memory_format=memory_format), (self,), "full_like")
 
 
 _eager_gather = _rt_eager_executable(ir.Gather)
@@ -3009,7 +3009,7 @@ def gather(self, dim, index, *, sparse_grad=False):
 
 
 def gather_out(self, dim, index, *, sparse_grad=False, out):
-    return _rt_write_out((out,), gather(self, dim, index, sparse_grad=sparse_grad))
+    return _rt_write_out((out,), gather(self, dim, index, sparse_grad=sparse_grad), (self, index,), "gather")
 
 
 _eager_gcd = _rt_eager_executable(ir.Gcd)
@@ -3023,7 +3023,7 @@ def gcd(self, other):
 
 
 def gcd_out(self, other, *, out):
-    return _rt_write_out((out,), gcd(self, other))
+    return _rt_write_out((out,), gcd(self, other), (self, other,), "gcd")
 
 
 def gcd_(self, other):
@@ -3041,7 +3041,7 @@ def ge_Scalar(self, other):
 
 
 def ge_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), ge_Scalar(self, other))
+    return _rt_write_out((out,), ge_Scalar(self, other), (self,), "ge_Scalar")
 
 
 _eager_ge_Tensor = _rt_eager_executable(ir.GeTensor)
@@ -3055,7 +3055,7 @@ def ge_Tensor(self, other):
 
 
 def ge_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), ge_Tensor(self, other))
+    return _rt_write_out((out,), ge_Tensor(self, other), (self, other,), "ge_Tensor")
 
 
 def ge__Scalar(self, other):
@@ -3077,7 +3077,7 @@ def gelu(self, *, approximate='none'):
 
 
 def gelu_out(self, *, approximate='none', out):
-    return _rt_write_out((out,), gelu(self, approximate=approximate))
+    return _rt_write_out((out,), gelu(self, approximate=approximate), (self,), "gelu")
 
 
 def gelu_(self, *, approximate='none'):
@@ -3095,7 +3095,7 @@ def gelu_backward(grad_output, self, *, approximate='none'):
 
 
 def gelu_backward_grad_input(grad_output, self, *, approximate='none', grad_input):
-    return _rt_write_out((grad_input,), gelu_backward(grad_output, self, approximate=approximate))
+    return _rt_write_out((grad_input,), gelu_backward(grad_output, self, approximate=approximate), (grad_output, self,), "gelu_backward")
 
 
 def geometric(self, p, *, generator=None):
@@ -3103,7 +3103,7 @@ def geometric(self, p, *, generator=None):
 
 
 def geometric_out(self, p, *, generator=None, out):
-    return _rt_write_out((out,), geometric(self, p, generator=generator))
+    return _rt_write_out((out,), geometric(self, p, generator=generator), (self,), "geometric")
 
 
 def geometric_(self, p, *, generator=None):
@@ -3121,7 +3121,7 @@ def geqrf(self):
 
 
 def geqrf_a(self, *, a, tau):
-    return _rt_write_out((a, tau,), geqrf(self))
+    return _rt_write_out((a, tau,), geqrf(self), (self,), "geqrf")
 
 
 _eager_glu = _rt_eager_executable(ir.Glu)
@@ -3135,7 +3135,7 @@ def glu(self, dim=-1):
 
 
 def glu_out(self, dim=-1, *, out):
-    return _rt_write_out((out,), glu(self, dim))
+    return _rt_write_out((out,), glu(self, dim), (self,), "glu")
 
 
 _eager_glu_backward = _rt_eager_executable(ir.GluBackward)
@@ -3149,7 +3149,7 @@ def glu_backward(grad_output, self, dim):
 
 
 def glu_backward_grad_input(grad_output, self, dim, *, grad_input):
-    return _rt_write_out((grad_input,), glu_backward(grad_output, self, dim))
+    return _rt_write_out((grad_input,), glu_backward(grad_output, self, dim), (grad_output, self,), "glu_backward")
 
 
 _eager_grid_sampler_2d = _rt_eager_executable(ir.GridSampler2d)
@@ -3163,7 +3163,7 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
 
 
 def grid_sampler_2d_out(input, grid, interpolation_mode, padding_mode, align_corners, *, out):
-    return _rt_write_out((out,), grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners))
+    return _rt_write_out((out,), grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners), (input, grid,), "grid_sampler_2d")
 
 
 _eager_grid_sampler_2d_backward = _rt_eager_executable(ir.GridSampler2dBackward)
@@ -3177,7 +3177,7 @@ def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, paddi
 
 
 def grid_sampler_2d_backward_out(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask, *, out0, out1):
-    return _rt_write_out((out0, out1,), grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask))
+    return _rt_write_out((out0, out1,), grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask), (grad_output, input, grid,), "grid_sampler_2d_backward")
 
 
 _eager_grid_sampler_3d = _rt_eager_executable(ir.GridSampler3d)
@@ -3191,7 +3191,7 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
 
 
 def grid_sampler_3d_out(input, grid, interpolation_mode, padding_mode, align_corners, *, out):
-    return _rt_write_out((out,), grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners))
+    return _rt_write_out((out,), grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners), (input, grid,), "grid_sampler_3d")
 
 
 _eager_grid_sampler_3d_backward = _rt_eager_executable(ir.GridSampler3dBackward)
@@ -3205,7 +3205,7 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
 
 
 def grid_sampler_3d_backward_out(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask, *, out0, out1):
-    return _rt_write_out((out0, out1,), grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask))
+    return _rt_write_out((out0, out1,), grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask), (grad_output, input, grid,), "grid_sampler_3d_backward")
 
 
 _eager_gt_Scalar = _rt_eager_executable(ir.GtScalar)
@@ -3219,7 +3219,7 @@ def gt_Scalar(self, other):
 
 
 def gt_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), gt_Scalar(self, other))
+    return _rt_write_out((out,), gt_Scalar(self, other), (self,), "gt_Scalar")
 
 
 _eager_gt_Tensor = _rt_eager_executable(ir.GtTensor)
@@ -3233,7 +3233,7 @@ def gt_Tensor(self, other):
 
 
 def gt_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), gt_Tensor(self, other))
+    return _rt_write_out((out,), gt_Tensor(self, other), (self, other,), "gt_Tensor")
 
 
 def gt__Scalar(self, other):
@@ -3255,7 +3255,7 @@ def hardshrink(self, lambd=0.5):
 
 
 def hardshrink_out(self, lambd=0.5, *, out):
-    return _rt_write_out((out,), hardshrink(self, lambd))
+    return _rt_write_out((out,), hardshrink(self, lambd), (self,), "hardshrink")
 
 
 _eager_hardshrink_backward = _rt_eager_executable(ir.HardshrinkBackward)
@@ -3269,7 +3269,7 @@ def hardshrink_backward(grad_out, self, lambd):
 
 
 def hardshrink_backward_grad_input(grad_out, self, lambd, *, grad_input):
-    return _rt_write_out((grad_input,), hardshrink_backward(grad_out, self, lambd))
+    return _rt_write_out((grad_input,), hardshrink_backward(grad_out, self, lambd), (grad_out, self,), "hardshrink_backward")
 
 
 _eager_hardsigmoid = _rt_eager_executable(ir.Hardsigmoid)
@@ -3283,7 +3283,7 @@ def hardsigmoid(self):
 
 
 def hardsigmoid_out(self, *, out):
-    return _rt_write_out((out,), hardsigmoid(self))
+    return _rt_write_out((out,), hardsigmoid(self), (self,), "hardsigmoid")
 
 
 def hardsigmoid_(self):
@@ -3301,7 +3301,7 @@ def hardsigmoid_backward(grad_output, self):
 
 
 def hardsigmoid_backward_grad_input(grad_output, self, *, grad_input):
-    return _rt_write_out((grad_input,), hardsigmoid_backward(grad_output, self))
+    return _rt_write_out((grad_input,), hardsigmoid_backward(grad_output, self), (grad_output, self,), "hardsigmoid_backward")
 
 
 _eager_hardswish = _rt_eager_executable(ir.Hardswish)
@@ -3315,7 +3315,7 @@ def hardswish(self):
 
 
 def hardswish_out(self, *, out):
-    return _rt_write_out((out,), hardswish(self))
+    return _rt_write_out((out,), hardswish(self), (self,), "hardswish")
 
 
 def hardswish_(self):
@@ -3333,7 +3333,7 @@ def hardswish_backward(grad_output, self):
 
 
 def hardswish_backward_out(grad_output, self, *, out):
-    return _rt_write_out((out,), hardswish_backward(grad_output, self))
+    return _rt_write_out((out,), hardswish_backward(grad_output, self), (grad_output, self,), "hardswish_backward")
 
 
 _eager_hardtanh = _rt_eager_executable(ir.Hardtanh)
@@ -3347,7 +3347,7 @@ def hardtanh(self, min_val=-1, max_val=1):
 
 
 def hardtanh_out(self, min_val=-1, max_val=1, *, out):
-    return _rt_write_out((out,), hardtanh(self, min_val, max_val))
+    return _rt_write_out((out,), hardtanh(self, min_val, max_val), (self,), "hardtanh")
 
 
 def hardtanh_(self, min_val=-1, max_val=1):
@@ -3365,7 +3365,7 @@ def hardtanh_backward(grad_output, self, min_val, max_val):
 
 
 def hardtanh_backward_grad_input(grad_output, self, min_val, max_val, *, grad_input):
-    return _rt_write_out((grad_input,), hardtanh_backward(grad_output, self, min_val, max_val))
+    return _rt_write_out((grad_input,), hardtanh_backward(grad_output, self, min_val, max_val), (grad_output, self,), "hardtanh_backward")
 
 
 _eager_hash_tensor = _rt_eager_executable(ir.HashTensor)
@@ -3379,7 +3379,7 @@ def hash_tensor(self, dim=(), *, keepdim=False, mode=0):
 
 
 def hash_tensor_out(self, dim=(), *, keepdim=False, mode=0, out):
-    return _rt_write_out((out,), hash_tensor(self, dim, keepdim=keepdim, mode=mode))
+    return _rt_write_out((out,), hash_tensor(self, dim, keepdim=keepdim, mode=mode), (self,), "hash_tensor")
 
 
 _eager_heaviside = _rt_eager_executable(ir.Heaviside)
@@ -3393,7 +3393,7 @@ def heaviside(self, values):
 
 
 def heaviside_out(self, values, *, out):
-    return _rt_write_out((out,), heaviside(self, values))
+    return _rt_write_out((out,), heaviside(self, values), (self, values,), "heaviside")
 
 
 def heaviside_(self, values):
@@ -3411,7 +3411,7 @@ def histc(self, bins=100, min=0, max=0):
 
 
 def histc_out(self, bins=100, min=0, max=0, *, out):
-    return _rt_write_out((out,), histc(self, bins, min, max))
+    return _rt_write_out((out,), histc(self, bins, min, max), (self,), "histc")
 
 
 _eager_histogram_bin_ct = _rt_eager_executable(ir.HistogramBinCt)
@@ -3425,7 +3425,7 @@ def histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):
 
 
 def histogram_bin_ct_out(self, bins=100, *, range=None, weight=None, density=False, hist, bin_edges):
-    return _rt_write_out((hist, bin_edges,), histogram_bin_ct(self, bins, range=range, weight=weight, density=density))
+    return _rt_write_out((hist, bin_edges,), histogram_bin_ct(self, bins, range=range, weight=weight, density=density), (self, weight,), "histogram_bin_ct")
 
 
 _eager_histogram_bins_tensor = _rt_eager_executable(ir.HistogramBinsTensor)
@@ -3439,7 +3439,7 @@ def histogram_bins_tensor(self, bins, *, weight=None, density=False):
 
 
 def histogram_bins_tensor_out(self, bins, *, weight=None, density=False, hist, bin_edges):
-    return _rt_write_out((hist, bin_edges,), histogram_bins_tensor(self, bins, weight=weight, density=density))
+    return _rt_write_out((hist, bin_edges,), histogram_bins_tensor(self, bins, weight=weight, density=density), (self, bins, weight,), "histogram_bins_tensor")
 
 
 _eager_huber_loss = _rt_eager_executable(ir.HuberLoss)
@@ -3453,7 +3453,7 @@ def huber_loss(self, target, reduction=1, delta=1.0):
 
 
 def huber_loss_out(self, target, reduction=1, delta=1.0, *, out):
-    return _rt_write_out((out,), huber_loss(self, target, reduction, delta))
+    return _rt_write_out((out,), huber_loss(self, target, reduction, delta), (self, target,), "huber_loss")
 
 
 _eager_huber_loss_backward = _rt_eager_executable(ir.HuberLossBackward)
@@ -3467,7 +3467,7 @@ def huber_loss_backward(grad_output, self, target, reduction, delta):
 
 
 def huber_loss_backward_out(grad_output, self, target, reduction, delta, *, grad_input):
-    return _rt_write_out((grad_input,), huber_loss_backward(grad_output, self, target, reduction, delta))
+    return _rt_write_out((grad_input,), huber_loss_backward(grad_output, self, target, reduction, delta), (grad_output, self, target,), "huber_loss_backward")
 
 
 _eager_hypot = _rt_eager_executable(ir.Hypot)
@@ -3481,7 +3481,7 @@ def hypot(self, other):
 
 
 def hypot_out(self, other, *, out):
-    return _rt_write_out((out,), hypot(self, other))
+    return _rt_write_out((out,), hypot(self, other), (self, other,), "hypot")
 
 
 def hypot_(self, other):
@@ -3499,7 +3499,7 @@ def i0(self):
 
 
 def i0_out(self, *, out):
-    return _rt_write_out((out,), i0(self))
+    return _rt_write_out((out,), i0(self), (self,), "i0")
 
 
 def i0_(self):
@@ -3517,7 +3517,7 @@ def igamma(self, other):
 
 
 def igamma_out(self, other, *, out):
-    return _rt_write_out((out,), igamma(self, other))
+    return _rt_write_out((out,), igamma(self, other), (self, other,), "igamma")
 
 
 def igamma_(self, other):
@@ -3535,7 +3535,7 @@ def igammac(self, other):
 
 
 def igammac_out(self, other, *, out):
-    return _rt_write_out((out,), igammac(self, other))
+    return _rt_write_out((out,), igammac(self, other), (self, other,), "igammac")
 
 
 def igammac_(self, other):
@@ -3553,7 +3553,7 @@ def im2col(self, kernel_size, dilation, padding, stride):
 
 
 def im2col_out(self, kernel_size, dilation, padding, stride, *, out):
-    return _rt_write_out((out,), im2col(self, kernel_size, dilation, padding, stride))
+    return _rt_write_out((out,), im2col(self, kernel_size, dilation, padding, stride), (self,), "im2col")
 
 
 def index_Tensor(self, indices):
@@ -3561,7 +3561,7 @@ def index_Tensor(self, indices):
 
 
 def index_Tensor_out(self, indices, *, out):
-    return _rt_write_out((out,), index_Tensor(self, indices))
+    return _rt_write_out((out,), index_Tensor(self, indices), (self, indices,), "index_Tensor")
 
 
 _eager_index_add = _rt_eager_executable(ir.IndexAdd)
@@ -3575,7 +3575,7 @@ def index_add(self, dim, index, source, *, alpha=1):
 
 
 def index_add_out(self, dim, index, source, *, alpha=1, out):
-    return _rt_write_out((out,), index_add(self, dim, index, source, alpha=alpha))
+    return _rt_write_out((out,), index_add(self, dim, index, source, alpha=alpha), (self, index, source,), "index_add")
 
 
 def index_add_(self, dim, index, source, *, alpha=1):
@@ -3593,7 +3593,7 @@ def index_copy(self, dim, index, source):
 
 
 def index_copy_out(self, dim, index, source, *, out):
-    return _rt_write_out((out,), index_copy(self, dim, index, source))
+    return _rt_write_out((out,), index_copy(self, dim, index, source), (self, index, source,), "index_copy")
 
 
 def index_copy_(self, dim, index, source):
@@ -3611,7 +3611,7 @@ def index_fill_int_Scalar(self, dim, index, value):
 
 
 def index_fill_int_Scalar_out(self, dim, index, value, *, out):
-    return _rt_write_out((out,), index_fill_int_Scalar(self, dim, index, value))
+    return _rt_write_out((out,), index_fill_int_Scalar(self, dim, index, value), (self, index,), "index_fill_int_Scalar")
 
 
 _eager_index_fill_int_Tensor = _rt_eager_executable(ir.IndexFillIntTensor)
@@ -3625,7 +3625,7 @@ def index_fill_int_Tensor(self, dim, index, value):
 
 
 def index_fill_int_Tensor_out(self, dim, index, value, *, out):
-    return _rt_write_out((out,), index_fill_int_Tensor(self, dim, index, value))
+    return _rt_write_out((out,), index_fill_int_Tensor(self, dim, index, value), (self, index, value,), "index_fill_int_Tensor")
 
 
 def index_fill__int_Scalar(self, dim, index, value):
@@ -3641,7 +3641,7 @@ def index_put(self, indices, values, accumulate=False):
 
 
 def index_put_out(self, indices, values, accumulate=False, *, out):
-    return _rt_write_out((out,), index_put(self, indices, values, accumulate))
+    return _rt_write_out((out,), index_put(self, indices, values, accumulate), (self, indices, values,), "index_put")
 
 
 def index_put_(self, indices, values, accumulate=False):
@@ -3659,7 +3659,7 @@ def index_reduce(self, dim, index, source, reduce, *, include_self=True):
 
 
 def index_reduce_out(self, dim, index, source, reduce, *, include_self=True, out):
-    return _rt_write_out((out,), index_reduce(self, dim, index, source, reduce, include_self=include_self))
+    return _rt_write_out((out,), index_reduce(self, dim, index, source, reduce, include_self=include_self), (self, index, source,), "index_reduce")
 
 
 def index_reduce_(self, dim, index, source, reduce, *, include_self=True):
@@ -3677,7 +3677,7 @@ def index_select(self, dim, index):
 
 
 def index_select_out(self, dim, index, *, out):
-    return _rt_write_out((out,), index_select(self, dim, index))
+    return _rt_write_out((out,), index_select(self, dim, index), (self, index,), "index_select")
 
 
 _eager_isin_Tensor_Tensor = _rt_eager_executable(ir.IsinTensorTensor)
@@ -3691,7 +3691,7 @@ def isin_Tensor_Tensor(elements, test_elements, *, assume_unique=False, invert=F
 
 
 def isin_Tensor_Tensor_out(elements, test_elements, *, assume_unique=False, invert=False, out):
-    return _rt_write_out((out,), isin_Tensor_Tensor(elements, test_elements, assume_unique=assume_unique, invert=invert))
+    return _rt_write_out((out,), isin_Tensor_Tensor(elements, test_elements, assume_unique=assume_unique, invert=invert), (elements, test_elements,), "isin_Tensor_Tensor")
 
 
 _eager_isinf = _rt_eager_executable(ir.Isinf)
@@ -3705,7 +3705,7 @@ def isinf(self):
 
 
 def isinf_out(self, *, out):
-    return _rt_write_out((out,), isinf(self))
+    return _rt_write_out((out,), isinf(self), (self,), "isinf")
 
 
 _eager_isnan = _rt_eager_executable(ir.Isnan)
@@ -3719,7 +3719,7 @@ def isnan(self):
 
 
 def isnan_out(self, *, out):
-    return _rt_write_out((out,), isnan(self))
+    return _rt_write_out((out,), isnan(self), (self,), "isnan")
 
 
 _eager_isneginf = _rt_eager_executable(ir.Isneginf)
@@ -3733,7 +3733,7 @@ def isneginf(self):
 
 
 def isneginf_out(self, *, out):
-    return _rt_write_out((out,), isneginf(self))
+    return _rt_write_out((out,), isneginf(self), (self,), "isneginf")
 
 
 _eager_isposinf = _rt_eager_executable(ir.Isposinf)
@@ -3747,7 +3747,7 @@ def isposinf(self):
 
 
 def isposinf_out(self, *, out):
-    return _rt_write_out((out,), isposinf(self))
+    return _rt_write_out((out,), isposinf(self), (self,), "isposinf")
 
 
 _eager_kthvalue = _rt_eager_executable(ir.Kthvalue)
@@ -3761,7 +3761,7 @@ def kthvalue(self, k, dim=-1, keepdim=False):
 
 
 def kthvalue_values(self, k, dim=-1, keepdim=False, *, values, indices):
-    return _rt_write_out((values, indices,), kthvalue(self, k, dim, keepdim))
+    return _rt_write_out((values, indices,), kthvalue(self, k, dim, keepdim), (self,), "kthvalue")
 
 
 _eager_lcm = _rt_eager_executable(ir.Lcm)
@@ -3775,7 +3775,7 @@ def lcm(self, other):
 
 
 def lcm_out(self, other, *, out):
-    return _rt_write_out((out,), lcm(self, other))
+    return _rt_write_out((out,), lcm(self, other), (self, other,), "lcm")
 
 
 def lcm_(self, other):
@@ -3793,7 +3793,7 @@ def ldexp_Tensor(self, other):
 
 
 def ldexp_out(self, other, *, out):
-    return _rt_write_out((out,), ldexp_Tensor(self, other))
+    return _rt_write_out((out,), ldexp_Tensor(self, other), (self, other,), "ldexp_Tensor")
 
 
 def ldexp_(self, other):
@@ -3811,7 +3811,7 @@ def le_Scalar(self, other):
 
 
 def le_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), le_Scalar(self, other))
+    return _rt_write_out((out,), le_Scalar(self, other), (self,), "le_Scalar")
 
 
 _eager_le_Tensor = _rt_eager_executable(ir.LeTensor)
@@ -3825,7 +3825,7 @@ def le_Tensor(self, other):
 
 
 def le_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), le_Tensor(self, other))
+    return _rt_write_out((out,), le_Tensor(self, other), (self, other,), "le_Tensor")
 
 
 def le__Scalar(self, other):
@@ -3847,7 +3847,7 @@ def leaky_relu(self, negative_slope=0.01):
 
 
 def leaky_relu_out(self, negative_slope=0.01, *, out):
-    return _rt_write_out((out,), leaky_relu(self, negative_slope))
+    return _rt_write_out((out,), leaky_relu(self, negative_slope), (self,), "leaky_relu")
 
 
 def leaky_relu_(self, negative_slope=0.01):
@@ -3865,7 +3865,7 @@ def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
 
 
 def leaky_relu_backward_grad_input(grad_output, self, negative_slope, self_is_result, *, grad_input):
-    return _rt_write_out((grad_input,), leaky_relu_backward(grad_output, self, negative_slope, self_is_result))
+    return _rt_write_out((grad_input,), leaky_relu_backward(grad_output, self, negative_slope, self_is_result), (grad_output, self,), "leaky_relu_backward")
 
 
 _eager_lerp_Scalar = _rt_eager_executable(ir.LerpScalar)
@@ -3879,7 +3879,7 @@ def lerp_Scalar(self, end, weight):
 
 
 def lerp_Scalar_out(self, end, weight, *, out):
-    return _rt_write_out((out,), lerp_Scalar(self, end, weight))
+    return _rt_write_out((out,), lerp_Scalar(self, end, weight), (self, end,), "lerp_Scalar")
 
 
 _eager_lerp_Tensor = _rt_eager_executable(ir.LerpTensor)
@@ -3893,7 +3893,7 @@ def lerp_Tensor(self, end, weight):
 
 
 def lerp_Tensor_out(self, end, weight, *, out):
-    return _rt_write_out((out,), lerp_Tensor(self, end, weight))
+    return _rt_write_out((out,), lerp_Tensor(self, end, weight), (self, end, weight,), "lerp_Tensor")
 
 
 def lerp__Scalar(self, end, weight):
@@ -3915,7 +3915,7 @@ def lgamma(self):
 
 
 def lgamma_out(self, *, out):
-    return _rt_write_out((out,), lgamma(self))
+    return _rt_write_out((out,), lgamma(self), (self,), "lgamma")
 
 
 def lgamma_(self):
@@ -3937,7 +3937,7 @@ def linalg_cholesky_ex(self, *, upper=False, check_errors=False):
 
 
 def linalg_cholesky_ex_L(self, *, upper=False, check_errors=False, L, info):
-    return _rt_write_out((L, info,), linalg_cholesky_ex(self, upper=upper, check_errors=check_errors))
+    return _rt_write_out((L, info,), linalg_cholesky_ex(self, upper=upper, check_errors=check_errors), (self,), "linalg_cholesky_ex")
 
 
 _eager_linalg_cross = _rt_eager_executable(ir.LinalgCross)
@@ -3951,7 +3951,7 @@ def linalg_cross(self, other, *, dim=-1):
 
 
 def linalg_cross_out(self, other, *, dim=-1, out):
-    return _rt_write_out((out,), linalg_cross(self, other, dim=dim))
+    return _rt_write_out((out,), linalg_cross(self, other, dim=dim), (self, other,), "linalg_cross")
 
 
 _eager_linalg_eig = _rt_eager_executable(ir.LinalgEig)
@@ -3965,7 +3965,7 @@ def linalg_eig(self):
 
 
 def linalg_eig_out(self, *, eigenvalues, eigenvectors):
-    return _rt_write_out((eigenvalues, eigenvectors,), linalg_eig(self))
+    return _rt_write_out((eigenvalues, eigenvectors,), linalg_eig(self), (self,), "linalg_eig")
 
 
 _eager_linalg_householder_product = _rt_eager_executable(ir.LinalgHouseholderProduct)
@@ -3979,7 +3979,7 @@ def linalg_householder_product(input, tau):
 
 
 def linalg_householder_product_out(input, tau, *, out):
-    return _rt_write_out((out,), linalg_householder_product(input, tau))
+    return _rt_write_out((out,), linalg_householder_product(input, tau), (input, tau,), "linalg_householder_product")
 
 
 _eager_linalg_inv_ex = _rt_eager_executable(ir.LinalgInvEx)
@@ -3993,7 +3993,7 @@ def linalg_inv_ex(A, *, check_errors=False):
 
 
 def linalg_inv_ex_inverse(A, *, check_errors=False, inverse, info):
-    return _rt_write_out((inverse, info,), linalg_inv_ex(A, check_errors=check_errors))
+    return _rt_write_out((inverse, info,), linalg_inv_ex(A, check_errors=check_errors), (A,), "linalg_inv_ex")
 
 
 _eager_linalg_ldl_factor_ex = _rt_eager_executable(ir.LinalgLdlFactorEx)
@@ -4007,7 +4007,7 @@ def linalg_ldl_factor_ex(self, *, hermitian=False, check_errors=False):
 
 
 def linalg_ldl_factor_ex_out(self, *, hermitian=False, check_errors=False, LD, pivots, info):
-    return _rt_write_out((LD, pivots, info,), linalg_ldl_factor_ex(self, hermitian=hermitian, check_errors=check_errors))
+    return _rt_write_out((LD, pivots, info,), linalg_ldl_factor_ex(self, hermitian=hermitian, check_errors=check_errors), (self,), "linalg_ldl_factor_ex")
 
 
 _eager_linalg_ldl_solve = _rt_eager_executable(ir.LinalgLdlSolve)
@@ -4021,7 +4021,7 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
 
 
 def linalg_ldl_solve_out(LD, pivots, B, *, hermitian=False, out):
-    return _rt_write_out((out,), linalg_ldl_solve(LD, pivots, B, hermitian=hermitian))
+    return _rt_write_out((out,), linalg_ldl_solve(LD, pivots, B, hermitian=hermitian), (LD, pivots, B,), "linalg_ldl_solve")
 
 
 def linalg_lstsq(self, b, rcond=None, *, driver=None):
@@ -4029,7 +4029,7 @@ def linalg_lstsq(self, b, rcond=None, *, driver=None):
 
 
 def linalg_lstsq_out(self, b, rcond=None, *, driver=None, solution, residuals, rank, singular_values):
-    return _rt_write_out((solution, residuals, rank, singular_values,), linalg_lstsq(self, b, rcond, driver=driver))
+    return _rt_write_out((solution, residuals, rank, singular_values,), linalg_lstsq(self, b, rcond, driver=driver), (self, b,), "linalg_lstsq")
 
 
 _eager_linalg_lu = _rt_eager_executable(ir.LinalgLu)
@@ -4043,7 +4043,7 @@ def linalg_lu(A, *, pivot=True):
 
 
 def linalg_lu_out(A, *, pivot=True, P, L, U):
-    return _rt_write_out((P, L, U,), linalg_lu(A, pivot=pivot))
+    return _rt_write_out((P, L, U,), linalg_lu(A, pivot=pivot), (A,), "linalg_lu")
 
 
 _eager_linalg_lu_factor_ex = _rt_eager_executable(ir.LinalgLuFactorEx)
@@ -4057,7 +4057,7 @@ def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
 
 
 def linalg_lu_factor_ex_out(A, *, pivot=True, check_errors=False, LU, pivots, info):
-    return _rt_write_out((LU, pivots, info,), linalg_lu_factor_ex(A, pivot=pivot, check_errors=check_errors))
+    return _rt_write_out((LU, pivots, info,), linalg_lu_factor_ex(A, pivot=pivot, check_errors=check_errors), (A,), "linalg_lu_factor_ex")
 
 
 _eager_linalg_lu_solve = _rt_eager_executable(ir.LinalgLuSolve)
@@ -4071,7 +4071,7 @@ def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
 
 
 def linalg_lu_solve_out(LU, pivots, B, *, left=True, adjoint=False, out):
-    return _rt_write_out((out,), linalg_lu_solve(LU, pivots, B, left=left, adjoint=adjoint))
+    return _rt_write_out((out,), linalg_lu_solve(LU, pivots, B, left=left, adjoint=adjoint), (LU, pivots, B,), "linalg_lu_solve")
 
 
 _eager_linalg_matrix_exp = _rt_eager_executable(ir.LinalgMatrixExp)
@@ -4085,7 +4085,7 @@ def linalg_matrix_exp(self):
 
 
 def linalg_matrix_exp_out(self, *, out):
-    return _rt_write_out((out,), linalg_matrix_exp(self))
+    return _rt_write_out((out,), linalg_matrix_exp(self), (self,), "linalg_matrix_exp")
 
 
 _eager_linalg_pinv_atol_rtol_tensor = _rt_eager_executable(ir.LinalgPinvAtolRtolTensor)
@@ -4099,7 +4099,7 @@ def linalg_pinv_atol_rtol_tensor(self, *, atol=None, rtol=None, hermitian=False)
 
 
 def linalg_pinv_atol_rtol_tensor_out(self, *, atol=None, rtol=None, hermitian=False, out):
-    return _rt_write_out((out,), linalg_pinv_atol_rtol_tensor(self, atol=atol, rtol=rtol, hermitian=hermitian))
+    return _rt_write_out((out,), linalg_pinv_atol_rtol_tensor(self, atol=atol, rtol=rtol, hermitian=hermitian), (self, atol, rtol,), "linalg_pinv_atol_rtol_tensor")
 
 
 _eager_linalg_qr = _rt_eager_executable(ir.LinalgQr)
@@ -4113,7 +4113,7 @@ def linalg_qr(A, mode='reduced'):
 
 
 def linalg_qr_out(A, mode='reduced', *, Q, R):
-    return _rt_write_out((Q, R,), linalg_qr(A, mode))
+    return _rt_write_out((Q, R,), linalg_qr(A, mode), (A,), "linalg_qr")
 
 
 _eager_linalg_solve_triangular = _rt_eager_executable(ir.LinalgSolveTriangular)
@@ -4127,7 +4127,7 @@ def linalg_solve_triangular(self, B, *, upper, left=True, unitriangular=False):
 
 
 def linalg_solve_triangular_out(self, B, *, upper, left=True, unitriangular=False, out):
-    return _rt_write_out((out,), linalg_solve_triangular(self, B, upper=upper, left=left, unitriangular=unitriangular))
+    return _rt_write_out((out,), linalg_solve_triangular(self, B, upper=upper, left=left, unitriangular=unitriangular), (self, B,), "linalg_solve_triangular")
 
 
 _eager_linalg_vector_norm = _rt_eager_executable(ir.LinalgVectorNorm)
@@ -4141,7 +4141,7 @@ def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):
 
 
 def linalg_vector_norm_out(self, ord=2, dim=None, keepdim=False, *, dtype=None, out):
-    return _rt_write_out((out,), linalg_vector_norm(self, ord, dim, keepdim, dtype=dtype))
+    return _rt_write_out((out,), linalg_vector_norm(self, ord, dim, keepdim, dtype=dtype), (self,), "linalg_vector_norm")
 
 
 _eager_linspace = _rt_eager_executable(ir.Linspace)
@@ -4165,7 +4165,7 @@ def linspace_Scalar_Tensor(start, end, steps, *, dtype=None, layout=None, device
 
 
 def linspace_Scalar_Tensor_out(start, end, steps, *, out):
-    return _rt_write_out((out,), linspace_Scalar_Tensor(start, end, steps))
+    return _rt_write_out((out,), linspace_Scalar_Tensor(start, end, steps, dtype=out.dtype), (end,), "linspace_Scalar_Tensor")
 
 
 _eager_linspace_Tensor_Scalar = _rt_eager_executable(ir.LinspaceTensorScalar)
@@ -4179,7 +4179,7 @@ def linspace_Tensor_Scalar(start, end, steps, *, dtype=None, layout=None, device
 
 
 def linspace_Tensor_Scalar_out(start, end, steps, *, out):
-    return _rt_write_out((out,), linspace_Tensor_Scalar(start, end, steps))
+    return _rt_write_out((out,), linspace_Tensor_Scalar(start, end, steps, dtype=out.dtype), (start,), "linspace_Tensor_Scalar")
 
 
 _eager_linspace_Tensor_Tensor = _rt_eager_executable(ir.LinspaceTensorTensor)
@@ -4193,11 +4193,11 @@ def linspace_Tensor_Tensor(start, end, steps, *, dtype=None, layout=None, device
 
 
 def linspace_Tensor_Tensor_out(start, end, steps, *, out):
-    return _rt_write_out((out,), linspace_Tensor_Tensor(start, end, steps))
+    return _rt_write_out((out,), linspace_Tensor_Tensor(start, end, steps, dtype=out.dtype), (start, end,), "linspace_Tensor_Tensor")
 
 
 def linspace_out(start, end, steps, *, out):
-    return _rt_write_out((out,), linspace(start, end, steps))
+    return _rt_write_out((out,), linspace(start, end, steps, dtype=out.dtype), (), "linspace")
 
 
 _eager_log = _rt_eager_executable(ir.Log)
@@ -4211,7 +4211,7 @@ def log(self):
 
 
 def log_out(self, *, out):
-    return _rt_write_out((out,), log(self))
+    return _rt_write_out((out,), log(self), (self,), "log")
 
 
 _eager_log10 = _rt_eager_executable(ir.Log10)
@@ -4225,7 +4225,7 @@ def log10(self):
 
 
 def log10_out(self, *, out):
-    return _rt_write_out((out,), log10(self))
+    return _rt_write_out((out,), log10(self), (self,), "log10")
 
 
 def log10_(self):
@@ -4243,7 +4243,7 @@ def log1p(self):
 
 
 def log1p_out(self, *, out):
-    return _rt_write_out((out,), log1p(self))
+    return _rt_write_out((out,), log1p(self), (self,), "log1p")
 
 
 def log1p_(self):
@@ -4261,7 +4261,7 @@ def log2(self):
 
 
 def log2_out(self, *, out):
-    return _rt_write_out((out,), log2(self))
+    return _rt_write_out((out,), log2(self), (self,), "log2")
 
 
 def log2_(self):
@@ -4277,7 +4277,7 @@ def log_normal(self, mean=1, std=2, *, generator=None):
 
 
 def log_normal_out(self, mean=1, std=2, *, generator=None, out):
-    return _rt_write_out((out,), log_normal(self, mean, std, generator=generator))
+    return _rt_write_out((out,), log_normal(self, mean, std, generator=generator), (self,), "log_normal")
 
 
 def log_normal_(self, mean=1, std=2, *, generator=None):
@@ -4295,7 +4295,7 @@ def log_sigmoid_backward(grad_output, self, buffer):
 
 
 def log_sigmoid_backward_grad_input(grad_output, self, buffer, *, grad_input):
-    return _rt_write_out((grad_input,), log_sigmoid_backward(grad_output, self, buffer))
+    return _rt_write_out((grad_input,), log_sigmoid_backward(grad_output, self, buffer), (grad_output, self, buffer,), "log_sigmoid_backward")
 
 
 _eager_log_sigmoid_forward = _rt_eager_executable(ir.LogSigmoidForward)
@@ -4309,7 +4309,7 @@ def log_sigmoid_forward(self):
 
 
 def log_sigmoid_forward_output(self, *, output, buffer):
-    return _rt_write_out((output, buffer,), log_sigmoid_forward(self))
+    return _rt_write_out((output, buffer,), log_sigmoid_forward(self), (self,), "log_sigmoid_forward")
 
 
 _eager_logaddexp = _rt_eager_executable(ir.Logaddexp)
@@ -4323,7 +4323,7 @@ def logaddexp(self, other):
 
 
 def logaddexp_out(self, other, *, out):
-    return _rt_write_out((out,), logaddexp(self, other))
+    return _rt_write_out((out,), logaddexp(self, other), (self, other,), "logaddexp")
 
 
 _eager_logaddexp2 = _rt_eager_executable(ir.Logaddexp2)
@@ -4337,7 +4337,7 @@ def logaddexp2(self, other):
 
 
 def logaddexp2_out(self, other, *, out):
-    return _rt_write_out((out,), logaddexp2(self, other))
+    return _rt_write_out((out,), logaddexp2(self, other), (self, other,), "logaddexp2")
 
 
 _eager_logcumsumexp = _rt_eager_executable(ir.Logcumsumexp)
@@ -4351,7 +4351,7 @@ def logcumsumexp(self, dim):
 
 
 def logcumsumexp_out(self, dim, *, out):
-    return _rt_write_out((out,), logcumsumexp(self, dim))
+    return _rt_write_out((out,), logcumsumexp(self, dim), (self,), "logcumsumexp")
 
 
 _eager_logical_and = _rt_eager_executable(ir.LogicalAnd)
@@ -4365,7 +4365,7 @@ def logical_and(self, other):
 
 
 def logical_and_out(self, other, *, out):
-    return _rt_write_out((out,), logical_and(self, other))
+    return _rt_write_out((out,), logical_and(self, other), (self, other,), "logical_and")
 
 
 def logical_and_(self, other):
@@ -4383,7 +4383,7 @@ def logical_not(self):
 
 
 def logical_not_out(self, *, out):
-    return _rt_write_out((out,), logical_not(self))
+    return _rt_write_out((out,), logical_not(self), (self,), "logical_not")
 
 
 def logical_not_(self):
@@ -4401,7 +4401,7 @@ def logical_or(self, other):
 
 
 def logical_or_out(self, other, *, out):
-    return _rt_write_out((out,), logical_or(self, other))
+    return _rt_write_out((out,), logical_or(self, other), (self, other,), "logical_or")
 
 
 def logical_or_(self, other):
@@ -4419,7 +4419,7 @@ def logical_xor(self, other):
 
 
 def logical_xor_out(self, other, *, out):
-    return _rt_write_out((out,), logical_xor(self, other))
+    return _rt_write_out((out,), logical_xor(self, other), (self, other,), "logical_xor")
 
 
 def logical_xor_(self, other):
@@ -4437,7 +4437,7 @@ def logit(self, eps=None):
 
 
 def logit_out(self, eps=None, *, out):
-    return _rt_write_out((out,), logit(self, eps))
+    return _rt_write_out((out,), logit(self, eps), (self,), "logit")
 
 
 def logit_(self, eps=None):
@@ -4455,7 +4455,7 @@ def logit_backward(grad_output, self, eps=None):
 
 
 def logit_backward_grad_input(grad_output, self, eps=None, *, grad_input):
-    return _rt_write_out((grad_input,), logit_backward(grad_output, self, eps))
+    return _rt_write_out((grad_input,), logit_backward(grad_output, self, eps), (grad_output, self,), "logit_backward")
 
 
 _eager_logspace = _rt_eager_executable(ir.Logspace)
@@ -4479,7 +4479,7 @@ def logspace_Scalar_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=N
 
 
 def logspace_Scalar_Tensor_out(start, end, steps, base=10.0, *, out):
-    return _rt_write_out((out,), logspace_Scalar_Tensor(start, end, steps, base))
+    return _rt_write_out((out,), logspace_Scalar_Tensor(start, end, steps, base, dtype=out.dtype), (end,), "logspace_Scalar_Tensor")
 
 
 _eager_logspace_Tensor_Scalar = _rt_eager_executable(ir.LogspaceTensorScalar)
@@ -4493,7 +4493,7 @@ def logspace_Tensor_Scalar(start, end, steps, base=10.0, *, dtype=None, layout=N
 
 
 def logspace_Tensor_Scalar_out(start, end, steps, base=10.0, *, out):
-    return _rt_write_out((out,), logspace_Tensor_Scalar(start, end, steps, base))
+    return _rt_write_out((out,), logspace_Tensor_Scalar(start, end, steps, base, dtype=out.dtype), (start,), "logspace_Tensor_Scalar")
 
 
 _eager_logspace_Tensor_Tensor = _rt_eager_executable(ir.LogspaceTensorTensor)
@@ -4507,11 +4507,11 @@ def logspace_Tensor_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=N
 
 
 def logspace_Tensor_Tensor_out(start, end, steps, base=10.0, *, out):
-    return _rt_write_out((out,), logspace_Tensor_Tensor(start, end, steps, base))
+    return _rt_write_out((out,), logspace_Tensor_Tensor(start, end, steps, base, dtype=out.dtype), (start, end,), "logspace_Tensor_Tensor")
 
 
 def logspace_out(start, end, steps, base=10.0, *, out):
-    return _rt_write_out((out,), logspace(start, end, steps, base))
+    return _rt_write_out((out,), logspace(start, end, steps, base, dtype=out.dtype), (), "logspace")
 
 
 _eager_logsumexp = _rt_eager_executable(ir.Logsumexp)
@@ -4525,7 +4525,7 @@ def logsumexp(self, dim, keepdim=False):
 
 
 def logsumexp_out(self, dim, keepdim=False, *, out):
-    return _rt_write_out((out,), logsumexp(self, dim, keepdim))
+    return _rt_write_out((out,), logsumexp(self, dim, keepdim), (self,), "logsumexp")
 
 
 _eager_lt_Scalar = _rt_eager_executable(ir.LtScalar)
@@ -4539,7 +4539,7 @@ def lt_Scalar(self, other):
 
 
 def lt_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), lt_Scalar(self, other))
+    return _rt_write_out((out,), lt_Scalar(self, other), (self,), "lt_Scalar")
 
 
 _eager_lt_Tensor = _rt_eager_executable(ir.LtTensor)
@@ -4553,7 +4553,7 @@ def lt_Tensor(self, other):
 
 
 def lt_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), lt_Tensor(self, other))
+    return _rt_write_out((out,), lt_Tensor(self, other), (self, other,), "lt_Tensor")
 
 
 def lt__Scalar(self, other):
@@ -4575,7 +4575,7 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
 
 
 def lu_unpack_out(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True, *, P, L, U):
-    return _rt_write_out((P, L, U,), lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots))
+    return _rt_write_out((P, L, U,), lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots), (LU_data, LU_pivots,), "lu_unpack")
 
 
 _eager_masked_fill_Scalar = _rt_eager_executable(ir.MaskedFillScalar)
@@ -4589,7 +4589,7 @@ def masked_fill_Scalar(self, mask, value):
 
 
 def masked_fill_Scalar_out(self, mask, value, *, out):
-    return _rt_write_out((out,), masked_fill_Scalar(self, mask, value))
+    return _rt_write_out((out,), masked_fill_Scalar(self, mask, value), (self, mask,), "masked_fill_Scalar")
 
 
 _eager_masked_fill_Tensor = _rt_eager_executable(ir.MaskedFillTensor)
@@ -4603,7 +4603,7 @@ def masked_fill_Tensor(self, mask, value):
 
 
 def masked_fill_Tensor_out(self, mask, value, *, out):
-    return _rt_write_out((out,), masked_fill_Tensor(self, mask, value))
+    return _rt_write_out((out,), masked_fill_Tensor(self, mask, value), (self, mask, value,), "masked_fill_Tensor")
 
 
 def masked_fill__Scalar(self, mask, value):
@@ -4625,7 +4625,7 @@ def masked_scatter(self, mask, source):
 
 
 def masked_scatter_out(self, mask, source, *, out):
-    return _rt_write_out((out,), masked_scatter(self, mask, source))
+    return _rt_write_out((out,), masked_scatter(self, mask, source), (self, mask, source,), "masked_scatter")
 
 
 def masked_scatter_(self, mask, source):
@@ -4637,7 +4637,7 @@ def masked_select(self, mask):
 
 
 def masked_select_out(self, mask, *, out):
-    return _rt_write_out((out,), masked_select(self, mask))
+    return _rt_write_out((out,), masked_select(self, mask), (self, mask,), "masked_select")
 
 
 _eager_max = _rt_eager_executable(ir.Max)
@@ -4661,11 +4661,11 @@ def max_dim(self, dim, keepdim=False):
 
 
 def max_dim_max(self, dim, keepdim=False, *, max, max_values):
-    return _rt_write_out((max, max_values,), max_dim(self, dim, keepdim))
+    return _rt_write_out((max, max_values,), max_dim(self, dim, keepdim), (self,), "max_dim")
 
 
 def max_unary_out(self, *, out):
-    return _rt_write_out((out,), max(self))
+    return _rt_write_out((out,), max(self), (self,), "max")
 
 
 _eager_max_pool2d_with_indices = _rt_eager_executable(ir.MaxPool2dWithIndices)
@@ -4679,7 +4679,7 @@ def max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0, 0,), dilat
 
 
 def max_pool2d_with_indices_out(self, kernel_size, stride=(), padding=(0, 0,), dilation=(1, 1,), ceil_mode=False, *, out, indices):
-    return _rt_write_out((out, indices,), max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode))
+    return _rt_write_out((out, indices,), max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode), (self,), "max_pool2d_with_indices")
 
 
 _eager_max_pool2d_with_indices_backward = _rt_eager_executable(ir.MaxPool2dWithIndicesBackward)
@@ -4693,7 +4693,7 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
 
 
 def max_pool2d_with_indices_backward_grad_input(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices, *, grad_input):
-    return _rt_write_out((grad_input,), max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices))
+    return _rt_write_out((grad_input,), max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices), (grad_output, self, indices,), "max_pool2d_with_indices_backward")
 
 
 _eager_max_pool3d_with_indices = _rt_eager_executable(ir.MaxPool3dWithIndices)
@@ -4707,7 +4707,7 @@ def max_pool3d_with_indices(self, kernel_size, stride=(), padding=(0, 0, 0,), di
 
 
 def max_pool3d_with_indices_out(self, kernel_size, stride=(), padding=(0, 0, 0,), dilation=(1, 1, 1,), ceil_mode=False, *, out, indices):
-    return _rt_write_out((out, indices,), max_pool3d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode))
+    return _rt_write_out((out, indices,), max_pool3d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode), (self,), "max_pool3d_with_indices")
 
 
 _eager_max_pool3d_with_indices_backward = _rt_eager_executable(ir.MaxPool3dWithIndicesBackward)
@@ -4721,7 +4721,7 @@ def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, pad
 
 
 def max_pool3d_with_indices_backward_grad_input(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices, *, grad_input):
-    return _rt_write_out((grad_input,), max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices))
+    return _rt_write_out((grad_input,), max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices), (grad_output, self, indices,), "max_pool3d_with_indices_backward")
 
 
 _eager_max_unpool2d = _rt_eager_executable(ir.MaxUnpool2d)
@@ -4735,7 +4735,7 @@ def max_unpool2d(self, indices, output_size):
 
 
 def max_unpool2d_out(self, indices, output_size, *, out):
-    return _rt_write_out((out,), max_unpool2d(self, indices, output_size))
+    return _rt_write_out((out,), max_unpool2d(self, indices, output_size), (self, indices,), "max_unpool2d")
 
 
 _eager_max_unpool3d = _rt_eager_executable(ir.MaxUnpool3d)
@@ -4749,7 +4749,7 @@ def max_unpool3d(self, indices, output_size, stride, padding):
 
 
 def max_unpool3d_out(self, indices, output_size, stride, padding, *, out):
-    return _rt_write_out((out,), max_unpool3d(self, indices, output_size, stride, padding))
+    return _rt_write_out((out,), max_unpool3d(self, indices, output_size, stride, padding), (self, indices,), "max_unpool3d")
 
 
 _eager_maximum = _rt_eager_executable(ir.Maximum)
@@ -4763,7 +4763,7 @@ def maximum(self, other):
 
 
 def maximum_out(self, other, *, out):
-    return _rt_write_out((out,), maximum(self, other))
+    return _rt_write_out((out,), maximum(self, other), (self, other,), "maximum")
 
 
 _eager_mean = _rt_eager_executable(ir.Mean)
@@ -4787,11 +4787,11 @@ def mean_dim(self, dim, keepdim=False, *, dtype=None):
 
 
 def mean_dtype_out(self, *, dtype=None, out):
-    return _rt_write_out((out,), mean(self, dtype=dtype))
+    return _rt_write_out((out,), mean(self, dtype=dtype), (self,), "mean")
 
 
 def mean_out(self, dim, keepdim=False, *, dtype=None, out):
-    return _rt_write_out((out,), mean_dim(self, dim, keepdim, dtype=dtype))
+    return _rt_write_out((out,), mean_dim(self, dim, keepdim, dtype=dtype), (self,), "mean_dim")
 
 
 _eager_median = _rt_eager_executable(ir.Median)
@@ -4815,11 +4815,11 @@ def median_dim(self, dim, keepdim=False):
 
 
 def median_dim_values(self, dim, keepdim=False, *, values, indices):
-    return _rt_write_out((values, indices,), median_dim(self, dim, keepdim))
+    return _rt_write_out((values, indices,), median_dim(self, dim, keepdim), (self,), "median_dim")
 
 
 def median_out(self, *, out):
-    return _rt_write_out((out,), median(self))
+    return _rt_write_out((out,), median(self), (self,), "median")
 
 
 _eager_min = _rt_eager_executable(ir.Min)
@@ -4843,11 +4843,11 @@ def min_dim(self, dim, keepdim=False):
 
 
 def min_dim_min(self, dim, keepdim=False, *, min, min_indices):
-    return _rt_write_out((min, min_indices,), min_dim(self, dim, keepdim))
+    return _rt_write_out((min, min_indices,), min_dim(self, dim, keepdim), (self,), "min_dim")
 
 
 def min_unary_out(self, *, out):
-    return _rt_write_out((out,), min(self))
+    return _rt_write_out((out,), min(self), (self,), "min")
 
 
 _eager_minimum = _rt_eager_executable(ir.Minimum)
@@ -4861,7 +4861,7 @@ def minimum(self, other):
 
 
 def minimum_out(self, other, *, out):
-    return _rt_write_out((out,), minimum(self, other))
+    return _rt_write_out((out,), minimum(self, other), (self, other,), "minimum")
 
 
 _eager_mish = _rt_eager_executable(ir.Mish)
@@ -4875,7 +4875,7 @@ def mish(self):
 
 
 def mish_out(self, *, out):
-    return _rt_write_out((out,), mish(self))
+    return _rt_write_out((out,), mish(self), (self,), "mish")
 
 
 def mish_(self):
@@ -4893,7 +4893,7 @@ def mm(self, mat2):
 
 
 def mm_out(self, mat2, *, out):
-    return _rt_write_out((out,), mm(self, mat2))
+    return _rt_write_out((out,), mm(self, mat2), (self, mat2,), "mm")
 
 
 _eager_mode = _rt_eager_executable(ir.Mode)
@@ -4907,7 +4907,7 @@ def mode(self, dim=-1, keepdim=False):
 
 
 def mode_values(self, dim=-1, keepdim=False, *, values, indices):
-    return _rt_write_out((values, indices,), mode(self, dim, keepdim))
+    return _rt_write_out((values, indices,), mode(self, dim, keepdim), (self,), "mode")
 
 
 _eager_mse_loss = _rt_eager_executable(ir.MseLoss)
@@ -4921,7 +4921,7 @@ def mse_loss(self, target, reduction=1):
 
 
 def mse_loss_out(self, target, reduction=1, *, out):
-    return _rt_write_out((out,), mse_loss(self, target, reduction))
+    return _rt_write_out((out,), mse_loss(self, target, reduction), (self, target,), "mse_loss")
 
 
 _eager_mse_loss_backward = _rt_eager_executable(ir.MseLossBackward)
@@ -4935,7 +4935,7 @@ def mse_loss_backward(grad_output, self, target, reduction):
 
 
 def mse_loss_backward_grad_input(grad_output, self, target, reduction, *, grad_input):
-    return _rt_write_out((grad_input,), mse_loss_backward(grad_output, self, target, reduction))
+    return _rt_write_out((grad_input,), mse_loss_backward(grad_output, self, target, reduction), (grad_output, self, target,), "mse_loss_backward")
 
 
 _eager_mul_Scalar = _rt_eager_executable(ir.MulScalar)
@@ -4949,7 +4949,7 @@ def mul_Scalar(self, other):
 
 
 def mul_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), mul_Scalar(self, other))
+    return _rt_write_out((out,), mul_Scalar(self, other), (self,), "mul_Scalar")
 
 
 _eager_mul_Tensor = _rt_eager_executable(ir.MulTensor)
@@ -4963,7 +4963,7 @@ def mul_Tensor(self, other):
 
 
 def mul_out(self, other, *, out):
-    return _rt_write_out((out,), mul_Tensor(self, other))
+    return _rt_write_out((out,), mul_Tensor(self, other), (self, other,), "mul_Tensor")
 
 
 def mul__Scalar(self, other):
@@ -4985,7 +4985,7 @@ def multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1):
 
 
 def multi_margin_loss_out(self, target, p=1, margin=1, weight=None, reduction=1, *, out):
-    return _rt_write_out((out,), multi_margin_loss(self, target, p, margin, weight, reduction))
+    return _rt_write_out((out,), multi_margin_loss(self, target, p, margin, weight, reduction), (self, target, weight,), "multi_margin_loss")
 
 
 _eager_multi_margin_loss_backward = _rt_eager_executable(ir.MultiMarginLossBackward)
@@ -4999,7 +4999,7 @@ def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None
 
 
 def multi_margin_loss_backward_grad_input(grad_output, self, target, p, margin, weight=None, reduction=1, *, grad_input):
-    return _rt_write_out((grad_input,), multi_margin_loss_backward(grad_output, self, target, p, margin, weight, reduction))
+    return _rt_write_out((grad_input,), multi_margin_loss_backward(grad_output, self, target, p, margin, weight, reduction), (grad_output, self, target, weight,), "multi_margin_loss_backward")
 
 
 _eager_multilabel_margin_loss_backward = _rt_eager_executable(ir.MultilabelMarginLossBackward)
@@ -5013,7 +5013,7 @@ def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_tar
 
 
 def multilabel_margin_loss_backward_grad_input(grad_output, self, target, reduction, is_target, *, grad_input):
-    return _rt_write_out((grad_input,), multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target))
+    return _rt_write_out((grad_input,), multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target), (grad_output, self, target, is_target,), "multilabel_margin_loss_backward")
 
 
 _eager_multilabel_margin_loss_forward = _rt_eager_executable(ir.MultilabelMarginLossForward)
@@ -5027,7 +5027,7 @@ def multilabel_margin_loss_forward(self, target, reduction):
 
 
 def multilabel_margin_loss_forward_output(self, target, reduction, *, output, is_target):
-    return _rt_write_out((output, is_target,), multilabel_margin_loss_forward(self, target, reduction))
+    return _rt_write_out((output, is_target,), multilabel_margin_loss_forward(self, target, reduction), (self, target,), "multilabel_margin_loss_forward")
 
 
 def multinomial(self, num_samples, replacement=False, *, generator=None):
@@ -5035,7 +5035,7 @@ def multinomial(self, num_samples, replacement=False, *, generator=None):
 
 
 def multinomial_out(self, num_samples, replacement=False, *, generator=None, out):
-    return _rt_write_out((out,), multinomial(self, num_samples, replacement, generator=generator))
+    return _rt_write_out((out,), multinomial(self, num_samples, replacement, generator=generator), (self,), "multinomial")
 
 
 _eager_mv = _rt_eager_executable(ir.Mv)
@@ -5049,7 +5049,7 @@ def mv(self, vec):
 
 
 def mv_out(self, vec, *, out):
-    return _rt_write_out((out,), mv(self, vec))
+    return _rt_write_out((out,), mv(self, vec), (self, vec,), "mv")
 
 
 _eager_mvlgamma = _rt_eager_executable(ir.Mvlgamma)
@@ -5063,7 +5063,7 @@ def mvlgamma(self, p):
 
 
 def mvlgamma_out(self, p, *, out):
-    return _rt_write_out((out,), mvlgamma(self, p))
+    return _rt_write_out((out,), mvlgamma(self, p), (self,), "mvlgamma")
 
 
 def mvlgamma_(self, p):
@@ -5081,7 +5081,7 @@ def nan_to_num(self, nan=None, posinf=None, neginf=None):
 
 
 def nan_to_num_out(self, nan=None, posinf=None, neginf=None, *, out):
-    return _rt_write_out((out,), nan_to_num(self, nan, posinf, neginf))
+    return _rt_write_out((out,), nan_to_num(self, nan, posinf, neginf), (self,), "nan_to_num")
 
 
 def nan_to_num_(self, nan=None, posinf=None, neginf=None):
@@ -5109,11 +5109,11 @@ def nanmedian_dim(self, dim, keepdim=False):
 
 
 def nanmedian_dim_values(self, dim, keepdim=False, *, values, indices):
-    return _rt_write_out((values, indices,), nanmedian_dim(self, dim, keepdim))
+    return _rt_write_out((values, indices,), nanmedian_dim(self, dim, keepdim), (self,), "nanmedian_dim")
 
 
 def nanmedian_out(self, *, out):
-    return _rt_write_out((out,), nanmedian(self))
+    return _rt_write_out((out,), nanmedian(self), (self,), "nanmedian")
 
 
 _eager_nansum = _rt_eager_executable(ir.Nansum)
@@ -5127,7 +5127,7 @@ def nansum(self, dim=None, keepdim=False, *, dtype=None):
 
 
 def nansum_out(self, dim=None, keepdim=False, *, dtype=None, out):
-    return _rt_write_out((out,), nansum(self, dim, keepdim, dtype=dtype))
+    return _rt_write_out((out,), nansum(self, dim, keepdim, dtype=dtype), (self,), "nansum")
 
 
 _eager_narrow_copy = _rt_eager_executable(ir.NarrowCopy)
@@ -5141,7 +5141,7 @@ def narrow_copy(self, dim, start, length):
 
 
 def narrow_copy_out(self, dim, start, length, *, out):
-    return _rt_write_out((out,), narrow_copy(self, dim, start, length))
+    return _rt_write_out((out,), narrow_copy(self, dim, start, length), (self,), "narrow_copy")
 
 
 def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -5149,7 +5149,7 @@ def native_batch_norm(input, weight, bias, running_mean, running_var, training, 
 
 
 def native_batch_norm_out(input, weight, bias, running_mean, running_var, training, momentum, eps, *, out, save_mean, save_invstd):
-    return _rt_write_out((out, save_mean, save_invstd,), native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps))
+    return _rt_write_out((out, save_mean, save_invstd,), native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps), (input, weight, bias, running_mean, running_var,), "native_batch_norm")
 
 
 _eager_native_batch_norm_backward = _rt_eager_executable(ir.NativeBatchNormBackward)
@@ -5163,7 +5163,7 @@ def native_batch_norm_backward(grad_out, input, weight, running_mean, running_va
 
 
 def native_batch_norm_backward_out(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask))
+    return _rt_write_out((out0, out1, out2,), native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask), (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,), "native_batch_norm_backward")
 
 
 def native_dropout(input, p, train):
@@ -5171,7 +5171,7 @@ def native_dropout(input, p, train):
 
 
 def native_dropout_out(input, p, train, *, out0, out1):
-    return _rt_write_out((out0, out1,), native_dropout(input, p, train))
+    return _rt_write_out((out0, out1,), native_dropout(input, p, train), (input,), "native_dropout")
 
 
 _eager_native_dropout_backward = _rt_eager_executable(ir.NativeDropoutBackward)
@@ -5185,7 +5185,7 @@ def native_dropout_backward(grad_output, mask, scale):
 
 
 def native_dropout_backward_out(grad_output, mask, scale, *, out):
-    return _rt_write_out((out,), native_dropout_backward(grad_output, mask, scale))
+    return _rt_write_out((out,), native_dropout_backward(grad_output, mask, scale), (grad_output, mask,), "native_dropout_backward")
 
 
 _eager_native_group_norm = _rt_eager_executable(ir.NativeGroupNorm)
@@ -5199,7 +5199,7 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
 
 
 def native_group_norm_out(input, weight, bias, N, C, HxW, group, eps, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), native_group_norm(input, weight, bias, N, C, HxW, group, eps))
+    return _rt_write_out((out0, out1, out2,), native_group_norm(input, weight, bias, N, C, HxW, group, eps), (input, weight, bias,), "native_group_norm")
 
 
 _eager_native_group_norm_backward = _rt_eager_executable(ir.NativeGroupNormBackward)
@@ -5213,7 +5213,7 @@ def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, g
 
 
 def native_group_norm_backward_out(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask))
+    return _rt_write_out((out0, out1, out2,), native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask), (grad_out, input, mean, rstd, weight,), "native_group_norm_backward")
 
 
 _eager_native_layer_norm = _rt_eager_executable(ir.NativeLayerNorm)
@@ -5227,7 +5227,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
 
 
 def native_layer_norm_out(input, normalized_shape, weight, bias, eps, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), native_layer_norm(input, normalized_shape, weight, bias, eps))
+    return _rt_write_out((out0, out1, out2,), native_layer_norm(input, normalized_shape, weight, bias, eps), (input, weight, bias,), "native_layer_norm")
 
 
 _eager_native_layer_norm_backward = _rt_eager_executable(ir.NativeLayerNormBackward)
@@ -5241,7 +5241,7 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
 
 
 def native_layer_norm_backward_out(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask))
+    return _rt_write_out((out0, out1, out2,), native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask), (grad_out, input, mean, rstd, weight, bias,), "native_layer_norm_backward")
 
 
 _eager_ne_Scalar = _rt_eager_executable(ir.NeScalar)
@@ -5255,7 +5255,7 @@ def ne_Scalar(self, other):
 
 
 def ne_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), ne_Scalar(self, other))
+    return _rt_write_out((out,), ne_Scalar(self, other), (self,), "ne_Scalar")
 
 
 _eager_ne_Tensor = _rt_eager_executable(ir.NeTensor)
@@ -5269,7 +5269,7 @@ def ne_Tensor(self, other):
 
 
 def ne_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), ne_Tensor(self, other))
+    return _rt_write_out((out,), ne_Tensor(self, other), (self, other,), "ne_Tensor")
 
 
 def ne__Scalar(self, other):
@@ -5291,7 +5291,7 @@ def neg(self):
 
 
 def neg_out(self, *, out):
-    return _rt_write_out((out,), neg(self))
+    return _rt_write_out((out,), neg(self), (self,), "neg")
 
 
 def neg_(self):
@@ -5309,7 +5309,7 @@ def new_empty(self, size, *, dtype=None, layout=None, device=None, pin_memory=No
 
 
 def new_empty_out(self, size, *, out):
-    return _rt_write_out((out,), new_empty(self, size))
+    return _rt_write_out((out,), new_empty(self, size), (self,), "new_empty")
 
 
 _eager_new_empty_strided = _rt_eager_executable(ir.NewEmptyStrided)
@@ -5323,7 +5323,7 @@ def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=Non
 
 
 def new_empty_strided_out(self, size, stride, *, out):
-    return _rt_write_out((out,), new_empty_strided(self, size, stride))
+    return _rt_write_out((out,), new_empty_strided(self, size, stride), (self,), "new_empty_strided")
 
 
 _eager_new_full = _rt_eager_executable(ir.NewFull)
@@ -5337,7 +5337,7 @@ def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pi
 
 
 def new_full_out(self, size, fill_value, *, out):
-    return _rt_write_out((out,), new_full(self, size, fill_value))
+    return _rt_write_out((out,), new_full(self, size, fill_value), (self,), "new_full")
 
 
 _eager_new_ones = _rt_eager_executable(ir.NewOnes)
@@ -5351,7 +5351,7 @@ def new_ones(self, size, *, dtype=None, layout=None, device=None, pin_memory=Non
 
 
 def new_ones_out(self, size, *, out):
-    return _rt_write_out((out,), new_ones(self, size))
+    return _rt_write_out((out,), new_ones(self, size), (self,), "new_ones")
 
 
 _eager_new_zeros = _rt_eager_executable(ir.NewZeros)
@@ -5365,7 +5365,7 @@ def new_zeros(self, size, *, dtype=None, layout=None, device=None, pin_memory=No
 
 
 def new_zeros_out(self, size, *, out):
-    return _rt_write_out((out,), new_zeros(self, size))
+    return _rt_write_out((out,), new_zeros(self, size), (self,), "new_zeros")
 
 
 _eager_nextafter = _rt_eager_executable(ir.Nextafter)
@@ -5379,7 +5379,7 @@ def nextafter(self, other):
 
 
 def nextafter_out(self, other, *, out):
-    return _rt_write_out((out,), nextafter(self, other))
+    return _rt_write_out((out,), nextafter(self, other), (self, other,), "nextafter")
 
 
 def nextafter_(self, other):
@@ -5397,7 +5397,7 @@ def nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_ind
 
 
 def nll_loss2d_backward_grad_input(grad_output, self, target, weight, reduction, ignore_index, total_weight, *, grad_input):
-    return _rt_write_out((grad_input,), nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight))
+    return _rt_write_out((grad_input,), nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight), (grad_output, self, target, weight, total_weight,), "nll_loss2d_backward")
 
 
 _eager_nll_loss2d_forward = _rt_eager_executable(ir.NllLoss2dForward)
@@ -5411,7 +5411,7 @@ def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
 
 
 def nll_loss2d_forward_output(self, target, weight, reduction, ignore_index, *, output, total_weight):
-    return _rt_write_out((output, total_weight,), nll_loss2d_forward(self, target, weight, reduction, ignore_index))
+    return _rt_write_out((output, total_weight,), nll_loss2d_forward(self, target, weight, reduction, ignore_index), (self, target, weight,), "nll_loss2d_forward")
 
 
 _eager_nll_loss_backward = _rt_eager_executable(ir.NllLossBackward)
@@ -5425,7 +5425,7 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
 
 
 def nll_loss_backward_grad_input(grad_output, self, target, weight, reduction, ignore_index, total_weight, *, grad_input):
-    return _rt_write_out((grad_input,), nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight))
+    return _rt_write_out((grad_input,), nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight), (grad_output, self, target, weight, total_weight,), "nll_loss_backward")
 
 
 _eager_nll_loss_forward = _rt_eager_executable(ir.NllLossForward)
@@ -5439,7 +5439,7 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
 
 
 def nll_loss_forward_output(self, target, weight, reduction, ignore_index, *, output, total_weight):
-    return _rt_write_out((output, total_weight,), nll_loss_forward(self, target, weight, reduction, ignore_index))
+    return _rt_write_out((output, total_weight,), nll_loss_forward(self, target, weight, reduction, ignore_index), (self, target, weight,), "nll_loss_forward")
 
 
 def nonzero(self):
@@ -5447,7 +5447,7 @@ def nonzero(self):
 
 
 def nonzero_out(self, *, out):
-    return _rt_write_out((out,), nonzero(self))
+    return _rt_write_out((out,), nonzero(self), (self,), "nonzero")
 
 
 _eager_nonzero_static = _rt_eager_executable(ir.NonzeroStatic)
@@ -5461,7 +5461,7 @@ def nonzero_static(self, *, size, fill_value=-1):
 
 
 def nonzero_static_out(self, *, size, fill_value=-1, out):
-    return _rt_write_out((out,), nonzero_static(self, size=size, fill_value=fill_value))
+    return _rt_write_out((out,), nonzero_static(self, size=size, fill_value=fill_value), (self,), "nonzero_static")
 
 
 _eager_norm_ScalarOpt_dim = _rt_eager_executable(ir.NormScalarOptDim)
@@ -5475,7 +5475,7 @@ def norm_ScalarOpt_dim(self, p, dim, keepdim=False):
 
 
 def norm_out(self, p, dim, keepdim=False, *, out):
-    return _rt_write_out((out,), norm_ScalarOpt_dim(self, p, dim, keepdim))
+    return _rt_write_out((out,), norm_ScalarOpt_dim(self, p, dim, keepdim), (self,), "norm_ScalarOpt_dim")
 
 
 def normal_Tensor_Tensor(mean, std, *, generator=None):
@@ -5483,7 +5483,7 @@ def normal_Tensor_Tensor(mean, std, *, generator=None):
 
 
 def normal_Tensor_Tensor_out(mean, std, *, generator=None, out):
-    return _rt_write_out((out,), normal_Tensor_Tensor(mean, std, generator=generator))
+    return _rt_write_out((out,), normal_Tensor_Tensor(mean, std, generator=generator), (mean, std,), "normal_Tensor_Tensor")
 
 
 def normal_Tensor_float(mean, std=1, *, generator=None):
@@ -5491,7 +5491,7 @@ def normal_Tensor_float(mean, std=1, *, generator=None):
 
 
 def normal_Tensor_float_out(mean, std=1, *, generator=None, out):
-    return _rt_write_out((out,), normal_Tensor_float(mean, std, generator=generator))
+    return _rt_write_out((out,), normal_Tensor_float(mean, std, generator=generator), (mean,), "normal_Tensor_float")
 
 
 def normal_float_Tensor(mean, std, *, generator=None):
@@ -5499,7 +5499,7 @@ def normal_float_Tensor(mean, std, *, generator=None):
 
 
 def normal_float_Tensor_out(mean, std, *, generator=None, out):
-    return _rt_write_out((out,), normal_float_Tensor(mean, std, generator=generator))
+    return _rt_write_out((out,), normal_float_Tensor(mean, std, generator=generator), (std,), "normal_float_Tensor")
 
 
 def normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None):
@@ -5507,11 +5507,11 @@ def normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=No
 
 
 def normal_float_float_out(mean, std, size, *, generator=None, out):
-    return _rt_write_out((out,), normal_float_float(mean, std, size, generator=generator))
+    return _rt_write_out((out,), normal_float_float(mean, std, size, generator=generator, dtype=out.dtype), (), "normal_float_float")
 
 
 def normal_out(self, mean=0, std=1, *, generator=None, out):
-    return _rt_write_out((out,), normal_functional(self, mean, std, generator=generator))
+    return _rt_write_out((out,), normal_functional(self, mean, std, generator=generator), (self,), "normal_functional")
 
 
 def normal_(self, mean=0, std=1, *, generator=None):
@@ -5533,7 +5533,7 @@ def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def ones_out(size, *, out):
-    return _rt_write_out((out,), ones(size))
+    return _rt_write_out((out,), ones(size, dtype=out.dtype), (), "ones")
 
 
 _eager_ones_like = _rt_eager_executable(ir.OnesLike)
@@ -5547,7 +5547,7 @@ def ones_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, me
 
 
 def ones_like_out(self, *, memory_format=None, out):
-    return _rt_write_out((out,), ones_like(self, memory_format=memory_format))
+    return _rt_write_out((out,), ones_like(self, memory_format=memory_format), (self,), "ones_like")
 
 
 _eager_ormqr = _rt_eager_executable(ir.Ormqr)
@@ -5561,7 +5561,7 @@ def ormqr(self, input2, input3, left=True, transpose=False):
 
 
 def ormqr_out(self, input2, input3, left=True, transpose=False, *, out):
-    return _rt_write_out((out,), ormqr(self, input2, input3, left, transpose))
+    return _rt_write_out((out,), ormqr(self, input2, input3, left, transpose), (self, input2, input3,), "ormqr")
 
 
 def permute(self, dims):
@@ -5579,7 +5579,7 @@ def permute_copy(self, dims):
 
 
 def permute_copy_out(self, dims, *, out):
-    return _rt_write_out((out,), permute_copy(self, dims))
+    return _rt_write_out((out,), permute_copy(self, dims), (self,), "permute_copy")
 
 
 _eager_pixel_shuffle = _rt_eager_executable(ir.PixelShuffle)
@@ -5593,7 +5593,7 @@ def pixel_shuffle(self, upscale_factor):
 
 
 def pixel_shuffle_out(self, upscale_factor, *, out):
-    return _rt_write_out((out,), pixel_shuffle(self, upscale_factor))
+    return _rt_write_out((out,), pixel_shuffle(self, upscale_factor), (self,), "pixel_shuffle")
 
 
 _eager_pixel_unshuffle = _rt_eager_executable(ir.PixelUnshuffle)
@@ -5607,7 +5607,7 @@ def pixel_unshuffle(self, downscale_factor):
 
 
 def pixel_unshuffle_out(self, downscale_factor, *, out):
-    return _rt_write_out((out,), pixel_unshuffle(self, downscale_factor))
+    return _rt_write_out((out,), pixel_unshuffle(self, downscale_factor), (self,), "pixel_unshuffle")
 
 
 _eager_polar = _rt_eager_executable(ir.Polar)
@@ -5621,7 +5621,7 @@ def polar(abs, angle):
 
 
 def polar_out(abs, angle, *, out):
-    return _rt_write_out((out,), polar(abs, angle))
+    return _rt_write_out((out,), polar(abs, angle), (abs, angle,), "polar")
 
 
 _eager_polygamma = _rt_eager_executable(ir.Polygamma)
@@ -5635,7 +5635,7 @@ def polygamma(n, self):
 
 
 def polygamma_out(n, self, *, out):
-    return _rt_write_out((out,), polygamma(n, self))
+    return _rt_write_out((out,), polygamma(n, self), (self,), "polygamma")
 
 
 _eager_pow_Scalar = _rt_eager_executable(ir.PowScalar)
@@ -5649,7 +5649,7 @@ def pow_Scalar(self, exponent):
 
 
 def pow_Scalar_out(self, exponent, *, out):
-    return _rt_write_out((out,), pow_Scalar(self, exponent))
+    return _rt_write_out((out,), pow_Scalar(self, exponent), (exponent,), "pow_Scalar")
 
 
 _eager_pow_Tensor_Scalar = _rt_eager_executable(ir.PowTensorScalar)
@@ -5663,7 +5663,7 @@ def pow_Tensor_Scalar(self, exponent):
 
 
 def pow_Tensor_Scalar_out(self, exponent, *, out):
-    return _rt_write_out((out,), pow_Tensor_Scalar(self, exponent))
+    return _rt_write_out((out,), pow_Tensor_Scalar(self, exponent), (self,), "pow_Tensor_Scalar")
 
 
 _eager_pow_Tensor_Tensor = _rt_eager_executable(ir.PowTensorTensor)
@@ -5677,7 +5677,7 @@ def pow_Tensor_Tensor(self, exponent):
 
 
 def pow_Tensor_Tensor_out(self, exponent, *, out):
-    return _rt_write_out((out,), pow_Tensor_Tensor(self, exponent))
+    return _rt_write_out((out,), pow_Tensor_Tensor(self, exponent), (self, exponent,), "pow_Tensor_Tensor")
 
 
 def pow__Scalar(self, exponent):
@@ -5709,11 +5709,11 @@ def prod_dim_int(self, dim, keepdim=False, *, dtype=None):
 
 
 def prod_int_out(self, dim, keepdim=False, *, dtype=None, out):
-    return _rt_write_out((out,), prod_dim_int(self, dim, keepdim, dtype=dtype))
+    return _rt_write_out((out,), prod_dim_int(self, dim, keepdim, dtype=dtype), (self,), "prod_dim_int")
 
 
 def prod_out(self, *, dtype=None, out):
-    return _rt_write_out((out,), prod(self, dtype=dtype))
+    return _rt_write_out((out,), prod(self, dtype=dtype), (self,), "prod")
 
 
 _eager_put = _rt_eager_executable(ir.Put)
@@ -5727,7 +5727,7 @@ def put(self, index, source, accumulate=False):
 
 
 def put_out(self, index, source, accumulate=False, *, out):
-    return _rt_write_out((out,), put(self, index, source, accumulate))
+    return _rt_write_out((out,), put(self, index, source, accumulate), (self, index, source,), "put")
 
 
 def put_(self, index, source, accumulate=False):
@@ -5745,7 +5745,7 @@ def rad2deg(self):
 
 
 def rad2deg_out(self, *, out):
-    return _rt_write_out((out,), rad2deg(self))
+    return _rt_write_out((out,), rad2deg(self), (self,), "rad2deg")
 
 
 def rad2deg_(self):
@@ -5757,7 +5757,7 @@ def rand(size, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def rand_out(size, *, out):
-    return _rt_write_out((out,), rand(size))
+    return _rt_write_out((out,), rand(size, dtype=out.dtype), (), "rand")
 
 
 def rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -5765,7 +5765,7 @@ def rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, me
 
 
 def rand_like_out(self, *, memory_format=None, out):
-    return _rt_write_out((out,), rand_like(self, memory_format=memory_format))
+    return _rt_write_out((out,), rand_like(self, memory_format=memory_format), (self,), "rand_like")
 
 
 def randint(high, size, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
@@ -5777,11 +5777,11 @@ def randint_low(low, high, size, *, dtype=torch.int64, layout=None, device=None,
 
 
 def randint_low_out(low, high, size, *, out):
-    return _rt_write_out((out,), randint_low(low, high, size))
+    return _rt_write_out((out,), randint_low(low, high, size, dtype=out.dtype), (), "randint_low")
 
 
 def randint_out(high, size, *, out):
-    return _rt_write_out((out,), randint(high, size))
+    return _rt_write_out((out,), randint(high, size, dtype=out.dtype), (), "randint")
 
 
 def randint_like(self, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -5793,11 +5793,11 @@ def randint_like_low_dtype(self, low, high, *, dtype=None, layout=None, device=N
 
 
 def randint_like_low_dtype_out(self, low, high, *, memory_format=None, out):
-    return _rt_write_out((out,), randint_like_low_dtype(self, low, high, memory_format=memory_format))
+    return _rt_write_out((out,), randint_like_low_dtype(self, low, high, memory_format=memory_format), (self,), "randint_like_low_dtype")
 
 
 def randint_like_out(self, high, *, memory_format=None, out):
-    return _rt_write_out((out,), randint_like(self, high, memory_format=memory_format))
+    return _rt_write_out((out,), randint_like(self, high, memory_format=memory_format), (self,), "randint_like")
 
 
 def randn(size, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -5805,7 +5805,7 @@ def randn(size, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def randn_out(size, *, out):
-    return _rt_write_out((out,), randn(size))
+    return _rt_write_out((out,), randn(size, dtype=out.dtype), (), "randn")
 
 
 def randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -5813,7 +5813,7 @@ def randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, m
 
 
 def randn_like_out(self, *, memory_format=None, out):
-    return _rt_write_out((out,), randn_like(self, memory_format=memory_format))
+    return _rt_write_out((out,), randn_like(self, memory_format=memory_format), (self,), "randn_like")
 
 
 def random(self, *, generator=None):
@@ -5821,7 +5821,7 @@ def random(self, *, generator=None):
 
 
 def random_out(self, *, generator=None, out):
-    return _rt_write_out((out,), random(self, generator=generator))
+    return _rt_write_out((out,), random(self, generator=generator), (self,), "random")
 
 
 def random_to(self, to, *, generator=None):
@@ -5829,7 +5829,7 @@ def random_to(self, to, *, generator=None):
 
 
 def random_to_out(self, to, *, generator=None, out):
-    return _rt_write_out((out,), random_to(self, to, generator=generator))
+    return _rt_write_out((out,), random_to(self, to, generator=generator), (self,), "random_to")
 
 
 def random_(self, *, generator=None):
@@ -5845,7 +5845,7 @@ def randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=None)
 
 
 def randperm_out(n, *, out):
-    return _rt_write_out((out,), randperm(n))
+    return _rt_write_out((out,), randperm(n, dtype=out.dtype), (), "randperm")
 
 
 _eager_reciprocal = _rt_eager_executable(ir.Reciprocal)
@@ -5859,7 +5859,7 @@ def reciprocal(self):
 
 
 def reciprocal_out(self, *, out):
-    return _rt_write_out((out,), reciprocal(self))
+    return _rt_write_out((out,), reciprocal(self), (self,), "reciprocal")
 
 
 def reciprocal_(self):
@@ -5877,7 +5877,7 @@ def reflection_pad1d(self, padding):
 
 
 def reflection_pad1d_out(self, padding, *, out):
-    return _rt_write_out((out,), reflection_pad1d(self, padding))
+    return _rt_write_out((out,), reflection_pad1d(self, padding), (self,), "reflection_pad1d")
 
 
 _eager_reflection_pad1d_backward = _rt_eager_executable(ir.ReflectionPad1dBackward)
@@ -5891,7 +5891,7 @@ def reflection_pad1d_backward(grad_output, self, padding):
 
 
 def reflection_pad1d_backward_grad_input(grad_output, self, padding, *, grad_input):
-    return _rt_write_out((grad_input,), reflection_pad1d_backward(grad_output, self, padding))
+    return _rt_write_out((grad_input,), reflection_pad1d_backward(grad_output, self, padding), (grad_output, self,), "reflection_pad1d_backward")
 
 
 _eager_reflection_pad2d = _rt_eager_executable(ir.ReflectionPad2d)
@@ -5905,7 +5905,7 @@ def reflection_pad2d(self, padding):
 
 
 def reflection_pad2d_out(self, padding, *, out):
-    return _rt_write_out((out,), reflection_pad2d(self, padding))
+    return _rt_write_out((out,), reflection_pad2d(self, padding), (self,), "reflection_pad2d")
 
 
 _eager_reflection_pad2d_backward = _rt_eager_executable(ir.ReflectionPad2dBackward)
@@ -5919,7 +5919,7 @@ def reflection_pad2d_backward(grad_output, self, padding):
 
 
 def reflection_pad2d_backward_grad_input(grad_output, self, padding, *, grad_input):
-    return _rt_write_out((grad_input,), reflection_pad2d_backward(grad_output, self, padding))
+    return _rt_write_out((grad_input,), reflection_pad2d_backward(grad_output, self, padding), (grad_output, self,), "reflection_pad2d_backward")
 
 
 _eager_reflection_pad3d = _rt_eager_executable(ir.ReflectionPad3d)
@@ -5933,7 +5933,7 @@ def reflection_pad3d(self, padding):
 
 
 def reflection_pad3d_out(self, padding, *, out):
-    return _rt_write_out((out,), reflection_pad3d(self, padding))
+    return _rt_write_out((out,), reflection_pad3d(self, padding), (self,), "reflection_pad3d")
 
 
 _eager_reflection_pad3d_backward = _rt_eager_executable(ir.ReflectionPad3dBackward)
@@ -5947,7 +5947,7 @@ def reflection_pad3d_backward(grad_output, self, padding):
 
 
 def reflection_pad3d_backward_grad_input(grad_output, self, padding, *, grad_input):
-    return _rt_write_out((grad_input,), reflection_pad3d_backward(grad_output, self, padding))
+    return _rt_write_out((grad_input,), reflection_pad3d_backward(grad_output, self, padding), (grad_output, self,), "reflection_pad3d_backward")
 
 
 _eager_relu = _rt_eager_executable(ir.Relu)
@@ -5961,7 +5961,7 @@ def relu(self):
 
 
 def relu_out(self, *, out):
-    return _rt_write_out((out,), relu(self))
+    return _rt_write_out((out,), relu(self), (self,), "relu")
 
 
 def relu_(self):
@@ -5989,11 +5989,11 @@ def remainder_Scalar_Tensor(self, other):
 
 
 def remainder_Scalar_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), remainder_Scalar_Tensor(self, other))
+    return _rt_write_out((out,), remainder_Scalar_Tensor(self, other), (other,), "remainder_Scalar_Tensor")
 
 
 def remainder_Scalar_out(self, other, *, out):
-    return _rt_write_out((out,), remainder_Scalar(self, other))
+    return _rt_write_out((out,), remainder_Scalar(self, other), (self,), "remainder_Scalar")
 
 
 _eager_remainder_Tensor = _rt_eager_executable(ir.RemainderTensor)
@@ -6007,7 +6007,7 @@ def remainder_Tensor(self, other):
 
 
 def remainder_Tensor_out(self, other, *, out):
-    return _rt_write_out((out,), remainder_Tensor(self, other))
+    return _rt_write_out((out,), remainder_Tensor(self, other), (self, other,), "remainder_Tensor")
 
 
 def remainder__Scalar(self, other):
@@ -6029,7 +6029,7 @@ def renorm(self, p, dim, maxnorm):
 
 
 def renorm_out(self, p, dim, maxnorm, *, out):
-    return _rt_write_out((out,), renorm(self, p, dim, maxnorm))
+    return _rt_write_out((out,), renorm(self, p, dim, maxnorm), (self,), "renorm")
 
 
 def renorm_(self, p, dim, maxnorm):
@@ -6047,7 +6047,7 @@ def repeat(self, repeats):
 
 
 def repeat_out(self, repeats, *, out):
-    return _rt_write_out((out,), repeat(self, repeats))
+    return _rt_write_out((out,), repeat(self, repeats), (self,), "repeat")
 
 
 def repeat_interleave_Tensor(repeats, *, output_size=None):
@@ -6055,7 +6055,7 @@ def repeat_interleave_Tensor(repeats, *, output_size=None):
 
 
 def repeat_interleave_Tensor_out(repeats, *, output_size=None, out):
-    return _rt_write_out((out,), repeat_interleave_Tensor(repeats, output_size=output_size))
+    return _rt_write_out((out,), repeat_interleave_Tensor(repeats, output_size=output_size), (repeats,), "repeat_interleave_Tensor")
 
 
 _eager_replication_pad1d = _rt_eager_executable(ir.ReplicationPad1d)
@@ -6069,7 +6069,7 @@ def replication_pad1d(self, padding):
 
 
 def replication_pad1d_out(self, padding, *, out):
-    return _rt_write_out((out,), replication_pad1d(self, padding))
+    return _rt_write_out((out,), replication_pad1d(self, padding), (self,), "replication_pad1d")
 
 
 _eager_replication_pad1d_backward = _rt_eager_executable(ir.ReplicationPad1dBackward)
@@ -6083,7 +6083,7 @@ def replication_pad1d_backward(grad_output, self, padding):
 
 
 def replication_pad1d_backward_grad_input(grad_output, self, padding, *, grad_input):
-    return _rt_write_out((grad_input,), replication_pad1d_backward(grad_output, self, padding))
+    return _rt_write_out((grad_input,), replication_pad1d_backward(grad_output, self, padding), (grad_output, self,), "replication_pad1d_backward")
 
 
 _eager_replication_pad2d = _rt_eager_executable(ir.ReplicationPad2d)
@@ -6097,7 +6097,7 @@ def replication_pad2d(self, padding):
 
 
 def replication_pad2d_out(self, padding, *, out):
-    return _rt_write_out((out,), replication_pad2d(self, padding))
+    return _rt_write_out((out,), replication_pad2d(self, padding), (self,), "replication_pad2d")
 
 
 _eager_replication_pad2d_backward = _rt_eager_executable(ir.ReplicationPad2dBackward)
@@ -6111,7 +6111,7 @@ def replication_pad2d_backward(grad_output, self, padding):
 
 
 def replication_pad2d_backward_grad_input(grad_output, self, padding, *, grad_input):
-    return _rt_write_out((grad_input,), replication_pad2d_backward(grad_output, self, padding))
+    return _rt_write_out((grad_input,), replication_pad2d_backward(grad_output, self, padding), (grad_output, self,), "replication_pad2d_backward")
 
 
 _eager_replication_pad3d = _rt_eager_executable(ir.ReplicationPad3d)
@@ -6125,7 +6125,7 @@ def replication_pad3d(self, padding):
 
 
 def replication_pad3d_out(self, padding, *, out):
-    return _rt_write_out((out,), replication_pad3d(self, padding))
+    return _rt_write_out((out,), replication_pad3d(self, padding), (self,), "replication_pad3d")
 
 
 _eager_replication_pad3d_backward = _rt_eager_executable(ir.ReplicationPad3dBackward)
@@ -6139,7 +6139,7 @@ def replication_pad3d_backward(grad_output, self, padding):
 
 
 def replication_pad3d_backward_grad_input(grad_output, self, padding, *, grad_input):
-    return _rt_write_out((grad_input,), replication_pad3d_backward(grad_output, self, padding))
+    return _rt_write_out((grad_input,), replication_pad3d_backward(grad_output, self, padding), (grad_output, self,), "replication_pad3d_backward")
 
 
 def resize_(self, size, *, memory_format=None):
@@ -6157,7 +6157,7 @@ def roll(self, shifts, dims=()):
 
 
 def roll_out(self, shifts, dims=(), *, out):
-    return _rt_write_out((out,), roll(self, shifts, dims))
+    return _rt_write_out((out,), roll(self, shifts, dims), (self,), "roll")
 
 
 _eager_rot90 = _rt_eager_executable(ir.Rot90)
@@ -6171,7 +6171,7 @@ def rot90(self, k=1, dims=(0, 1,)):
 
 
 def rot90_out(self, k=1, dims=(0, 1,), *, out):
-    return _rt_write_out((out,), rot90(self, k, dims))
+    return _rt_write_out((out,), rot90(self, k, dims), (self,), "rot90")
 
 
 _eager_round = _rt_eager_executable(ir.Round)
@@ -6195,11 +6195,11 @@ def round_decimals(self, *, decimals):
 
 
 def round_decimals_out(self, *, decimals, out):
-    return _rt_write_out((out,), round_decimals(self, decimals=decimals))
+    return _rt_write_out((out,), round_decimals(self, decimals=decimals), (self,), "round_decimals")
 
 
 def round_out(self, *, out):
-    return _rt_write_out((out,), round(self))
+    return _rt_write_out((out,), round(self), (self,), "round")
 
 
 def round_(self):
@@ -6221,7 +6221,7 @@ def rsqrt(self):
 
 
 def rsqrt_out(self, *, out):
-    return _rt_write_out((out,), rsqrt(self))
+    return _rt_write_out((out,), rsqrt(self), (self,), "rsqrt")
 
 
 def rsqrt_(self):
@@ -6239,7 +6239,7 @@ def rsub_Scalar(self, other, alpha=1):
 
 
 def rsub_Scalar_out(self, other, alpha=1, *, out):
-    return _rt_write_out((out,), rsub_Scalar(self, other, alpha))
+    return _rt_write_out((out,), rsub_Scalar(self, other, alpha), (self,), "rsub_Scalar")
 
 
 _eager_rsub_Tensor = _rt_eager_executable(ir.RsubTensor)
@@ -6253,7 +6253,7 @@ def rsub_Tensor(self, other, *, alpha=1):
 
 
 def rsub_Tensor_out(self, other, *, alpha=1, out):
-    return _rt_write_out((out,), rsub_Tensor(self, other, alpha=alpha))
+    return _rt_write_out((out,), rsub_Tensor(self, other, alpha=alpha), (self, other,), "rsub_Tensor")
 
 
 _eager_scalar_tensor = _rt_eager_executable(ir.ScalarTensor)
@@ -6267,7 +6267,7 @@ def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def scalar_tensor_out(s, *, out):
-    return _rt_write_out((out,), scalar_tensor(s))
+    return _rt_write_out((out,), scalar_tensor(s, dtype=out.dtype), (), "scalar_tensor")
 
 
 _eager_scatter_reduce = _rt_eager_executable(ir.ScatterReduce)
@@ -6281,7 +6281,7 @@ def scatter_reduce(self, dim, index, src, *, reduce):
 
 
 def scatter_reduce_out(self, dim, index, src, *, reduce, out):
-    return _rt_write_out((out,), scatter_reduce(self, dim, index, src, reduce=reduce))
+    return _rt_write_out((out,), scatter_reduce(self, dim, index, src, reduce=reduce), (self, index, src,), "scatter_reduce")
 
 
 _eager_scatter_src = _rt_eager_executable(ir.ScatterSrc)
@@ -6295,7 +6295,7 @@ def scatter_src(self, dim, index, src):
 
 
 def scatter_src_out(self, dim, index, src, *, out):
-    return _rt_write_out((out,), scatter_src(self, dim, index, src))
+    return _rt_write_out((out,), scatter_src(self, dim, index, src), (self, index, src,), "scatter_src")
 
 
 _eager_scatter_value = _rt_eager_executable(ir.ScatterValue)
@@ -6309,7 +6309,7 @@ def scatter_value(self, dim, index, value):
 
 
 def scatter_value_out(self, dim, index, value, *, out):
-    return _rt_write_out((out,), scatter_value(self, dim, index, value))
+    return _rt_write_out((out,), scatter_value(self, dim, index, value), (self, index,), "scatter_value")
 
 
 _eager_scatter_value_reduce = _rt_eager_executable(ir.ScatterValueReduce)
@@ -6323,7 +6323,7 @@ def scatter_value_reduce(self, dim, index, value, *, reduce):
 
 
 def scatter_value_reduce_out(self, dim, index, value, *, reduce, out):
-    return _rt_write_out((out,), scatter_value_reduce(self, dim, index, value, reduce=reduce))
+    return _rt_write_out((out,), scatter_value_reduce(self, dim, index, value, reduce=reduce), (self, index,), "scatter_value_reduce")
 
 
 def scatter__reduce(self, dim, index, src, *, reduce):
@@ -6353,7 +6353,7 @@ def scatter_add(self, dim, index, src):
 
 
 def scatter_add_out(self, dim, index, src, *, out):
-    return _rt_write_out((out,), scatter_add(self, dim, index, src))
+    return _rt_write_out((out,), scatter_add(self, dim, index, src), (self, index, src,), "scatter_add")
 
 
 def scatter_add_(self, dim, index, src):
@@ -6371,7 +6371,7 @@ def scatter_reduce_two(self, dim, index, src, reduce, *, include_self=True):
 
 
 def scatter_reduce_two_out(self, dim, index, src, reduce, *, include_self=True, out):
-    return _rt_write_out((out,), scatter_reduce_two(self, dim, index, src, reduce, include_self=include_self))
+    return _rt_write_out((out,), scatter_reduce_two(self, dim, index, src, reduce, include_self=include_self), (self, index, src,), "scatter_reduce_two")
 
 
 def scatter_reduce__two(self, dim, index, src, reduce, *, include_self=True):
@@ -6389,7 +6389,7 @@ def searchsorted_Scalar(sorted_sequence, self, *, out_int32=False, right=False, 
 
 
 def searchsorted_Scalar_out(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None, out):
-    return _rt_write_out((out,), searchsorted_Scalar(sorted_sequence, self, out_int32=out_int32, right=right, side=side, sorter=sorter))
+    return _rt_write_out((out,), searchsorted_Scalar(sorted_sequence, self, out_int32=out_int32, right=right, side=side, sorter=sorter), (sorted_sequence, sorter,), "searchsorted_Scalar")
 
 
 _eager_searchsorted_Tensor = _rt_eager_executable(ir.SearchsortedTensor)
@@ -6403,7 +6403,7 @@ def searchsorted_Tensor(sorted_sequence, self, *, out_int32=False, right=False, 
 
 
 def searchsorted_Tensor_out(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None, out):
-    return _rt_write_out((out,), searchsorted_Tensor(sorted_sequence, self, out_int32=out_int32, right=right, side=side, sorter=sorter))
+    return _rt_write_out((out,), searchsorted_Tensor(sorted_sequence, self, out_int32=out_int32, right=right, side=side, sorter=sorter), (sorted_sequence, self, sorter,), "searchsorted_Tensor")
 
 
 _eager_segment_reduce = _rt_eager_executable(ir.SegmentReduce)
@@ -6417,7 +6417,7 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
 
 
 def segment_reduce_out(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None, out):
-    return _rt_write_out((out,), segment_reduce(data, reduce, lengths=lengths, indices=indices, offsets=offsets, axis=axis, unsafe=unsafe, initial=initial))
+    return _rt_write_out((out,), segment_reduce(data, reduce, lengths=lengths, indices=indices, offsets=offsets, axis=axis, unsafe=unsafe, initial=initial), (data, lengths, indices, offsets,), "segment_reduce")
 
 
 def select_int(self, dim, index):
@@ -6435,7 +6435,7 @@ def select_backward(grad_output, input_sizes, dim, index):
 
 
 def select_backward_out(grad_output, input_sizes, dim, index, *, out):
-    return _rt_write_out((out,), select_backward(grad_output, input_sizes, dim, index))
+    return _rt_write_out((out,), select_backward(grad_output, input_sizes, dim, index), (grad_output,), "select_backward")
 
 
 _eager_select_scatter = _rt_eager_executable(ir.SelectScatter)
@@ -6449,7 +6449,7 @@ def select_scatter(self, src, dim, index):
 
 
 def select_scatter_out(self, src, dim, index, *, out):
-    return _rt_write_out((out,), select_scatter(self, src, dim, index))
+    return _rt_write_out((out,), select_scatter(self, src, dim, index), (self, src,), "select_scatter")
 
 
 _eager_sgn = _rt_eager_executable(ir.Sgn)
@@ -6463,7 +6463,7 @@ def sgn(self):
 
 
 def sgn_out(self, *, out):
-    return _rt_write_out((out,), sgn(self))
+    return _rt_write_out((out,), sgn(self), (self,), "sgn")
 
 
 def sgn_(self):
@@ -6481,7 +6481,7 @@ def sigmoid(self):
 
 
 def sigmoid_out(self, *, out):
-    return _rt_write_out((out,), sigmoid(self))
+    return _rt_write_out((out,), sigmoid(self), (self,), "sigmoid")
 
 
 def sigmoid_(self):
@@ -6499,7 +6499,7 @@ def sigmoid_backward(grad_output, output):
 
 
 def sigmoid_backward_grad_input(grad_output, output, *, grad_input):
-    return _rt_write_out((grad_input,), sigmoid_backward(grad_output, output))
+    return _rt_write_out((grad_input,), sigmoid_backward(grad_output, output), (grad_output, output,), "sigmoid_backward")
 
 
 _eager_sign = _rt_eager_executable(ir.Sign)
@@ -6513,7 +6513,7 @@ def sign(self):
 
 
 def sign_out(self, *, out):
-    return _rt_write_out((out,), sign(self))
+    return _rt_write_out((out,), sign(self), (self,), "sign")
 
 
 def sign_(self):
@@ -6531,7 +6531,7 @@ def signbit(self):
 
 
 def signbit_out(self, *, out):
-    return _rt_write_out((out,), signbit(self))
+    return _rt_write_out((out,), signbit(self), (self,), "signbit")
 
 
 _eager_silu = _rt_eager_executable(ir.Silu)
@@ -6545,7 +6545,7 @@ def silu(self):
 
 
 def silu_out(self, *, out):
-    return _rt_write_out((out,), silu(self))
+    return _rt_write_out((out,), silu(self), (self,), "silu")
 
 
 def silu_(self):
@@ -6563,7 +6563,7 @@ def sin(self):
 
 
 def sin_out(self, *, out):
-    return _rt_write_out((out,), sin(self))
+    return _rt_write_out((out,), sin(self), (self,), "sin")
 
 
 def sin_(self):
@@ -6581,7 +6581,7 @@ def sinc(self):
 
 
 def sinc_out(self, *, out):
-    return _rt_write_out((out,), sinc(self))
+    return _rt_write_out((out,), sinc(self), (self,), "sinc")
 
 
 def sinc_(self):
@@ -6599,7 +6599,7 @@ def sinh(self):
 
 
 def sinh_out(self, *, out):
-    return _rt_write_out((out,), sinh(self))
+    return _rt_write_out((out,), sinh(self), (self,), "sinh")
 
 
 def sinh_(self):
@@ -6621,7 +6621,7 @@ def slice_backward(grad_output, input_sizes, dim, start, end, step):
 
 
 def slice_backward_out(grad_output, input_sizes, dim, start, end, step, *, out):
-    return _rt_write_out((out,), slice_backward(grad_output, input_sizes, dim, start, end, step))
+    return _rt_write_out((out,), slice_backward(grad_output, input_sizes, dim, start, end, step), (grad_output,), "slice_backward")
 
 
 _eager_slice_scatter = _rt_eager_executable(ir.SliceScatter)
@@ -6635,7 +6635,7 @@ def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
 
 
 def slice_scatter_out(self, src, dim=0, start=None, end=None, step=1, *, out):
-    return _rt_write_out((out,), slice_scatter(self, src, dim, start, end, step))
+    return _rt_write_out((out,), slice_scatter(self, src, dim, start, end, step), (self, src,), "slice_scatter")
 
 
 _eager_smooth_l1_loss = _rt_eager_executable(ir.SmoothL1Loss)
@@ -6649,7 +6649,7 @@ def smooth_l1_loss(self, target, reduction=1, beta=1.0):
 
 
 def smooth_l1_loss_out(self, target, reduction=1, beta=1.0, *, out):
-    return _rt_write_out((out,), smooth_l1_loss(self, target, reduction, beta))
+    return _rt_write_out((out,), smooth_l1_loss(self, target, reduction, beta), (self, target,), "smooth_l1_loss")
 
 
 _eager_smooth_l1_loss_backward = _rt_eager_executable(ir.SmoothL1LossBackward)
@@ -6663,7 +6663,7 @@ def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
 
 
 def smooth_l1_loss_backward_grad_input(grad_output, self, target, reduction, beta, *, grad_input):
-    return _rt_write_out((grad_input,), smooth_l1_loss_backward(grad_output, self, target, reduction, beta))
+    return _rt_write_out((grad_input,), smooth_l1_loss_backward(grad_output, self, target, reduction, beta), (grad_output, self, target,), "smooth_l1_loss_backward")
 
 
 _eager_soft_margin_loss = _rt_eager_executable(ir.SoftMarginLoss)
@@ -6677,7 +6677,7 @@ def soft_margin_loss(self, target, reduction=1):
 
 
 def soft_margin_loss_out(self, target, reduction=1, *, out):
-    return _rt_write_out((out,), soft_margin_loss(self, target, reduction))
+    return _rt_write_out((out,), soft_margin_loss(self, target, reduction), (self, target,), "soft_margin_loss")
 
 
 _eager_soft_margin_loss_backward = _rt_eager_executable(ir.SoftMarginLossBackward)
@@ -6691,7 +6691,7 @@ def soft_margin_loss_backward(grad_output, self, target, reduction):
 
 
 def soft_margin_loss_backward_grad_input(grad_output, self, target, reduction, *, grad_input):
-    return _rt_write_out((grad_input,), soft_margin_loss_backward(grad_output, self, target, reduction))
+    return _rt_write_out((grad_input,), soft_margin_loss_backward(grad_output, self, target, reduction), (grad_output, self, target,), "soft_margin_loss_backward")
 
 
 _eager_softplus = _rt_eager_executable(ir.Softplus)
@@ -6705,7 +6705,7 @@ def softplus(self, beta=1, threshold=20):
 
 
 def softplus_out(self, beta=1, threshold=20, *, out):
-    return _rt_write_out((out,), softplus(self, beta, threshold))
+    return _rt_write_out((out,), softplus(self, beta, threshold), (self,), "softplus")
 
 
 _eager_softplus_backward = _rt_eager_executable(ir.SoftplusBackward)
@@ -6719,7 +6719,7 @@ def softplus_backward(grad_output, self, beta, threshold):
 
 
 def softplus_backward_grad_input(grad_output, self, beta, threshold, *, grad_input):
-    return _rt_write_out((grad_input,), softplus_backward(grad_output, self, beta, threshold))
+    return _rt_write_out((grad_input,), softplus_backward(grad_output, self, beta, threshold), (grad_output, self,), "softplus_backward")
 
 
 _eager_softshrink = _rt_eager_executable(ir.Softshrink)
@@ -6733,7 +6733,7 @@ def softshrink(self, lambd=0.5):
 
 
 def softshrink_out(self, lambd=0.5, *, out):
-    return _rt_write_out((out,), softshrink(self, lambd))
+    return _rt_write_out((out,), softshrink(self, lambd), (self,), "softshrink")
 
 
 _eager_softshrink_backward = _rt_eager_executable(ir.SoftshrinkBackward)
@@ -6747,7 +6747,7 @@ def softshrink_backward(grad_output, self, lambd):
 
 
 def softshrink_backward_grad_input(grad_output, self, lambd, *, grad_input):
-    return _rt_write_out((grad_input,), softshrink_backward(grad_output, self, lambd))
+    return _rt_write_out((grad_input,), softshrink_backward(grad_output, self, lambd), (grad_output, self,), "softshrink_backward")
 
 
 _eager_sort = _rt_eager_executable(ir.Sort)
@@ -6771,11 +6771,11 @@ def sort_stable(self, *, stable, dim=-1, descending=False):
 
 
 def sort_values(self, dim=-1, descending=False, *, values, indices):
-    return _rt_write_out((values, indices,), sort(self, dim, descending))
+    return _rt_write_out((values, indices,), sort(self, dim, descending), (self,), "sort")
 
 
 def sort_values_stable(self, *, stable, dim=-1, descending=False, values, indices):
-    return _rt_write_out((values, indices,), sort_stable(self, stable=stable, dim=dim, descending=descending))
+    return _rt_write_out((values, indices,), sort_stable(self, stable=stable, dim=dim, descending=descending), (self,), "sort_stable")
 
 
 _eager_special_airy_ai = _rt_eager_executable(ir.SpecialAiryAi)
@@ -6789,7 +6789,7 @@ def special_airy_ai(x):
 
 
 def special_airy_ai_out(x, *, out):
-    return _rt_write_out((out,), special_airy_ai(x))
+    return _rt_write_out((out,), special_airy_ai(x), (x,), "special_airy_ai")
 
 
 _eager_special_bessel_j0 = _rt_eager_executable(ir.SpecialBesselJ0)
@@ -6803,7 +6803,7 @@ def special_bessel_j0(self):
 
 
 def special_bessel_j0_out(self, *, out):
-    return _rt_write_out((out,), special_bessel_j0(self))
+    return _rt_write_out((out,), special_bessel_j0(self), (self,), "special_bessel_j0")
 
 
 _eager_special_bessel_j1 = _rt_eager_executable(ir.SpecialBesselJ1)
@@ -6817,7 +6817,7 @@ def special_bessel_j1(self):
 
 
 def special_bessel_j1_out(self, *, out):
-    return _rt_write_out((out,), special_bessel_j1(self))
+    return _rt_write_out((out,), special_bessel_j1(self), (self,), "special_bessel_j1")
 
 
 _eager_special_bessel_y0 = _rt_eager_executable(ir.SpecialBesselY0)
@@ -6831,7 +6831,7 @@ def special_bessel_y0(self):
 
 
 def special_bessel_y0_out(self, *, out):
-    return _rt_write_out((out,), special_bessel_y0(self))
+    return _rt_write_out((out,), special_bessel_y0(self), (self,), "special_bessel_y0")
 
 
 _eager_special_bessel_y1 = _rt_eager_executable(ir.SpecialBesselY1)
@@ -6845,7 +6845,7 @@ def special_bessel_y1(self):
 
 
 def special_bessel_y1_out(self, *, out):
-    return _rt_write_out((out,), special_bessel_y1(self))
+    return _rt_write_out((out,), special_bessel_y1(self), (self,), "special_bessel_y1")
 
 
 _eager_special_chebyshev_polynomial_t = _rt_eager_executable(ir.SpecialChebyshevPolynomialT)
@@ -6869,11 +6869,11 @@ def special_chebyshev_polynomial_t_n_scalar(x, n):
 
 
 def special_chebyshev_polynomial_t_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_t_n_scalar(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_t_n_scalar(x, n), (x,), "special_chebyshev_polynomial_t_n_scalar")
 
 
 def special_chebyshev_polynomial_t_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_t(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_t(x, n), (x, n,), "special_chebyshev_polynomial_t")
 
 
 _eager_special_chebyshev_polynomial_t_x_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialTXScalar)
@@ -6887,7 +6887,7 @@ def special_chebyshev_polynomial_t_x_scalar(x, n):
 
 
 def special_chebyshev_polynomial_t_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_t_x_scalar(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_t_x_scalar(x, n), (n,), "special_chebyshev_polynomial_t_x_scalar")
 
 
 _eager_special_chebyshev_polynomial_u = _rt_eager_executable(ir.SpecialChebyshevPolynomialU)
@@ -6911,11 +6911,11 @@ def special_chebyshev_polynomial_u_n_scalar(x, n):
 
 
 def special_chebyshev_polynomial_u_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_u_n_scalar(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_u_n_scalar(x, n), (x,), "special_chebyshev_polynomial_u_n_scalar")
 
 
 def special_chebyshev_polynomial_u_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_u(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_u(x, n), (x, n,), "special_chebyshev_polynomial_u")
 
 
 _eager_special_chebyshev_polynomial_u_x_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialUXScalar)
@@ -6929,7 +6929,7 @@ def special_chebyshev_polynomial_u_x_scalar(x, n):
 
 
 def special_chebyshev_polynomial_u_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_u_x_scalar(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_u_x_scalar(x, n), (n,), "special_chebyshev_polynomial_u_x_scalar")
 
 
 _eager_special_chebyshev_polynomial_v = _rt_eager_executable(ir.SpecialChebyshevPolynomialV)
@@ -6953,11 +6953,11 @@ def special_chebyshev_polynomial_v_n_scalar(x, n):
 
 
 def special_chebyshev_polynomial_v_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_v_n_scalar(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_v_n_scalar(x, n), (x,), "special_chebyshev_polynomial_v_n_scalar")
 
 
 def special_chebyshev_polynomial_v_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_v(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_v(x, n), (x, n,), "special_chebyshev_polynomial_v")
 
 
 _eager_special_chebyshev_polynomial_v_x_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialVXScalar)
@@ -6971,7 +6971,7 @@ def special_chebyshev_polynomial_v_x_scalar(x, n):
 
 
 def special_chebyshev_polynomial_v_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_v_x_scalar(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_v_x_scalar(x, n), (n,), "special_chebyshev_polynomial_v_x_scalar")
 
 
 _eager_special_chebyshev_polynomial_w = _rt_eager_executable(ir.SpecialChebyshevPolynomialW)
@@ -6995,11 +6995,11 @@ def special_chebyshev_polynomial_w_n_scalar(x, n):
 
 
 def special_chebyshev_polynomial_w_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_w_n_scalar(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_w_n_scalar(x, n), (x,), "special_chebyshev_polynomial_w_n_scalar")
 
 
 def special_chebyshev_polynomial_w_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_w(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_w(x, n), (x, n,), "special_chebyshev_polynomial_w")
 
 
 _eager_special_chebyshev_polynomial_w_x_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialWXScalar)
@@ -7013,7 +7013,7 @@ def special_chebyshev_polynomial_w_x_scalar(x, n):
 
 
 def special_chebyshev_polynomial_w_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_chebyshev_polynomial_w_x_scalar(x, n))
+    return _rt_write_out((out,), special_chebyshev_polynomial_w_x_scalar(x, n), (n,), "special_chebyshev_polynomial_w_x_scalar")
 
 
 _eager_special_entr = _rt_eager_executable(ir.SpecialEntr)
@@ -7027,7 +7027,7 @@ def special_entr(self):
 
 
 def special_entr_out(self, *, out):
-    return _rt_write_out((out,), special_entr(self))
+    return _rt_write_out((out,), special_entr(self), (self,), "special_entr")
 
 
 _eager_special_erfcx = _rt_eager_executable(ir.SpecialErfcx)
@@ -7041,7 +7041,7 @@ def special_erfcx(self):
 
 
 def special_erfcx_out(self, *, out):
-    return _rt_write_out((out,), special_erfcx(self))
+    return _rt_write_out((out,), special_erfcx(self), (self,), "special_erfcx")
 
 
 _eager_special_hermite_polynomial_h = _rt_eager_executable(ir.SpecialHermitePolynomialH)
@@ -7065,11 +7065,11 @@ def special_hermite_polynomial_h_n_scalar(x, n):
 
 
 def special_hermite_polynomial_h_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_hermite_polynomial_h_n_scalar(x, n))
+    return _rt_write_out((out,), special_hermite_polynomial_h_n_scalar(x, n), (x,), "special_hermite_polynomial_h_n_scalar")
 
 
 def special_hermite_polynomial_h_out(x, n, *, out):
-    return _rt_write_out((out,), special_hermite_polynomial_h(x, n))
+    return _rt_write_out((out,), special_hermite_polynomial_h(x, n), (x, n,), "special_hermite_polynomial_h")
 
 
 _eager_special_hermite_polynomial_h_x_scalar = _rt_eager_executable(ir.SpecialHermitePolynomialHXScalar)
@@ -7083,7 +7083,7 @@ def special_hermite_polynomial_h_x_scalar(x, n):
 
 
 def special_hermite_polynomial_h_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_hermite_polynomial_h_x_scalar(x, n))
+    return _rt_write_out((out,), special_hermite_polynomial_h_x_scalar(x, n), (n,), "special_hermite_polynomial_h_x_scalar")
 
 
 _eager_special_hermite_polynomial_he = _rt_eager_executable(ir.SpecialHermitePolynomialHe)
@@ -7107,11 +7107,11 @@ def special_hermite_polynomial_he_n_scalar(x, n):
 
 
 def special_hermite_polynomial_he_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_hermite_polynomial_he_n_scalar(x, n))
+    return _rt_write_out((out,), special_hermite_polynomial_he_n_scalar(x, n), (x,), "special_hermite_polynomial_he_n_scalar")
 
 
 def special_hermite_polynomial_he_out(x, n, *, out):
-    return _rt_write_out((out,), special_hermite_polynomial_he(x, n))
+    return _rt_write_out((out,), special_hermite_polynomial_he(x, n), (x, n,), "special_hermite_polynomial_he")
 
 
 _eager_special_hermite_polynomial_he_x_scalar = _rt_eager_executable(ir.SpecialHermitePolynomialHeXScalar)
@@ -7125,7 +7125,7 @@ def special_hermite_polynomial_he_x_scalar(x, n):
 
 
 def special_hermite_polynomial_he_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_hermite_polynomial_he_x_scalar(x, n))
+    return _rt_write_out((out,), special_hermite_polynomial_he_x_scalar(x, n), (n,), "special_hermite_polynomial_he_x_scalar")
 
 
 _eager_special_i0e = _rt_eager_executable(ir.SpecialI0e)
@@ -7139,7 +7139,7 @@ def special_i0e(self):
 
 
 def special_i0e_out(self, *, out):
-    return _rt_write_out((out,), special_i0e(self))
+    return _rt_write_out((out,), special_i0e(self), (self,), "special_i0e")
 
 
 _eager_special_i1 = _rt_eager_executable(ir.SpecialI1)
@@ -7153,7 +7153,7 @@ def special_i1(self):
 
 
 def special_i1_out(self, *, out):
-    return _rt_write_out((out,), special_i1(self))
+    return _rt_write_out((out,), special_i1(self), (self,), "special_i1")
 
 
 _eager_special_i1e = _rt_eager_executable(ir.SpecialI1e)
@@ -7167,7 +7167,7 @@ def special_i1e(self):
 
 
 def special_i1e_out(self, *, out):
-    return _rt_write_out((out,), special_i1e(self))
+    return _rt_write_out((out,), special_i1e(self), (self,), "special_i1e")
 
 
 _eager_special_laguerre_polynomial_l = _rt_eager_executable(ir.SpecialLaguerrePolynomialL)
@@ -7191,11 +7191,11 @@ def special_laguerre_polynomial_l_n_scalar(x, n):
 
 
 def special_laguerre_polynomial_l_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_laguerre_polynomial_l_n_scalar(x, n))
+    return _rt_write_out((out,), special_laguerre_polynomial_l_n_scalar(x, n), (x,), "special_laguerre_polynomial_l_n_scalar")
 
 
 def special_laguerre_polynomial_l_out(x, n, *, out):
-    return _rt_write_out((out,), special_laguerre_polynomial_l(x, n))
+    return _rt_write_out((out,), special_laguerre_polynomial_l(x, n), (x, n,), "special_laguerre_polynomial_l")
 
 
 _eager_special_laguerre_polynomial_l_x_scalar = _rt_eager_executable(ir.SpecialLaguerrePolynomialLXScalar)
@@ -7209,7 +7209,7 @@ def special_laguerre_polynomial_l_x_scalar(x, n):
 
 
 def special_laguerre_polynomial_l_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_laguerre_polynomial_l_x_scalar(x, n))
+    return _rt_write_out((out,), special_laguerre_polynomial_l_x_scalar(x, n), (n,), "special_laguerre_polynomial_l_x_scalar")
 
 
 _eager_special_legendre_polynomial_p = _rt_eager_executable(ir.SpecialLegendrePolynomialP)
@@ -7233,11 +7233,11 @@ def special_legendre_polynomial_p_n_scalar(x, n):
 
 
 def special_legendre_polynomial_p_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_legendre_polynomial_p_n_scalar(x, n))
+    return _rt_write_out((out,), special_legendre_polynomial_p_n_scalar(x, n), (x,), "special_legendre_polynomial_p_n_scalar")
 
 
 def special_legendre_polynomial_p_out(x, n, *, out):
-    return _rt_write_out((out,), special_legendre_polynomial_p(x, n))
+    return _rt_write_out((out,), special_legendre_polynomial_p(x, n), (x, n,), "special_legendre_polynomial_p")
 
 
 _eager_special_legendre_polynomial_p_x_scalar = _rt_eager_executable(ir.SpecialLegendrePolynomialPXScalar)
@@ -7251,7 +7251,7 @@ def special_legendre_polynomial_p_x_scalar(x, n):
 
 
 def special_legendre_polynomial_p_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_legendre_polynomial_p_x_scalar(x, n))
+    return _rt_write_out((out,), special_legendre_polynomial_p_x_scalar(x, n), (n,), "special_legendre_polynomial_p_x_scalar")
 
 
 _eager_special_log_ndtr = _rt_eager_executable(ir.SpecialLogNdtr)
@@ -7265,7 +7265,7 @@ def special_log_ndtr(self):
 
 
 def special_log_ndtr_out(self, *, out):
-    return _rt_write_out((out,), special_log_ndtr(self))
+    return _rt_write_out((out,), special_log_ndtr(self), (self,), "special_log_ndtr")
 
 
 _eager_special_modified_bessel_i0 = _rt_eager_executable(ir.SpecialModifiedBesselI0)
@@ -7279,7 +7279,7 @@ def special_modified_bessel_i0(self):
 
 
 def special_modified_bessel_i0_out(self, *, out):
-    return _rt_write_out((out,), special_modified_bessel_i0(self))
+    return _rt_write_out((out,), special_modified_bessel_i0(self), (self,), "special_modified_bessel_i0")
 
 
 _eager_special_modified_bessel_i1 = _rt_eager_executable(ir.SpecialModifiedBesselI1)
@@ -7293,7 +7293,7 @@ def special_modified_bessel_i1(self):
 
 
 def special_modified_bessel_i1_out(self, *, out):
-    return _rt_write_out((out,), special_modified_bessel_i1(self))
+    return _rt_write_out((out,), special_modified_bessel_i1(self), (self,), "special_modified_bessel_i1")
 
 
 _eager_special_modified_bessel_k0 = _rt_eager_executable(ir.SpecialModifiedBesselK0)
@@ -7307,7 +7307,7 @@ def special_modified_bessel_k0(self):
 
 
 def special_modified_bessel_k0_out(self, *, out):
-    return _rt_write_out((out,), special_modified_bessel_k0(self))
+    return _rt_write_out((out,), special_modified_bessel_k0(self), (self,), "special_modified_bessel_k0")
 
 
 _eager_special_modified_bessel_k1 = _rt_eager_executable(ir.SpecialModifiedBesselK1)
@@ -7321,7 +7321,7 @@ def special_modified_bessel_k1(self):
 
 
 def special_modified_bessel_k1_out(self, *, out):
-    return _rt_write_out((out,), special_modified_bessel_k1(self))
+    return _rt_write_out((out,), special_modified_bessel_k1(self), (self,), "special_modified_bessel_k1")
 
 
 _eager_special_ndtri = _rt_eager_executable(ir.SpecialNdtri)
@@ -7335,7 +7335,7 @@ def special_ndtri(self):
 
 
 def special_ndtri_out(self, *, out):
-    return _rt_write_out((out,), special_ndtri(self))
+    return _rt_write_out((out,), special_ndtri(self), (self,), "special_ndtri")
 
 
 _eager_special_scaled_modified_bessel_k0 = _rt_eager_executable(ir.SpecialScaledModifiedBesselK0)
@@ -7349,7 +7349,7 @@ def special_scaled_modified_bessel_k0(x):
 
 
 def special_scaled_modified_bessel_k0_out(x, *, out):
-    return _rt_write_out((out,), special_scaled_modified_bessel_k0(x))
+    return _rt_write_out((out,), special_scaled_modified_bessel_k0(x), (x,), "special_scaled_modified_bessel_k0")
 
 
 _eager_special_scaled_modified_bessel_k1 = _rt_eager_executable(ir.SpecialScaledModifiedBesselK1)
@@ -7363,7 +7363,7 @@ def special_scaled_modified_bessel_k1(x):
 
 
 def special_scaled_modified_bessel_k1_out(x, *, out):
-    return _rt_write_out((out,), special_scaled_modified_bessel_k1(x))
+    return _rt_write_out((out,), special_scaled_modified_bessel_k1(x), (x,), "special_scaled_modified_bessel_k1")
 
 
 _eager_special_shifted_chebyshev_polynomial_t = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialT)
@@ -7387,11 +7387,11 @@ def special_shifted_chebyshev_polynomial_t_n_scalar(x, n):
 
 
 def special_shifted_chebyshev_polynomial_t_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_t_n_scalar(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_t_n_scalar(x, n), (x,), "special_shifted_chebyshev_polynomial_t_n_scalar")
 
 
 def special_shifted_chebyshev_polynomial_t_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_t(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_t(x, n), (x, n,), "special_shifted_chebyshev_polynomial_t")
 
 
 _eager_special_shifted_chebyshev_polynomial_t_x_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialTXScalar)
@@ -7405,7 +7405,7 @@ def special_shifted_chebyshev_polynomial_t_x_scalar(x, n):
 
 
 def special_shifted_chebyshev_polynomial_t_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_t_x_scalar(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_t_x_scalar(x, n), (n,), "special_shifted_chebyshev_polynomial_t_x_scalar")
 
 
 _eager_special_shifted_chebyshev_polynomial_u = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialU)
@@ -7429,11 +7429,11 @@ def special_shifted_chebyshev_polynomial_u_n_scalar(x, n):
 
 
 def special_shifted_chebyshev_polynomial_u_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_u_n_scalar(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_u_n_scalar(x, n), (x,), "special_shifted_chebyshev_polynomial_u_n_scalar")
 
 
 def special_shifted_chebyshev_polynomial_u_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_u(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_u(x, n), (x, n,), "special_shifted_chebyshev_polynomial_u")
 
 
 _eager_special_shifted_chebyshev_polynomial_u_x_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialUXScalar)
@@ -7447,7 +7447,7 @@ def special_shifted_chebyshev_polynomial_u_x_scalar(x, n):
 
 
 def special_shifted_chebyshev_polynomial_u_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_u_x_scalar(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_u_x_scalar(x, n), (n,), "special_shifted_chebyshev_polynomial_u_x_scalar")
 
 
 _eager_special_shifted_chebyshev_polynomial_v = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialV)
@@ -7471,11 +7471,11 @@ def special_shifted_chebyshev_polynomial_v_n_scalar(x, n):
 
 
 def special_shifted_chebyshev_polynomial_v_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_v_n_scalar(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_v_n_scalar(x, n), (x,), "special_shifted_chebyshev_polynomial_v_n_scalar")
 
 
 def special_shifted_chebyshev_polynomial_v_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_v(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_v(x, n), (x, n,), "special_shifted_chebyshev_polynomial_v")
 
 
 _eager_special_shifted_chebyshev_polynomial_v_x_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialVXScalar)
@@ -7489,7 +7489,7 @@ def special_shifted_chebyshev_polynomial_v_x_scalar(x, n):
 
 
 def special_shifted_chebyshev_polynomial_v_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_v_x_scalar(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_v_x_scalar(x, n), (n,), "special_shifted_chebyshev_polynomial_v_x_scalar")
 
 
 _eager_special_shifted_chebyshev_polynomial_w = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialW)
@@ -7513,11 +7513,11 @@ def special_shifted_chebyshev_polynomial_w_n_scalar(x, n):
 
 
 def special_shifted_chebyshev_polynomial_w_n_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_w_n_scalar(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_w_n_scalar(x, n), (x,), "special_shifted_chebyshev_polynomial_w_n_scalar")
 
 
 def special_shifted_chebyshev_polynomial_w_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_w(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_w(x, n), (x, n,), "special_shifted_chebyshev_polynomial_w")
 
 
 _eager_special_shifted_chebyshev_polynomial_w_x_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialWXScalar)
@@ -7531,7 +7531,7 @@ def special_shifted_chebyshev_polynomial_w_x_scalar(x, n):
 
 
 def special_shifted_chebyshev_polynomial_w_x_scalar_out(x, n, *, out):
-    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_w_x_scalar(x, n))
+    return _rt_write_out((out,), special_shifted_chebyshev_polynomial_w_x_scalar(x, n), (n,), "special_shifted_chebyshev_polynomial_w_x_scalar")
 
 
 _eager_special_spherical_bessel_j0 = _rt_eager_executable(ir.SpecialSphericalBesselJ0)
@@ -7545,7 +7545,7 @@ def special_spherical_bessel_j0(x):
 
 
 def special_spherical_bessel_j0_out(x, *, out):
-    return _rt_write_out((out,), special_spherical_bessel_j0(x))
+    return _rt_write_out((out,), special_spherical_bessel_j0(x), (x,), "special_spherical_bessel_j0")
 
 
 _eager_special_xlog1py = _rt_eager_executable(ir.SpecialXlog1py)
@@ -7569,11 +7569,11 @@ def special_xlog1py_other_scalar(self, other):
 
 
 def special_xlog1py_other_scalar_out(self, other, *, out):
-    return _rt_write_out((out,), special_xlog1py_other_scalar(self, other))
+    return _rt_write_out((out,), special_xlog1py_other_scalar(self, other), (self,), "special_xlog1py_other_scalar")
 
 
 def special_xlog1py_out(self, other, *, out):
-    return _rt_write_out((out,), special_xlog1py(self, other))
+    return _rt_write_out((out,), special_xlog1py(self, other), (self, other,), "special_xlog1py")
 
 
 _eager_special_xlog1py_self_scalar = _rt_eager_executable(ir.SpecialXlog1pySelfScalar)
@@ -7587,7 +7587,7 @@ def special_xlog1py_self_scalar(self, other):
 
 
 def special_xlog1py_self_scalar_out(self, other, *, out):
-    return _rt_write_out((out,), special_xlog1py_self_scalar(self, other))
+    return _rt_write_out((out,), special_xlog1py_self_scalar(self, other), (other,), "special_xlog1py_self_scalar")
 
 
 _eager_special_zeta = _rt_eager_executable(ir.SpecialZeta)
@@ -7611,11 +7611,11 @@ def special_zeta_other_scalar(self, other):
 
 
 def special_zeta_other_scalar_out(self, other, *, out):
-    return _rt_write_out((out,), special_zeta_other_scalar(self, other))
+    return _rt_write_out((out,), special_zeta_other_scalar(self, other), (self,), "special_zeta_other_scalar")
 
 
 def special_zeta_out(self, other, *, out):
-    return _rt_write_out((out,), special_zeta(self, other))
+    return _rt_write_out((out,), special_zeta(self, other), (self, other,), "special_zeta")
 
 
 _eager_special_zeta_self_scalar = _rt_eager_executable(ir.SpecialZetaSelfScalar)
@@ -7629,7 +7629,7 @@ def special_zeta_self_scalar(self, other):
 
 
 def special_zeta_self_scalar_out(self, other, *, out):
-    return _rt_write_out((out,), special_zeta_self_scalar(self, other))
+    return _rt_write_out((out,), special_zeta_self_scalar(self, other), (other,), "special_zeta_self_scalar")
 
 
 def split_Tensor(self, split_size, dim=0):
@@ -7647,7 +7647,7 @@ def split_copy_Tensor(self, split_size, dim=0):
 
 
 def split_copy_Tensor_out(self, split_size, dim=0, *, out):
-    return _rt_write_out((out,), split_copy_Tensor(self, split_size, dim))
+    return _rt_write_out((out,), split_copy_Tensor(self, split_size, dim), (self,), "split_copy_Tensor")
 
 
 def split_with_sizes(self, split_sizes, dim=0):
@@ -7665,7 +7665,7 @@ def split_with_sizes_copy(self, split_sizes, dim=0):
 
 
 def split_with_sizes_copy_out(self, split_sizes, dim=0, *, out):
-    return _rt_write_out((out,), split_with_sizes_copy(self, split_sizes, dim))
+    return _rt_write_out((out,), split_with_sizes_copy(self, split_sizes, dim), (self,), "split_with_sizes_copy")
 
 
 _eager_sqrt = _rt_eager_executable(ir.Sqrt)
@@ -7679,7 +7679,7 @@ def sqrt(self):
 
 
 def sqrt_out(self, *, out):
-    return _rt_write_out((out,), sqrt(self))
+    return _rt_write_out((out,), sqrt(self), (self,), "sqrt")
 
 
 def sqrt_(self):
@@ -7731,7 +7731,7 @@ def squeeze_copy_dim(self, dim):
 
 
 def squeeze_copy_dim_out(self, dim, *, out):
-    return _rt_write_out((out,), squeeze_copy_dim(self, dim))
+    return _rt_write_out((out,), squeeze_copy_dim(self, dim), (self,), "squeeze_copy_dim")
 
 
 _eager_squeeze_copy_dims = _rt_eager_executable(ir.SqueezeCopyDims)
@@ -7745,11 +7745,11 @@ def squeeze_copy_dims(self, dim):
 
 
 def squeeze_copy_dims_out(self, dim, *, out):
-    return _rt_write_out((out,), squeeze_copy_dims(self, dim))
+    return _rt_write_out((out,), squeeze_copy_dims(self, dim), (self,), "squeeze_copy_dims")
 
 
 def squeeze_copy_out(self, *, out):
-    return _rt_write_out((out,), squeeze_copy(self))
+    return _rt_write_out((out,), squeeze_copy(self), (self,), "squeeze_copy")
 
 
 _eager_stack = _rt_eager_executable(ir.Stack)
@@ -7763,7 +7763,7 @@ def stack(tensors, dim=0):
 
 
 def stack_out(tensors, dim=0, *, out):
-    return _rt_write_out((out,), stack(tensors, dim))
+    return _rt_write_out((out,), stack(tensors, dim), (tensors,), "stack")
 
 
 _eager_std_correction = _rt_eager_executable(ir.StdCorrection)
@@ -7777,7 +7777,7 @@ def std_correction(self, dim=None, *, correction=None, keepdim=False):
 
 
 def std_correction_out(self, dim=None, *, correction=None, keepdim=False, out):
-    return _rt_write_out((out,), std_correction(self, dim, correction=correction, keepdim=keepdim))
+    return _rt_write_out((out,), std_correction(self, dim, correction=correction, keepdim=keepdim), (self,), "std_correction")
 
 
 _eager_std_mean_correction = _rt_eager_executable(ir.StdMeanCorrection)
@@ -7791,7 +7791,7 @@ def std_mean_correction(self, dim=None, *, correction=None, keepdim=False):
 
 
 def std_mean_correction_out(self, dim=None, *, correction=None, keepdim=False, out0, out1):
-    return _rt_write_out((out0, out1,), std_mean_correction(self, dim, correction=correction, keepdim=keepdim))
+    return _rt_write_out((out0, out1,), std_mean_correction(self, dim, correction=correction, keepdim=keepdim), (self,), "std_mean_correction")
 
 
 _eager_sub_Scalar = _rt_eager_executable(ir.SubScalar)
@@ -7805,7 +7805,7 @@ def sub_Scalar(self, other, alpha=1):
 
 
 def sub_Scalar_out(self, other, alpha=1, *, out):
-    return _rt_write_out((out,), sub_Scalar(self, other, alpha))
+    return _rt_write_out((out,), sub_Scalar(self, other, alpha), (self,), "sub_Scalar")
 
 
 _eager_sub_Tensor = _rt_eager_executable(ir.SubTensor)
@@ -7819,7 +7819,7 @@ def sub_Tensor(self, other, *, alpha=1):
 
 
 def sub_out(self, other, *, alpha=1, out):
-    return _rt_write_out((out,), sub_Tensor(self, other, alpha=alpha))
+    return _rt_write_out((out,), sub_Tensor(self, other, alpha=alpha), (self, other,), "sub_Tensor")
 
 
 def sub__Scalar(self, other, alpha=1):
@@ -7841,7 +7841,7 @@ def sum(self, *, dtype=None):
 
 
 def sum_IntList_out(self, dim, keepdim=False, *, dtype=None, out):
-    return _rt_write_out((out,), sum_dim_IntList(self, dim, keepdim, dtype=dtype))
+    return _rt_write_out((out,), sum_dim_IntList(self, dim, keepdim, dtype=dtype), (self,), "sum_dim_IntList")
 
 
 _eager_sum_dim_IntList = _rt_eager_executable(ir.SumDimIntList)
@@ -7855,7 +7855,7 @@ def sum_dim_IntList(self, dim, keepdim=False, *, dtype=None):
 
 
 def sum_out(self, *, dtype=None, out):
-    return _rt_write_out((out,), sum(self, dtype=dtype))
+    return _rt_write_out((out,), sum(self, dtype=dtype), (self,), "sum")
 
 
 def t(self):
@@ -7877,7 +7877,7 @@ def t_copy(self):
 
 
 def t_copy_out(self, *, out):
-    return _rt_write_out((out,), t_copy(self))
+    return _rt_write_out((out,), t_copy(self), (self,), "t_copy")
 
 
 _eager_take = _rt_eager_executable(ir.Take)
@@ -7891,7 +7891,7 @@ def take(self, index):
 
 
 def take_out(self, index, *, out):
-    return _rt_write_out((out,), take(self, index))
+    return _rt_write_out((out,), take(self, index), (self, index,), "take")
 
 
 _eager_tan = _rt_eager_executable(ir.Tan)
@@ -7905,7 +7905,7 @@ def tan(self):
 
 
 def tan_out(self, *, out):
-    return _rt_write_out((out,), tan(self))
+    return _rt_write_out((out,), tan(self), (self,), "tan")
 
 
 def tan_(self):
@@ -7923,7 +7923,7 @@ def tanh(self):
 
 
 def tanh_out(self, *, out):
-    return _rt_write_out((out,), tanh(self))
+    return _rt_write_out((out,), tanh(self), (self,), "tanh")
 
 
 def tanh_(self):
@@ -7941,7 +7941,7 @@ def tanh_backward(grad_output, output):
 
 
 def tanh_backward_grad_input(grad_output, output, *, grad_input):
-    return _rt_write_out((grad_input,), tanh_backward(grad_output, output))
+    return _rt_write_out((grad_input,), tanh_backward(grad_output, output), (grad_output, output,), "tanh_backward")
 
 
 _eager_threshold = _rt_eager_executable(ir.Threshold)
@@ -7955,7 +7955,7 @@ def threshold(self, threshold, value):
 
 
 def threshold_out(self, threshold, value, *, out):
-    return _rt_write_out((out,), _rt_stubs.threshold(self, threshold, value))
+    return _rt_write_out((out,), _rt_stubs.threshold(self, threshold, value), (self,), "threshold")
 
 
 def threshold_(self, threshold, value):
@@ -7973,7 +7973,7 @@ def threshold_backward(grad_output, self, threshold):
 
 
 def threshold_backward_grad_input(grad_output, self, threshold, *, grad_input):
-    return _rt_write_out((grad_input,), threshold_backward(grad_output, self, threshold))
+    return _rt_write_out((grad_input,), threshold_backward(grad_output, self, threshold), (grad_output, self,), "threshold_backward")
 
 
 _eager_topk = _rt_eager_executable(ir.Topk)
@@ -7987,7 +7987,7 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
 
 
 def topk_values(self, k, dim=-1, largest=True, sorted=True, *, values, indices):
-    return _rt_write_out((values, indices,), topk(self, k, dim, largest, sorted))
+    return _rt_write_out((values, indices,), topk(self, k, dim, largest, sorted), (self,), "topk")
 
 
 _eager_trace = _rt_eager_executable(ir.Trace)
@@ -8001,7 +8001,7 @@ def trace(self):
 
 
 def trace_out(self, *, out):
-    return _rt_write_out((out,), trace(self))
+    return _rt_write_out((out,), trace(self), (self,), "trace")
 
 
 def transpose_int(self, dim0, dim1):
@@ -8023,7 +8023,7 @@ def transpose_copy_int(self, dim0, dim1):
 
 
 def transpose_copy_int_out(self, dim0, dim1, *, out):
-    return _rt_write_out((out,), transpose_copy_int(self, dim0, dim1))
+    return _rt_write_out((out,), transpose_copy_int(self, dim0, dim1), (self,), "transpose_copy_int")
 
 
 _eager_triangular_solve = _rt_eager_executable(ir.TriangularSolve)
@@ -8037,7 +8037,7 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
 
 
 def triangular_solve_X(self, A, upper=True, transpose=False, unitriangular=False, *, X, M):
-    return _rt_write_out((X, M,), triangular_solve(self, A, upper, transpose, unitriangular))
+    return _rt_write_out((X, M,), triangular_solve(self, A, upper, transpose, unitriangular), (self, A,), "triangular_solve")
 
 
 _eager_tril = _rt_eager_executable(ir.Tril)
@@ -8051,7 +8051,7 @@ def tril(self, diagonal=0):
 
 
 def tril_out(self, diagonal=0, *, out):
-    return _rt_write_out((out,), tril(self, diagonal))
+    return _rt_write_out((out,), tril(self, diagonal), (self,), "tril")
 
 
 def tril_(self, diagonal=0):
@@ -8063,7 +8063,7 @@ def tril_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, device=N
 
 
 def tril_indices_out(row, col, offset=0, *, out):
-    return _rt_write_out((out,), tril_indices(row, col, offset))
+    return _rt_write_out((out,), tril_indices(row, col, offset, dtype=out.dtype), (), "tril_indices")
 
 
 _eager_triu = _rt_eager_executable(ir.Triu)
@@ -8077,7 +8077,7 @@ def triu(self, diagonal=0):
 
 
 def triu_out(self, diagonal=0, *, out):
-    return _rt_write_out((out,), triu(self, diagonal))
+    return _rt_write_out((out,), triu(self, diagonal), (self,), "triu")
 
 
 def triu_(self, diagonal=0):
@@ -8089,7 +8089,7 @@ def triu_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, device=N
 
 
 def triu_indices_out(row, col, offset=0, *, out):
-    return _rt_write_out((out,), triu_indices(row, col, offset))
+    return _rt_write_out((out,), triu_indices(row, col, offset, dtype=out.dtype), (), "triu_indices")
 
 
 _eager_trunc = _rt_eager_executable(ir.Trunc)
@@ -8103,7 +8103,7 @@ def trunc(self):
 
 
 def trunc_out(self, *, out):
-    return _rt_write_out((out,), trunc(self))
+    return _rt_write_out((out,), trunc(self), (self,), "trunc")
 
 
 def trunc_(self):
@@ -8125,7 +8125,7 @@ def unbind_copy_int(self, dim=0):
 
 
 def unbind_copy_int_out(self, dim=0, *, out):
-    return _rt_write_out((out,), unbind_copy_int(self, dim))
+    return _rt_write_out((out,), unbind_copy_int(self, dim), (self,), "unbind_copy_int")
 
 
 def unfold(self, dimension, size, step):
@@ -8143,7 +8143,7 @@ def unfold_backward(grad_in, input_sizes, dim, size, step):
 
 
 def unfold_backward_out(grad_in, input_sizes, dim, size, step, *, out):
-    return _rt_write_out((out,), unfold_backward(grad_in, input_sizes, dim, size, step))
+    return _rt_write_out((out,), unfold_backward(grad_in, input_sizes, dim, size, step), (grad_in,), "unfold_backward")
 
 
 _eager_unfold_copy = _rt_eager_executable(ir.UnfoldCopy)
@@ -8157,7 +8157,7 @@ def unfold_copy(self, dimension, size, step):
 
 
 def unfold_copy_out(self, dimension, size, step, *, out):
-    return _rt_write_out((out,), unfold_copy(self, dimension, size, step))
+    return _rt_write_out((out,), unfold_copy(self, dimension, size, step), (self,), "unfold_copy")
 
 
 def uniform(self, from_=0, to=1, *, generator=None):
@@ -8165,7 +8165,7 @@ def uniform(self, from_=0, to=1, *, generator=None):
 
 
 def uniform_out(self, from_=0, to=1, *, generator=None, out):
-    return _rt_write_out((out,), uniform(self, from_, to, generator=generator))
+    return _rt_write_out((out,), uniform(self, from_, to, generator=generator), (self,), "uniform")
 
 
 def uniform_(self, from_=0, to=1, *, generator=None):
@@ -8177,7 +8177,7 @@ def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None
 
 
 def unique_consecutive_out(self, return_inverse=False, return_counts=False, dim=None, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), unique_consecutive(self, return_inverse, return_counts, dim))
+    return _rt_write_out((out0, out1, out2,), unique_consecutive(self, return_inverse, return_counts, dim), (self,), "unique_consecutive")
 
 
 def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
@@ -8185,7 +8185,7 @@ def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False
 
 
 def unique_dim_out(self, dim, sorted=True, return_inverse=False, return_counts=False, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), unique_dim(self, dim, sorted, return_inverse, return_counts))
+    return _rt_write_out((out0, out1, out2,), unique_dim(self, dim, sorted, return_inverse, return_counts), (self,), "unique_dim")
 
 
 def unique_dim_consecutive(self, dim, return_inverse=False, return_counts=False):
@@ -8193,7 +8193,7 @@ def unique_dim_consecutive(self, dim, return_inverse=False, return_counts=False)
 
 
 def unique_dim_consecutive_out(self, dim, return_inverse=False, return_counts=False, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), unique_dim_consecutive(self, dim, return_inverse, return_counts))
+    return _rt_write_out((out0, out1, out2,), unique_dim_consecutive(self, dim, return_inverse, return_counts), (self,), "unique_dim_consecutive")
 
 
 _eager_unsafe_split_Tensor = _rt_eager_executable(ir.UnsafeSplitTensor)
@@ -8207,7 +8207,7 @@ def unsafe_split_Tensor(self, split_size, dim=0):
 
 
 def unsafe_split_Tensor_out(self, split_size, dim=0, *, out):
-    return _rt_write_out((out,), unsafe_split_Tensor(self, split_size, dim))
+    return _rt_write_out((out,), unsafe_split_Tensor(self, split_size, dim), (self,), "unsafe_split_Tensor")
 
 
 def unsqueeze(self, dim):
@@ -8229,7 +8229,7 @@ def unsqueeze_copy(self, dim):
 
 
 def unsqueeze_copy_out(self, dim, *, out):
-    return _rt_write_out((out,), unsqueeze_copy(self, dim))
+    return _rt_write_out((out,), unsqueeze_copy(self, dim), (self,), "unsqueeze_copy")
 
 
 _eager_upsample_bicubic2d = _rt_eager_executable(ir.UpsampleBicubic2d)
@@ -8243,7 +8243,7 @@ def upsample_bicubic2d(self, output_size, align_corners, scales_h=None, scales_w
 
 
 def upsample_bicubic2d_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
-    return _rt_write_out((out,), upsample_bicubic2d(self, output_size, align_corners, scales_h, scales_w))
+    return _rt_write_out((out,), upsample_bicubic2d(self, output_size, align_corners, scales_h, scales_w), (self,), "upsample_bicubic2d")
 
 
 _eager_upsample_bicubic2d_backward = _rt_eager_executable(ir.UpsampleBicubic2dBackward)
@@ -8257,7 +8257,7 @@ def upsample_bicubic2d_backward(grad_output, output_size, input_size, align_corn
 
 
 def upsample_bicubic2d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
-    return _rt_write_out((grad_input,), upsample_bicubic2d_backward(grad_output, output_size, input_size, align_corners, scales_h, scales_w))
+    return _rt_write_out((grad_input,), upsample_bicubic2d_backward(grad_output, output_size, input_size, align_corners, scales_h, scales_w), (grad_output,), "upsample_bicubic2d_backward")
 
 
 _eager_upsample_bilinear2d = _rt_eager_executable(ir.UpsampleBilinear2d)
@@ -8271,7 +8271,7 @@ def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_
 
 
 def upsample_bilinear2d_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
-    return _rt_write_out((out,), upsample_bilinear2d(self, output_size, align_corners, scales_h, scales_w))
+    return _rt_write_out((out,), upsample_bilinear2d(self, output_size, align_corners, scales_h, scales_w), (self,), "upsample_bilinear2d")
 
 
 _eager_upsample_bilinear2d_backward = _rt_eager_executable(ir.UpsampleBilinear2dBackward)
@@ -8285,7 +8285,7 @@ def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_cor
 
 
 def upsample_bilinear2d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
-    return _rt_write_out((grad_input,), upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h, scales_w))
+    return _rt_write_out((grad_input,), upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h, scales_w), (grad_output,), "upsample_bilinear2d_backward")
 
 
 _eager_upsample_linear1d = _rt_eager_executable(ir.UpsampleLinear1d)
@@ -8299,7 +8299,7 @@ def upsample_linear1d(self, output_size, align_corners, scales=None):
 
 
 def upsample_linear1d_out(self, output_size, align_corners, scales=None, *, out):
-    return _rt_write_out((out,), upsample_linear1d(self, output_size, align_corners, scales))
+    return _rt_write_out((out,), upsample_linear1d(self, output_size, align_corners, scales), (self,), "upsample_linear1d")
 
 
 _eager_upsample_linear1d_backward = _rt_eager_executable(ir.UpsampleLinear1dBackward)
@@ -8313,7 +8313,7 @@ def upsample_linear1d_backward(grad_output, output_size, input_size, align_corne
 
 
 def upsample_linear1d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales=None, *, grad_input):
-    return _rt_write_out((grad_input,), upsample_linear1d_backward(grad_output, output_size, input_size, align_corners, scales))
+    return _rt_write_out((grad_input,), upsample_linear1d_backward(grad_output, output_size, input_size, align_corners, scales), (grad_output,), "upsample_linear1d_backward")
 
 
 _eager_upsample_nearest1d = _rt_eager_executable(ir.UpsampleNearest1d)
@@ -8327,7 +8327,7 @@ def upsample_nearest1d(self, output_size, scales=None):
 
 
 def upsample_nearest1d_out(self, output_size, scales=None, *, out):
-    return _rt_write_out((out,), upsample_nearest1d(self, output_size, scales))
+    return _rt_write_out((out,), upsample_nearest1d(self, output_size, scales), (self,), "upsample_nearest1d")
 
 
 _eager_upsample_nearest1d_backward = _rt_eager_executable(ir.UpsampleNearest1dBackward)
@@ -8341,7 +8341,7 @@ def upsample_nearest1d_backward(grad_output, output_size, input_size, scales=Non
 
 
 def upsample_nearest1d_backward_grad_input(grad_output, output_size, input_size, scales=None, *, grad_input):
-    return _rt_write_out((grad_input,), upsample_nearest1d_backward(grad_output, output_size, input_size, scales))
+    return _rt_write_out((grad_input,), upsample_nearest1d_backward(grad_output, output_size, input_size, scales), (grad_output,), "upsample_nearest1d_backward")
 
 
 _eager_upsample_nearest2d = _rt_eager_executable(ir.UpsampleNearest2d)
@@ -8355,7 +8355,7 @@ def upsample_nearest2d(self, output_size, scales_h=None, scales_w=None):
 
 
 def upsample_nearest2d_out(self, output_size, scales_h=None, scales_w=None, *, out):
-    return _rt_write_out((out,), upsample_nearest2d(self, output_size, scales_h, scales_w))
+    return _rt_write_out((out,), upsample_nearest2d(self, output_size, scales_h, scales_w), (self,), "upsample_nearest2d")
 
 
 _eager_upsample_nearest2d_backward = _rt_eager_executable(ir.UpsampleNearest2dBackward)
@@ -8369,7 +8369,7 @@ def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=N
 
 
 def upsample_nearest2d_backward_grad_input(grad_output, output_size, input_size, scales_h=None, scales_w=None, *, grad_input):
-    return _rt_write_out((grad_input,), upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h, scales_w))
+    return _rt_write_out((grad_input,), upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h, scales_w), (grad_output,), "upsample_nearest2d_backward")
 
 
 _eager_upsample_nearest3d = _rt_eager_executable(ir.UpsampleNearest3d)
@@ -8383,7 +8383,7 @@ def upsample_nearest3d(self, output_size, scales_d=None, scales_h=None, scales_w
 
 
 def upsample_nearest3d_out(self, output_size, scales_d=None, scales_h=None, scales_w=None, *, out):
-    return _rt_write_out((out,), upsample_nearest3d(self, output_size, scales_d, scales_h, scales_w))
+    return _rt_write_out((out,), upsample_nearest3d(self, output_size, scales_d, scales_h, scales_w), (self,), "upsample_nearest3d")
 
 
 _eager_upsample_nearest3d_backward = _rt_eager_executable(ir.UpsampleNearest3dBackward)
@@ -8397,7 +8397,7 @@ def upsample_nearest3d_backward(grad_output, output_size, input_size, scales_d=N
 
 
 def upsample_nearest3d_backward_grad_input(grad_output, output_size, input_size, scales_d=None, scales_h=None, scales_w=None, *, grad_input):
-    return _rt_write_out((grad_input,), upsample_nearest3d_backward(grad_output, output_size, input_size, scales_d, scales_h, scales_w))
+    return _rt_write_out((grad_input,), upsample_nearest3d_backward(grad_output, output_size, input_size, scales_d, scales_h, scales_w), (grad_output,), "upsample_nearest3d_backward")
 
 
 _eager_upsample_trilinear3d = _rt_eager_executable(ir.UpsampleTrilinear3d)
@@ -8411,7 +8411,7 @@ def upsample_trilinear3d(self, output_size, align_corners, scales_d=None, scales
 
 
 def upsample_trilinear3d_out(self, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None, *, out):
-    return _rt_write_out((out,), upsample_trilinear3d(self, output_size, align_corners, scales_d, scales_h, scales_w))
+    return _rt_write_out((out,), upsample_trilinear3d(self, output_size, align_corners, scales_d, scales_h, scales_w), (self,), "upsample_trilinear3d")
 
 
 _eager_upsample_trilinear3d_backward = _rt_eager_executable(ir.UpsampleTrilinear3dBackward)
@@ -8425,7 +8425,7 @@ def upsample_trilinear3d_backward(grad_output, output_size, input_size, align_co
 
 
 def upsample_trilinear3d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_d=None, scales_h=None, scales_w=None, *, grad_input):
-    return _rt_write_out((grad_input,), upsample_trilinear3d_backward(grad_output, output_size, input_size, align_corners, scales_d, scales_h, scales_w))
+    return _rt_write_out((grad_input,), upsample_trilinear3d_backward(grad_output, output_size, input_size, align_corners, scales_d, scales_h, scales_w), (grad_output,), "upsample_trilinear3d_backward")
 
 
 _eager_var_correction = _rt_eager_executable(ir.VarCorrection)
@@ -8439,7 +8439,7 @@ def var_correction(self, dim=None, *, correction=None, keepdim=False):
 
 
 def var_correction_out(self, dim=None, *, correction=None, keepdim=False, out):
-    return _rt_write_out((out,), var_correction(self, dim, correction=correction, keepdim=keepdim))
+    return _rt_write_out((out,), var_correction(self, dim, correction=correction, keepdim=keepdim), (self,), "var_correction")
 
 
 _eager_var_mean_correction = _rt_eager_executable(ir.VarMeanCorrection)
@@ -8453,7 +8453,7 @@ def var_mean_correction(self, dim=None, *, correction=None, keepdim=False):
 
 
 def var_mean_correction_out(self, dim=None, *, correction=None, keepdim=False, out0, out1):
-    return _rt_write_out((out0, out1,), var_mean_correction(self, dim, correction=correction, keepdim=keepdim))
+    return _rt_write_out((out0, out1,), var_mean_correction(self, dim, correction=correction, keepdim=keepdim), (self,), "var_mean_correction")
 
 
 _eager_vdot = _rt_eager_executable(ir.Vdot)
@@ -8467,7 +8467,7 @@ def vdot(self, other):
 
 
 def vdot_out(self, other, *, out):
-    return _rt_write_out((out,), vdot(self, other))
+    return _rt_write_out((out,), vdot(self, other), (self, other,), "vdot")
 
 
 def view(self, size):
@@ -8485,7 +8485,7 @@ def view_copy(self, size):
 
 
 def view_copy_out(self, size, *, out):
-    return _rt_write_out((out,), view_copy(self, size))
+    return _rt_write_out((out,), view_copy(self, size), (self,), "view_copy")
 
 
 _eager_where_self = _rt_eager_executable(ir.WhereSelf)
@@ -8499,19 +8499,19 @@ def where_self(condition, self, other):
 
 
 def where_self_out(condition, self, other, *, out):
-    return _rt_write_out((out,), where_self(condition, self, other))
+    return _rt_write_out((out,), where_self(condition, self, other), (condition, self, other,), "where_self")
 
 
 def xlogy_OutScalar_Other(self, other, *, out):
-    return _rt_write_out((out,), xlogy_Scalar_Other(self, other))
+    return _rt_write_out((out,), xlogy_Scalar_Other(self, other), (self,), "xlogy_Scalar_Other")
 
 
 def xlogy_OutScalar_Self(self, other, *, out):
-    return _rt_write_out((out,), xlogy_Scalar_Self(self, other))
+    return _rt_write_out((out,), xlogy_Scalar_Self(self, other), (other,), "xlogy_Scalar_Self")
 
 
 def xlogy_OutTensor(self, other, *, out):
-    return _rt_write_out((out,), xlogy_Tensor(self, other))
+    return _rt_write_out((out,), xlogy_Tensor(self, other), (self, other,), "xlogy_Tensor")
 
 
 _eager_xlogy_Scalar_Other = _rt_eager_executable(ir.XlogyScalarOther)
@@ -8563,7 +8563,7 @@ def zero(self):
 
 
 def zero_out(self, *, out):
-    return _rt_write_out((out,), zero(self))
+    return _rt_write_out((out,), zero(self), (self,), "zero")
 
 
 def zero_(self):
@@ -8581,7 +8581,7 @@ def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
 
 
 def zeros_out(size, *, out):
-    return _rt_write_out((out,), zeros(size))
+    return _rt_write_out((out,), zeros(size, dtype=out.dtype), (), "zeros")
 
 
 _eager_zeros_like = _rt_eager_executable(ir.ZerosLike)
@@ -8595,4 +8595,4 @@ def zeros_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, m
 
 
 def zeros_like_out(self, *, memory_format=None, out):
-    return _rt_write_out((out,), zeros_like(self, memory_format=memory_format))
+    return _rt_write_out((out,), zeros_like(self, memory_format=memory_format), (self,), "zeros_like")
