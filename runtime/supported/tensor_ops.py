@@ -144,3 +144,10 @@ def impl_triu_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, dev
 def impl_lift_fresh(self):
     # torch.tensor(data, device=...) marks its fresh result; nothing to do for a value.
     return self
+
+
+def impl__conj(self):
+    # PyTorch returns a view with the conjugate bit set, resolved lazily. The runtime has
+    # no conjugated views: the conjugate is materialised, so a write into it does not
+    # reach `self` (documented in docs/coverage.md).
+    return torch.ops.aten._conj_physical.default(self)
