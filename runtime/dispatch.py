@@ -613,13 +613,13 @@ _LIBRARY: list[Any] = []
 
 
 def install(registry: dict[Any, Any], sections: dict[str, str]) -> None:
-    from . import lazy, tensor
+    from . import index_checks, lazy, tensor
 
     global _lazy
     _lazy = lazy  # lazy imports this module: bound here, not at the top
     tensor._dispatch = dispatch
     _install_autograd_engine()
-    _REGISTRY.update(registry)
+    _REGISTRY.update(index_checks.install(registry))
     _SECTIONS.update(sections)
     # Factories asked for device="jax" (torch.zeros(3, device="jax"), torch.tensor(7)
     # put on an XlaTensor's device) have no XlaTensor argument to route them to us:

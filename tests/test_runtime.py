@@ -269,6 +269,49 @@ def test_multinomial_rejects_invalid_probabilities_in_eager_mode():
         _raises_like_torch(lambda t: torch.multinomial(t, 1), (p,), (xnf.to_xla(p),))
 
 
+
+_X = torch.randn(3, 4)
+INDEX_ERRORS = {
+    "gather": lambda x, d: torch.gather(x, 1, torch.tensor([[0, 5]], device=d)),
+    "gather_negative": lambda x, d: torch.gather(x, 1, torch.tensor([[-1]], device=d)),
+    "scatter_": lambda x, d: x.clone().scatter_(1, torch.tensor([[4]], device=d), 1.0),
+    "scatter_add": lambda x, d: torch.scatter_add(x, 0, torch.tensor([[3]], device=d), x[:1]),
+    "index_select": lambda x, d: torch.index_select(x, 1, torch.tensor([4], device=d)),
+    "index_add": lambda x, d: torch.index_add(x, 1, torch.tensor([-1], device=d), x[:, :1]),
+    "index_copy_": lambda x, d: x.clone().index_copy_(1, torch.tensor([4], device=d), x[:, :1]),
+    "index_fill": lambda x, d: torch.index_fill(x, 1, torch.tensor([-5], device=d), 1.0),
+    "take": lambda x, d: torch.take(x, torch.tensor([-13], device=d)),
+    "embedding": lambda x, d: torch.nn.functional.embedding(torch.tensor([3], device=d), x),
+    "embedding_bag": lambda x, d: torch.nn.functional.embedding_bag(torch.tensor([5], device=d), x, torch.tensor([0], device=d)),
+    "nll_loss": lambda x, d: torch.nn.functional.nll_loss(x, torch.tensor([0, 1, 4], device=d)),
+    "cross_entropy": lambda x, d: torch.nn.functional.cross_entropy(x, torch.tensor([0, -2, 1], device=d)),
+}
+
+
+@pytest.mark.parametrize("name", INDEX_ERRORS)
+def test_out_of_range_index_values_raise_like_torch_in_eager_mode(name):
+    fn = INDEX_ERRORS[name]
+    with pytest.raises(Exception) as expected:
+        fn(_X, "cpu")
+    with pytest.raises(type(expected.value)):
+        fn(xnf.to_xla(_X), DEVICE)
+
+
+def test_in_range_index_values_pass_the_checks():
+    # negative indices where PyTorch wraps them, and nll_loss's ignore_index
+    x = xnf.to_xla(_X)
+    torch.testing.assert_close(cpu(torch.take(x, xnf.to_xla(torch.tensor([-12, 11])))), torch.take(_X, torch.tensor([-12, 11])))
+    torch.testing.assert_close(cpu(torch.index_fill(x, 1, xnf.to_xla(torch.tensor([-1])), 2.0)), torch.index_fill(_X, 1, torch.tensor([-1]), 2.0))
+    target = torch.tensor([0, -100, 3])
+    torch.testing.assert_close(cpu(torch.nn.functional.nll_loss(x, xnf.to_xla(target))), torch.nn.functional.nll_loss(_X, target))
+
+
+def test_index_value_checks_can_be_turned_off(monkeypatch):
+    monkeypatch.setattr(xnf.config, "check_index_values", False)
+    # the gather reads a fill value for the bad index instead of raising
+    assert torch.gather(xnf.to_xla(_X), 1, xnf.to_xla(torch.tensor([[0, 5]]))).shape == (1, 2)
+
+
 def test_view_errors_match_torch():
     x = xnf.to_xla(torch.zeros(3, 4))
     with pytest.raises(RuntimeError, match="view size is not compatible"):
