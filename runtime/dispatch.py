@@ -155,11 +155,18 @@ def cpu_to_jax(t: torch.Tensor) -> jax.Array:
         return jnp.asarray(arr)
 
 
+def host_tensor(arr: np.ndarray) -> torch.Tensor:
+    """A CPU tensor sharing `arr`'s memory, also inside the environment (which moves the
+    tensors torch.tensor and torch.from_numpy create to our device)."""
+    with torch._C._DisableTorchDispatch():
+        return torch.from_numpy(arr)
+
+
 def jax_to_cpu(a: jax.Array) -> torch.Tensor:
     arr = np.asarray(a)
     if arr.dtype == TORCH_TO_NUMPY[torch.bfloat16]:
-        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(arr.copy()) if arr.ndim else torch.tensor(arr.item(), dtype=NUMPY_TO_TORCH[arr.dtype])
+        return host_tensor(arr.view(np.int16).copy()).view(torch.bfloat16)
+    return host_tensor(arr.copy())
 
 
 # ---------------------------------------------------------------- results

@@ -12,8 +12,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .dispatch import dispatch
-from .tensor import DEVICE, XlaTensor
+from .dispatch import cpu_to_jax, dispatch
+from .tensor import DEVICE, XlaTensor, from_array
 
 
 def _creates_on_jax(kwargs: dict[str, Any]) -> bool:
@@ -31,6 +31,10 @@ class Environment(TorchDispatchMode):
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         if not tensors and _is_factory(func) and _creates_on_jax(kwargs):
             return dispatch(func, args, {**kwargs, "device": DEVICE})
+        if func is _LIFT_FRESH and args[0].device.type == "cpu":
+            # torch.tensor(data) builds the tensor on the CPU and then lifts it: like a
+            # default device (torch.set_default_device), the environment moves it.
+            return from_array(cpu_to_jax(args[0]))
         return func(*args, **kwargs)
 
     def enable_globally(self) -> None:
@@ -42,6 +46,9 @@ class Environment(TorchDispatchMode):
         if getattr(self, "_global", False):
             self.__exit__(None, None, None)
             self._global = False
+
+
+_LIFT_FRESH = torch.ops.aten.lift_fresh.default
 
 
 def _is_factory(func: Any) -> bool:

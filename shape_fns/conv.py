@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from .common import TensorMeta, scalar_type_name
 
 
@@ -100,13 +102,13 @@ def convolution_backward_output_shape(
     return grad_input, grad_weight, grad_bias
 
 
-def _require_float(kernel, dtype):
-    if not (dtype.is_floating_point or dtype.is_complex):
+def _require_float(kernel, dtype, bool_ok=False):
+    if not (dtype.is_floating_point or dtype.is_complex or (bool_ok and dtype == torch.bool)):
         raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_type_name(dtype)}\'')
 
 
 def col2im_output_shape(self, output_size, kernel_size, dilation, padding, stride):
-    _require_float("col2im_out_cpu", self.dtype)
+    _require_float("col2im_out_cpu", self.dtype, bool_ok=True)
     if self.ndim not in (2, 3):
         raise RuntimeError(
             "Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and non-zero dimensions "
@@ -135,7 +137,7 @@ def col2im_output_shape(self, output_size, kernel_size, dilation, padding, strid
 
 
 def im2col_output_shape(self, kernel_size, dilation, padding, stride):
-    _require_float("im2col_out_cpu", self.dtype)
+    _require_float("im2col_out_cpu", self.dtype, bool_ok=True)
     if self.ndim not in (3, 4) or any(d == 0 for d in self.shape[-3:]):
         raise RuntimeError(
             "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero dimensions for "

@@ -23,7 +23,7 @@ from ...lowerings.indexing import index_put_values, index_tensor, masked_select_
 from ...shape_fns.common import TensorMeta, broadcast_shapes
 from ...shape_fns.indexing import check_indices, index_meta, index_put_meta, masked_select_meta
 from .. import state
-from ..dispatch import X64, cpu_to_jax, run_node
+from ..dispatch import X64, cpu_to_jax, host_tensor, run_node
 from ..ir import ATTR, TENSOR, TENSOR_LIST, Node
 from ..tensor import XlaTensor, from_array
 from .tensor_ops import _host_value
@@ -108,7 +108,7 @@ def _expand_masks(self, indices):
                     f"indexed tensor {list(self.shape)} at index {dim + j}"
                 )
         coords = np.nonzero(_host(ix).astype(bool))
-        out.extend(_device(torch.from_numpy(np.ascontiguousarray(c, dtype=np.int64))) for c in coords)
+        out.extend(_device(host_tensor(np.ascontiguousarray(c, dtype=np.int64))) for c in coords)
     return out
 
 
@@ -164,4 +164,4 @@ def impl_masked_select(self, mask):
         raise RuntimeError(f"masked_select: expected BoolTensor for mask")
     shape = broadcast_shapes(tuple(self.shape), tuple(mask.shape))
     positions = np.flatnonzero(np.broadcast_to(_host(mask), shape)).astype(np.int64)
-    return run_node(MaskedSelect, (self, mask, _device(torch.from_numpy(positions))))
+    return run_node(MaskedSelect, (self, mask, _device(host_tensor(positions))))

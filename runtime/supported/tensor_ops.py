@@ -97,9 +97,11 @@ def impl_empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_
 
 
 def impl_nonzero(self):
+    import jax.numpy as jnp
+
     with X64:
         idx = np.stack(np.nonzero(np.asarray(_host_value(self))), axis=-1).astype(np.int64)
-        return from_array(cpu_to_jax(torch.from_numpy(idx.reshape(-1, self.dim()))))
+        return from_array(jnp.asarray(idx.reshape(-1, self.dim())))
 
 
 def impl_arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
