@@ -144,3 +144,20 @@ def impl_triu_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, dev
 def impl_lift_fresh(self):
     # torch.tensor(data, device=...) marks its fresh result; nothing to do for a value.
     return self
+
+
+def impl_polygamma_(self, n):
+    # The in-place form puts `self` first, so torchgen does not group it with the
+    # functional polygamma(n, self) and nothing derives it.
+    from ..dispatch import write_inplace
+
+    return write_inplace(self, torch.ops.aten.polygamma.default(n, self))
+
+
+def impl_conj_physical_(self):
+    # A real tensor is its own conjugate: PyTorch returns it untouched.
+    if not self.is_complex():
+        return self
+    from ..dispatch import write_inplace
+
+    return write_inplace(self, torch.ops.aten._conj_physical.default(self))
