@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import argparse
 import difflib
 import hashlib
@@ -120,6 +121,11 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
             vspec = make_op_spec(variant.name, variant.schema, entry.section, rec.is_view, variant.kind, functional=spec.name)
             if variant.kind == "out" and len(vspec.outs) != len(spec.returns):
                 continue
+            names, vnames = {a.name for a in spec.inputs}, {a.name for a in vspec.inputs}
+            # A factory (no `self`) writes in the out tensor's dtype; ops derived from a
+            # tensor (full_like.out) compute in their own dtype, then cast into out.
+            if variant.kind == "out" and "dtype" in names and "dtype" not in vnames and "self" not in names:
+                vspec = dataclasses.replace(vspec, dtype_from_out=True)
             specs.append(vspec)
     if errors:
         raise ManifestError("\n".join(errors))

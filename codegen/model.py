@@ -141,6 +141,9 @@ class OpSpec:
     is_view: bool
     kind: str  # functional / inplace / out / mutable
     functional: str | None  # for a derived variant: the unambiguous name of its functional op
+    # an out= form of a factory (arange.start_out): PyTorch computes in the out tensor's
+    # dtype, which the functional op takes as its `dtype` argument (see generate.py)
+    dtype_from_out: bool = False
 
     @property
     def inputs(self) -> tuple[ArgSpec, ...]:
@@ -160,9 +163,18 @@ class OpSpec:
             parts.extend(kw)
         return ", ".join(parts)
 
+    @property
+    def tensor_inputs(self) -> str:
+        """The tensor-valued inputs as a tuple expression (an out= stub checks that its
+        outputs do not overlap them)."""
+        names = [a.name for a in self.inputs if a.kind in (TENSOR, OPT_TENSOR, TENSOR_LIST)]
+        return "(" + "".join(f"{n}, " for n in names).rstrip(" ") + ")"
+
     def call_args(self) -> str:
         """Arguments forwarding this op's inputs by name to a function of the same schema."""
         parts = [a.name if not a.kwarg_only else f"{a.name}={a.name}" for a in self.inputs]
+        if self.dtype_from_out:
+            parts.append(f"dtype={self.outs[0].name}.dtype")
         return ", ".join(parts)
 
     @property

@@ -8,9 +8,10 @@ cannot raise, and JAX clamps such indices by default. Here every index goes thro
 `bounded`: in-range indices (negative ones wrapped where the op wraps them) are kept,
 anything else becomes the dimension's size, which the gather reads as a fill value
 (NaN for floating point, the dtype's minimum for integers, True for bool) and the
-scatter drops. Never a clamped, plausible-looking value. Where the index is concrete
-before dispatch (index.Tensor and index_put eagerly), the runtime checks and raises
-PyTorch's error; elsewhere this is the documented behaviour.
+scatter drops. Never a clamped, plausible-looking value. In eager mode the runtime looks
+at the index values before dispatch and raises PyTorch's error (index.Tensor and
+index_put in runtime/supported/indexing.py, the others in runtime/index_checks.py); in
+compiled programs this is the documented behaviour.
 """
 
 from __future__ import annotations

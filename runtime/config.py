@@ -16,6 +16,10 @@ class Config:
     # Run ops listed in no manifest section through PyTorch CPU (counted and warned once
     # per op) instead of raising OperatorNotFound.
     allow_cpu_fallback: bool = False
+    # Eager mode checks index values (gather, scatter, index_*, take, embedding,
+    # nll_loss) and raises as PyTorch does, at one read to the host per such op
+    # (runtime/index_checks.py). Compiled programs cannot raise.
+    check_index_values: bool = True
 
 
 config = Config()

@@ -144,6 +144,8 @@ def read_view(t: XlaTensor) -> Any:
 
 
 def cpu_to_jax(t: torch.Tensor) -> jax.Array:
+    if t.dim() > 64:
+        raise RuntimeError("only tensors with up to 64 dims are supported")  # NumPy's limit, and PyTorch's
     t = t.detach().resolve_conj().resolve_neg()
     if t.dtype == torch.bfloat16:
         arr = t.contiguous().view(torch.int16).numpy().view(TORCH_TO_NUMPY[torch.bfloat16])
@@ -328,8 +330,58 @@ def write_inplace(self: Any, result: Any) -> Any:
     return self
 
 
-def write_out(outs: tuple[Any, ...], result: Any) -> Any:
+# out= ops whose PyTorch kernels reject an output that is one of the inputs
+# (`assert_no_overlap`); elementwise kernels accept it, since that is the in-place form.
+OUT_MUST_NOT_BE_AN_INPUT = frozenset({"cat", "gather", "index_select", "kthvalue", "masked_select", "take"})
+
+
+def _memory_range(t: XlaTensor) -> tuple[int, int] | None:
+    """[start, end) element range of a contiguous view in its storage, else None."""
+    if not t.is_contiguous():
+        return None
+    start = t.storage_offset()
+    return start, start + t.numel()
+
+
+def check_out_overlap(outs: tuple[Any, ...], inputs: tuple[Any, ...], op: str) -> None:
+    """PyTorch's checks that an out= tensor shares no memory with the op's inputs (a full
+    overlap is accepted unless `op` rejects it); as in PyTorch, layouts too hard to
+    compare are let through."""
+    flat = [t for x in inputs for t in (x if isinstance(x, (tuple, list)) else (x,)) if isinstance(t, XlaTensor)]
+    for o in outs:
+        if not isinstance(o, XlaTensor) or not o.numel():
+            continue
+        for t in flat:
+            if t._store is not o._store or not t.numel():
+                continue
+            if t is o or (t.shape == o.shape and t.stride() == o.stride() and t.storage_offset() == o.storage_offset()):
+                if op in OUT_MUST_NOT_BE_AN_INPUT:
+                    raise RuntimeError(_OVERLAP_MESSAGE)
+                continue
+            a, b = _memory_range(o), _memory_range(t)
+            if a is not None and b is not None and a[0] < b[1] and b[0] < a[1]:
+                raise RuntimeError(_OVERLAP_MESSAGE)
+
+
+_OVERLAP_MESSAGE = (
+    "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
+    "location. Please clone() the tensor before performing the operation."
+)
+
+
+# out= ops whose PyTorch kernels want the out tensor in exactly the result's dtype
+# (other ops accept any dtype the result can be cast to).
+OUT_DTYPE_MUST_MATCH = frozenset({"amax", "amin", "aminmax", "complex", "gather", "multinomial", "polar"})
+
+
+def write_out(outs: tuple[Any, ...], result: Any, inputs: tuple[Any, ...] = (), op: str = "") -> Any:
+    if inputs:
+        check_out_overlap(outs, inputs, op)
     results = result if isinstance(result, (tuple, list)) else (result,)
+    if op in OUT_DTYPE_MUST_MATCH:
+        for o, r in zip(outs, results):
+            if o.dtype != r.dtype:
+                raise RuntimeError(f"Expected out tensor to have dtype {r.dtype}, but got {o.dtype} instead")
     for o, r in zip(outs, results):
         if isinstance(o, XlaTensor) and tuple(o.shape) != tuple(r.shape):
             resize_out(o, tuple(r.shape))
@@ -561,13 +613,13 @@ _LIBRARY: list[Any] = []
 
 
 def install(registry: dict[Any, Any], sections: dict[str, str]) -> None:
-    from . import lazy, tensor
+    from . import index_checks, lazy, tensor
 
     global _lazy
     _lazy = lazy  # lazy imports this module: bound here, not at the top
     tensor._dispatch = dispatch
     _install_autograd_engine()
-    _REGISTRY.update(registry)
+    _REGISTRY.update(index_checks.install(registry))
     _SECTIONS.update(sections)
     # Factories asked for device="jax" (torch.zeros(3, device="jax"), torch.tensor(7)
     # put on an XlaTensor's device) have no XlaTensor argument to route them to us:

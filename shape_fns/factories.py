@@ -154,6 +154,12 @@ def empty_permuted_output_shape(size, physical_layout, *, dtype=None, layout=Non
             "Number of dimensions in size does not match the length of the physical_layout; i.e. "
             f"len(size) = {len(size)} is not equal to len(physical_layout) = {len(physical_layout)}"
         )
+    for i, d in enumerate(physical_layout):
+        if not 0 <= d < len(size):
+            raise RuntimeError(
+                f"Dimension out of range (expected to be between 0 and {len(size) - 1}, but got {d} at index {i}).  "
+                "NB: negative dims not currently supported; file an issue if you want it."
+            )
     if len(set(physical_layout)) != len(physical_layout):
         raise RuntimeError("Duplicate dim not allowed")
     return TensorMeta(_check_size(size), _default(dtype))

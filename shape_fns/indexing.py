@@ -110,6 +110,13 @@ def index_add_output_shape(self, dim, index, source, *, alpha=1):
         raise RuntimeError(
             f"index_add_(): self ({type_name(self.dtype)}) and source ({type_name(source.dtype)}) must have the same scalar type"
         )
+    if source.ndim and self.ndim and (
+        source.ndim != self.ndim or any(source.shape[i] != self.shape[i] for i in range(self.ndim) if i != d)
+    ):
+        raise RuntimeError(
+            "source tensor shape must match self tensor shape, excluding the specified dimension. "
+            f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}"
+        )
     n = _shape1(source)[d] if source.ndim else 1
     if index.numel() != n:
         raise RuntimeError(
@@ -154,7 +161,14 @@ def _check_mask(op, mask):
         )
 
 
+def _check_fill_value(self, value_dtype_is_complex):
+    if value_dtype_is_complex and not self.dtype.is_complex:
+        raise RuntimeError(f"value cannot be converted to type {type_name(self.dtype).lower()} without overflow")
+
+
 def masked_fill_Scalar_output_shape(self, mask, value):
+    # A traced Scalar still has its dtype here: a complex fill of a real tensor is an error.
+    _check_fill_value(self, isinstance(value, complex) or getattr(getattr(value, "dtype", None), "kind", "") == "c")
     _check_mask("masked_fill_", mask)
     return TensorMeta(broadcast_shapes(self.shape, mask.shape), self.dtype)
 
@@ -164,6 +178,7 @@ def masked_fill_Tensor_output_shape(self, mask, value):
         raise RuntimeError(
             f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {value.ndim} dimension(s)."
         )
+    _check_fill_value(self, value.dtype.is_complex)
     return masked_fill_Scalar_output_shape(self, mask, 0)
 
 

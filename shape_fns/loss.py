@@ -135,6 +135,8 @@ def _check_margin(self, target, p=1, weight=None):
         raise RuntimeError("only p == 1 and p == 2 supported")
     if self.ndim > 2 or (self.ndim == 2 and self.shape[1] == 0):
         raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: {list(self.shape)}")
+    if target.dtype != torch.int64:
+        raise RuntimeError(f"expected scalar type Long but found {type_name(target.dtype)}")
     batch = self.shape[0] if self.ndim == 2 else 1
     if target.ndim > 1 or (target.numel() != batch):
         raise RuntimeError(
@@ -158,7 +160,7 @@ def multi_margin_loss_backward_output_shape(grad_output, self, target, p, margin
 
 
 def _check_multilabel(self, target):
-    if self.ndim > 2:
+    if self.ndim > 2 or (self.ndim <= 1 and self.numel() == 0) or (self.ndim == 2 and self.shape[1] == 0):
         raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: {list(self.shape)}")
     if tuple(target.shape) != tuple(self.shape):
         raise RuntimeError(

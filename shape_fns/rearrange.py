@@ -38,6 +38,8 @@ def roll_output_shape(self, shifts, dims=()):
         raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
     if len(dims) and len(dims) != len(shifts):
         raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+    if self.ndim == 0 and len(dims):
+        raise IndexError(f"Dimension specified as {dims[0]} but tensor has no dimensions")
     for d in dims:
         normalize_dim(d, self.ndim)
     return TensorMeta(self.shape, self.dtype)
@@ -60,6 +62,8 @@ def triu_output_shape(self, diagonal=0):
 def narrow_copy_output_shape(self, dim, start, length):
     if self.ndim == 0:
         raise RuntimeError("narrow() cannot be applied to a 0-dim tensor.")
+    if dim >= self.ndim:
+        raise RuntimeError("Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but got false.")
     d = normalize_dim(dim, self.ndim)
     size = self.shape[d]
     if not -size <= start <= size:

@@ -19,6 +19,14 @@ def _reduced_shape(shape, dims, keepdim):
     return tuple(s for i, s in enumerate(shape) if i not in dims)
 
 
+def _check_dim_given(op, self, dim):
+    if not dim and self.numel() == 0:
+        raise RuntimeError(
+            f"{op}(): Expected reduction dim to be specified for input.numel() == 0. "
+            "Specify the reduction dim with the 'dim' argument."
+        )
+
+
 def _check_nonempty(op, shape, dims):
     # Reductions without an identity (max, argmax) cannot reduce a zero-size dim.
     for d in dims:
@@ -46,6 +54,7 @@ def mean_output_shape(self, *, dtype=None):
 
 
 def amax_output_shape(self, dim=(), keepdim=False):
+    _check_dim_given("amax", self, dim)
     dims = reduction_dims(dim, self.ndim)
     _check_nonempty("amax", self.shape, dims)
     return TensorMeta(_reduced_shape(self.shape, dims, keepdim), self.dtype)

@@ -48,6 +48,8 @@ def _chunk_cat_output_shape(tensors, dim, num_chunks):
             raise RuntimeError("_chunk_cat expects all input tensors with the same dtype")
     d = normalize_dim(dim, first.ndim)
     for t in tensors:
+        if t.numel() == 0:
+            raise RuntimeError("_chunk_cat expects non-empty tensor")
         if t.ndim <= d:
             raise RuntimeError("_chunk_cat expects tensors with more dimensions than dim")
         if t.shape[:d] != first.shape[:d]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .common import TensorMeta, reduction_dims, sum_dtype
-from .reduction import _check_nonempty, _reduced_shape
+from .reduction import _check_dim_given, _check_nonempty, _reduced_shape
 
 
 def logical_reduction_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -39,6 +39,7 @@ def _arg_reduction(op, self, dim, keepdim):
 
 
 def amin_output_shape(self, dim=(), keepdim=False):
+    _check_dim_given("amin", self, dim)
     dims = reduction_dims(dim, self.ndim)
     _check_nonempty("amin", self.shape, dims)
     return _meta(self, dims, keepdim, self.dtype)

@@ -207,15 +207,50 @@ HOST_ARGUMENTS = {
 }
 
 
+def _storage_key(x):
+    return x.untyped_storage().data_ptr(), x.dtype
+
+
+def _aliased_storages(tree) -> set:
+    """Storages that sample tensors share, or that one tensor reads twice (an expanded
+    out=): those tensors become views of one converted storage, so the backend sees
+    the same aliasing as PyTorch. Others are moved alone (autograd leaves stay leaves)."""
+    import torch
+
+    tensors = {id(x): x for x in _leaves(tree) if isinstance(x, torch.Tensor)}.values()
+    seen, shared = set(), set()
+    for x in tensors:
+        if x.requires_grad or x.is_sparse or x.device.type != "cpu" or x.dtype.is_complex:
+            continue
+        key = _storage_key(x)
+        if key in seen or any(st == 0 and n > 1 for n, st in zip(x.shape, x.stride())):
+            shared.add(key)
+        seen.add(key)
+    return shared
+
+
 def to_ours(tree, op=None):
     """Tensors to XlaTensors (requires_grad kept), device='cpu' arguments to ours."""
     import torch
     import xla_native_functions as xnf
     from xla_native_functions.runtime.tensor import DEVICE
 
+    aliased = _aliased_storages(tree)
+    converted: dict[int, Any] = {}
+    bases: dict[Any, Any] = {}
+
     def conv(x):
-        if isinstance(x, torch.Tensor):
-            return xnf.to_xla(x)
+        if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+            if id(x) not in converted:  # the same tensor twice (out= its input) stays one
+                key = _storage_key(x)
+                if key in aliased:
+                    if key not in bases:
+                        whole = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage())
+                        bases[key] = xnf.to_xla(whole)
+                    converted[id(x)] = bases[key].as_strided(x.shape, x.stride(), x.storage_offset())
+                else:
+                    converted[id(x)] = xnf.to_xla(x)
+            return converted[id(x)]
         if (isinstance(x, torch.device) and x.type == "cpu") or (isinstance(x, str) and x == "cpu"):
             return DEVICE  # a device argument (Tensor.to("cpu")): ours is the analogue
         return x

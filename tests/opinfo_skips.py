@@ -66,23 +66,11 @@ SKIPS: dict[tuple[str, str | None, str | None], str] = {
 
 _BACKWARD = "the backward formula reaches an aten operator the manifest lacks: "
 
-_DATA_INDEX = (
-    "an out-of-range index held in a tensor cannot raise inside a jitted lowering; gather reads a fill "
-    "value and scatter drops the update instead (documented in lowerings/indexing.py)"
-)
-
 XFAILS: dict[tuple[str, str | None, str | None], str] = {
     ("nn.functional.conv2d", "float32", None): (
         "one depthwise sample (groups=4) differs by 1.3e-5 in 1 of 144 elements: XLA sums the 3x3 window "
         "in another order than PyTorch's CPU kernel; float64 and the other 29 samples match"
     ),
-    ("gather", "any", "error_inputs"): _DATA_INDEX,
-    ("scatter_add", "any", "error_inputs"): _DATA_INDEX,
-    ("amax", "any", "error_inputs"): (
-        "amax over an empty dim raises IndexError and a dim beyond 64 raises JAX's ValueError; "
-        "PyTorch raises RuntimeError (IndexError only for an out-of-range dim)"
-    ),
-    ("cat", "any", "error_inputs"): "two cat error inputs (PyTorch raises RuntimeError) are accepted without an error",
 }
 
 

@@ -987,7 +987,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
             self.stub("native_layer_norm_out"),
             """\
 def native_layer_norm_out(input, normalized_shape, weight, bias, eps, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), native_layer_norm(input, normalized_shape, weight, bias, eps))
+    return _rt_write_out((out0, out1, out2,), native_layer_norm(input, normalized_shape, weight, bias, eps), (input, weight, bias,), "native_layer_norm")
 """,
         )
 
@@ -1005,14 +1005,14 @@ def add__Tensor(self, other, *, alpha=1):
             self.stub("max_dim_max"),
             """\
 def max_dim_max(self, dim, keepdim=False, *, max, max_values):
-    return _rt_write_out((max, max_values,), max_dim(self, dim, keepdim))
+    return _rt_write_out((max, max_values,), max_dim(self, dim, keepdim), (self,), "max_dim")
 """,
         )
         self.assertExpectedInline(
             self.stub("add_out"),
             """\
 def add_out(self, other, *, alpha=1, out):
-    return _rt_write_out((out,), add_Tensor(self, other, alpha=alpha))
+    return _rt_write_out((out,), add_Tensor(self, other, alpha=alpha), (self, other,), "add_Tensor")
 """,
         )
 
@@ -1080,7 +1080,7 @@ def kthvalue(self, k, dim=-1, keepdim=False):
             self.stub("kthvalue_values"),
             """\
 def kthvalue_values(self, k, dim=-1, keepdim=False, *, values, indices):
-    return _rt_write_out((values, indices,), kthvalue(self, k, dim, keepdim))
+    return _rt_write_out((values, indices,), kthvalue(self, k, dim, keepdim), (self,), "kthvalue")
 """,
         )
 

@@ -1,6 +1,6 @@
 """Range factories (linspace, logspace), empty_permuted, the *_copy forms of views,
 rearranging ops (rot90, block_diag, _chunk_cat, pixel/channel shuffle) and complex
-parts (complex, polar, angle, _conj_physical, frexp) against PyTorch CPU:
+parts (complex, polar, angle, _conj_physical, _conj, frexp) against PyTorch CPU:
 values bit for bit where PyTorch's rounding is reproduced, dtypes and shapes, eager
 and compiled, shape functions against meta, and CPU's errors."""
 
@@ -252,3 +252,15 @@ def test_errors_like_cpu(op, args):
     moved = [xnf.to_xla(a) if isinstance(a, torch.Tensor) else [xnf.to_xla(t) for t in a] if isinstance(a, list) and a and isinstance(a[0], torch.Tensor) else a for a in args]
     with pytest.raises(type(cpu.value)):
         op(*moved)
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_conj_and_the_ffts_that_use_it(mode):
+    # torch.fft.ifft/hfft/ihfft of real input decompose through aten._conj.
+    z, r = T(5, dtype=torch.complex64), T(8, dtype=torch.float64)
+    fns = (torch.conj, torch.fft.ifft, torch.fft.hfft, torch.fft.ihfft)
+    for fn, x in zip(fns, (z, r, r, r)):
+        run = fn if mode == "eager" else xnf.compile(fn)
+        ours, ref = xnf.to_torch(run(xnf.to_xla(x))), fn(x)
+        assert ours.dtype == ref.dtype and ours.shape == ref.shape
+        torch.testing.assert_close(ours, ref.resolve_conj())

@@ -216,6 +216,102 @@ def test_out_of_the_wrong_shape_is_resized(mode, numel):
     torch.testing.assert_close(cpu(out), ref)
 
 
+
+def _raises_like_torch(fn, cpu_args, ours_args):
+    with pytest.raises(Exception) as expected:
+        fn(*cpu_args)
+    with pytest.raises(type(expected.value)):
+        fn(*ours_args)
+
+
+def test_out_overlapping_an_input_raises_like_torch():
+    base = torch.arange(8.0)
+    idx = torch.tensor([0, 2])
+    ours = xnf.to_xla(base)
+    # partial overlap: rejected by every op
+    _raises_like_torch(lambda b: torch.add(b[:4], 1, out=b[2:6]), (base.clone(),), (ours,))
+    # the input itself as out=: fine for elementwise ops (that is the in-place form) ...
+    for t in (base.clone(), ours):
+        torch.mul(t[:4], 2, out=t[:4])
+    torch.testing.assert_close(cpu(ours), torch.cat([torch.arange(4.0) * 2, torch.arange(4.0, 8.0)]))
+    # ... but not for gather/index_select/take/cat/masked_select
+    x = xnf.to_xla(torch.arange(6.0))
+    _raises_like_torch(lambda t, i: torch.index_select(t, 0, i, out=t[:2]), (torch.arange(6.0), idx), (x, xnf.to_xla(idx)))
+    _raises_like_torch(lambda t: torch.cat([t[:3], t[3:]], out=t[:6]), (torch.arange(6.0),), (x,))
+    # an expanded out= has elements sharing memory
+    _raises_like_torch(
+        lambda o, t, i: torch.gather(t, 0, i, out=o),
+        (torch.zeros(1).expand(2), torch.arange(6.0), idx),
+        (xnf.to_xla(torch.zeros(1)).expand(2), x, xnf.to_xla(idx)),
+    )
+
+
+def test_out_dtype_rules_match_torch():
+    src, idx = torch.randn(4), torch.tensor([1, 3])
+    # gather wants out in its own dtype; add accepts any dtype it can cast to
+    _raises_like_torch(
+        lambda t, i, o: torch.gather(t, 0, i, out=o), (src, idx, torch.empty(2, dtype=torch.float64)),
+        (xnf.to_xla(src), xnf.to_xla(idx), xnf.to_xla(torch.empty(2, dtype=torch.float64))),
+    )
+    out = xnf.to_xla(torch.empty(4, dtype=torch.float64))
+    torch.add(xnf.to_xla(src), 1, out=out)
+    torch.testing.assert_close(cpu(out), (src + 1).double())
+    # factories compute in the out tensor's dtype
+    for make in (lambda o: torch.arange(0.0, 5.0, out=o), lambda o: torch.full((3,), 2.7, out=o), lambda o: torch.linspace(0, 7, 4, out=o)):
+        ref, ours = make(torch.empty(0, dtype=torch.int64)), make(xnf.to_xla(torch.empty(0, dtype=torch.int64)))
+        assert ours.dtype == torch.int64
+        torch.testing.assert_close(cpu(ours), ref)
+
+
+def test_multinomial_rejects_invalid_probabilities_in_eager_mode():
+    for probs in ([0.2, -0.1, 0.9], [0.5, float("nan")], [0.0, 0.0], [1.0, float("inf")]):
+        p = torch.tensor(probs)
+        _raises_like_torch(lambda t: torch.multinomial(t, 1), (p,), (xnf.to_xla(p),))
+
+
+
+_X = torch.randn(3, 4)
+INDEX_ERRORS = {
+    "gather": lambda x, d: torch.gather(x, 1, torch.tensor([[0, 5]], device=d)),
+    "gather_negative": lambda x, d: torch.gather(x, 1, torch.tensor([[-1]], device=d)),
+    "scatter_": lambda x, d: x.clone().scatter_(1, torch.tensor([[4]], device=d), 1.0),
+    "scatter_add": lambda x, d: torch.scatter_add(x, 0, torch.tensor([[3]], device=d), x[:1]),
+    "index_select": lambda x, d: torch.index_select(x, 1, torch.tensor([4], device=d)),
+    "index_add": lambda x, d: torch.index_add(x, 1, torch.tensor([-1], device=d), x[:, :1]),
+    "index_copy_": lambda x, d: x.clone().index_copy_(1, torch.tensor([4], device=d), x[:, :1]),
+    "index_fill": lambda x, d: torch.index_fill(x, 1, torch.tensor([-5], device=d), 1.0),
+    "take": lambda x, d: torch.take(x, torch.tensor([-13], device=d)),
+    "embedding": lambda x, d: torch.nn.functional.embedding(torch.tensor([3], device=d), x),
+    "embedding_bag": lambda x, d: torch.nn.functional.embedding_bag(torch.tensor([5], device=d), x, torch.tensor([0], device=d)),
+    "nll_loss": lambda x, d: torch.nn.functional.nll_loss(x, torch.tensor([0, 1, 4], device=d)),
+    "cross_entropy": lambda x, d: torch.nn.functional.cross_entropy(x, torch.tensor([0, -2, 1], device=d)),
+}
+
+
+@pytest.mark.parametrize("name", INDEX_ERRORS)
+def test_out_of_range_index_values_raise_like_torch_in_eager_mode(name):
+    fn = INDEX_ERRORS[name]
+    with pytest.raises(Exception) as expected:
+        fn(_X, "cpu")
+    with pytest.raises(type(expected.value)):
+        fn(xnf.to_xla(_X), DEVICE)
+
+
+def test_in_range_index_values_pass_the_checks():
+    # negative indices where PyTorch wraps them, and nll_loss's ignore_index
+    x = xnf.to_xla(_X)
+    torch.testing.assert_close(cpu(torch.take(x, xnf.to_xla(torch.tensor([-12, 11])))), torch.take(_X, torch.tensor([-12, 11])))
+    torch.testing.assert_close(cpu(torch.index_fill(x, 1, xnf.to_xla(torch.tensor([-1])), 2.0)), torch.index_fill(_X, 1, torch.tensor([-1]), 2.0))
+    target = torch.tensor([0, -100, 3])
+    torch.testing.assert_close(cpu(torch.nn.functional.nll_loss(x, xnf.to_xla(target))), torch.nn.functional.nll_loss(_X, target))
+
+
+def test_index_value_checks_can_be_turned_off(monkeypatch):
+    monkeypatch.setattr(xnf.config, "check_index_values", False)
+    # the gather reads a fill value for the bad index instead of raising
+    assert torch.gather(xnf.to_xla(_X), 1, xnf.to_xla(torch.tensor([[0, 5]]))).shape == (1, 2)
+
+
 def test_view_errors_match_torch():
     x = xnf.to_xla(torch.zeros(3, 4))
     with pytest.raises(RuntimeError, match="view size is not compatible"):

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import torch
 
 from ...shape_fns.common import TensorMeta, to_numpy_dtype
-from ..dispatch import X64, run_node
+from .. import state
+from ..dispatch import X64, run_node, value
 from ..ir import ATTR, TENSOR, Node
 from ..tensor import from_array
 
@@ -369,6 +370,25 @@ def impl_randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=
     return _sample("permutation", (n,), dtype or torch.int64, (int(n),))
 
 
+@jax.jit
+def _probability_errors(p):
+    p = p.astype(jnp.float64) if p.dtype != jnp.float64 else p
+    bad_entry = jnp.any(~jnp.isfinite(p) | (p < 0))
+    bad_sum = jnp.any(jnp.sum(p, axis=-1) <= 0)
+    return bad_entry, bad_sum
+
+
+def _check_probabilities(p) -> None:
+    """PyTorch CPU's value checks; eager only (a compiled program cannot raise), at the
+    cost of one read back to the host."""
+    with X64:
+        bad_entry, bad_sum = (bool(b) for b in _probability_errors(p))
+    if bad_entry:
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    if bad_sum:
+        raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+
+
 def impl_multinomial(self, num_samples, replacement=False, *, generator=None):
     if self.dim() not in (1, 2):
         raise RuntimeError(f"prob_dist must be 1 or 2 dim")
@@ -379,6 +399,10 @@ def impl_multinomial(self, num_samples, replacement=False, *, generator=None):
     n = self.shape[-1]
     if not replacement and num_samples > n:
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    if n > 2**24:
+        raise RuntimeError("number of categories cannot exceed 2^24")
+    if not state.tracing:
+        _check_probabilities(value(self))
     return run_node(Multinomial, (_key(generator), self, int(num_samples), bool(replacement)))
 
 

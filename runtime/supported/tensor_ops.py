@@ -146,6 +146,13 @@ def impl_lift_fresh(self):
     return self
 
 
+def impl__conj(self):
+    # PyTorch returns a view with the conjugate bit set, resolved lazily. The runtime has
+    # no conjugated views: the conjugate is materialised, so a write into it does not
+    # reach `self` (documented in docs/coverage.md).
+    return torch.ops.aten._conj_physical.default(self)
+
+
 def impl_polygamma_(self, n):
     # The in-place form puts `self` first, so torchgen does not group it with the
     # functional polygamma(n, self) and nothing derives it.
