@@ -86,7 +86,11 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
             )
             continue
         functional = next((r for r in groups[rec.group] if r.kind == "functional"), None)
-        if rec.kind != "functional" and functional is not None and "core" not in rec.tags:
+        # A functional form that PyTorch decomposes (conj_physical) or that torchgen only
+        # autogenerates (resize_as, rrelu_with_noise_functional) has no kernel of its own
+        # to derive from: the in-place / mutable form is listed as it is.
+        derivable = functional is not None and not functional.composite_implicit and "generated" not in functional.tags
+        if rec.kind != "functional" and derivable and "core" not in rec.tags:
             errors.append(
                 f"{entry.where(manifest.path)}: '{entry.op}' is the {rec.kind} form of '{functional.name}'; "
                 f"list '{functional.name}' instead (its in-place and out= forms are derived from it)"

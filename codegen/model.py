@@ -52,7 +52,10 @@ def class_name(name: str) -> str:
     `_softmax` -> `_Softmax`, `sum_dim_IntList` -> `SumDimIntList`."""
     stripped = name.lstrip("_")
     lead = name[: len(name) - len(stripped)]
-    return lead + "".join(part[:1].upper() + part[1:] for part in stripped.split("_") if part)
+    # A trailing underscore marks an in-place op listed on its own (polygamma_ beside
+    # polygamma): keep it, or the two classes collide.
+    trail = "_" if stripped.endswith("_") else ""
+    return lead + "".join(part[:1].upper() + part[1:] for part in stripped.split("_") if part) + trail
 
 
 def python_name(name: str) -> str:

@@ -404,3 +404,54 @@ def impl_multinomial(self, num_samples, replacement=False, *, generator=None):
     if not state.tracing:
         _check_probabilities(value(self))
     return run_node(Multinomial, (_key(generator), self, int(num_samples), bool(replacement)))
+
+
+def _rrelu_with_noise(self, noise, lower, upper, training, generator):
+    """(result, new noise or None): rrelu's randomized leaky ReLU. In training every
+    element <= 0 is scaled by a slope drawn from U(lower, upper), and `noise` records the
+    slope of every element (1 where the input is positive); otherwise it is leaky_relu
+    with the mean slope and `noise` is left alone."""
+    from ..dispatch import _type_name
+
+    aten = torch.ops.aten
+    if tuple(self.shape) != tuple(noise.shape):
+        raise RuntimeError(
+            f"noise tensor shape must match self tensor shape. Got self.shape = {list(self.shape)} "
+            f"noise.shape = {list(noise.shape)}"
+        )
+    if not training:
+        # PyTorch averages the bounds in double precision.
+        return aten.leaky_relu.default(self, (float(lower) + float(upper)) / 2), None
+    if not self.dtype.is_floating_point:
+        raise NotImplementedError(f"\"rrelu_with_noise_out_cpu\" not implemented for '{_type_name(self.dtype)}'")
+    if noise.dtype != self.dtype:
+        raise RuntimeError(f"expected scalar type {_type_name(self.dtype)} but found {_type_name(noise.dtype)}")
+    if float(lower) > float(upper):
+        # PyTorch raises this only when it draws a slope (some element <= 0); the data
+        # is not read on the host here, so it is raised for every input.
+        raise RuntimeError(
+            "Expected from <= to to be true, but got false.  (Could this error message be improved?  "
+            "If so, please report an enhancement request to PyTorch.)"
+        )
+    slope = _sample("uniform", self.shape, self.dtype, (float(lower), float(upper)), generator)
+    negative = aten.le.Scalar(self, 0)
+    result = aten.where.self(negative, aten.mul.Tensor(self, slope), self)
+    return result, aten.where.self(negative, slope, aten.ones_like.default(slope))
+
+
+def impl_rrelu_with_noise(self, noise, lower=0.125, upper=0.3333333333333333, training=False, generator=None):
+    from ..dispatch import write_inplace
+
+    result, new_noise = _rrelu_with_noise(self, noise, lower, upper, training, generator)
+    if new_noise is not None:
+        write_inplace(noise, new_noise)
+    return result
+
+
+def impl_rrelu_with_noise_(self, noise, lower=0.125, upper=0.3333333333333333, training=False, generator=None):
+    from ..dispatch import write_inplace
+
+    result, new_noise = _rrelu_with_noise(self, noise, lower, upper, training, generator)
+    if new_noise is not None:
+        write_inplace(noise, new_noise)
+    return write_inplace(self, result)

@@ -42,3 +42,19 @@ def impl_resize_(self, size, *, memory_format=None):
             store = Storage(jnp.concatenate([flat, jnp.zeros(needed - capacity, flat.dtype)]))
     restride_inplace(self, XlaTensor(store, size, self.dtype, strides, offset))
     return self
+
+
+def impl_resize_as_(self, the_template, *, memory_format=None):
+    import torch
+    from torch._prims_common import suggest_memory_format
+
+    size = tuple(the_template.shape)
+    if memory_format is None:
+        # PyTorch's resize_ leaves a tensor of the same sizes alone, strides included
+        # (a strided view stays a view of the same elements).
+        if tuple(self.shape) == size:
+            return self
+        return impl_resize_(self, size)
+    if memory_format is torch.preserve_format:
+        memory_format = suggest_memory_format(the_template)
+    return impl_resize_(self, size, memory_format=memory_format)

@@ -153,3 +153,20 @@ def impl__conj(self):
     # no conjugated views: the conjugate is materialised, so a write into it does not
     # reach `self` (documented in docs/coverage.md).
     return torch.ops.aten._conj_physical.default(self)
+
+
+def impl_polygamma_(self, n):
+    # The in-place form puts `self` first, so torchgen does not group it with the
+    # functional polygamma(n, self) and nothing derives it.
+    from ..dispatch import write_inplace
+
+    return write_inplace(self, torch.ops.aten.polygamma.default(n, self))
+
+
+def impl_conj_physical_(self):
+    # A real tensor is its own conjugate: PyTorch returns it untouched.
+    if not self.is_complex():
+        return self
+    from ..dispatch import write_inplace
+
+    return write_inplace(self, torch.ops.aten._conj_physical.default(self))
