@@ -194,6 +194,16 @@ def test_resize_keeps_aliasing_with_views():
     assert torch.equal(cpu(base), torch.tensor([1.0, 1, 1, 3, 4, 5]))
 
 
+def test_resize_to_the_same_sizes_keeps_a_views_strides():
+    ref_base = torch.arange(12.0).reshape(3, 4)
+    base = xnf.to_xla(ref_base)
+    ref, ours = ref_base[:, ::2], base[:, ::2]
+    ref.resize_(ref.shape), ours.resize_(ours.shape)
+    assert ours.stride() == ref.stride()
+    ours.fill_(-1), ref.fill_(-1)
+    torch.testing.assert_close(cpu(base), ref_base)
+
+
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 @pytest.mark.parametrize("numel", [0, 5])
 def test_out_of_the_wrong_shape_is_resized(mode, numel):

@@ -23,6 +23,8 @@ def impl_resize_(self, size, *, memory_format=None):
     size = tuple(size)
     if any(s < 0 for s in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
+    if memory_format is None and tuple(self.shape) == size:
+        return self  # as PyTorch: same sizes, no format asked for, strides kept
     if memory_format is torch.channels_last and len(size) == 4:
         strides = _channels_last_strides(size)
     elif memory_format in (None, torch.contiguous_format, torch.preserve_format):
@@ -50,10 +52,6 @@ def impl_resize_as_(self, the_template, *, memory_format=None):
 
     size = tuple(the_template.shape)
     if memory_format is None:
-        # PyTorch's resize_ leaves a tensor of the same sizes alone, strides included
-        # (a strided view stays a view of the same elements).
-        if tuple(self.shape) == size:
-            return self
         return impl_resize_(self, size)
     if memory_format is torch.preserve_format:
         memory_format = suggest_memory_format(the_template)
