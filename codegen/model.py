@@ -126,6 +126,7 @@ class ArgSpec:
             OPT_TENSOR: f"_rt_value_opt({self.name})",
             TENSOR_LIST: f"_rt_values({self.name})",
             ATTR_LIST: f"_rt_attr_list({self.name})",
+            SCALAR: f"_rt_scalar({self.name})",
         }.get(self.kind, self.name)
 
 

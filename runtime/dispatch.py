@@ -4,6 +4,7 @@ op: keep it flat (shared/FACTS.md has the budget)."""
 
 from __future__ import annotations
 
+import math
 import traceback
 import warnings
 from pathlib import Path
@@ -19,7 +20,7 @@ from . import state
 from .config import config
 from .ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node, Value
 from .metrics import metrics
-from .tensor import Storage, XlaTensor
+from .tensor import Storage, XlaTensor, from_array
 from .views import is_whole, overlapping, strided_read_jit, strided_write_jit, view_meta
 
 
@@ -109,6 +110,46 @@ def attr_list(x: Any) -> Any:
     return None if x is None else tuple(x)
 
 
+_INT_OPERANDS: dict[int, Any] = {}
+_FLOAT_OPERANDS: dict[tuple[float, float], Any] = {}
+
+
+def scalar_operand(x: Any) -> Any:
+    """A Python number as the weakly typed JAX scalar that jax.jit would make of it (the
+    same abstract value, so the same trace), made once per value: jit converts a Python
+    number on every call, about 1 us, while it takes an array as it is. Every number
+    goes this way, since jit keeps separate executables for numbers and arrays."""
+    cls = x.__class__
+    if cls is int:
+        operand = _INT_OPERANDS.get(x)
+        if operand is None:
+            if not -(2**63) <= x < 2**63:
+                return x  # jit raises its overflow error
+            operand = _device_scalar(x, _INT_OPERANDS, x)
+        return operand
+    if cls is float:
+        if x != x:
+            return _device_scalar(x, None, None)
+        key = (x, math.copysign(1.0, x))  # 0.0 and -0.0 compare equal
+        operand = _FLOAT_OPERANDS.get(key)
+        if operand is None:
+            operand = _device_scalar(x, _FLOAT_OPERANDS, key)
+        return operand
+    return x
+
+
+def _device_scalar(x: Any, cache: dict | None, key: Any) -> Any:
+    with X64:
+        operand = jax.device_put(x)  # weakly typed, as jit's own conversion
+    if isinstance(operand, jax.core.Tracer):
+        return x  # inside a JAX transformation (a torch.compile graph): nothing to keep
+    if cache is not None:
+        if len(cache) >= 4096:
+            cache.clear()
+        cache[key] = operand
+    return operand
+
+
 def foreign_value(x: Any) -> Any:
     """A non-XlaTensor argument: a Python number stays a number (a weakly typed JAX
     scalar once traced); a CPU tensor is accepted where PyTorch accepts one, zero-dim."""
@@ -119,7 +160,7 @@ def foreign_value(x: Any) -> Any:
             f"Expected all tensors to be on the same device, but found at least two devices, jax:0 and {x.device}! "
             "Move the tensor with xla_native_functions.to_xla(t) first."
         )
-    return x
+    return scalar_operand(x)
 
 
 def read_view(t: XlaTensor) -> Any:
@@ -174,8 +215,8 @@ def jax_to_cpu(a: jax.Array) -> torch.Tensor:
 
 def wrap(out: Any) -> Any:
     if isinstance(out, (tuple, list)):  # including named tuples (jnp.linalg.qr's)
-        return tuple(None if o is None else XlaTensor(Storage(o), o.shape, NUMPY_TO_TORCH[o.dtype]) for o in out)
-    return XlaTensor(Storage(out), out.shape, NUMPY_TO_TORCH[out.dtype])
+        return tuple(None if o is None else from_array(o) for o in out)
+    return from_array(out)
 
 
 def eager_executable(cls: type[Node]):
@@ -471,7 +512,6 @@ def fallback(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def _from_cpu_result(out: Any) -> Any:
     if isinstance(out, torch.Tensor):
-        from .tensor import from_array
 
         return from_array(cpu_to_jax(out))
     if isinstance(out, (list, tuple)):
@@ -561,7 +601,6 @@ def _defer_backward_error(func: Any, args: tuple[Any, ...], kwargs: dict[str, An
         _backward_errors.append(error)
     if func._schema.is_mutable:
         return next(a for a in args if isinstance(a, torch.Tensor))
-    from .tensor import from_array
 
     def to_meta(x: Any) -> Any:
         if isinstance(x, torch.Tensor):

@@ -121,7 +121,15 @@ class XlaTensor(torch.Tensor):
         return to_torch(self.detach()).__reduce_ex__(protocol)
 
 
+_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+
+
 def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
-    """A new tensor owning a new storage holding `array`."""
-    return XlaTensor(Storage(array), array.shape, NUMPY_TO_TORCH[array.dtype], requires_grad=requires_grad)
+    """A new tensor owning a new storage holding `array`. (XlaTensor.__new__ without its
+    Python call overhead: every eager op result is made here.)"""
+    r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=DEVICE, requires_grad=requires_grad)
+    r._whole = True
+    r._store = Storage(array)
+    r._cache = None
+    return r
 

@@ -904,7 +904,7 @@ def add_Tensor(self, other, *, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.AddTensor, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_add_Tensor(_rt_value(self), _rt_value(other), alpha))
+        return _rt_wrap(_eager_add_Tensor(_rt_value(self), _rt_value(other), _rt_scalar(alpha)))
 """,
         )
 

@@ -19,6 +19,7 @@ from .runtime.dispatch import (
     fallback as _rt_fallback,
     make_view as _rt_make_view,
     restride_inplace as _rt_restride_inplace,
+    scalar_operand as _rt_scalar,
     trace as _rt_trace,
     value as _rt_value,
     value_opt as _rt_value_opt,
@@ -527,7 +528,7 @@ def _segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offset
     if _rt_state.tracing:
         return _rt_trace(ir._SegmentReduceBackward, (grad, output, data, reduce, lengths, offsets, axis, initial,))
     with _rt_x64:
-        return _rt_wrap(_eager__segment_reduce_backward(_rt_value(grad), _rt_value(output), _rt_value(data), reduce, _rt_value_opt(lengths), _rt_value_opt(offsets), axis, initial))
+        return _rt_wrap(_eager__segment_reduce_backward(_rt_value(grad), _rt_value(output), _rt_value(data), reduce, _rt_value_opt(lengths), _rt_value_opt(offsets), axis, _rt_scalar(initial)))
 
 
 def _segment_reduce_backward_out(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None, out):
@@ -599,7 +600,7 @@ def _unsafe_masked_index(self, mask, indices, fill):
     if _rt_state.tracing:
         return _rt_trace(ir._UnsafeMaskedIndex, (self, mask, indices, fill,))
     with _rt_x64:
-        return _rt_wrap(_eager__unsafe_masked_index(_rt_value(self), _rt_value(mask), _rt_values(indices), fill))
+        return _rt_wrap(_eager__unsafe_masked_index(_rt_value(self), _rt_value(mask), _rt_values(indices), _rt_scalar(fill)))
 
 
 _eager__unsafe_masked_index_put_accumulate = _rt_eager_executable(ir._UnsafeMaskedIndexPutAccumulate)
@@ -883,7 +884,7 @@ def add_Scalar(self, other, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.AddScalar, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_add_Scalar(_rt_value(self), other, alpha))
+        return _rt_wrap(_eager_add_Scalar(_rt_value(self), _rt_scalar(other), _rt_scalar(alpha)))
 
 
 def add_Scalar_out(self, other, alpha=1, *, out):
@@ -897,7 +898,7 @@ def add_Tensor(self, other, *, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.AddTensor, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_add_Tensor(_rt_value(self), _rt_value(other), alpha))
+        return _rt_wrap(_eager_add_Tensor(_rt_value(self), _rt_value(other), _rt_scalar(alpha)))
 
 
 def add_out(self, other, *, alpha=1, out):
@@ -919,7 +920,7 @@ def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addbmm, (self, batch1, batch2, beta, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_addbmm(_rt_value(self), _rt_value(batch1), _rt_value(batch2), beta, alpha))
+        return _rt_wrap(_eager_addbmm(_rt_value(self), _rt_value(batch1), _rt_value(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
 
 
 def addbmm_out(self, batch1, batch2, *, beta=1, alpha=1, out):
@@ -937,7 +938,7 @@ def addcdiv(self, tensor1, tensor2, *, value=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addcdiv, (self, tensor1, tensor2, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_addcdiv(_rt_value(self), _rt_value(tensor1), _rt_value(tensor2), value))
+        return _rt_wrap(_eager_addcdiv(_rt_value(self), _rt_value(tensor1), _rt_value(tensor2), _rt_scalar(value)))
 
 
 def addcdiv_out(self, tensor1, tensor2, *, value=1, out):
@@ -955,7 +956,7 @@ def addcmul(self, tensor1, tensor2, *, value=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addcmul, (self, tensor1, tensor2, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_addcmul(_rt_value(self), _rt_value(tensor1), _rt_value(tensor2), value))
+        return _rt_wrap(_eager_addcmul(_rt_value(self), _rt_value(tensor1), _rt_value(tensor2), _rt_scalar(value)))
 
 
 def addcmul_out(self, tensor1, tensor2, *, value=1, out):
@@ -973,7 +974,7 @@ def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addmm, (self, mat1, mat2, beta, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_addmm(_rt_value(self), _rt_value(mat1), _rt_value(mat2), beta, alpha))
+        return _rt_wrap(_eager_addmm(_rt_value(self), _rt_value(mat1), _rt_value(mat2), _rt_scalar(beta), _rt_scalar(alpha)))
 
 
 def addmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
@@ -991,7 +992,7 @@ def addmv(self, mat, vec, *, beta=1, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addmv, (self, mat, vec, beta, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_addmv(_rt_value(self), _rt_value(mat), _rt_value(vec), beta, alpha))
+        return _rt_wrap(_eager_addmv(_rt_value(self), _rt_value(mat), _rt_value(vec), _rt_scalar(beta), _rt_scalar(alpha)))
 
 
 def addmv_out(self, mat, vec, *, beta=1, alpha=1, out):
@@ -1009,7 +1010,7 @@ def addr(self, vec1, vec2, *, beta=1, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addr, (self, vec1, vec2, beta, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_addr(_rt_value(self), _rt_value(vec1), _rt_value(vec2), beta, alpha))
+        return _rt_wrap(_eager_addr(_rt_value(self), _rt_value(vec1), _rt_value(vec2), _rt_scalar(beta), _rt_scalar(alpha)))
 
 
 def addr_out(self, vec1, vec2, *, beta=1, alpha=1, out):
@@ -1419,7 +1420,7 @@ def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Baddbmm, (self, batch1, batch2, beta, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_baddbmm(_rt_value(self), _rt_value(batch1), _rt_value(batch2), beta, alpha))
+        return _rt_wrap(_eager_baddbmm(_rt_value(self), _rt_value(batch1), _rt_value(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
 
 
 def baddbmm_out(self, batch1, batch2, *, beta=1, alpha=1, out):
@@ -1519,7 +1520,7 @@ def bitwise_and_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseAndScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_and_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_bitwise_and_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def bitwise_and_Scalar_out(self, other, *, out):
@@ -1555,7 +1556,7 @@ def bitwise_left_shift_Scalar_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseLeftShiftScalarTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_left_shift_Scalar_Tensor(self, _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_left_shift_Scalar_Tensor(_rt_scalar(self), _rt_value(other)))
 
 
 def bitwise_left_shift_Scalar_Tensor_out(self, other, *, out):
@@ -1579,7 +1580,7 @@ def bitwise_left_shift_Tensor_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseLeftShiftTensorScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_left_shift_Tensor_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_bitwise_left_shift_Tensor_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def bitwise_left_shift_Tensor_Scalar_out(self, other, *, out):
@@ -1623,7 +1624,7 @@ def bitwise_or_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseOrScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_or_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_bitwise_or_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def bitwise_or_Scalar_out(self, other, *, out):
@@ -1659,7 +1660,7 @@ def bitwise_right_shift_Scalar_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseRightShiftScalarTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_right_shift_Scalar_Tensor(self, _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_right_shift_Scalar_Tensor(_rt_scalar(self), _rt_value(other)))
 
 
 def bitwise_right_shift_Scalar_Tensor_out(self, other, *, out):
@@ -1683,7 +1684,7 @@ def bitwise_right_shift_Tensor_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseRightShiftTensorScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_right_shift_Tensor_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_bitwise_right_shift_Tensor_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def bitwise_right_shift_Tensor_Scalar_out(self, other, *, out):
@@ -1709,7 +1710,7 @@ def bitwise_xor_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseXorScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_xor_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_bitwise_xor_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def bitwise_xor_Scalar_out(self, other, *, out):
@@ -1831,7 +1832,7 @@ def celu(self, alpha=1.0):
     if _rt_state.tracing:
         return _rt_trace(ir.Celu, (self, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_celu(_rt_value(self), alpha))
+        return _rt_wrap(_eager_celu(_rt_value(self), _rt_scalar(alpha)))
 
 
 def celu_out(self, alpha=1.0, *, out):
@@ -1899,7 +1900,7 @@ def clamp(self, min=None, max=None):
     if _rt_state.tracing:
         return _rt_trace(ir.Clamp, (self, min, max,))
     with _rt_x64:
-        return _rt_wrap(_eager_clamp(_rt_value(self), min, max))
+        return _rt_wrap(_eager_clamp(_rt_value(self), _rt_scalar(min), _rt_scalar(max)))
 
 
 _eager_clamp_Tensor = _rt_eager_executable(ir.ClampTensor)
@@ -1935,7 +1936,7 @@ def clamp_max(self, max):
     if _rt_state.tracing:
         return _rt_trace(ir.ClampMax, (self, max,))
     with _rt_x64:
-        return _rt_wrap(_eager_clamp_max(_rt_value(self), max))
+        return _rt_wrap(_eager_clamp_max(_rt_value(self), _rt_scalar(max)))
 
 
 _eager_clamp_max_Tensor = _rt_eager_executable(ir.ClampMaxTensor)
@@ -1971,7 +1972,7 @@ def clamp_min(self, min):
     if _rt_state.tracing:
         return _rt_trace(ir.ClampMin, (self, min,))
     with _rt_x64:
-        return _rt_wrap(_eager_clamp_min(_rt_value(self), min))
+        return _rt_wrap(_eager_clamp_min(_rt_value(self), _rt_scalar(min)))
 
 
 _eager_clamp_min_Tensor = _rt_eager_executable(ir.ClampMinTensor)
@@ -2053,7 +2054,7 @@ def constant_pad_nd(self, pad, value=0):
     if _rt_state.tracing:
         return _rt_trace(ir.ConstantPadNd, (self, pad, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_constant_pad_nd(_rt_value(self), _rt_attr_list(pad), value))
+        return _rt_wrap(_eager_constant_pad_nd(_rt_value(self), _rt_attr_list(pad), _rt_scalar(value)))
 
 
 def constant_pad_nd_out(self, pad, value=0, *, out):
@@ -2107,7 +2108,7 @@ def copysign_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.CopysignScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_copysign_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_copysign_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def copysign_Scalar_out(self, other, *, out):
@@ -2375,7 +2376,7 @@ def dist(self, other, p=2):
     if _rt_state.tracing:
         return _rt_trace(ir.Dist, (self, other, p,))
     with _rt_x64:
-        return _rt_wrap(_eager_dist(_rt_value(self), _rt_value(other), p))
+        return _rt_wrap(_eager_dist(_rt_value(self), _rt_value(other), _rt_scalar(p)))
 
 
 def dist_out(self, other, p=2, *, out):
@@ -2389,7 +2390,7 @@ def div_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.DivScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_div_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_div_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 _eager_div_Scalar_mode = _rt_eager_executable(ir.DivScalarMode)
@@ -2399,7 +2400,7 @@ def div_Scalar_mode(self, other, *, rounding_mode):
     if _rt_state.tracing:
         return _rt_trace(ir.DivScalarMode, (self, other, rounding_mode,))
     with _rt_x64:
-        return _rt_wrap(_eager_div_Scalar_mode(_rt_value(self), other, rounding_mode))
+        return _rt_wrap(_eager_div_Scalar_mode(_rt_value(self), _rt_scalar(other), rounding_mode))
 
 
 def div_Scalar_mode_out(self, other, *, rounding_mode, out):
@@ -2475,7 +2476,7 @@ def elu(self, alpha=1, scale=1, input_scale=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Elu, (self, alpha, scale, input_scale,))
     with _rt_x64:
-        return _rt_wrap(_eager_elu(_rt_value(self), alpha, scale, input_scale))
+        return _rt_wrap(_eager_elu(_rt_value(self), _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale)))
 
 
 def elu_out(self, alpha=1, scale=1, input_scale=1, *, out):
@@ -2493,7 +2494,7 @@ def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_resu
     if _rt_state.tracing:
         return _rt_trace(ir.EluBackward, (grad_output, alpha, scale, input_scale, is_result, self_or_result,))
     with _rt_x64:
-        return _rt_wrap(_eager_elu_backward(_rt_value(grad_output), alpha, scale, input_scale, is_result, _rt_value(self_or_result)))
+        return _rt_wrap(_eager_elu_backward(_rt_value(grad_output), _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale), is_result, _rt_value(self_or_result)))
 
 
 def elu_backward_grad_input(grad_output, alpha, scale, input_scale, is_result, self_or_result, *, grad_input):
@@ -2597,7 +2598,7 @@ def eq_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.EqScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_eq_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_eq_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def eq_Scalar_out(self, other, *, out):
@@ -2803,7 +2804,7 @@ def fill_Scalar(self, value):
     if _rt_state.tracing:
         return _rt_trace(ir.FillScalar, (self, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_fill_Scalar(_rt_value(self), value))
+        return _rt_wrap(_eager_fill_Scalar(_rt_value(self), _rt_scalar(value)))
 
 
 def fill_Scalar_out(self, value, *, out):
@@ -2863,7 +2864,7 @@ def floor_divide_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.FloorDivideScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_floor_divide_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_floor_divide_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def floor_divide_Scalar_out(self, other, *, out):
@@ -2917,7 +2918,7 @@ def fmod_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.FmodScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_fmod_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_fmod_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def fmod_Scalar_out(self, other, *, out):
@@ -2985,7 +2986,7 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
     if _rt_state.tracing:
         return _rt_trace(ir.Full, (size, fill_value, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_full(_rt_attr_list(size), fill_value, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_full(_rt_attr_list(size), _rt_scalar(fill_value), dtype, layout, device, pin_memory))
 
 
 def full_out(size, fill_value, *, out):
@@ -2999,7 +3000,7 @@ def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_mem
     if _rt_state.tracing:
         return _rt_trace(ir.FullLike, (self, fill_value, dtype, layout, device, pin_memory, memory_format,))
     with _rt_x64:
-        return _rt_wrap(_eager_full_like(_rt_value(self), fill_value, dtype, layout, device, pin_memory, memory_format))
+        return _rt_wrap(_eager_full_like(_rt_value(self), _rt_scalar(fill_value), dtype, layout, device, pin_memory, memory_format))
 
 
 def full_like_out(self, fill_value, *, memory_format=None, out):
@@ -3045,7 +3046,7 @@ def ge_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.GeScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_ge_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_ge_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def ge_Scalar_out(self, other, *, out):
@@ -3223,7 +3224,7 @@ def gt_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.GtScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_gt_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_gt_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def gt_Scalar_out(self, other, *, out):
@@ -3259,7 +3260,7 @@ def hardshrink(self, lambd=0.5):
     if _rt_state.tracing:
         return _rt_trace(ir.Hardshrink, (self, lambd,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardshrink(_rt_value(self), lambd))
+        return _rt_wrap(_eager_hardshrink(_rt_value(self), _rt_scalar(lambd)))
 
 
 def hardshrink_out(self, lambd=0.5, *, out):
@@ -3273,7 +3274,7 @@ def hardshrink_backward(grad_out, self, lambd):
     if _rt_state.tracing:
         return _rt_trace(ir.HardshrinkBackward, (grad_out, self, lambd,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardshrink_backward(_rt_value(grad_out), _rt_value(self), lambd))
+        return _rt_wrap(_eager_hardshrink_backward(_rt_value(grad_out), _rt_value(self), _rt_scalar(lambd)))
 
 
 def hardshrink_backward_grad_input(grad_out, self, lambd, *, grad_input):
@@ -3351,7 +3352,7 @@ def hardtanh(self, min_val=-1, max_val=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Hardtanh, (self, min_val, max_val,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardtanh(_rt_value(self), min_val, max_val))
+        return _rt_wrap(_eager_hardtanh(_rt_value(self), _rt_scalar(min_val), _rt_scalar(max_val)))
 
 
 def hardtanh_out(self, min_val=-1, max_val=1, *, out):
@@ -3369,7 +3370,7 @@ def hardtanh_backward(grad_output, self, min_val, max_val):
     if _rt_state.tracing:
         return _rt_trace(ir.HardtanhBackward, (grad_output, self, min_val, max_val,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardtanh_backward(_rt_value(grad_output), _rt_value(self), min_val, max_val))
+        return _rt_wrap(_eager_hardtanh_backward(_rt_value(grad_output), _rt_value(self), _rt_scalar(min_val), _rt_scalar(max_val)))
 
 
 def hardtanh_backward_grad_input(grad_output, self, min_val, max_val, *, grad_input):
@@ -3415,7 +3416,7 @@ def histc(self, bins=100, min=0, max=0):
     if _rt_state.tracing:
         return _rt_trace(ir.Histc, (self, bins, min, max,))
     with _rt_x64:
-        return _rt_wrap(_eager_histc(_rt_value(self), bins, min, max))
+        return _rt_wrap(_eager_histc(_rt_value(self), bins, _rt_scalar(min), _rt_scalar(max)))
 
 
 def histc_out(self, bins=100, min=0, max=0, *, out):
@@ -3579,7 +3580,7 @@ def index_add(self, dim, index, source, *, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.IndexAdd, (self, dim, index, source, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_index_add(_rt_value(self), dim, _rt_value(index), _rt_value(source), alpha))
+        return _rt_wrap(_eager_index_add(_rt_value(self), dim, _rt_value(index), _rt_value(source), _rt_scalar(alpha)))
 
 
 def index_add_out(self, dim, index, source, *, alpha=1, out):
@@ -3615,7 +3616,7 @@ def index_fill_int_Scalar(self, dim, index, value):
     if _rt_state.tracing:
         return _rt_trace(ir.IndexFillIntScalar, (self, dim, index, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_index_fill_int_Scalar(_rt_value(self), dim, _rt_value(index), value))
+        return _rt_wrap(_eager_index_fill_int_Scalar(_rt_value(self), dim, _rt_value(index), _rt_scalar(value)))
 
 
 def index_fill_int_Scalar_out(self, dim, index, value, *, out):
@@ -3815,7 +3816,7 @@ def le_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.LeScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_le_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_le_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def le_Scalar_out(self, other, *, out):
@@ -3851,7 +3852,7 @@ def leaky_relu(self, negative_slope=0.01):
     if _rt_state.tracing:
         return _rt_trace(ir.LeakyRelu, (self, negative_slope,))
     with _rt_x64:
-        return _rt_wrap(_eager_leaky_relu(_rt_value(self), negative_slope))
+        return _rt_wrap(_eager_leaky_relu(_rt_value(self), _rt_scalar(negative_slope)))
 
 
 def leaky_relu_out(self, negative_slope=0.01, *, out):
@@ -3869,7 +3870,7 @@ def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
     if _rt_state.tracing:
         return _rt_trace(ir.LeakyReluBackward, (grad_output, self, negative_slope, self_is_result,))
     with _rt_x64:
-        return _rt_wrap(_eager_leaky_relu_backward(_rt_value(grad_output), _rt_value(self), negative_slope, self_is_result))
+        return _rt_wrap(_eager_leaky_relu_backward(_rt_value(grad_output), _rt_value(self), _rt_scalar(negative_slope), self_is_result))
 
 
 def leaky_relu_backward_grad_input(grad_output, self, negative_slope, self_is_result, *, grad_input):
@@ -3883,7 +3884,7 @@ def lerp_Scalar(self, end, weight):
     if _rt_state.tracing:
         return _rt_trace(ir.LerpScalar, (self, end, weight,))
     with _rt_x64:
-        return _rt_wrap(_eager_lerp_Scalar(_rt_value(self), _rt_value(end), weight))
+        return _rt_wrap(_eager_lerp_Scalar(_rt_value(self), _rt_value(end), _rt_scalar(weight)))
 
 
 def lerp_Scalar_out(self, end, weight, *, out):
@@ -4145,7 +4146,7 @@ def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgVectorNorm, (self, ord, dim, keepdim, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_vector_norm(_rt_value(self), ord, _rt_attr_list(dim), keepdim, dtype))
+        return _rt_wrap(_eager_linalg_vector_norm(_rt_value(self), _rt_scalar(ord), _rt_attr_list(dim), keepdim, dtype))
 
 
 def linalg_vector_norm_out(self, ord=2, dim=None, keepdim=False, *, dtype=None, out):
@@ -4159,7 +4160,7 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
     if _rt_state.tracing:
         return _rt_trace(ir.Linspace, (start, end, steps, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_linspace(start, end, steps, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_linspace(_rt_scalar(start), _rt_scalar(end), steps, dtype, layout, device, pin_memory))
 
 
 _eager_linspace_Scalar_Tensor = _rt_eager_executable(ir.LinspaceScalarTensor)
@@ -4169,7 +4170,7 @@ def linspace_Scalar_Tensor(start, end, steps, *, dtype=None, layout=None, device
     if _rt_state.tracing:
         return _rt_trace(ir.LinspaceScalarTensor, (start, end, steps, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_linspace_Scalar_Tensor(start, _rt_value(end), steps, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_linspace_Scalar_Tensor(_rt_scalar(start), _rt_value(end), steps, dtype, layout, device, pin_memory))
 
 
 def linspace_Scalar_Tensor_out(start, end, steps, *, out):
@@ -4183,7 +4184,7 @@ def linspace_Tensor_Scalar(start, end, steps, *, dtype=None, layout=None, device
     if _rt_state.tracing:
         return _rt_trace(ir.LinspaceTensorScalar, (start, end, steps, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_linspace_Tensor_Scalar(_rt_value(start), end, steps, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_linspace_Tensor_Scalar(_rt_value(start), _rt_scalar(end), steps, dtype, layout, device, pin_memory))
 
 
 def linspace_Tensor_Scalar_out(start, end, steps, *, out):
@@ -4473,7 +4474,7 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=No
     if _rt_state.tracing:
         return _rt_trace(ir.Logspace, (start, end, steps, base, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_logspace(start, end, steps, base, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_logspace(_rt_scalar(start), _rt_scalar(end), steps, base, dtype, layout, device, pin_memory))
 
 
 _eager_logspace_Scalar_Tensor = _rt_eager_executable(ir.LogspaceScalarTensor)
@@ -4483,7 +4484,7 @@ def logspace_Scalar_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=N
     if _rt_state.tracing:
         return _rt_trace(ir.LogspaceScalarTensor, (start, end, steps, base, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_logspace_Scalar_Tensor(start, _rt_value(end), steps, base, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_logspace_Scalar_Tensor(_rt_scalar(start), _rt_value(end), steps, base, dtype, layout, device, pin_memory))
 
 
 def logspace_Scalar_Tensor_out(start, end, steps, base=10.0, *, out):
@@ -4497,7 +4498,7 @@ def logspace_Tensor_Scalar(start, end, steps, base=10.0, *, dtype=None, layout=N
     if _rt_state.tracing:
         return _rt_trace(ir.LogspaceTensorScalar, (start, end, steps, base, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_logspace_Tensor_Scalar(_rt_value(start), end, steps, base, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_logspace_Tensor_Scalar(_rt_value(start), _rt_scalar(end), steps, base, dtype, layout, device, pin_memory))
 
 
 def logspace_Tensor_Scalar_out(start, end, steps, base=10.0, *, out):
@@ -4543,7 +4544,7 @@ def lt_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.LtScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_lt_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_lt_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def lt_Scalar_out(self, other, *, out):
@@ -4593,7 +4594,7 @@ def masked_fill_Scalar(self, mask, value):
     if _rt_state.tracing:
         return _rt_trace(ir.MaskedFillScalar, (self, mask, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_masked_fill_Scalar(_rt_value(self), _rt_value(mask), value))
+        return _rt_wrap(_eager_masked_fill_Scalar(_rt_value(self), _rt_value(mask), _rt_scalar(value)))
 
 
 def masked_fill_Scalar_out(self, mask, value, *, out):
@@ -4953,7 +4954,7 @@ def mul_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.MulScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_mul_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_mul_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def mul_Scalar_out(self, other, *, out):
@@ -4989,7 +4990,7 @@ def multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1):
     if _rt_state.tracing:
         return _rt_trace(ir.MultiMarginLoss, (self, target, p, margin, weight, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_multi_margin_loss(_rt_value(self), _rt_value(target), p, margin, _rt_value_opt(weight), reduction))
+        return _rt_wrap(_eager_multi_margin_loss(_rt_value(self), _rt_value(target), _rt_scalar(p), _rt_scalar(margin), _rt_value_opt(weight), reduction))
 
 
 def multi_margin_loss_out(self, target, p=1, margin=1, weight=None, reduction=1, *, out):
@@ -5003,7 +5004,7 @@ def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None
     if _rt_state.tracing:
         return _rt_trace(ir.MultiMarginLossBackward, (grad_output, self, target, p, margin, weight, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_multi_margin_loss_backward(_rt_value(grad_output), _rt_value(self), _rt_value(target), p, margin, _rt_value_opt(weight), reduction))
+        return _rt_wrap(_eager_multi_margin_loss_backward(_rt_value(grad_output), _rt_value(self), _rt_value(target), _rt_scalar(p), _rt_scalar(margin), _rt_value_opt(weight), reduction))
 
 
 def multi_margin_loss_backward_grad_input(grad_output, self, target, p, margin, weight=None, reduction=1, *, grad_input):
@@ -5259,7 +5260,7 @@ def ne_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.NeScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_ne_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_ne_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def ne_Scalar_out(self, other, *, out):
@@ -5341,7 +5342,7 @@ def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pi
     if _rt_state.tracing:
         return _rt_trace(ir.NewFull, (self, size, fill_value, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_new_full(_rt_value(self), _rt_attr_list(size), fill_value, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_new_full(_rt_value(self), _rt_attr_list(size), _rt_scalar(fill_value), dtype, layout, device, pin_memory))
 
 
 def new_full_out(self, size, fill_value, *, out):
@@ -5479,7 +5480,7 @@ def norm_ScalarOpt_dim(self, p, dim, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.NormScalarOptDim, (self, p, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_norm_ScalarOpt_dim(_rt_value(self), p, _rt_attr_list(dim), keepdim))
+        return _rt_wrap(_eager_norm_ScalarOpt_dim(_rt_value(self), _rt_scalar(p), _rt_attr_list(dim), keepdim))
 
 
 def norm_out(self, p, dim, keepdim=False, *, out):
@@ -5657,7 +5658,7 @@ def pow_Scalar(self, exponent):
     if _rt_state.tracing:
         return _rt_trace(ir.PowScalar, (self, exponent,))
     with _rt_x64:
-        return _rt_wrap(_eager_pow_Scalar(self, _rt_value(exponent)))
+        return _rt_wrap(_eager_pow_Scalar(_rt_scalar(self), _rt_value(exponent)))
 
 
 def pow_Scalar_out(self, exponent, *, out):
@@ -5671,7 +5672,7 @@ def pow_Tensor_Scalar(self, exponent):
     if _rt_state.tracing:
         return _rt_trace(ir.PowTensorScalar, (self, exponent,))
     with _rt_x64:
-        return _rt_wrap(_eager_pow_Tensor_Scalar(_rt_value(self), exponent))
+        return _rt_wrap(_eager_pow_Tensor_Scalar(_rt_value(self), _rt_scalar(exponent)))
 
 
 def pow_Tensor_Scalar_out(self, exponent, *, out):
@@ -5987,7 +5988,7 @@ def remainder_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.RemainderScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_remainder_Scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_remainder_Scalar(_rt_value(self), _rt_scalar(other)))
 
 
 _eager_remainder_Scalar_Tensor = _rt_eager_executable(ir.RemainderScalarTensor)
@@ -5997,7 +5998,7 @@ def remainder_Scalar_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.RemainderScalarTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_remainder_Scalar_Tensor(self, _rt_value(other)))
+        return _rt_wrap(_eager_remainder_Scalar_Tensor(_rt_scalar(self), _rt_value(other)))
 
 
 def remainder_Scalar_Tensor_out(self, other, *, out):
@@ -6037,7 +6038,7 @@ def renorm(self, p, dim, maxnorm):
     if _rt_state.tracing:
         return _rt_trace(ir.Renorm, (self, p, dim, maxnorm,))
     with _rt_x64:
-        return _rt_wrap(_eager_renorm(_rt_value(self), p, dim, maxnorm))
+        return _rt_wrap(_eager_renorm(_rt_value(self), _rt_scalar(p), dim, _rt_scalar(maxnorm)))
 
 
 def renorm_out(self, p, dim, maxnorm, *, out):
@@ -6241,7 +6242,7 @@ def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, 
     if _rt_state.tracing:
         return _rt_trace(ir.RreluWithNoiseBackward, (grad_output, self, noise, lower, upper, training, self_is_result,))
     with _rt_x64:
-        return _rt_wrap(_eager_rrelu_with_noise_backward(_rt_value(grad_output), _rt_value(self), _rt_value(noise), lower, upper, training, self_is_result))
+        return _rt_wrap(_eager_rrelu_with_noise_backward(_rt_value(grad_output), _rt_value(self), _rt_value(noise), _rt_scalar(lower), _rt_scalar(upper), training, self_is_result))
 
 
 def rrelu_with_noise_backward_out(grad_output, self, noise, lower, upper, training, self_is_result, *, out):
@@ -6273,7 +6274,7 @@ def rsub_Scalar(self, other, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.RsubScalar, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_rsub_Scalar(_rt_value(self), other, alpha))
+        return _rt_wrap(_eager_rsub_Scalar(_rt_value(self), _rt_scalar(other), _rt_scalar(alpha)))
 
 
 def rsub_Scalar_out(self, other, alpha=1, *, out):
@@ -6287,7 +6288,7 @@ def rsub_Tensor(self, other, *, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.RsubTensor, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_rsub_Tensor(_rt_value(self), _rt_value(other), alpha))
+        return _rt_wrap(_eager_rsub_Tensor(_rt_value(self), _rt_value(other), _rt_scalar(alpha)))
 
 
 def rsub_Tensor_out(self, other, *, alpha=1, out):
@@ -6301,7 +6302,7 @@ def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
     if _rt_state.tracing:
         return _rt_trace(ir.ScalarTensor, (s, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_scalar_tensor(s, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_scalar_tensor(_rt_scalar(s), dtype, layout, device, pin_memory))
 
 
 def scalar_tensor_out(s, *, out):
@@ -6343,7 +6344,7 @@ def scatter_value(self, dim, index, value):
     if _rt_state.tracing:
         return _rt_trace(ir.ScatterValue, (self, dim, index, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_scatter_value(_rt_value(self), dim, _rt_value(index), value))
+        return _rt_wrap(_eager_scatter_value(_rt_value(self), dim, _rt_value(index), _rt_scalar(value)))
 
 
 def scatter_value_out(self, dim, index, value, *, out):
@@ -6357,7 +6358,7 @@ def scatter_value_reduce(self, dim, index, value, *, reduce):
     if _rt_state.tracing:
         return _rt_trace(ir.ScatterValueReduce, (self, dim, index, value, reduce,))
     with _rt_x64:
-        return _rt_wrap(_eager_scatter_value_reduce(_rt_value(self), dim, _rt_value(index), value, reduce))
+        return _rt_wrap(_eager_scatter_value_reduce(_rt_value(self), dim, _rt_value(index), _rt_scalar(value), reduce))
 
 
 def scatter_value_reduce_out(self, dim, index, value, *, reduce, out):
@@ -6423,7 +6424,7 @@ def searchsorted_Scalar(sorted_sequence, self, *, out_int32=False, right=False, 
     if _rt_state.tracing:
         return _rt_trace(ir.SearchsortedScalar, (sorted_sequence, self, out_int32, right, side, sorter,))
     with _rt_x64:
-        return _rt_wrap(_eager_searchsorted_Scalar(_rt_value(sorted_sequence), self, out_int32, right, side, _rt_value_opt(sorter)))
+        return _rt_wrap(_eager_searchsorted_Scalar(_rt_value(sorted_sequence), _rt_scalar(self), out_int32, right, side, _rt_value_opt(sorter)))
 
 
 def searchsorted_Scalar_out(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None, out):
@@ -6451,7 +6452,7 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
     if _rt_state.tracing:
         return _rt_trace(ir.SegmentReduce, (data, reduce, lengths, indices, offsets, axis, unsafe, initial,))
     with _rt_x64:
-        return _rt_wrap(_eager_segment_reduce(_rt_value(data), reduce, _rt_value_opt(lengths), _rt_value_opt(indices), _rt_value_opt(offsets), axis, unsafe, initial))
+        return _rt_wrap(_eager_segment_reduce(_rt_value(data), reduce, _rt_value_opt(lengths), _rt_value_opt(indices), _rt_value_opt(offsets), axis, unsafe, _rt_scalar(initial)))
 
 
 def segment_reduce_out(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None, out):
@@ -6739,7 +6740,7 @@ def softplus(self, beta=1, threshold=20):
     if _rt_state.tracing:
         return _rt_trace(ir.Softplus, (self, beta, threshold,))
     with _rt_x64:
-        return _rt_wrap(_eager_softplus(_rt_value(self), beta, threshold))
+        return _rt_wrap(_eager_softplus(_rt_value(self), _rt_scalar(beta), _rt_scalar(threshold)))
 
 
 def softplus_out(self, beta=1, threshold=20, *, out):
@@ -6753,7 +6754,7 @@ def softplus_backward(grad_output, self, beta, threshold):
     if _rt_state.tracing:
         return _rt_trace(ir.SoftplusBackward, (grad_output, self, beta, threshold,))
     with _rt_x64:
-        return _rt_wrap(_eager_softplus_backward(_rt_value(grad_output), _rt_value(self), beta, threshold))
+        return _rt_wrap(_eager_softplus_backward(_rt_value(grad_output), _rt_value(self), _rt_scalar(beta), _rt_scalar(threshold)))
 
 
 def softplus_backward_grad_input(grad_output, self, beta, threshold, *, grad_input):
@@ -6767,7 +6768,7 @@ def softshrink(self, lambd=0.5):
     if _rt_state.tracing:
         return _rt_trace(ir.Softshrink, (self, lambd,))
     with _rt_x64:
-        return _rt_wrap(_eager_softshrink(_rt_value(self), lambd))
+        return _rt_wrap(_eager_softshrink(_rt_value(self), _rt_scalar(lambd)))
 
 
 def softshrink_out(self, lambd=0.5, *, out):
@@ -6781,7 +6782,7 @@ def softshrink_backward(grad_output, self, lambd):
     if _rt_state.tracing:
         return _rt_trace(ir.SoftshrinkBackward, (grad_output, self, lambd,))
     with _rt_x64:
-        return _rt_wrap(_eager_softshrink_backward(_rt_value(grad_output), _rt_value(self), lambd))
+        return _rt_wrap(_eager_softshrink_backward(_rt_value(grad_output), _rt_value(self), _rt_scalar(lambd)))
 
 
 def softshrink_backward_grad_input(grad_output, self, lambd, *, grad_input):
@@ -6903,7 +6904,7 @@ def special_chebyshev_polynomial_t_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialTNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_t_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_t_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_chebyshev_polynomial_t_n_scalar_out(x, n, *, out):
@@ -6921,7 +6922,7 @@ def special_chebyshev_polynomial_t_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialTXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_t_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_t_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_chebyshev_polynomial_t_x_scalar_out(x, n, *, out):
@@ -6945,7 +6946,7 @@ def special_chebyshev_polynomial_u_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialUNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_u_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_u_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_chebyshev_polynomial_u_n_scalar_out(x, n, *, out):
@@ -6963,7 +6964,7 @@ def special_chebyshev_polynomial_u_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialUXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_u_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_u_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_chebyshev_polynomial_u_x_scalar_out(x, n, *, out):
@@ -6987,7 +6988,7 @@ def special_chebyshev_polynomial_v_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialVNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_v_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_v_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_chebyshev_polynomial_v_n_scalar_out(x, n, *, out):
@@ -7005,7 +7006,7 @@ def special_chebyshev_polynomial_v_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialVXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_v_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_v_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_chebyshev_polynomial_v_x_scalar_out(x, n, *, out):
@@ -7029,7 +7030,7 @@ def special_chebyshev_polynomial_w_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialWNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_w_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_w_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_chebyshev_polynomial_w_n_scalar_out(x, n, *, out):
@@ -7047,7 +7048,7 @@ def special_chebyshev_polynomial_w_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialWXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_w_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_w_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_chebyshev_polynomial_w_x_scalar_out(x, n, *, out):
@@ -7099,7 +7100,7 @@ def special_hermite_polynomial_h_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialHermitePolynomialHNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_hermite_polynomial_h_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_hermite_polynomial_h_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_hermite_polynomial_h_n_scalar_out(x, n, *, out):
@@ -7117,7 +7118,7 @@ def special_hermite_polynomial_h_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialHermitePolynomialHXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_hermite_polynomial_h_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_hermite_polynomial_h_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_hermite_polynomial_h_x_scalar_out(x, n, *, out):
@@ -7141,7 +7142,7 @@ def special_hermite_polynomial_he_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialHermitePolynomialHeNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_hermite_polynomial_he_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_hermite_polynomial_he_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_hermite_polynomial_he_n_scalar_out(x, n, *, out):
@@ -7159,7 +7160,7 @@ def special_hermite_polynomial_he_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialHermitePolynomialHeXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_hermite_polynomial_he_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_hermite_polynomial_he_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_hermite_polynomial_he_x_scalar_out(x, n, *, out):
@@ -7225,7 +7226,7 @@ def special_laguerre_polynomial_l_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialLaguerrePolynomialLNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_laguerre_polynomial_l_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_laguerre_polynomial_l_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_laguerre_polynomial_l_n_scalar_out(x, n, *, out):
@@ -7243,7 +7244,7 @@ def special_laguerre_polynomial_l_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialLaguerrePolynomialLXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_laguerre_polynomial_l_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_laguerre_polynomial_l_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_laguerre_polynomial_l_x_scalar_out(x, n, *, out):
@@ -7267,7 +7268,7 @@ def special_legendre_polynomial_p_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialLegendrePolynomialPNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_legendre_polynomial_p_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_legendre_polynomial_p_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_legendre_polynomial_p_n_scalar_out(x, n, *, out):
@@ -7285,7 +7286,7 @@ def special_legendre_polynomial_p_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialLegendrePolynomialPXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_legendre_polynomial_p_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_legendre_polynomial_p_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_legendre_polynomial_p_x_scalar_out(x, n, *, out):
@@ -7421,7 +7422,7 @@ def special_shifted_chebyshev_polynomial_t_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialTNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_shifted_chebyshev_polynomial_t_n_scalar_out(x, n, *, out):
@@ -7439,7 +7440,7 @@ def special_shifted_chebyshev_polynomial_t_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialTXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_shifted_chebyshev_polynomial_t_x_scalar_out(x, n, *, out):
@@ -7463,7 +7464,7 @@ def special_shifted_chebyshev_polynomial_u_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialUNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_shifted_chebyshev_polynomial_u_n_scalar_out(x, n, *, out):
@@ -7481,7 +7482,7 @@ def special_shifted_chebyshev_polynomial_u_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialUXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_shifted_chebyshev_polynomial_u_x_scalar_out(x, n, *, out):
@@ -7505,7 +7506,7 @@ def special_shifted_chebyshev_polynomial_v_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialVNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_shifted_chebyshev_polynomial_v_n_scalar_out(x, n, *, out):
@@ -7523,7 +7524,7 @@ def special_shifted_chebyshev_polynomial_v_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialVXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_shifted_chebyshev_polynomial_v_x_scalar_out(x, n, *, out):
@@ -7547,7 +7548,7 @@ def special_shifted_chebyshev_polynomial_w_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialWNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_n_scalar(_rt_value(x), n))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_n_scalar(_rt_value(x), _rt_scalar(n)))
 
 
 def special_shifted_chebyshev_polynomial_w_n_scalar_out(x, n, *, out):
@@ -7565,7 +7566,7 @@ def special_shifted_chebyshev_polynomial_w_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialWXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_x_scalar(x, _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_x_scalar(_rt_scalar(x), _rt_value(n)))
 
 
 def special_shifted_chebyshev_polynomial_w_x_scalar_out(x, n, *, out):
@@ -7603,7 +7604,7 @@ def special_xlog1py_other_scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialXlog1pyOtherScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_xlog1py_other_scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_special_xlog1py_other_scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def special_xlog1py_other_scalar_out(self, other, *, out):
@@ -7621,7 +7622,7 @@ def special_xlog1py_self_scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialXlog1pySelfScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_xlog1py_self_scalar(self, _rt_value(other)))
+        return _rt_wrap(_eager_special_xlog1py_self_scalar(_rt_scalar(self), _rt_value(other)))
 
 
 def special_xlog1py_self_scalar_out(self, other, *, out):
@@ -7645,7 +7646,7 @@ def special_zeta_other_scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialZetaOtherScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_zeta_other_scalar(_rt_value(self), other))
+        return _rt_wrap(_eager_special_zeta_other_scalar(_rt_value(self), _rt_scalar(other)))
 
 
 def special_zeta_other_scalar_out(self, other, *, out):
@@ -7663,7 +7664,7 @@ def special_zeta_self_scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialZetaSelfScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_zeta_self_scalar(self, _rt_value(other)))
+        return _rt_wrap(_eager_special_zeta_self_scalar(_rt_scalar(self), _rt_value(other)))
 
 
 def special_zeta_self_scalar_out(self, other, *, out):
@@ -7811,7 +7812,7 @@ def std_correction(self, dim=None, *, correction=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.StdCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_std_correction(_rt_value(self), _rt_attr_list(dim), correction, keepdim))
+        return _rt_wrap(_eager_std_correction(_rt_value(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
 
 def std_correction_out(self, dim=None, *, correction=None, keepdim=False, out):
@@ -7825,7 +7826,7 @@ def std_mean_correction(self, dim=None, *, correction=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.StdMeanCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_std_mean_correction(_rt_value(self), _rt_attr_list(dim), correction, keepdim))
+        return _rt_wrap(_eager_std_mean_correction(_rt_value(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
 
 def std_mean_correction_out(self, dim=None, *, correction=None, keepdim=False, out0, out1):
@@ -7839,7 +7840,7 @@ def sub_Scalar(self, other, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.SubScalar, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_sub_Scalar(_rt_value(self), other, alpha))
+        return _rt_wrap(_eager_sub_Scalar(_rt_value(self), _rt_scalar(other), _rt_scalar(alpha)))
 
 
 def sub_Scalar_out(self, other, alpha=1, *, out):
@@ -7853,7 +7854,7 @@ def sub_Tensor(self, other, *, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.SubTensor, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_sub_Tensor(_rt_value(self), _rt_value(other), alpha))
+        return _rt_wrap(_eager_sub_Tensor(_rt_value(self), _rt_value(other), _rt_scalar(alpha)))
 
 
 def sub_out(self, other, *, alpha=1, out):
@@ -7989,7 +7990,7 @@ def threshold(self, threshold, value):
     if _rt_state.tracing:
         return _rt_trace(ir.Threshold, (self, threshold, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_threshold(_rt_value(self), threshold, value))
+        return _rt_wrap(_eager_threshold(_rt_value(self), _rt_scalar(threshold), _rt_scalar(value)))
 
 
 def threshold_out(self, threshold, value, *, out):
@@ -8007,7 +8008,7 @@ def threshold_backward(grad_output, self, threshold):
     if _rt_state.tracing:
         return _rt_trace(ir.ThresholdBackward, (grad_output, self, threshold,))
     with _rt_x64:
-        return _rt_wrap(_eager_threshold_backward(_rt_value(grad_output), _rt_value(self), threshold))
+        return _rt_wrap(_eager_threshold_backward(_rt_value(grad_output), _rt_value(self), _rt_scalar(threshold)))
 
 
 def threshold_backward_grad_input(grad_output, self, threshold, *, grad_input):
@@ -8473,7 +8474,7 @@ def var_correction(self, dim=None, *, correction=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.VarCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_var_correction(_rt_value(self), _rt_attr_list(dim), correction, keepdim))
+        return _rt_wrap(_eager_var_correction(_rt_value(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
 
 def var_correction_out(self, dim=None, *, correction=None, keepdim=False, out):
@@ -8487,7 +8488,7 @@ def var_mean_correction(self, dim=None, *, correction=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.VarMeanCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_var_mean_correction(_rt_value(self), _rt_attr_list(dim), correction, keepdim))
+        return _rt_wrap(_eager_var_mean_correction(_rt_value(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
 
 def var_mean_correction_out(self, dim=None, *, correction=None, keepdim=False, out0, out1):
@@ -8559,7 +8560,7 @@ def xlogy_Scalar_Other(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.XlogyScalarOther, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_xlogy_Scalar_Other(_rt_value(self), other))
+        return _rt_wrap(_eager_xlogy_Scalar_Other(_rt_value(self), _rt_scalar(other)))
 
 
 _eager_xlogy_Scalar_Self = _rt_eager_executable(ir.XlogyScalarSelf)
@@ -8569,7 +8570,7 @@ def xlogy_Scalar_Self(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.XlogyScalarSelf, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_xlogy_Scalar_Self(self, _rt_value(other)))
+        return _rt_wrap(_eager_xlogy_Scalar_Self(_rt_scalar(self), _rt_value(other)))
 
 
 _eager_xlogy_Tensor = _rt_eager_executable(ir.XlogyTensor)
