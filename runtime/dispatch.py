@@ -544,6 +544,13 @@ _warned_fallback: set[str] = set()
 
 
 def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if isinstance(func, torch._ops.OpOverload) and torch._C._dispatch_has_kernel_for_dispatch_key(
+        func.name(), "CompositeImplicitAutograd"
+    ):
+        # PyTorch decomposes these above the backend, except when they are called below
+        # autograd (inside another op's kernel, under no-autograd guards): then they
+        # reach us, and PyTorch's own decomposition runs here instead.
+        return func.decompose(*args, **kwargs)
     name = str(func.name()) if hasattr(func, "name") else str(func)
     name = name.removeprefix("aten::")
     if config.allow_cpu_fallback:

@@ -96,6 +96,12 @@ def impl_empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_
         return from_array(jnp.zeros(tuple(size), to_numpy_dtype(dtype)))
 
 
+def impl__efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # Backward formulas (sgn's, for one) return these zeros; PyTorch's ZeroTensor is an
+    # optimisation that plain zeros stand in for.
+    return impl_empty_memory_format(size, dtype=dtype)
+
+
 def impl_nonzero(self):
     import jax.numpy as jnp
 
