@@ -45,6 +45,18 @@ RANDOM = {
     "uniform": "random numbers",
 }
 
+# OpInfos some of whose samples draw random numbers (dropout on): those samples are
+# compared like RANDOM ones (shape and dtype, gradients too). sample -> bool, given the
+# sample's (input, args, kwargs).
+RANDOM_SAMPLES = {
+    "nn.functional.scaled_dot_product_attention": lambda inp, args, kwargs: kwargs.get("dropout_p", 0.0) > 0,
+    # multi_head_attention_forward(query, key, value, embed_dim, num_heads, in_proj_weight,
+    # in_proj_bias, bias_k, bias_v, add_zero_attn, dropout_p, ...)
+    "nn.functional.multi_head_attention_forward": lambda inp, args, kwargs: (
+        kwargs.get("training", True) and len(args) > 9 and args[9] > 0
+    ),
+}
+
 # Values are whatever the allocator held: only shape and dtype are defined.
 UNINITIALISED = {
     "empty": "uninitialised memory",
