@@ -151,9 +151,23 @@ def lower_masked_scatter(self, mask, source):
     # source's end read the fill value (PyTorch raises there, Note [Out-of-bounds indices]).
     pos = jnp.cumsum(m.astype(jnp.int64)) - 1
     src = source.reshape(-1)
+    if src.shape[0] == 0:  # nothing to scatter (jnp.take cannot read an empty axis)
+        src = jnp.full((1,), fill_value(src.dtype), src.dtype)
     taken = jnp.take(src, bounded(pos, src.shape[0], wrap=False), mode="fill", fill_value=fill_value(src.dtype))
     out = jnp.where(m, taken, jnp.broadcast_to(self, shape).reshape(-1))
     return out.reshape(shape)
+
+
+def lower_masked_scatter_backward(grad_output, mask, sizes):
+    # source's gradient: the k-th selected element of grad_output goes to source's k-th
+    # element; elements past the number of True positions get zero.
+    shape = jnp.broadcast_shapes(grad_output.shape, mask.shape)
+    g = jnp.broadcast_to(grad_output, shape).reshape(-1)
+    m = jnp.broadcast_to(mask, shape).reshape(-1)
+    n = int(np.prod(sizes))
+    (positions,) = jnp.nonzero(m, size=n, fill_value=g.shape[0])
+    taken = jnp.take(g, positions, mode="fill", fill_value=0) if g.shape[0] else jnp.zeros((n,), g.dtype)
+    return taken.reshape(tuple(sizes))
 
 
 # ---------------------------------------------------------------- index.Tensor, index_put

@@ -58,6 +58,8 @@ def _move_module(module: torch.nn.Module, convert) -> torch.nn.Module:
 def _tensor_to_xla(t: torch.Tensor) -> XlaTensor:
     if isinstance(t, XlaTensor):
         return t
+    if t.layout != torch.strided:
+        raise RuntimeError(f"{t.layout} tensors cannot be moved to JAX (dense tensors only): convert with .to_dense() first")
     out = from_array(cpu_to_jax(t.detach()))
     if t.requires_grad:
         out.requires_grad_(True)

@@ -192,6 +192,10 @@ def masked_scatter_output_shape(self, mask, source):
     return TensorMeta(broadcast_shapes(self.shape, mask.shape), self.dtype)
 
 
+def masked_scatter_backward_output_shape(grad_output, mask, sizes):
+    return TensorMeta(tuple(sizes), grad_output.dtype)
+
+
 def masked_select_meta(self, mask, count):
     _check_mask("masked_select:", mask)
     return TensorMeta((count,), self.dtype)

@@ -129,6 +129,9 @@ CASES = [
     Case("masked_scatter", aten.masked_scatter.default, (f34, mask34, T(12))),
     Case("masked_scatter_broadcast", aten.masked_scatter.default, (f34, torch.tensor([True, False, False, True]), T(2, 3, 2))),
     Case("masked_scatter_int", aten.masked_scatter.default, (i34, mask34, ints(6))),
+    Case("masked_scatter_backward", aten.masked_scatter_backward.default, (f34, mask34, [3, 5])),
+    Case("masked_scatter_backward_broadcast", aten.masked_scatter_backward.default, (f34, torch.tensor([True, False, False, True]), [2, 4])),
+    Case("masked_scatter_backward_no_true", aten.masked_scatter_backward.default, (f34, torch.zeros(3, 4, dtype=torch.bool), [5])),
     # scatter family
     Case("scatter_src", aten.scatter.src, (f34, 1, gidx, T(3, 3))),
     Case("scatter_src_dim0", aten.scatter.src, (f34, 0, torch.tensor([[2, 0, 1, 1]]), T(2, 4))),

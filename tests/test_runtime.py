@@ -708,3 +708,8 @@ def test_composite_ops_called_below_autograd_are_decomposed():
     # bartlett_window's kernel calls narrow below autograd, so narrow (a
     # CompositeImplicitAutograd op, not in the manifest) reaches the backend.
     torch.testing.assert_close(cpu(torch.bartlett_window(7, device=DEVICE)), torch.bartlett_window(7))
+
+
+def test_sparse_tensors_are_rejected_with_the_fix():
+    with pytest.raises(RuntimeError, match="to_dense"):
+        xnf.to_xla(torch.eye(3).to_sparse())
