@@ -8,7 +8,7 @@ import math
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -543,6 +543,15 @@ def user_call_site() -> str:
 _warned_fallback: set[str] = set()
 
 
+def _device_agnostic_custom_op(func: Any) -> Callable[..., Any] | None:
+    if not isinstance(func, torch._ops.OpOverload) or func.namespace == "aten":
+        return None
+    from torch._library.custom_ops import _maybe_get_opdef
+
+    opdef = _maybe_get_opdef(func)
+    return None if opdef is None else opdef._backend_fns.get(None)
+
+
 def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if isinstance(func, torch._ops.OpOverload) and torch._C._dispatch_has_kernel_for_dispatch_key(
         func.name(), "CompositeImplicitAutograd"
@@ -551,6 +560,11 @@ def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # autograd (inside another op's kernel, under no-autograd guards): then they
         # reach us, and PyTorch's own decomposition runs here instead.
         return func.decompose(*args, **kwargs)
+    python_impl = _device_agnostic_custom_op(func)
+    if python_impl is not None:
+        # A torch.library.custom_op written in Python for every device: its body's aten
+        # ops run here like any others.
+        return python_impl(*args, **kwargs)
     name = str(func.name()) if hasattr(func, "name") else str(func)
     name = name.removeprefix("aten::")
     if config.allow_cpu_fallback:

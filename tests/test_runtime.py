@@ -713,3 +713,28 @@ def test_composite_ops_called_below_autograd_are_decomposed():
 def test_sparse_tensors_are_rejected_with_the_fix():
     with pytest.raises(RuntimeError, match="to_dense"):
         xnf.to_xla(torch.eye(3).to_sparse())
+
+
+@torch.library.custom_op("xnf_test::scaled_softplus", mutates_args=())
+def _scaled_softplus(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.nn.functional.softplus(x) * scale
+
+
+@_scaled_softplus.register_fake
+def _(x, scale):
+    return torch.empty_like(x)
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_custom_ops_written_in_python_run_their_body_on_jax(mode):
+    x = torch.randn(4, 3)
+    run = (lambda t: _scaled_softplus(t, 2.5)) if mode == "eager" else xnf.compile(lambda t: _scaled_softplus(t, 2.5))
+    torch.testing.assert_close(cpu(run(xnf.to_xla(x))), _scaled_softplus(x, 2.5))
+
+
+def test_unknown_custom_op_without_a_python_body_names_itself():
+    lib = torch.library.Library("xnf_test_cpp", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CPU")
+    with pytest.raises(xnf.OperatorNotFound, match="xnf_test_cpp::twice"):
+        torch.ops.xnf_test_cpp.twice(xnf.to_xla(torch.ones(2)))
