@@ -7,7 +7,6 @@ and compiled, shape functions against meta, and CPU's errors."""
 from __future__ import annotations
 
 import random
-
 import re
 
 import pytest
