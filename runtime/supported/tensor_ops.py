@@ -25,7 +25,9 @@ class CopyTo(Node):
     def lower(src, shape, dtype):
         import jax.numpy as jnp
 
-        return jnp.broadcast_to(src.astype(to_numpy_dtype(dtype)), shape)
+        from ...lowerings.common import cast
+
+        return jnp.broadcast_to(cast(src, to_numpy_dtype(dtype)), shape)
 
     @staticmethod
     def output_shape(src, shape, dtype):
@@ -106,7 +108,10 @@ def impl_nonzero(self):
     import jax.numpy as jnp
 
     with X64:
-        idx = np.stack(np.nonzero(np.asarray(_host_value(self))), axis=-1).astype(np.int64)
+        host = np.asarray(_host_value(self))
+        if not host.ndim:  # one row without columns if the scalar is nonzero
+            return from_array(jnp.zeros((int(bool(host)), 0), jnp.int64))
+        idx = np.stack(np.nonzero(host), axis=-1).astype(np.int64)
         return from_array(jnp.asarray(idx.reshape(-1, self.dim())))
 
 
