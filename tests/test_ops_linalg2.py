@@ -414,23 +414,9 @@ GRADS = [
 # linalg_eig's backward formula takes conjugate views (aten._conj) and views complex
 # tensors as real (aten.view_as_real): view ops on complex tensors that the backend
 # does not lower yet. Those two run on CPU here; everything else runs on our side.
-CPU_VIEW_OPS = {"eigvals", "eig"}
-
-
 @pytest.mark.parametrize("name,fn,shapes", GRADS, ids=[g[0] for g in GRADS])
 def test_gradients_match_cpu(name, fn, shapes):
     inputs = [T(*s, dtype=f64) for s in shapes]
-    xnf.config.allow_cpu_fallback = name in CPU_VIEW_OPS
-    try:
-        ours, expected = _grads(fn, inputs)
-    finally:
-        xnf.config.allow_cpu_fallback = False
+    ours, expected = _grads(fn, inputs)
     torch.testing.assert_close(ours, expected)
 
-
-def test_eig_backward_needs_complex_views():
-    """Documents why the eig gradients above run two view ops on CPU; fails (and should
-    then lose its CPU_VIEW_OPS entry) once _conj and view_as_real are lowered."""
-    a = xnf.to_xla(T(3, 3, dtype=f64)).requires_grad_()
-    with pytest.raises(xnf.OperatorNotFound, match="_conj|view_as_real"):
-        torch.linalg.eigvals(a).abs().sum().backward()
