@@ -201,7 +201,8 @@ def _fractional(self, nd, kernel_size, output_size, random_samples):
             )
     spatial = self.shape[-nd:]
     for dim, size, k, out in zip(_FRACTIONAL_DIMS[nd], spatial, kernel_size, output_size):
-        if out + k - 1 > size:
+        # 3-d rejects a window ending exactly at the input's end; 2-d allows it.
+        if out + k - 1 > size or (nd == 3 and out + k - 1 == size):
             raise RuntimeError(f"{where}: pool {dim} {k} too large relative to input {dim} {size}")
     shape = tuple(self.shape[:-nd]) + tuple(output_size)
     for s in shape:
