@@ -274,3 +274,38 @@ def test_errors_match_cpu(op, args):
     # The backend raises the same error through dispatch.
     with pytest.raises(type(cpu.value), match="^" + re.escape(str(cpu.value).split("\n")[0])):
         op(*(xnf.to_xla(a) if isinstance(a, torch.Tensor) else a for a in args))
+
+
+# ---------------------------------------------------------------------------- OpInfo samples
+
+
+def _opinfo(nd):
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return next(op for op in op_db if op.name == f"nn.functional.fractional_max_pool{nd}d")
+
+
+@pytest.mark.parametrize("nd", [2, 3])
+def test_opinfo_samples_with_explicit_samples_values_and_float64_gradients(nd):
+    # The OpInfo draws its offsets with torch.rand (a different stream on each side), so
+    # its samples run here with explicit offsets, shared by CPU and the backend.
+    fn = getattr(F, f"fractional_max_pool{nd}d")
+    g = torch.Generator().manual_seed(11)
+    count = 0
+    for sample in _opinfo(nd).sample_inputs("cpu", torch.float64, requires_grad=True):
+        x = sample.input
+        n = x.shape[0] if x.ndim == nd + 2 else 1
+        samples = torch.rand((n, x.shape[-nd - 1], nd), generator=g, dtype=torch.float64)
+        kwargs = {**sample.kwargs, "return_indices": True, "_random_samples": samples}
+        values, indices = fn(x, *sample.args, **kwargs)
+        w = torch.randn(values.shape, generator=g, dtype=torch.float64)
+        (expected_grad,) = torch.autograd.grad((values * w).sum(), x)
+
+        ours_x = xnf.to_xla(x.detach()).requires_grad_()
+        kwargs["_random_samples"] = xnf.to_xla(samples)
+        ours_values, ours_indices = fn(ours_x, *sample.args, **kwargs)
+        (ours_grad,) = torch.autograd.grad((ours_values * xnf.to_xla(w)).sum(), ours_x)
+        _assert_exact(xnf.to_torch((ours_values.detach(), ours_indices)), (values.detach(), indices))
+        torch.testing.assert_close(xnf.to_torch(ours_grad), expected_grad)
+        count += 1
+    assert count > 10
