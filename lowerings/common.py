@@ -25,3 +25,18 @@ def opmath(x: Any) -> Any:
     if x is not None and x.dtype in (jnp.float16, jnp.bfloat16):
         return x.astype(jnp.float32)
     return x
+
+
+def cast(x: Any, dtype: Any) -> Any:
+    """`x.astype(dtype)` with PyTorch CPU's float-to-integer conversion. XLA saturates; the
+    CPU truncates as x86 does: NaN and values out of range become the smallest int32
+    (int64 for 64- and unsigned 32-bit targets), and narrower integers wrap from int32
+    (-5.3 -> 251 as uint8, 300.7 -> 44)."""
+    dtype = np.dtype(dtype)
+    if not jnp.issubdtype(x.dtype, jnp.floating) or not jnp.issubdtype(dtype, jnp.integer):
+        return x.astype(dtype)
+    wide = np.dtype(np.int64) if dtype.itemsize == 8 or dtype == np.uint32 else np.dtype(np.int32)
+    limit = 2.0 ** (8 * wide.itemsize - 1)
+    xf = x.astype(jnp.float64)
+    bad = jnp.isnan(xf) | (xf >= limit) | (xf < -limit)
+    return jnp.where(bad, np.iinfo(wide).min, jnp.where(bad, 0, xf).astype(wide)).astype(dtype)

@@ -70,6 +70,18 @@ def lower_bitwise_left_shift_Scalar_Tensor(self, other):
     return _scalar_binary("bitwise_left_shift_Scalar_Tensor", binary.shift_left, self, other, False)
 
 
+def lower_bitwise_and_Scalar_Tensor(self, other):
+    return _scalar_binary("bitwise_and_Scalar_Tensor", jnp.bitwise_and, self, other, False)
+
+
+def lower_bitwise_or_Scalar_Tensor(self, other):
+    return _scalar_binary("bitwise_or_Scalar_Tensor", jnp.bitwise_or, self, other, False)
+
+
+def lower_bitwise_xor_Scalar_Tensor(self, other):
+    return _scalar_binary("bitwise_xor_Scalar_Tensor", jnp.bitwise_xor, self, other, False)
+
+
 def lower_bitwise_right_shift_Tensor_Scalar(self, other):
     return _scalar_binary("bitwise_right_shift_Tensor_Scalar", binary.shift_right, self, other, False)
 

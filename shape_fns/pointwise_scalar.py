@@ -51,6 +51,18 @@ def bitwise_left_shift_Tensor_Scalar_output_shape(self, other):
     return checked_meta("bitwise_left_shift_Tensor_Scalar", self, other, kernel="lshift_cpu", categories="int")
 
 
+def bitwise_and_Scalar_Tensor_output_shape(self, other):
+    return checked_meta("bitwise_and_Scalar_Tensor", self, other, kernel="bitwise_and_cpu", categories="bool int")
+
+
+def bitwise_or_Scalar_Tensor_output_shape(self, other):
+    return checked_meta("bitwise_or_Scalar_Tensor", self, other, kernel="bitwise_or_cpu", categories="bool int")
+
+
+def bitwise_xor_Scalar_Tensor_output_shape(self, other):
+    return checked_meta("bitwise_xor_Scalar_Tensor", self, other, kernel="bitwise_xor_cpu", categories="bool int")
+
+
 def bitwise_left_shift_Scalar_Tensor_output_shape(self, other):
     return checked_meta("bitwise_left_shift_Scalar_Tensor", self, other, kernel="lshift_cpu", categories="int")
 

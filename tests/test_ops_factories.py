@@ -7,6 +7,7 @@ and compiled, shape functions against meta, and CPU's errors."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 import torch
@@ -264,3 +265,47 @@ def test_conj_and_the_ffts_that_use_it(mode):
         ours, ref = xnf.to_torch(run(xnf.to_xla(x))), fn(x)
         assert ours.dtype == ref.dtype and ours.shape == ref.shape
         torch.testing.assert_close(ours, ref.resolve_conj())
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_view_as_real_and_complex(mode):
+    z, r = T(2, 3, dtype=torch.complex128), T(4, 2, dtype=torch.float32)
+    for fn, x in ((torch.view_as_real, z), (torch.view_as_complex, r), (lambda t: torch.view_as_real(torch.view_as_complex(t)) * 2, r)):
+        run = fn if mode == "eager" else xnf.compile(fn)
+        ours, ref = xnf.to_torch(run(xnf.to_xla(x))), fn(x)
+        assert ours.dtype == ref.dtype and ours.shape == ref.shape
+        torch.testing.assert_close(ours, ref)
+
+
+def test_view_as_complex_errors_like_cpu():
+    square, pairs, wide = T(3, 3), T(3, 2), T(2, 4)
+    cases = {  # name: (CPU tensor, ours); strided views are taken on each side
+        "last dim not 2": (square, xnf.to_xla(square)),
+        "last dim sliced": (pairs[:, :1], xnf.to_xla(pairs)[:, :1]),
+        "last stride 2": (wide[:, ::2], xnf.to_xla(wide)[:, ::2]),
+        "integer": (ints(3, 2), xnf.to_xla(ints(3, 2))),
+    }
+    for cpu_t, ours in cases.values():
+        with pytest.raises(RuntimeError) as expected:
+            torch.view_as_complex(cpu_t)
+        with pytest.raises(RuntimeError, match=re.escape(str(expected.value).split("\n")[0][:30])):
+            torch.view_as_complex(ours)
+    with pytest.raises(RuntimeError, match="only supported for complex"):
+        torch.view_as_real(xnf.to_xla(T(3)))
+
+
+def test_complex_rotary_embedding_grads_match_cpu():
+    # Meta's Llama applies rotary embeddings through view_as_complex / view_as_real.
+    x = T(2, 4, 8, dtype=torch.float64).requires_grad_()
+    freqs = torch.polar(torch.ones(4, 4, dtype=torch.float64), T(4, 4, dtype=torch.float64))
+
+    def rope(t, f):
+        return torch.view_as_real(torch.view_as_complex(t.reshape(2, 4, 4, 2)) * f).flatten(2)
+
+    ref = rope(x, freqs)
+    (gref,) = torch.autograd.grad((ref * ref).sum(), x)
+    xo = xnf.to_xla(x.detach()).requires_grad_()
+    ours = rope(xo, xnf.to_xla(freqs))
+    (g,) = torch.autograd.grad((ours * ours).sum(), xo)
+    torch.testing.assert_close(xnf.to_torch(ours), ref.detach())
+    torch.testing.assert_close(xnf.to_torch(g), gref)

@@ -267,6 +267,9 @@ SCALAR_SELF_OPS = [
     aten.special_zeta.self_scalar,
     aten.bitwise_left_shift.Scalar_Tensor,
     aten.bitwise_right_shift.Scalar_Tensor,
+    aten.bitwise_and.Scalar_Tensor,
+    aten.bitwise_or.Scalar_Tensor,
+    aten.bitwise_xor.Scalar_Tensor,
 ]
 
 

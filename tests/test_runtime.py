@@ -738,3 +738,15 @@ def test_unknown_custom_op_without_a_python_body_names_itself():
     lib.impl("twice", lambda x: x * 2, "CPU")
     with pytest.raises(xnf.OperatorNotFound, match="xnf_test_cpp::twice"):
         torch.ops.xnf_test_cpp.twice(xnf.to_xla(torch.ones(2)))
+
+
+def test_float_to_integer_conversion_matches_cpu_out_of_range():
+    # XLA saturates; PyTorch CPU truncates through int32/int64 as x86 does.
+    x = torch.tensor([-5.3, 300.7, 1e10, float("nan"), float("inf"), -float("inf"), -300.2, 70000.5])
+    for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
+        assert torch.equal(cpu(xnf.to_xla(x).to(dtype)), x.to(dtype)), dtype
+
+
+def test_nonzero_of_a_scalar():
+    for v in (0.0, 2.5):
+        torch.testing.assert_close(cpu(torch.nonzero(xnf.to_xla(torch.tensor(v)))), torch.nonzero(torch.tensor(v)))

@@ -25,7 +25,9 @@ class CopyTo(Node):
     def lower(src, shape, dtype):
         import jax.numpy as jnp
 
-        return jnp.broadcast_to(src.astype(to_numpy_dtype(dtype)), shape)
+        from ...lowerings.common import cast
+
+        return jnp.broadcast_to(cast(src, to_numpy_dtype(dtype)), shape)
 
     @staticmethod
     def output_shape(src, shape, dtype):
@@ -106,7 +108,10 @@ def impl_nonzero(self):
     import jax.numpy as jnp
 
     with X64:
-        idx = np.stack(np.nonzero(np.asarray(_host_value(self))), axis=-1).astype(np.int64)
+        host = np.asarray(_host_value(self))
+        if not host.ndim:  # one row without columns if the scalar is nonzero
+            return from_array(jnp.zeros((int(bool(host)), 0), jnp.int64))
+        idx = np.stack(np.nonzero(host), axis=-1).astype(np.int64)
         return from_array(jnp.asarray(idx.reshape(-1, self.dim())))
 
 
@@ -176,3 +181,63 @@ def impl_conj_physical_(self):
     from ..dispatch import write_inplace
 
     return write_inplace(self, torch.ops.aten._conj_physical.default(self))
+
+
+# view_as_real / view_as_complex reinterpret PyTorch's memory (a complex element is two
+# reals side by side). A storage here holds one JAX array of one dtype, so these return
+# the reinterpreted values as new tensors: right values everywhere, but a write into the
+# result does not reach `self` (docs/semantics.md).
+
+
+class ViewAsReal(Node):
+    __slots__ = ()
+    op = name = "view_as_real"
+    arg_kinds = (TENSOR,)
+
+    @staticmethod
+    def lower(self):
+        import jax.numpy as jnp
+
+        return jnp.stack([jnp.real(self), jnp.imag(self)], axis=-1)
+
+    @staticmethod
+    def output_shape(self):
+        if not self.dtype.is_complex:
+            raise RuntimeError("view_as_real is only supported for complex tensors")
+        return TensorMeta(tuple(self.shape) + (2,), self.dtype.to_real())
+
+
+class ViewAsComplex(Node):
+    __slots__ = ()
+    op = name = "view_as_complex"
+    arg_kinds = (TENSOR,)
+
+    @staticmethod
+    def lower(self):
+        return self[..., 0] + 1j * self[..., 1]
+
+    @staticmethod
+    def output_shape(self):
+        if self.dtype not in (torch.float32, torch.float64):
+            raise RuntimeError(
+                "view_as_complex is only supported for float and double tensors, but got a tensor of scalar type: "
+                f"{self.dtype}"
+            )
+        if not self.shape or self.shape[-1] != 2:
+            raise RuntimeError("Tensor must have a last dimension of size 2")
+        return TensorMeta(tuple(self.shape[:-1]), self.dtype.to_complex())
+
+
+def impl_view_as_real(self):
+    return run_node(ViewAsReal, (self,))
+
+
+def impl_view_as_complex(self):
+    if self.dim() and self.shape[-1] == 2:
+        if self.stride(-1) != 1:
+            raise RuntimeError("Tensor must have a last dimension with stride 1")
+        if any(s % 2 for s in self.stride()[:-1]):
+            raise RuntimeError("Tensor must have a stride divisible by 2 for all but last dimension")
+        if self.storage_offset() % 2:
+            raise RuntimeError("Tensor must have a storage_offset divisible by 2")
+    return run_node(ViewAsComplex, (self,))
