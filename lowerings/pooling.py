@@ -235,3 +235,84 @@ def lower_adaptive_max_pool3d(self, output_size):
 
 def lower_adaptive_max_pool3d_backward(grad_output, self, indices):
     return _scatter_back(grad_output, self, indices, 3)
+
+
+def _fractional_starts(sample, size, k, out, dtype):
+    """Window starts (..., out) from per-plane samples (...), as CPU computes them: every
+    step in the input's dtype (float16/bfloat16 round after each operation), truncated
+    toward zero, and the last window flush with the input's end."""
+    if out <= 0:
+        return jnp.zeros(sample.shape + (max(out, 0),), jnp.int64)
+    last = jnp.full(sample.shape + (1,), size - k, jnp.int64)
+    if out == 1:
+        return last
+    wide = jnp.float64 if dtype == jnp.float64 else jnp.float32
+
+    def rnd(v):
+        return v.astype(dtype).astype(wide)
+
+    alpha = (np.asarray(size - k, dtype) / np.asarray(out - 1, dtype)).astype(wide)
+    s = sample.astype(wide)[..., None]
+    i = jnp.arange(out - 1, dtype=wide)
+    starts = rnd(rnd(i + s) * alpha).astype(jnp.int64) - rnd(s * alpha).astype(jnp.int64)
+    return jnp.concatenate([starts, jnp.broadcast_to(last, starts.shape[:-1] + (1,))], axis=-1)
+
+
+def _fractional_max_pool(self, nd, kernel_size, output_size, random_samples):
+    batched = self.ndim == nd + 2
+    x = self if batched else self[None]
+    n, c = x.shape[:2]
+    spatial = x.shape[2:]
+    plane = math.prod(spatial)
+    samples = random_samples[:n]
+    # CPU pairs samples with dims as (w, h) in 2-d and (t, h, w) in 3-d.
+    order = (1, 0) if nd == 2 else (0, 1, 2)
+    outs = tuple(output_size)
+    ks = tuple(max(k, 0) for k in kernel_size)
+    o, kk = math.prod(outs), math.prod(ks)
+    flat = jnp.zeros((n, c) + (1,) * (2 * nd), jnp.int64)
+    stride = 1
+    for d in reversed(range(nd)):
+        starts = _fractional_starts(samples[:, :, order[d]], spatial[d], kernel_size[d], outs[d], self.dtype)
+        # An empty window (kernel 0) still reports its start, as CPU does.
+        coords = starts[..., None] + jnp.arange(max(ks[d], 1), dtype=jnp.int64)
+        # Samples are data: outside [0, 1) CPU reads outside the plane; clip to stay inside.
+        coords = jnp.clip(coords, 0, spatial[d] - 1)
+        shape = [n, c] + [1] * (2 * nd)
+        shape[2 + d], shape[2 + nd + d] = coords.shape[2:]
+        flat = flat + coords.reshape(shape) * stride
+        stride *= spatial[d]
+    taps = tuple(max(k, 1) for k in ks)
+    flat = jnp.broadcast_to(flat, (n, c) + outs + taps).reshape(n, c, o, math.prod(taps))
+    if kk == 0:
+        out = jnp.full((n, c) + outs, -jnp.inf, self.dtype)
+        idx = flat[..., 0].reshape((n, c) + outs)
+    else:
+        planes = x.reshape(n, c, 1, plane)
+        vals = jnp.take_along_axis(planes, flat.reshape(n, c, 1, o * kk), axis=3).reshape(n, c, o, kk)
+        arg = jnp.argmax(vals, axis=3)
+        # A NaN always replaces the running maximum, so the last NaN of a window wins.
+        nan = jnp.isnan(vals)
+        last_nan = kk - 1 - jnp.argmax(jnp.flip(nan, axis=3), axis=3)
+        arg = jnp.where(jnp.any(nan, axis=3), last_nan, arg)
+        out = jnp.take_along_axis(vals, arg[..., None], axis=3)[..., 0].reshape((n, c) + outs)
+        idx = jnp.take_along_axis(flat, arg[..., None], axis=3)[..., 0].reshape((n, c) + outs)
+    if not batched:
+        out, idx = out[0], idx[0]
+    return out, idx
+
+
+def lower_fractional_max_pool2d(self, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(self, 2, kernel_size, output_size, random_samples)
+
+
+def lower_fractional_max_pool3d(self, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(self, 3, kernel_size, output_size, random_samples)
+
+
+def lower_fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices):
+    return _scatter_back(grad_output, self, indices, 2)
+
+
+def lower_fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
+    return _scatter_back(grad_output, self, indices, 3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, require_kernel_dtype
+from .common import TensorMeta, require_kernel_dtype, scalar_type_name
 
 
 def pool_params(nd, kernel_size, stride, padding, dilation=1):
@@ -176,3 +176,95 @@ def adaptive_max_pool3d_output_shape(self, output_size):
 
 def adaptive_max_pool3d_backward_output_shape(grad_output, self, indices):
     return _pool_backward(grad_output, self, indices)
+
+
+_FRACTIONAL_DIMS = {2: ("height", "width"), 3: ("time", "height", "width")}
+
+
+def _fractional(self, nd, kernel_size, output_size, random_samples):
+    # CPU's checks, in CPU's order: argument lengths, input rank and sizes, window fit,
+    # output allocation, then the random samples and the kernel's dtype dispatch.
+    name = f"fractional_max_pool{nd}d"
+    where = f"{name}()" if nd == 2 else f"{name}_out()"
+    count = "Ints" if nd == 2 else "three Ints"
+    if len(kernel_size) != nd:
+        raise RuntimeError(f"{name}: kernel_size must either be a single Int or tuple of {count}")
+    if len(output_size) != nd:
+        raise RuntimeError(f"{name}: output_size must either be a single Int or tuple of {count}")
+    if self.ndim not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{where}: Expected {nd + 1}D or {nd + 2}D tensor, but got: {list(self.shape)}")
+    for i in range(1, self.ndim):
+        if self.shape[i] == 0:
+            raise RuntimeError(
+                f"{where}: Expected input to have non-zero size for non-batch dimensions, but got"
+                f"{list(self.shape)} with dimension {i} being empty."
+            )
+    spatial = self.shape[-nd:]
+    for dim, size, k, out in zip(_FRACTIONAL_DIMS[nd], spatial, kernel_size, output_size):
+        # 3-d rejects a window ending exactly at the input's end; 2-d allows it.
+        if out + k - 1 > size or (nd == 3 and out + k - 1 == size):
+            raise RuntimeError(f"{where}: pool {dim} {k} too large relative to input {dim} {size}")
+    shape = tuple(self.shape[:-nd]) + tuple(output_size)
+    for s in shape:
+        if s < 0:
+            raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(shape)}")
+    batch = self.shape[0] if self.ndim == nd + 2 else 1
+    if random_samples.dtype != self.dtype:
+        raise RuntimeError("Expect _random_samples to have the same dtype as input")
+    if random_samples.ndim != 3:
+        raise RuntimeError(f"Expect _random_samples to have 3 dimensions, got {random_samples.ndim}")
+    if random_samples.shape[0] < batch:
+        raise RuntimeError("Expect _random_samples.size(0) no less then input batch size.")
+    if random_samples.shape[1] != self.shape[-nd - 1]:
+        raise RuntimeError("Expect _random_samples.size(1) equals to input channel size.")
+    if random_samples.shape[2] != nd:
+        raise RuntimeError(f"Expect _random_samples.size(2) equals to {nd}; got {random_samples.shape[2]}.")
+    require_kernel_dtype(f"{name}_out_frame", self.dtype, "float")
+    return TensorMeta(shape, self.dtype), TensorMeta(shape, torch.int64)
+
+
+def fractional_max_pool2d_output_shape(self, kernel_size, output_size, random_samples):
+    return _fractional(self, 2, kernel_size, output_size, random_samples)
+
+
+def fractional_max_pool3d_output_shape(self, kernel_size, output_size, random_samples):
+    return _fractional(self, 3, kernel_size, output_size, random_samples)
+
+
+def _fractional_backward(grad_output, self, nd, output_size, indices):
+    name = f"fractional_max_pool{nd}d_backward"
+    if nd == 2:
+        # CPU compares whole sizes (batch and channels included) against the input's.
+        expected = tuple(self.shape[:-nd]) + tuple(output_size)
+        if len(output_size) != nd or tuple(grad_output.shape) != expected:
+            raise RuntimeError(f"{name}(): gradOutput sizes unexpected")
+        if tuple(indices.shape) != expected:
+            raise RuntimeError(f"{name}(): indices sizes unexpected")
+    else:
+        if len(output_size) != nd:
+            raise RuntimeError(f"{name}: output_size must either be a single Int or tuple of three Ints")
+        first = self.ndim - nd
+        for i, (dim, out) in enumerate(zip(_FRACTIONAL_DIMS[nd], output_size)):
+            if first + i >= grad_output.ndim or grad_output.shape[first + i] != out:
+                raise RuntimeError(f"{name}_out(): gradOutput {dim} unexpected")
+        # CPU reads gradOutput and indices as laid out for the input's batch and channels
+        # without checking them (out-of-bounds reads when they differ); raise instead.
+        expected = tuple(self.shape[:-nd]) + tuple(output_size)
+        if tuple(grad_output.shape) != expected:
+            raise RuntimeError(f"{name}_out(): gradOutput sizes unexpected: expected {list(expected)}, got {list(grad_output.shape)}")
+        if tuple(indices.shape) != expected:
+            raise RuntimeError(f"{name}_out(): indices sizes unexpected: expected {list(expected)}, got {list(indices.shape)}")
+    require_kernel_dtype(f"{name}_out_frame", self.dtype, "float")
+    if grad_output.dtype != self.dtype:
+        raise RuntimeError(f"expected scalar type {scalar_type_name(self.dtype)} but found {scalar_type_name(grad_output.dtype)}")
+    if indices.dtype != torch.int64:
+        raise RuntimeError(f"expected scalar type Long but found {scalar_type_name(indices.dtype)}")
+    return TensorMeta(self.shape, self.dtype)
+
+
+def fractional_max_pool2d_backward_output_shape(grad_output, self, kernel_size, output_size, indices):
+    return _fractional_backward(grad_output, self, 2, output_size, indices)
+
+
+def fractional_max_pool3d_backward_output_shape(grad_output, self, kernel_size, output_size, indices):
+    return _fractional_backward(grad_output, self, 3, output_size, indices)

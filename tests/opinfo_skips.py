@@ -31,6 +31,8 @@ RANDOM = {
     "nn.functional.dropout3d": "random numbers",
     "nn.functional.feature_alpha_dropout.with_train": "random numbers",
     "nn.functional.feature_alpha_dropout.without_train": "random numbers (identity without training, still seeded)",
+    "nn.functional.fractional_max_pool2d": "random numbers (window offsets drawn with torch.rand)",
+    "nn.functional.fractional_max_pool3d": "random numbers (window offsets drawn with torch.rand)",
     "nn.functional.rrelu": "random numbers",
     "normal": "random numbers",
     "pca_lowrank": "random numbers (a random projection drawn with torch.randn)",

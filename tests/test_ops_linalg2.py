@@ -411,9 +411,8 @@ GRADS = [
     ("eigvals", lambda a: torch.linalg.eigvals(a).abs().sum(), [(2, 4, 4)]),
     ("eig", lambda a: torch.linalg.eig(a)[1].abs().pow(2).mul(torch.arange(4.0, dtype=f64, device=a.device)).sum(), [(4, 4)]),
 ]
-# linalg_eig's backward formula takes conjugate views (aten._conj) and views complex
-# tensors as real (aten.view_as_real): view ops on complex tensors that the backend
-# does not lower yet. Those two run on CPU here; everything else runs on our side.
+
+
 @pytest.mark.parametrize("name,fn,shapes", GRADS, ids=[g[0] for g in GRADS])
 def test_gradients_match_cpu(name, fn, shapes):
     inputs = [T(*s, dtype=f64) for s in shapes]
