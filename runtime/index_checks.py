@@ -43,7 +43,10 @@ def _extremes(index: Any, ignore: int | None = None) -> tuple[int, int] | None:
     return int(lo), int(hi)
 
 
-def _dim_size(t: torch.Tensor, dim: int) -> int:
+def _dim_size(t: torch.Tensor, dim: int) -> int | None:
+    """The size along `dim`, or None when `dim` is invalid (the op raises that itself)."""
+    if not isinstance(dim, int) or not -max(t.dim(), 1) <= dim < max(t.dim(), 1):
+        return None
     return t.shape[dim] if t.dim() else 1
 
 
@@ -51,10 +54,10 @@ def _along_dim(error: type, message: str, negative_ok: bool = False) -> Callable
     """Indices into `self` along `dim`: [0, size), or [-size, size) with `negative_ok`."""
 
     def check(self, dim, index, **_):
-        ext = _extremes(index)
+        size = _dim_size(self, dim)
+        ext = None if size is None else _extremes(index)
         if ext is None:
             return
-        size = _dim_size(self, dim)
         low = -size if negative_ok else 0
         for v in ext:
             if not low <= v < size:
@@ -72,13 +75,13 @@ def _take(self, index, **_):
 
 
 def _embedding(weight, indices, **_):
-    ext = _extremes(indices)
+    ext = _extremes(indices) if weight.dim() == 2 else None  # else the op raises its own error
     if ext is not None and (ext[0] < 0 or ext[1] >= weight.shape[0]):
         raise IndexError("index out of range in self")
 
 
 def _embedding_bag(weight, indices, **_):
-    ext = _extremes(indices)
+    ext = _extremes(indices) if weight.dim() == 2 else None
     n = weight.shape[0]
     for v in ext or ():
         if not 0 <= v < n:
@@ -86,6 +89,8 @@ def _embedding_bag(weight, indices, **_):
 
 
 def _nll_loss(self, target, ignore_index=-100, **_):
+    if self.dim() not in (1, 2, 3, 4) or target.dim() != max(self.dim() - 1, 0):
+        return  # the op raises its own shape error
     ext = _extremes(target, ignore=ignore_index)
     classes = self.shape[-1] if self.dim() == 1 else self.shape[1]
     for v in ext or ():
