@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import argparse
+import dataclasses
 import difflib
 import hashlib
 import os

@@ -512,7 +512,6 @@ def fallback(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 def _from_cpu_result(out: Any) -> Any:
     if isinstance(out, torch.Tensor):
-
         return from_array(cpu_to_jax(out))
     if isinstance(out, (list, tuple)):
         return type(out)(_from_cpu_result(o) for o in out)

@@ -1,5 +1,6 @@
 """The environment: inside it, factory functions (`torch.randn`, `torch.zeros`,
-`torch.arange`, ...) create XlaTensors (PyTorch passes an unspecified device on as
+`torch.arange`, ...) and tensors made from data (`torch.tensor`, `torch.from_numpy`)
+create XlaTensors (PyTorch passes an unspecified device on as
 "cpu", so an explicit device="cpu" cannot be told apart; use to_torch for CPU copies), and every op on
 XlaTensors runs on JAX. Outside it, ops on XlaTensors still run on JAX (through the
 tensor's own __torch_dispatch__); only factories need the environment."""
