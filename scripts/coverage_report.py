@@ -211,6 +211,10 @@ def build_report(results_dir: str, out_dir: str) -> dict:
         d = _load(Path(f))
         units.update(d["units"])
         runs += [{**r, "file": os.path.basename(f), "done": len(d["units"])} for r in d.get("runs", [])[-1:]]
+    # Units the current plan no longer has (an OpInfo since classed as random has no
+    # grad unit) are left out.
+    planned = {h.unit_id(*u) for u in h.plan_units(list(h.opinfos()), h.DTYPE_NAMES, h.MODES)}
+    units = {uid: res for uid, res in units.items() if uid in planned}
     man = _manifest_summary()
     lowered = man.pop("lowered")
     per_op: dict[str, dict] = defaultdict(lambda: {"dtypes": defaultdict(dict), "aten_ops": set()})
@@ -323,7 +327,7 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
     )
     L.append("## What ran\n")
     for r in s["runs"]:
-        L.append(f"- `{r['file']}`: `coverage_report.py {_short_argv(r['argv'])}` last started {r['started']}: {r['done']} of its {r['units']} units done")
+        L.append(f"- `{r['file']}`: holds {r['done']} units; last run `coverage_report.py {_short_argv(r['argv'])}`, started {r['started']}, planned {r['units']}")
     L.append("")
     L.append(
         f"This report covers {s['units']} units (OpInfo, dtype, mode) over {s['opinfos']} of the "
