@@ -399,6 +399,12 @@ def check_out_overlap(outs: tuple[Any, ...], inputs: tuple[Any, ...], op: str) -
     for o in outs:
         if not isinstance(o, XlaTensor) or not o.numel():
             continue
+        if op in OUT_MUST_NOT_BE_AN_INPUT and not o._whole and overlapping(tuple(o.shape), tuple(o.stride())):
+            # these kernels check before resizing the output (assert_no_internal_overlap)
+            raise RuntimeError(
+                "unsupported operation: more than one element of the written-to tensor refers to a single "
+                "memory location. Please clone() the tensor before performing the operation."
+            )
         for t in flat:
             if t._store is not o._store or not t.numel():
                 continue

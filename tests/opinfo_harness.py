@@ -208,6 +208,10 @@ HOST_ARGUMENTS = {
 
 
 def _storage_key(x):
+    """Identifies the memory of a tensor that may alias others, else None (autograd
+    leaves move alone; empty tensors share no memory though their data pointers match)."""
+    if x.requires_grad or x.is_sparse or x.device.type != "cpu" or x.dtype.is_complex or not x.numel():
+        return None
     return x.untyped_storage().data_ptr(), x.dtype
 
 
@@ -220,9 +224,9 @@ def _aliased_storages(tree) -> set:
     tensors = {id(x): x for x in _leaves(tree) if isinstance(x, torch.Tensor)}.values()
     seen, shared = set(), set()
     for x in tensors:
-        if x.requires_grad or x.is_sparse or x.device.type != "cpu" or x.dtype.is_complex:
-            continue
         key = _storage_key(x)
+        if key is None:
+            continue
         if key in seen or any(st == 0 and n > 1 for n, st in zip(x.shape, x.stride())):
             shared.add(key)
         seen.add(key)
@@ -245,7 +249,9 @@ def to_ours(tree, op=None):
                 key = _storage_key(x)
                 if key in aliased:
                     if key not in bases:
-                        whole = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage())
+                        # new_empty, not torch.empty: inside the environment a factory
+                        # would make the base on our device
+                        whole = x.new_empty(0).set_(x.untyped_storage())
                         bases[key] = xnf.to_xla(whole)
                     converted[id(x)] = bases[key].as_strided(x.shape, x.stride(), x.storage_offset())
                 else:

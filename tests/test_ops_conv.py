@@ -343,9 +343,10 @@ def test_shape_fn_matches_meta(case):
 
 
 def test_every_op_is_covered():
-    from test_ops_nn_sampling import OPS_UNDER_TEST  # the sampling ops' cases live there
+    import test_ops_fractional_pool
+    import test_ops_nn_sampling  # the sampling and fractional pooling ops' cases live there
 
-    tested = {unambiguous_name(c.op) for c in CASES} | OPS_UNDER_TEST
+    tested = {unambiguous_name(c.op) for c in CASES} | test_ops_nn_sampling.OPS_UNDER_TEST | test_ops_fractional_pool.OPS_UNDER_TEST
     assert {f"lower_{n}" for n in tested} >= set(LOWERINGS)
     assert {f"{n}_output_shape" for n in tested} >= set(SHAPE_FNS)
 

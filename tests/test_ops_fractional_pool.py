@@ -22,6 +22,14 @@ from xla_native_functions.shape_fns import pooling as shape_pooling
 
 aten = torch.ops.aten
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+# The pooling lowerings whose cases live in this file (tests/test_ops_conv.py checks
+# that every pooling lowering has cases somewhere).
+OPS_UNDER_TEST = {
+    "fractional_max_pool2d",
+    "fractional_max_pool2d_backward",
+    "fractional_max_pool3d",
+    "fractional_max_pool3d_backward",
+}
 
 # (input shape, kernel_size, output_size)
 CONFIGS_2D = [
