@@ -334,10 +334,7 @@ def write_into(t: Any, new: Any, check_cast: bool = True) -> None:
             store.value = new if new_dtype == t.dtype else new.astype(TORCH_TO_NUMPY[t.dtype])
         else:
             if overlapping(tuple(t.shape), tuple(t.stride())):
-                raise RuntimeError(
-                    "unsupported operation: more than one element of the written-to tensor refers to a single "
-                    "memory location. Please clone() the tensor before performing the operation."
-                )
+                raise RuntimeError(_INTERNAL_OVERLAP_MESSAGE)
             base = store.value
             if base.__class__ is Value:
                 from .lazy import materialize
@@ -401,10 +398,7 @@ def check_out_overlap(outs: tuple[Any, ...], inputs: tuple[Any, ...], op: str) -
             continue
         if op in OUT_MUST_NOT_BE_AN_INPUT and not o._whole and overlapping(tuple(o.shape), tuple(o.stride())):
             # these kernels check before resizing the output (assert_no_internal_overlap)
-            raise RuntimeError(
-                "unsupported operation: more than one element of the written-to tensor refers to a single "
-                "memory location. Please clone() the tensor before performing the operation."
-            )
+            raise RuntimeError(_INTERNAL_OVERLAP_MESSAGE)
         for t in flat:
             if t._store is not o._store or not t.numel():
                 continue
@@ -417,6 +411,10 @@ def check_out_overlap(outs: tuple[Any, ...], inputs: tuple[Any, ...], op: str) -
                 raise RuntimeError(_OVERLAP_MESSAGE)
 
 
+_INTERNAL_OVERLAP_MESSAGE = (
+    "unsupported operation: more than one element of the written-to tensor refers to a single memory location. "
+    "Please clone() the tensor before performing the operation."
+)
 _OVERLAP_MESSAGE = (
     "unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory "
     "location. Please clone() the tensor before performing the operation."

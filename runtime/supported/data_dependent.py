@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ...shape_fns.common import broadcast_shapes
-from ..dispatch import X64, cpu_to_jax
+from ..dispatch import X64, cpu_to_jax, host_tensor
 from ..tensor import XlaTensor, from_array
 from .tensor_ops import _host_value
 
@@ -38,8 +38,8 @@ def _np(t):
 
 def _dev(arr, dtype):
     """A new tensor on our device holding `arr` as `dtype`."""
+    t = host_tensor(np.array(arr, order="C", copy=True))
     with torch._C._DisableTorchDispatch():
-        t = torch.from_numpy(np.array(arr, order="C", copy=True))
         if t.dtype != dtype:
             t = t.to(dtype)
     with X64:
