@@ -125,18 +125,13 @@ def is_supported(target: Any) -> bool:
     return target is operator.getitem or getattr(target, "__module__", None) in ("_operator", "math")
 
 
-# Kept as they are although core ATen decomposes them. torch 2.13's decomposition of
-# the CPU flash-attention forward returns a logsumexp that its backward kernel (which
-# AOTAutograd still calls) does not expect: gradients of q, k and v come out wrong,
-# with PyTorch's own aot_eager backend too. Undecomposed, the op runs on PyTorch CPU.
-_KEEP = {_aten._scaled_dot_product_flash_attention_for_cpu.default}
-
-
 def decompositions() -> dict[Any, Callable]:
-    """PyTorch's core ATen decompositions, minus the ops we lower as they are."""
+    """PyTorch's core ATen decompositions, minus the ops we lower as they are. (Those
+    include the CPU flash-attention forward, whose decomposition in torch 2.13 returns a
+    logsumexp that the backward kernel AOTAutograd still calls does not expect.)"""
     from torch._decomp import core_aten_decompositions
 
-    return {op: fn for op, fn in core_aten_decompositions().items() if op not in _REGISTRY and op not in _KEEP}
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in _REGISTRY}
 
 
 # ---------------------------------------------------------------- conversions

@@ -37,6 +37,10 @@ sys.path.insert(0, str(ROOT))
 import opinfo_harness as h  # noqa: E402
 
 COUNT_KEYS = ("passed", "failed", "errored", "not_found", "skipped")
+# the dtypes the pass-rate targets count (error_inputs run once, under "any"), and the
+# half-precision ones reported on their own
+DEFAULT_GROUP = (*h.DEFAULT_DTYPES, h.ANY_DTYPE)
+LOW_PRECISION = ("bfloat16", "float16")
 
 
 def _default_results_dir() -> str:
@@ -277,14 +281,23 @@ def build_report(results_dir: str, out_dir: str) -> dict:
     summary["planned_units_full_sweep"] = dict(planned)
     summary["opinfos_total"] = len(h.opinfos())
     summary["mean_seconds_per_unit"] = {m: round(sum(v) / len(v), 2) for m, v in measured.items() if v}
-    overall = Counter()
-    for c in totals.values():
-        overall.update(c)
-    summary["overall"] = {**dict(overall), "pass_rate": rate(overall)}
-    overall_f = Counter()
-    for c in totals_fully.values():
-        overall_f.update(c)
-    summary["overall_fully_lowered"] = {**dict(overall_f), "pass_rate": rate(overall_f)}
+    # bfloat16 and float16 are reported on their own, as the target counts the default dtypes
+    for name, group in (("", DEFAULT_GROUP), ("_low_precision", LOW_PRECISION)):
+        for suffix, tots in (("", totals), ("_fully_lowered", totals_fully)):
+            c = Counter()
+            for (dt, _), cc in tots.items():
+                if dt in group:
+                    c.update(cc)
+            summary[f"overall{name}{suffix}"] = {**dict(c), "pass_rate": rate(c)}
+        summary[f"by_mode{name}"] = {}
+        for m in h.MODES:
+            c, cf = Counter(), Counter()
+            for (dt, mm), cc in totals.items():
+                if mm == m and dt in group:
+                    c.update(cc)
+                    cf.update(totals_fully.get((dt, mm), Counter()))
+            if c:
+                summary[f"by_mode{name}"][m] = {**dict(c), "pass_rate": rate(c), "pass_rate_fully_lowered": rate(cf)}
     doc = {
         "manifest": man,
         "summary": summary,
@@ -314,6 +327,14 @@ def _pct(r) -> str:
     return "–" if r is None else f"{100 * r:.1f}%"
 
 
+def _total_row(mode, dtype, c, rate_fully, bold=False) -> str:
+    b = "**" if bold else ""
+    return (
+        f"| {mode} | {dtype} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('errored', 0)} | {c.get('not_found', 0)} "
+        f"| {b}{_pct(c['pass_rate'])}{b} | {b}{_pct(rate_fully)}{b} |"
+    )
+
+
 def _markdown(doc, per_op, lowered, missing_by_op) -> str:
     s, man = doc["summary"], doc["manifest"]
     L = []
@@ -338,20 +359,25 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
         + ".\n"
     )
     L.append("## Totals\n")
-    L.append("| dtype | mode | passed | failed | errored | of which not lowered | pass rate | pass rate, fully lowered OpInfos |")
-    L.append("|---|---|---:|---:|---:|---:|---:|---:|")
-    for k, c in s["by_dtype_mode"].items():
-        dt, m = k.split("|")
-        f = s["by_dtype_mode_fully_lowered"].get(k)
-        L.append(
-            f"| {dt} | {m} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('errored', 0)} | {c.get('not_found', 0)} "
-            f"| {_pct(c['pass_rate'])} | {_pct(f['pass_rate']) if f else '–'} |"
-        )
-    o, of = s["overall"], s["overall_fully_lowered"]
-    L.append(
-        f"| **all** | | {o.get('passed', 0)} | {o.get('failed', 0)} | {o.get('errored', 0)} | {o.get('not_found', 0)} "
-        f"| {_pct(o['pass_rate'])} | {_pct(of['pass_rate'])} |\n"
-    )
+    for name, group, title in (
+        ("", DEFAULT_GROUP, "float32, float64, int64 and bool (error_inputs once, under `any`)"),
+        ("_low_precision", LOW_PRECISION, "bfloat16 and float16, reported separately"),
+    ):
+        if not s[f"by_mode{name}"]:
+            continue
+        L.append(f"### {title}\n")
+        L.append("| mode | dtype | passed | failed | errored | of which not lowered | pass rate | pass rate, fully lowered OpInfos |")
+        L.append("|---|---|---:|---:|---:|---:|---:|---:|")
+        for m in h.MODES:
+            rows = [dt for dt in group if f"{dt}|{m}" in s["by_dtype_mode"]]
+            for dt in rows:
+                f = s["by_dtype_mode_fully_lowered"].get(f"{dt}|{m}")
+                L.append(_total_row(m, dt, s["by_dtype_mode"][f"{dt}|{m}"], f["pass_rate"] if f else None))
+            if len(rows) > 1:
+                c = s[f"by_mode{name}"][m]
+                L.append(_total_row(f"**{m}**", "all", c, c["pass_rate_fully_lowered"], bold=True))
+        o, of = s[f"overall{name}"], s[f"overall{name}_fully_lowered"]
+        L.append(_total_row("**all modes**", "", o, of["pass_rate"], bold=True) + "\n")
     L.append(
         f"Fully lowered OpInfos (every aten overload their eager forward samples reach on PyTorch CPU is in "
         f"the manifest; their backward may still reach missing ones, hence the grad rate): "

@@ -387,6 +387,48 @@ def test_sdpa_forward_backward_matches_cpu():
     torch.testing.assert_close(ours, expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, f64, torch.bfloat16])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+@pytest.mark.parametrize("causal_and_mask", [(False, False), (True, False), (False, True), (True, True)])
+def test_cpu_flash_attention_kernels_match_cpu(dtype, kv_heads, causal_and_mask):
+    """The kernels AOTAutograd graphs of F.scaled_dot_product_attention call on CPU
+    models: output, logsumexp and the three gradients, with grouped key/value heads, a
+    causal mask (top-left aligned, more queries than keys), an additive mask with one
+    fully masked row (output 0, logsumexp 0 on CPU) and an explicit scale."""
+    causal, with_mask = causal_and_mask
+    q = torch.randn(2, 4, 6, 8, dtype=dtype)
+    k, v = (torch.randn(2, kv_heads, 5, 8, dtype=dtype) for _ in range(2))
+    mask = None
+    if with_mask:
+        mask = torch.randn(6, 5, dtype=dtype)
+        mask[1] = float("-inf")
+    kw = {"scale": 0.3 if causal else None}
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask, **kw)
+    x_mask = None if mask is None else xnf.to_xla(mask)
+    x_out, x_lse = aten._scaled_dot_product_flash_attention_for_cpu(*xnf.to_xla([q, k, v]), 0.0, causal, attn_mask=x_mask, **kw)
+    tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
+    assert_same(xnf.to_torch(x_out), out, **tol)
+    assert_same(xnf.to_torch(x_lse), lse, **tol)
+    grad = torch.randn_like(out)
+    expected = aten._scaled_dot_product_flash_attention_for_cpu_backward(grad, q, k, v, out, lse, 0.0, causal, attn_mask=mask, **kw)
+    ours = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        *xnf.to_xla([grad, q, k, v, out, lse]), 0.0, causal, attn_mask=x_mask, **kw
+    )
+    for a, b in zip(ours, expected):
+        assert_same(xnf.to_torch(a), b, **tol)
+
+
+def test_cpu_flash_attention_errors_match_cpu():
+    q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    for args, kwargs in [((q, k, torch.randn(1, 2, 3, 5)), {}), ((q, k, k, 0.5), {}), ((q, k, k), {"attn_mask": torch.ones(3, 3, dtype=torch.bool)})]:
+        with pytest.raises(RuntimeError) as expected:
+            aten._scaled_dot_product_flash_attention_for_cpu(*args, **kwargs)
+        x_kwargs = {n: xnf.to_xla(t) for n, t in kwargs.items()}
+        with pytest.raises(RuntimeError) as ours:
+            aten._scaled_dot_product_flash_attention_for_cpu(*xnf.to_xla(list(args[:3])), *args[3:], **x_kwargs)
+        assert str(ours.value) == str(expected.value)
+
+
 def test_compiled_products_and_fft_match_cpu():
     a, b, s = torch.randn(2, 3, 4), torch.randn(2, 4, 5), torch.randn(2, 3, 5)
 
