@@ -136,3 +136,13 @@ def lower_native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, 
     if output_mask[2]:
         grad_bias = jnp.sum(g3, axis=(0, 2)).astype(param_dtype)
     return grad_input, grad_weight, grad_bias
+
+
+def lower_batch_norm_backward(
+    grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps, output_mask, reserve
+):
+    # The backward of _batch_norm_with_update (update=True) and _batch_norm_no_update;
+    # `reserve` is cuDNN's workspace, empty elsewhere.
+    return lower_native_batch_norm_backward(
+        grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps, output_mask
+    )

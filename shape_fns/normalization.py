@@ -91,3 +91,11 @@ def native_group_norm_backward_output_shape(grad_out, input, mean, rstd, weight,
         TensorMeta((C,), param_dtype) if output_mask[1] else None,
         TensorMeta((C,), param_dtype) if output_mask[2] else None,
     )
+
+
+def batch_norm_backward_output_shape(
+    grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps, output_mask, reserve
+):
+    return native_batch_norm_backward_output_shape(
+        grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps, output_mask
+    )

@@ -542,3 +542,33 @@ def test_native_batch_norm_legit_writes_running_stats(training):
         torch.testing.assert_close(xnf.to_torch(a), r, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(xnf.to_torch(ours_mean), mean)
     torch.testing.assert_close(xnf.to_torch(ours_var), var)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_with_update_writes_running_stats_and_differentiates(affine):
+    # the training-mode batch norm of export graphs, and its batch_norm_backward
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, dtype=torch.float64, requires_grad=True)
+    w, b = (torch.randn(3, dtype=torch.float64, requires_grad=True) for _ in range(2)) if affine else (None, None)
+    mean, var = torch.randn(3, dtype=torch.float64), torch.rand(3, dtype=torch.float64) + 0.5
+    leaves = [t for t in (x, w, b) if t is not None]
+    our_leaves = [xnf.to_xla(t.detach()).requires_grad_() for t in leaves]
+    ox, ow, ob = (our_leaves + [None, None])[:3] if affine else (our_leaves[0], None, None)
+    ours_mean, ours_var = xnf.to_xla(mean.clone()), xnf.to_xla(var.clone())
+    ref = aten._batch_norm_with_update(x, w, b, mean, var, 0.1, 1e-5)
+    ours = aten._batch_norm_with_update(ox, ow, ob, ours_mean, ours_var, 0.1, 1e-5)
+    for a, r in zip(ours, ref):
+        assert a.dtype == r.dtype and a.shape == r.shape
+        torch.testing.assert_close(xnf.to_torch(a), r)
+    torch.testing.assert_close(xnf.to_torch(ours_mean), mean)
+    torch.testing.assert_close(xnf.to_torch(ours_var), var)
+    g = torch.randn_like(ref[0])
+    if not affine:  # batch_norm_backward's weight is not optional: PyTorch CPU raises too
+        for out, inputs, grad in ((ref[0], leaves, g), (ours[0], our_leaves, xnf.to_xla(g))):
+            with pytest.raises(RuntimeError, match="argument #2 'weight'"):
+                torch.autograd.grad(out, inputs, grad)
+        return
+    want = torch.autograd.grad(ref[0], leaves, g)
+    have = torch.autograd.grad(ours[0], our_leaves, xnf.to_xla(g))
+    for h, e in zip(have, want):
+        torch.testing.assert_close(xnf.to_torch(h), e)

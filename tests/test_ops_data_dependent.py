@@ -316,6 +316,14 @@ def test_unique2(name, sorted_, inverse, counts):
     _same(aten._unique2(X(x), sorted_, inverse, counts), expected)
 
 
+@pytest.mark.parametrize("name", list(UNIQUE_INPUTS))
+@pytest.mark.parametrize("inverse", [True, False])
+def test_unique_legacy_overload(name, inverse):
+    # aten._unique: what index_fill's backward calls; sorted whatever `sorted` says
+    x = UNIQUE_INPUTS[name]
+    _same(aten._unique(X(x), False, inverse), aten._unique(x, False, inverse))
+
+
 @pytest.mark.parametrize("name", ["f32_nan_negzero", "int64", "bool", "bf16"])
 @pytest.mark.parametrize("dim", [0, -1])
 def test_unique_dim_and_consecutive(name, dim):

@@ -124,6 +124,11 @@ def impl__unique2(self, sorted=True, return_inverse=False, return_counts=False):
     return _unique_flat(self, True, return_inverse, return_counts)
 
 
+def impl__unique(self, sorted=True, return_inverse=False):
+    values, inverse, _ = _unique_flat(self, True, return_inverse, False)
+    return values, inverse
+
+
 def impl_unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
     return _unique_along(self, dim, True)
 
@@ -227,3 +232,26 @@ def _type_name(dtype):
         torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
         torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
     }.get(dtype, str(dtype))
+
+
+def _lengths(t):
+    if t.dim() != 1 or t.dtype not in _INTEGRAL:
+        raise RuntimeError("input_lengths and target_lengths must be 1-d integer tensors")
+    return [int(n) for n in _np(t)]
+
+
+def impl__ctc_loss_Tensor(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    # The lengths fix the shapes of the dynamic program: read them, then run the
+    # lowered int[] overload.
+    return torch.ops.aten._ctc_loss(
+        log_probs, targets, _lengths(input_lengths), _lengths(target_lengths), blank, zero_infinity
+    )
+
+
+def impl__ctc_loss_backward_Tensor(
+    grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank, zero_infinity=False
+):
+    return torch.ops.aten._ctc_loss_backward(
+        grad, log_probs, targets, _lengths(input_lengths), _lengths(target_lengths), neg_log_likelihood,
+        log_alpha, blank, zero_infinity,
+    )

@@ -5,6 +5,8 @@ then written into the buffers (eagerly, or as graph outputs while tracing)."""
 
 from __future__ import annotations
 
+import torch
+
 from ...lowerings.normalization import batch_norm_with_update
 from ...shape_fns.normalization import batch_norm_with_update_meta
 from ..dispatch import run_node, write_inplace
@@ -33,3 +35,11 @@ def impl_native_batch_norm(input, weight, bias, running_mean, running_var, train
 def impl__native_batch_norm_legit(input, weight, bias, running_mean, running_var, training, momentum, eps):
     # The same op with running statistics that are always given (and marked as written).
     return impl_native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+def impl__batch_norm_with_update(input, weight, bias, running_mean, running_var, momentum, eps):
+    # The training-mode batch norm of torch.export and pre-dispatch graphs; the fourth
+    # result is cuDNN's reserve space, empty on every other device.
+    out, mean, invstd = impl_native_batch_norm(input, weight, bias, running_mean, running_var, True, momentum, eps)
+    return out, mean, invstd, torch.empty(0, dtype=torch.uint8, device=input.device)
+
