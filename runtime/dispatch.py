@@ -290,7 +290,7 @@ def make_view(cls: type[Node], args: tuple[Any, ...]) -> Any:
     """A view op: a new tensor on the same storage (Note [Views and mutation])."""
     base = args[0]
     store = base._store
-    storage_numel = int(np.prod(store.value.shape if store.value.__class__ is not Value else store.value.meta.shape))
+    storage_numel = math.prod(store.value.shape if store.value.__class__ is not Value else store.value.meta.shape)
     layout = view_meta(
         cls.name, _aten_overload(cls.op), base, tuple(base.shape), tuple(base.stride()), base.storage_offset(), storage_numel, args
     )

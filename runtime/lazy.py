@@ -361,11 +361,12 @@ def sync() -> None:
         compiling = False
     _LAST_KEYS[trace.segment] = key
     trace.segment += 1
-    from .dispatch import X64
+    from .dispatch import X64, scalar_operand
 
     start = time.perf_counter()
     with X64:
-        outs = fn([v.data for v in inputs], [s.value for s in scalars])
+        # numbers as cached JAX scalars: jit would convert each Python number per call
+        outs = fn([v.data for v in inputs], [scalar_operand(s.value) for s in scalars])
         if compiling:
             jax.block_until_ready(outs)
     elapsed = time.perf_counter() - start

@@ -42,4 +42,3 @@ def impl__batch_norm_with_update(input, weight, bias, running_mean, running_var,
     # result is cuDNN's reserve space, empty on every other device.
     out, mean, invstd = impl_native_batch_norm(input, weight, bias, running_mean, running_var, True, momentum, eps)
     return out, mean, invstd, torch.empty(0, dtype=torch.uint8, device=input.device)
-
