@@ -3,7 +3,10 @@
 For every OpInfo whose eager bfloat16 or float16 unit has failing samples in
 docs/coverage.json, reruns those samples and compares both results (ours and PyTorch
 CPU's, same low-precision inputs) with the op computed on PyTorch CPU in float64 from
-the same inputs: the larger elementwise error decides. Writes docs/low_precision.md.
+the same inputs: the larger elementwise error decides. Samples drawing random numbers
+(opinfo_skips.RANDOM_SAMPLES) are left out, as in the sweep. Writes
+docs/low_precision.md and its JSON twin; `--ops` reruns those OpInfos only and keeps
+the other results.
 
     python scripts/low_precision_accuracy.py [--ops KEY,...]
 """
@@ -22,6 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 import opinfo_harness as h  # noqa: E402
+from opinfo_skips import RANDOM_SAMPLES  # noqa: E402
 
 LOW_PRECISION = ("bfloat16", "float16")
 VERDICTS = ("ours closer", "CPU closer", "equally close", "not comparable")
@@ -45,9 +49,12 @@ def _max_error(result, truth) -> float:
     return (result.double() - truth).abs().nan_to_num(nan=float("inf")).max().item()
 
 
-def _judge(op, dtype, sample):
+def _judge(key, op, dtype, sample):
     import torch
 
+    is_random = RANDOM_SAMPLES.get(key)
+    if is_random and is_random(sample.input, sample.args, sample.kwargs):
+        return None
     expected = op(sample.input, *sample.args, **sample.kwargs)
     ours_in = h.to_ours((sample.input, tuple(sample.args), dict(sample.kwargs)))
     ours = h._to_cpu(op(ours_in[0], *ours_in[1], **ours_in[2]))
@@ -71,26 +78,31 @@ def main(argv=None) -> None:
     p.add_argument("--ops", default="", help="comma-separated OpInfo keys (default: every failing unit)")
     p.add_argument("--out", default=str(ROOT / "docs" / "low_precision.md"))
     args = p.parse_args(argv)
+    json_path = Path(args.out).with_suffix(".json")
+    only = {k for k in args.ops.split(",") if k}
+    kept = json.loads(json_path.read_text()) if only and json_path.exists() else {}
     import torch
 
     warnings.simplefilter("ignore")
     h._setup_worker()
     coverage = json.loads((ROOT / "docs" / "coverage.json").read_text())
-    units = _failing_units(coverage, {k for k in args.ops.split(",") if k})
-    rows, total = [], Counter()
+    units = _failing_units(coverage, only)
+    results = {uid: Counter(c) for uid, c in kept.items()}
     for i, (key, dt) in enumerate(units, 1):
         op, dtype = h.opinfos()[key], getattr(torch, dt)
         counts = Counter()
         for sample in h._chain(op.sample_inputs("cpu", dtype), op.reference_inputs("cpu", dtype)):
             try:
-                verdict = _judge(op, dtype, sample)
+                verdict = _judge(key, op, dtype, sample)
             except Exception:  # a sample PyTorch CPU rejects (in float64 too) is not counted
                 continue
             if verdict:
                 counts[verdict] += 1
-        rows.append((key, dt, counts))
-        total.update(counts)
+        results[f"{key}|{dt}"] = counts
         print(f"[{i}/{len(units)}] {key} {dt}: " + ", ".join(f"{v} {counts[v]}" for v in VERDICTS), file=sys.stderr, flush=True)
+    json_path.write_text(json.dumps({uid: dict(c) for uid, c in sorted(results.items())}, indent=1) + "\n")
+    rows = [(*uid.split("|"), c) for uid, c in sorted(results.items())]
+    total = sum(results.values(), Counter())
     L = [
         "# bfloat16 and float16: failing samples against float64\n",
         "Written by `python scripts/low_precision_accuracy.py`; do not edit. For each OpInfo whose eager "

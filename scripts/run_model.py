@@ -175,9 +175,11 @@ def run(
     attn: str | None = None,
     seed: int = 0,
     allow_fallback: bool = True,
+    inductor: bool = False,
 ) -> dict:
     """One model, one mode, inference or `steps` training steps; returns the record the
-    report prints (see `format_record`)."""
+    report prints (see `format_record`). `inductor`: in dynamo mode, also time
+    torch.compile's default backend on the same model."""
     spec = MODELS[name]
     task = f"train-{optimizer}" if train else "inference"
     rec: dict[str, Any] = {
@@ -198,11 +200,14 @@ def run(
     ref_model.train(train)
     kwargs = case.kwargs or {}
     ref_in = (case.inputs, kwargs, case.target)
+    inductor_step = None
     if mode == "dynamo":
-        # The backend takes CPU modules and tensors, like inductor.
+        # The backend takes CPU modules and tensors, like inductor, which is timed
+        # alongside as the baseline torch.compile users know.
         torch._dynamo.reset()
         ours_model = copy.deepcopy(ref_model)
         ours_in = copy.deepcopy(ref_in)
+        inductor_model, inductor_in = copy.deepcopy(ref_model), copy.deepcopy(ref_in)
     else:
         ours_model = xnf.to_xla(copy.deepcopy(ref_model))
         ours_in = xnf.to_xla(ref_in)
@@ -235,6 +240,8 @@ def run(
     ours_step = make_step(ours_model_for_step, ours_in)
     if mode == "compiled":
         ours_step = xnf.compile(ours_step)
+    if mode == "dynamo" and inductor:
+        inductor_step = make_step(torch.compile(inductor_model), inductor_in)
 
     def sync(out):
         # Forces the result on the host, so a timing includes the work.
@@ -282,9 +289,12 @@ def run(
             phase = "timing"
             for _ in range(max(0, WARMUP_CALLS - n_calls)):
                 sync(ours_step())
+            if inductor_step is not None:
+                for _ in range(WARMUP_CALLS):
+                    sync(inductor_step())
             # Ours and PyTorch's steps alternate, so both see the same machine load.
             steady_before = _compiles(mode)
-            times, ref_times = [], []
+            times, ref_times, inductor_times = [], [], []
             for _ in range(timed):
                 start = time.perf_counter()
                 sync(ours_step())
@@ -292,10 +302,16 @@ def run(
                 start = time.perf_counter()
                 sync(ref_step())
                 ref_times.append(time.perf_counter() - start)
+                if inductor_step is not None:
+                    start = time.perf_counter()
+                    sync(inductor_step())
+                    inductor_times.append(time.perf_counter() - start)
             rec["compiles_steady"] = _compiles(mode) - steady_before
             rec["step_ms"] = statistics.median(times) * 1e3
             rec["torch_step_ms"] = statistics.median(ref_times) * 1e3
             rec["ratio"] = rec["step_ms"] / rec["torch_step_ms"]
+            if inductor_times:
+                rec["inductor_step_ms"] = statistics.median(inductor_times) * 1e3
     except Exception as e:  # noqa: BLE001 - every failure is a result to report
         rec["status"] = "error"
         rec["error"] = f"{phase}: {_short_error(e)}"
@@ -359,7 +375,8 @@ def format_record(rec: dict) -> str:
         f"  max abs / rel diff: {_fmt(rec.get('max_abs'), '.2e')} / {_fmt(rec.get('max_rel'), '.2e')} ({what})",
         f"  first call:        {_fmt(rec.get('first_call_s'), '.2f')} s (tracing and compiling included)",
         f"  steady step:       {_fmt(rec.get('step_ms'), '.2f')} ms vs torch CPU eager {_fmt(rec.get('torch_step_ms'), '.2f')} ms "
-        f"-> {_fmt(rec.get('ratio'), '.2f')}x",
+        f"-> {_fmt(rec.get('ratio'), '.2f')}x"
+        + (f"; inductor {_fmt(rec['inductor_step_ms'], '.2f')} ms" if rec.get("inductor_step_ms") else ""),
         f"  compiles:          {rec.get('compiles')} ({_COMPILE_UNIT[rec['mode']]}; "
         f"first call {rec.get('compiles_first_call', '-')}, steady state {rec.get('compiles_steady', '-')})",
     ]
@@ -438,6 +455,25 @@ def write_docs(records: list[dict]) -> None:
         out += ["", "## Recompiles in the steady state", ""]
         for r in recompiles:
             out.append(f"- `{_key(r)}`: {r['compiles_steady']} compiles; reasons: {'; '.join(r['recompile_reasons'][:3]) or '-'}")
+    backend_rows = [r for r in records if r["mode"] == "dynamo" and r.get("step_ms")]
+    if backend_rows:
+        by_key = {(r["model"], r["mode"], r["task"], r.get("attn")): r for r in records}
+        out += ["", "## The torch.compile backend against our compiled mode and inductor", "",
+                "Steady-state ms per step. `xla_native`: `torch.compile(model, backend=\"xla_native\")` on the",
+                "CPU model (the optimizer step runs on PyTorch CPU); compiled mode: `xla_native_functions.compile`",
+                "of the whole step on a model moved with `to_xla` (its row above, another run);",
+                "inductor: `torch.compile(model)` on the CPU model, timed in turns with `xla_native` and",
+                "PyTorch eager in the same run.", "",
+                "| model | task | xla_native ms | compiled mode ms | xla_native / compiled mode | inductor ms | xla_native / inductor | torch eager ms |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in backend_rows:
+            c = by_key.get((r["model"], "compiled", r["task"], r.get("attn")), {})
+            ind = r.get("inductor_step_ms")
+            out.append(
+                f"| {r['model']} | {r['task']} | {_fmt(r['step_ms'], '.2f')} | {_fmt(c.get('step_ms'), '.2f')} | "
+                f"{_fmt(r['step_ms'] / c['step_ms'] if c.get('step_ms') else None, '.2f')} | {_fmt(ind, '.2f')} | "
+                f"{_fmt(r['step_ms'] / ind if ind else None, '.2f')} | {_fmt(r.get('torch_step_ms'), '.2f')} |"
+            )
     hf = [name for name, spec in models.items() if spec.hf]
     attn_rows = [r for r in records if r["model"] in hf and r["mode"] != "dynamo"
                  and any(q["model"] == r["model"] and q["mode"] == r["mode"] and q["task"] == r["task"]
@@ -482,7 +518,7 @@ def sweep(args: argparse.Namespace) -> None:
             continue
         print(f"[{k + 1}/{len(plan)}] {_key(probe)} ...", file=sys.stderr, flush=True)
         rec = run(p["name"], p["mode"], p["train"], p["optimizer"], batch=args.batch, steps=args.steps,
-                  timed=args.timed, attn=p["attn"])
+                  timed=args.timed, attn=p["attn"], inductor=True)
         print(f"    {rec['status']}" + (f" ({rec.get('error')})" if rec.get("error") else ""), file=sys.stderr, flush=True)
         done[_key(rec)] = rec
         order = {_key({"model": q["name"], "mode": q["mode"], "attn": q["attn"],
@@ -503,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attn", choices=("eager", "sdpa"), default=None,
                         help="attn_implementation of transformers models (default: the library's)")
     parser.add_argument("--no-fallback", action="store_true", help="raise on ops that are not lowered")
+    parser.add_argument("--inductor", action="store_true",
+                        help="with --mode dynamo: also time torch.compile's default backend (--all always does)")
     parser.add_argument("--all", action="store_true", help="sweep every model x mode x task, write docs/models.md")
     parser.add_argument("--shard", help="with --all: run part i of n (i/n)")
     parser.add_argument("--resume", action="store_true", help="with --all: keep results already in docs/models.json")
@@ -520,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.attn and not MODELS[args.name].hf:
         parser.error(f"--attn applies to transformers models only, not {args.name}")
     rec = run(args.name, args.mode, args.train, args.optimizer, batch=args.batch, steps=args.steps,
-              timed=args.timed, attn=args.attn, allow_fallback=not args.no_fallback)
+              timed=args.timed, attn=args.attn, allow_fallback=not args.no_fallback, inductor=args.inductor)
     print(json.dumps(rec, indent=1) if args.json else format_record(rec))
     return 0 if rec["status"] in ("ok", "unavailable") else 1
 
