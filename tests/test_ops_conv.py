@@ -177,6 +177,14 @@ def norm_cases():
                     meta_agrees=mask[0],
                 )
             )
+        _, sm, si, reserve = aten._batch_norm_with_update.default(x4, w, b, rm.clone(), rv.clone(), 0.1, 1e-5)
+        cases.append(
+            Case(
+                f"batch_norm_backward_{mode}",
+                aten.batch_norm_backward.default,
+                (T(4, 3, 5, 5, dtype=D), x4, w, rm, rv, sm, si, train, 1e-5, [True, True, True], reserve),
+            )
+        )
         cases.append(
             Case(
                 f"native_batch_norm_backward_{mode}_no_weight",
