@@ -11,14 +11,14 @@ import jax.numpy as jnp
 from .common import opmath
 
 
+def _scale(query, scale):
+    return 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+
+
 def _scores(query, key, is_causal, attn_mask, scale):
-    """Scaled q @ k^T plus the mask, in float32 or wider; grouped key/value heads are
-    repeated to the query's (head h reads key head h // (Hq / Hk))."""
-    q, k = opmath(query), opmath(key)
-    if k.shape[-3] != q.shape[-3]:
-        k = jnp.repeat(k, q.shape[-3] // k.shape[-3], axis=-3)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = jnp.einsum("...le,...se->...ls", q, k) * scale
+    """Scaled q @ k^T plus the mask, in float32 or wider."""
+    q, k = opmath(query), _repeat_heads(opmath(key), query.shape[-3])
+    s = jnp.einsum("...le,...se->...ls", q, k) * _scale(query, scale)
     if is_causal:
         L, S = s.shape[-2:]
         s = jnp.where(jnp.tril(jnp.ones((L, S), bool)), s, -jnp.inf)
@@ -28,6 +28,7 @@ def _scores(query, key, is_causal, attn_mask, scale):
 
 
 def _repeat_heads(x, heads):
+    """Grouped key/value heads repeated to the query's: head h reads head h // (Hq / Hk)."""
     return x if x.shape[-3] == heads else jnp.repeat(x, heads // x.shape[-3], axis=-3)
 
 
@@ -62,11 +63,10 @@ def lower__scaled_dot_product_flash_attention_for_cpu_backward(
     p = jnp.exp(s - logsumexp[..., None].astype(s.dtype))
     g, q, k = opmath(grad_out), opmath(query), _repeat_heads(opmath(key), heads)
     v = _repeat_heads(opmath(value), heads)
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     grad_v = jnp.einsum("...ls,...le->...se", p, g)
     grad_p = jnp.einsum("...le,...se->...ls", g, v)
     row_dot = jnp.sum(g * opmath(out), axis=-1, keepdims=True)
-    grad_s = p * (grad_p - row_dot) * scale
+    grad_s = p * (grad_p - row_dot) * _scale(query, scale)
     grad_q = jnp.einsum("...ls,...se->...le", grad_s, k)
     grad_k = jnp.einsum("...ls,...le->...se", grad_s, q)
     return (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .common import TensorMeta
+from .indexing import type_name
 
 _WHERE = " (while checking arguments for ctc_loss_allocate_outputs)"
 
@@ -22,9 +23,9 @@ def _check_ctc(log_probs, targets, input_lengths, target_lengths, blank):
     if len(target_lengths) != N:
         raise RuntimeError("target_lengths must be of size batch_size")
     if targets.dtype not in (torch.int32, torch.int64):
-        name = str(targets.dtype).removeprefix("torch.").capitalize()
         raise RuntimeError(
-            f"Expected tensor for argument #2 'targets' to have scalar type Long; but got torch.{name}Tensor instead{_WHERE}"
+            f"Expected tensor for argument #2 'targets' to have scalar type Long; but got "
+            f"torch.{type_name(targets.dtype)}Tensor instead{_WHERE}"
         )
     for n in target_lengths:
         if n < 0:
