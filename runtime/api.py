@@ -7,13 +7,15 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
+from . import state
 from .config import config
 from .dispatch import X64, OperatorNotFound, cpu_to_jax, jax_to_cpu
 from .dynamo import dynamo_report
 from .env import default_env
 from .interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x64
-from .lazy import compile, lazy_mode, mark_step
+from .lazy import lazy_mode, mark_step
 from .metrics import metrics_report, reset_metrics
+from .replay import compile
 from .tensor import XlaTensor, from_array
 
 __all__ = [
@@ -71,6 +73,9 @@ def _tensor_to_torch(t: torch.Tensor) -> torch.Tensor:
         return t
     from .supported.tensor_ops import _host_value
 
+    if t._whole and not state.tracing and not t.requires_grad:  # the storage's array as it is
+        with X64:
+            return jax_to_cpu(t._store.value)
     with X64:
         out = jax_to_cpu(_host_value(t.detach()))
     if t.requires_grad:
@@ -90,6 +95,8 @@ def to_torch(obj: Any) -> Any:
     """Move tensors, modules or pytrees back to PyTorch CPU tensors."""
     if isinstance(obj, torch.nn.Module):
         return _move_module(obj, _tensor_to_torch)
+    if isinstance(obj, torch.Tensor):
+        return _tensor_to_torch(obj)
     return tree_map(lambda x: _tensor_to_torch(x) if isinstance(x, torch.Tensor) else x, obj)
 
 

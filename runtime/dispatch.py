@@ -485,6 +485,8 @@ def _materialized(x: XlaTensor) -> Any:
 def fallback(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Run `op` through PyTorch on CPU: inputs copied out, results copied back."""
     metrics.fallback_calls[str(op)] += 1
+    if state.trace is not None and state.trace.probe is not None:
+        state.trace.probe.fail(f"it calls {op}, which runs on the CPU")
     cpu_args = _to_cpu_arg(args)
     cpu_kwargs = {k: _to_cpu_arg(v) for k, v in kwargs.items()}
     if "device" in cpu_kwargs and cpu_kwargs["device"] is not None:

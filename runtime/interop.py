@@ -70,6 +70,8 @@ def to_jax(obj: Any) -> Any:
     parameters and buffers by name (what `jax_function` takes). Pytrees are mapped."""
     if isinstance(obj, torch.nn.Module):
         return {name: _tensor_to_jax(t) for name, t in _named_state(obj).items()}
+    if isinstance(obj, torch.Tensor):
+        return _tensor_to_jax(obj)
     return tree_map(lambda x: _tensor_to_jax(x) if isinstance(x, torch.Tensor) else x, obj)
 
 

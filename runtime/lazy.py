@@ -1,7 +1,8 @@
 """Tracing mode: ops record IR nodes instead of running; a sync lowers the pending
 graph to one jax.jit function, cached by the graph's structure, and runs it.
 
-`compile(fn)` traces each call of fn and syncs at its end; the lazy mode
+`compile(fn)` traces a call of fn and syncs at its end (runtime/replay.py then replays
+stable calls without tracing them); the lazy mode
 (`mark_step()`) syncs when the user asks, and whenever a value is needed on the host
 (`.item()`, printing), like PyTorch/XLA's lazy tensors. Tensors that existed before
 the trace enter the graph as inputs; tensors it mutates or creates and that are still
@@ -11,7 +12,6 @@ alive are its outputs, written back to their storages.
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 import weakref
 from typing import Any, Callable
@@ -25,7 +25,7 @@ from . import state
 from .ir import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node, ScalarInput, Value
 from .metrics import metrics
 from .tensor import Storage, XlaTensor
-from .views import is_whole, strided_read, strided_write
+from .views import strided_read, strided_write
 
 
 class StridedRead(Node):
@@ -80,6 +80,7 @@ class Trace:
     def __init__(self):
         self.storages: list[weakref.ref[Storage]] = []  # created or mutated while tracing
         self.segment = 0  # graphs run so far by this trace
+        self.probe = None  # a runtime.replay.Probe while compile() learns a replay plan
 
     def track(self, store: Storage) -> None:
         self.storages.append(weakref.ref(store))
@@ -100,7 +101,10 @@ def traced_value(t: Any) -> Any:
         v = store.value
         if v.__class__ is not Value:
             v = store.value = _input(v)
-            state.trace.track(store)
+            trace = state.trace
+            trace.track(store)
+            if trace.probe is not None:
+                trace.probe.note_owner(store, t, v)
         if t._whole:
             return v
         return record_strided_read(v, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
@@ -175,6 +179,9 @@ def _new_tensor(v: Value) -> XlaTensor:
 
 def record_write(t: XlaTensor, new: Value) -> None:
     store = t._store
+    probe = state.trace.probe
+    if probe is not None and store.value.__class__ is not Value:
+        probe.note_owner(store, t, None)
     if new.meta.dtype != t.dtype:
         new = _emit(Convert((new, t.dtype)), TensorMeta(new.meta.shape, t.dtype))
     if t._whole:
@@ -183,6 +190,8 @@ def record_write(t: XlaTensor, new: Value) -> None:
         base = store.value
         if base.__class__ is not Value:
             base = store.value = _input(base)
+            if probe is not None:
+                probe.note_owner(store, t, base)
         layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
         store.value = _emit(StridedWrite((base, new) + layout), base.meta)
     state.trace.track(store)
@@ -361,6 +370,8 @@ def sync() -> None:
         compiling = False
     _LAST_KEYS[trace.segment] = key
     trace.segment += 1
+    if trace.probe is not None:
+        trace.probe.note_graph(pending, inputs, scalars, key, fn)
     from .dispatch import X64, scalar_operand
 
     start = time.perf_counter()
@@ -397,23 +408,33 @@ def _why(old: tuple, new: tuple) -> str:
     return "the graph's outputs changed"
 
 
+def _note_read(v: Value | None, store: Storage | None, array: Any) -> None:
+    trace = state.trace
+    if trace is not None and trace.probe is not None:
+        trace.probe.note_read(v, store, array)
+
+
 def materialize(store: Storage) -> Any:
     """The concrete value of a storage whose value is still pending: runs the trace."""
     if store.value.__class__ is Value and store.value.node is None:
+        _note_read(store.value, None, store.value.data)
         return store.value.data
     sync()
     if store.value.__class__ is Value:  # created by a trace that has ended
         raise RuntimeError("a lazy tensor outlived its trace without being computed")
+    _note_read(None, store, store.value)
     return store.value
 
 
 def materialize_value(v: Value) -> Any:
     """The concrete value of an IR value: makes it a temporary root of the trace."""
     if v.node is None:
+        _note_read(v, None, v.data)
         return v.data
     holder = Storage(v)
     state.trace.track(holder)
     sync()
+    _note_read(None, holder, holder.value)
     return holder.value
 
 
@@ -427,19 +448,6 @@ def tracing():
         sync()
     finally:
         state.tracing, state.trace = outer
-
-
-def compile(fn: Callable) -> Callable:
-    """Run `fn` (forward, backward, optimizer step, any torch code on XlaTensors) as one
-    XLA program per call: its ops are traced, lowered together and cached by the
-    graph's structure, so a steady loop compiles once."""
-
-    @functools.wraps(fn)
-    def compiled(*args, **kwargs):
-        with tracing():
-            return fn(*args, **kwargs)
-
-    return compiled
 
 
 _lazy_scope: list[Any] = []

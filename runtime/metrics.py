@@ -21,6 +21,9 @@ class Metrics:
     execute_count: int = 0
     execute_seconds: float = 0.0
     recompile_reasons: list[str] = field(default_factory=list)
+    # compile(): calls replayed without running their Python, and why a function is not
+    replays: int = 0
+    replay_notes: list[str] = field(default_factory=list)
 
     @property
     def op_calls(self) -> collections.Counter:
@@ -44,7 +47,11 @@ def metrics_report() -> str:
         f"  compiled graphs: {m.compile_count} ({m.compile_seconds:.3f}s compiling)",
         f"  graph cache: {m.cache_hits} hits, {m.cache_misses} misses",
         f"  graph executions: {m.execute_count} ({m.execute_seconds:.3f}s)",
+        f"  compile() calls replayed without tracing: {m.replays}",
     ]
+    if m.replay_notes:
+        lines.append("  compile() functions traced on every call:")
+        lines += [f"    - {r}" for r in m.replay_notes[-20:]]
     if m.recompile_reasons:
         lines.append("  recompilation reasons:")
         lines += [f"    - {r}" for r in m.recompile_reasons[-20:]]

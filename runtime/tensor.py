@@ -133,3 +133,16 @@ def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
     r._cache = None
     return r
 
+
+
+def tensor_on(store: Storage, shape, dtype: torch.dtype, view: tuple | None = None) -> XlaTensor:
+    """A new tensor on an existing storage, whole or with view = (strides, offset)
+    (XlaTensor.__new__ without its Python call overhead)."""
+    if view is None:
+        r = _make_wrapper_subclass(XlaTensor, shape, dtype=dtype, device=DEVICE)
+    else:
+        r = _make_wrapper_subclass(XlaTensor, shape, strides=view[0], storage_offset=view[1], dtype=dtype, device=DEVICE)
+    r._whole = view is None
+    r._store = store
+    r._cache = None
+    return r

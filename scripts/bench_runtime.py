@@ -1,6 +1,8 @@
-"""Runtime benchmark: per-op eager overhead, tracing cost per op, and the compiled MLP
-step, each as a median and a ratio against baselines measured in the same run
-(PyTorch CPU eager, plain jax.numpy, and the same computation written in JAX).
+"""Runtime benchmark: per-op eager overhead, tracing cost per op, and compiled steps (an
+MLP forward and training step, two transformer blocks), each as a median and a ratio
+against baselines measured in the same run (PyTorch CPU eager, plain jax.numpy, and the
+same computation written in JAX). `compile()` is measured both ways shared/DESIGN.md
+names: replaying stable calls (the default) and tracing every call (`replay=False`).
 
     python scripts/bench_runtime.py
 """
@@ -8,7 +10,10 @@ step, each as a median and a ratio against baselines measured in the same run
 from __future__ import annotations
 
 import copy
+import functools
+import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -24,12 +29,17 @@ def median_us(fn, number: int = 2000, repeat: int = 7) -> float:
 
 def paired_us(fns: dict, number: int = 2000, repeat: int = 7) -> dict:
     """Median microseconds per call of each function. The functions take turns within
-    every repeat, so load on a shared machine hits them alike and their ratios hold."""
+    every repeat, so load on a shared machine hits them alike and their ratios hold.
+    Before each turn, a pause lets the previous function's thread pools (PyTorch's
+    OpenMP workers, XLA's) go idle, and one untimed call absorbs the switch: otherwise
+    whichever runs right after PyTorch is slowed by its spinning workers."""
     for fn in fns.values():
         fn()
     runs: dict = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
+            time.sleep(0.05)
+            fn()
             start = time.perf_counter()
             for _ in range(number):
                 fn()
@@ -63,48 +73,140 @@ def tracing_cost() -> None:
     print(f"tracing: {t:.1f} us per recorded op (target < 15 us)")
 
 
-def mlp_step() -> None:
+def _mlp() -> torch.nn.Sequential:
     torch.manual_seed(0)
     dims = [256, 512, 512, 10]
     layers = []
     for i, o in zip(dims, dims[1:]):
         layers += [torch.nn.Linear(i, o), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers[:-1])
+    return torch.nn.Sequential(*layers[:-1])
+
+
+def _pure_mlp(params, x):
+    for i, (w, b) in enumerate(params):
+        x = x @ w.T + b
+        if i < len(params) - 1:
+            x = jax.nn.relu(x)
+    return x
+
+
+def _report(title: str, t: dict) -> None:
+    print(title)
+    print("  " + "   ".join(f"{name} {us:8.1f}" for name, us in t.items()))
+    for name in ("compiled", "traced every call"):
+        if name in t:
+            print(f"  {name}: {t[name] / t['torch']:.2f}x torch, {t[name] / t['pure JAX']:.2f}x pure JAX"
+                  + (" (targets <= 1x torch, <= 1.1x JAX)" if name == "compiled" else ""))
+
+
+def mlp_step() -> None:
+    model = _mlp()
     x = torch.randn(64, 256)
     params = [(jnp.asarray(l.weight.detach().numpy()), jnp.asarray(l.bias.detach().numpy())) for l in model if isinstance(l, torch.nn.Linear)]
-
-    @jax.jit
-    def pure(params, x):
-        for i, (w, b) in enumerate(params):
-            x = x @ w.T + b
-            if i < len(params) - 1:
-                x = jax.nn.relu(x)
-        return x
-
+    pure = jax.jit(_pure_mlp)
     jx = jnp.asarray(x.numpy())
     with torch.no_grad():
         moved = xnf.to_xla(copy.deepcopy(model))
         xx = xnf.to_xla(x)
-        step = xnf.compile(moved)
+        step, traced = xnf.compile(moved), xnf.compile(moved, replay=False)
         t = paired_us(
             {
                 "torch": lambda: model(x),
-                "jax": lambda: pure(params, jx).block_until_ready(),
+                "pure JAX": lambda: pure(params, jx).block_until_ready(),
                 "compiled": lambda: xnf.to_jax(step(xx)).block_until_ready(),
+                "traced every call": lambda: xnf.to_jax(traced(xx)).block_until_ready(),
                 "eager": lambda: xnf.to_torch(moved(xx)),
             },
             number=50,
         )
-    t_torch, t_jax, t_ours, t_eager = t["torch"], t["jax"], t["compiled"], t["eager"]
-    print("MLP 256-512-512-10 forward, batch 64 (median us per step)")
-    print(f"  torch CPU {t_torch:8.1f}   pure JAX jit {t_jax:8.1f}   ours eager {t_eager:8.1f}   ours compiled {t_ours:8.1f}")
-    print(f"  compiled: {t_ours / t_torch:.2f}x torch, {t_ours / t_jax:.2f}x pure JAX (targets <= 1x torch, <= 1.1x JAX)")
+    _report("MLP 256-512-512-10 forward, batch 64 (median us per step)", t)
+
+
+def mlp_training_step() -> None:
+    """Forward, MSE loss, backward and an SGD step: in PyTorch, in JAX (value_and_grad and
+    the update in one jitted function, parameters donated) and in compile()."""
+    lr = 0.01
+    model = _mlp()
+    x, y = torch.randn(64, 256), torch.randn(64, 10)
+    jx, jy = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
+
+    def loss_of(params, x, y):
+        return jnp.mean((_pure_mlp(params, x) - y) ** 2)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def pure_step(params, x, y):
+        loss, grads = jax.value_and_grad(loss_of)(params, x, y)
+        return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
+
+    state = {"params": [(jnp.asarray(l.weight.detach().numpy()), jnp.asarray(l.bias.detach().numpy()))
+                        for l in model if isinstance(l, torch.nn.Linear)]}
+
+    def pure():
+        state["params"], loss = pure_step(state["params"], jx, jy)
+        loss.block_until_ready()
+
+    def training_step(module):
+        opt = torch.optim.SGD(module.parameters(), lr=lr)
+
+        def step(x, y):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(module(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    torch_step = training_step(model)
+    xx, yy = xnf.to_xla(x), xnf.to_xla(y)
+    step = xnf.compile(training_step(xnf.to_xla(copy.deepcopy(model))))
+    traced = xnf.compile(training_step(xnf.to_xla(copy.deepcopy(model))), replay=False)
+    t = paired_us(
+        {
+            "torch": lambda: torch_step(x, y),
+            "pure JAX": pure,
+            "compiled": lambda: xnf.to_jax(step(xx, yy)).block_until_ready(),
+            "traced every call": lambda: xnf.to_jax(traced(xx, yy)).block_until_ready(),
+        },
+        number=30,
+    )
+    _report("MLP 256-512-512-10 SGD training step, batch 64 (median us per step)", t)
+
+
+def transformer_blocks() -> None:
+    """The demo's two pre-norm transformer blocks (scripts/demo.py); the JAX baseline is the
+    same module exported as a pure JAX function (`jax_function`) under jax.jit."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from demo import Block
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(Block(), Block())
+    x = torch.randn(8, 16, 64)
+    with torch.no_grad():
+        moved = xnf.to_xla(copy.deepcopy(model))
+        fn, params = xnf.jax_function(copy.deepcopy(moved))
+        pure = jax.jit(fn)
+        jx = xnf.to_jax(xnf.to_xla(x))
+        xx = xnf.to_xla(x)
+        step, traced = xnf.compile(moved), xnf.compile(moved, replay=False)
+        t = paired_us(
+            {
+                "torch": lambda: model(x),
+                "pure JAX": lambda: pure(params, jx).block_until_ready(),
+                "compiled": lambda: xnf.to_jax(step(xx)).block_until_ready(),
+                "traced every call": lambda: xnf.to_jax(traced(xx)).block_until_ready(),
+                "eager": lambda: xnf.to_torch(moved(xx)),
+            },
+            number=30,
+        )
+    _report("2 transformer blocks forward, batch 8 x 16 tokens x 64 (median us per step)", t)
 
 
 def main() -> None:
     eager_add()
     tracing_cost()
     mlp_step()
+    mlp_training_step()
+    transformer_blocks()
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ CASES = (
 @functools.cache
 def record(model: str, mode: str, task: str, attn: str | None = None) -> dict:
     train = task != "inference"
+    # compiled mode: three traced calls, then two replayed ones, all compared
     return run_model.run(model, mode, train, task.removeprefix("train-") if train else "sgd",
-                         batch=2, steps=2, timed=1, attn=attn)
+                         batch=2, steps=5 if mode == "compiled" else 2, timed=1, attn=attn)
 
 
 def _param(model, mode, task):
@@ -66,6 +67,15 @@ def test_compiled_step_compiles_once(model, mode, task):
         assert rec["compiles"] <= 2 * graphs, rec["recompile_reasons"]
     else:
         assert rec["compiles"] == graphs, rec["recompile_reasons"]
+
+
+@pytest.mark.parametrize("model,mode,task", [_param(*c) for c in CASES if c[1] == "compiled"])
+def test_compiled_step_is_replayed(model, mode, task):
+    """From the fourth call on, compile() runs the step without its Python: those calls
+    were among the ones compared with PyTorch CPU, and the timed one was replayed too."""
+    rec = record(model, mode, task)
+    assert rec["status"] == "ok", rec.get("error")
+    assert (rec["replayed_compared"], rec["replayed_steps"]) == ("2/5", "1/1"), rec.get("replay_notes")
 
 
 def test_eager_attention_matches():

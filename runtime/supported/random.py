@@ -15,14 +15,21 @@ from ..dispatch import X64, run_node, value
 from ..ir import ATTR, TENSOR, Node
 from ..tensor import from_array
 
-def next_key():
-    """A new key tensor, drawn from PyTorch's default CPU generator: torch.manual_seed,
+def key_array():
+    """A new JAX key, drawn from PyTorch's default CPU generator: torch.manual_seed,
     fork_rng and get/set_rng_state govern our numbers too."""
     with torch._C._DisableTorchDispatch():
         seed = int(torch.empty((), dtype=torch.int64).random_())
     with X64:
-        key = jax.random.PRNGKey(seed)
-    return from_array(key)
+        return jax.random.PRNGKey(seed)
+
+
+def next_key():
+    """A new key tensor (see key_array)."""
+    t = from_array(key_array())
+    if state.trace is not None and state.trace.probe is not None:
+        state.trace.probe.note_key(t._store)
+    return t
 
 
 class _RandomNode(Node):
@@ -90,6 +97,8 @@ def _key(generator=None):
     """next_key, or a key drawn from an explicit torch.Generator."""
     if generator is None:
         return next_key()
+    if state.trace is not None and state.trace.probe is not None:
+        state.trace.probe.fail("it draws random numbers from an explicit torch.Generator")
     with torch._C._DisableTorchDispatch():
         seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
     with X64:

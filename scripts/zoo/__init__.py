@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .common import Case, Tolerance
+from .common import SIZES, Case, Size, Tolerance
 from .dlrm import build_dlrm
 from .hf import build_bert, build_gpt2, build_llama, build_t5, build_vit
 from .mlp import build_mlp
@@ -66,4 +66,4 @@ MODELS: dict[str, ZooModel] = {
     ]
 }
 
-__all__ = ["ADAMW_LR", "MODELS", "SGD_LR", "Case", "Tolerance", "ZooModel"]
+__all__ = ["ADAMW_LR", "MODELS", "SGD_LR", "SIZES", "Case", "Size", "Tolerance", "ZooModel"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .common import Case
+from .common import SMALL, Case, Size
 
 
 def _mlp(sizes: list[int], last_sigmoid: bool = False) -> nn.Sequential:
@@ -24,9 +24,9 @@ def _mlp(sizes: list[int], last_sigmoid: bool = False) -> nn.Sequential:
 
 
 class DLRM(nn.Module):
-    def __init__(self, dense: int = 8, dim: int = 8, rows: tuple[int, ...] = (20, 30, 40)):
+    def __init__(self, dense: int = 8, dim: int = 8, rows: tuple[int, ...] = (20, 30, 40), hidden: int = 16):
         super().__init__()
-        self.bottom = _mlp([dense, 16, dim])
+        self.bottom = _mlp([dense, hidden, dim])
         self.tables = nn.ModuleList([
             nn.EmbeddingBag(rows[0], dim, mode="sum"),
             nn.EmbeddingBag(rows[1], dim, mode="mean"),
@@ -34,7 +34,7 @@ class DLRM(nn.Module):
         ])
         n = 1 + len(rows)
         self.pairs = n * (n - 1) // 2
-        self.top = _mlp([dim + self.pairs, 16, 1])
+        self.top = _mlp([dim + self.pairs, hidden, 1])
 
     def forward(self, dense, indices, offsets, weights):
         x = self.bottom(dense)
@@ -58,11 +58,13 @@ def _bags(batch: int, rows: int, gen: torch.Generator) -> tuple[torch.Tensor, to
     return indices, offsets
 
 
-def build_dlrm(batch: int) -> Case:
-    model = DLRM()
+def build_dlrm(batch: int, size: Size = SMALL) -> Case:
+    rows = (size.rows, size.rows * 3 // 2, size.rows * 2)
+    dim = size.width // 2
+    model = DLRM(dense=8, dim=dim, rows=rows, hidden=size.width)
     gen = torch.Generator().manual_seed(1)
     dense = torch.randn(batch, 8)
-    bags = [_bags(batch, r, gen) for r in (20, 30, 40)]
+    bags = [_bags(batch, r, gen) for r in rows]
     indices = tuple(b[0] for b in bags)
     offsets = tuple(b[1] for b in bags)
     weights = torch.rand(indices[2].shape[0], generator=gen)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .common import Case
+from .common import SMALL, Case, Size
 
 
 class BasicBlock(nn.Module):
@@ -45,14 +45,14 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(self.pool(x), 1))
 
 
-def build_resnet(batch: int) -> Case:
-    model = ResNet()
+def build_resnet(batch: int, size: Size = SMALL) -> Case:
+    model = ResNet(channels=size.channels)
     # Fresh BatchNorm running stats are 0/1, which makes eval mode trivial: give them
     # values so inference exercises the normalisation with real statistics.
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.running_mean.uniform_(-0.5, 0.5)
             m.running_var.uniform_(0.5, 1.5)
-    x = torch.randn(batch, 3, 16, 16)
+    x = torch.randn(batch, 3, size.image, size.image)
     target = torch.randint(0, 10, (batch,))
     return Case(model, (x,), target, lambda out, t: nn.functional.cross_entropy(out, t))

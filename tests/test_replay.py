@@ -1,0 +1,302 @@
+"""compile()'s replay (Note [Replay] in runtime/replay.py) against PyTorch CPU: stable
+steps run without their Python, and everything a replay could get wrong either guards
+the replay or keeps the function traced on every call."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import xla_native_functions as xnf
+from xla_native_functions.runtime import lazy
+from xla_native_functions.runtime.metrics import metrics
+
+STEPS = 8
+
+
+def cpu(t):
+    return xnf.to_torch(t)
+
+
+@pytest.fixture(autouse=True)
+def fresh_state(monkeypatch):
+    monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})
+    monkeypatch.setattr(lazy, "_LAST_KEYS", {})
+    xnf.reset_metrics()
+
+
+def _mlp(dropout: float = 0.0):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Dropout(dropout), torch.nn.Linear(12, 3))
+
+
+def _pair(make_opt, **model_kwargs):
+    """The same model and optimizer on PyTorch CPU and moved to our device;
+    make_opt(params, ours)."""
+    ref = _mlp(**model_kwargs)
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    return ref, make_opt(ref.parameters(), False), ours, make_opt(ours.parameters(), True)
+
+
+def _train_step(model, opt):
+    def step(x, y):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+def _batches(n=STEPS):
+    torch.manual_seed(1)
+    return [(torch.randn(4, 6), torch.randn(4, 3)) for _ in range(n)]
+
+
+def _assert_same_weights(ours, ref):
+    for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(cpu(p), q, atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps, ours: torch.optim.SGD(ps, lr=0.1),
+    lambda ps, ours: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
+    lambda ps, ours: torch.optim.AdamW(ps, lr=0.01, capturable=ours),
+], ids=["sgd", "sgd-momentum", "adamw-capturable"])
+def test_training_step_is_replayed_and_matches_cpu(make_opt):
+    ref, ref_opt, ours, opt = _pair(make_opt)
+    ref_step, step = _train_step(ref, ref_opt), xnf.compile(_train_step(ours, opt))
+    for x, y in _batches():
+        torch.testing.assert_close(cpu(step(xnf.to_xla(x), xnf.to_xla(y))), ref_step(x, y), atol=1e-5, rtol=1e-5)
+    _assert_same_weights(ours, ref)
+    for p, q in zip(ours.parameters(), ref.parameters()):  # the .grad of the last step
+        torch.testing.assert_close(cpu(p.grad), q.grad, atol=1e-5, rtol=1e-5)
+    # Step 1 creates the optimizer state; steps 2 and 3 trace the same plan; the rest replay.
+    assert metrics.replays == STEPS - 3, xnf.metrics_report()
+    assert metrics.compile_count <= 2
+
+
+def test_default_adamw_is_traced_every_call_and_matches_cpu():
+    """Default AdamW increments a CPU step counter and reads it with .item(): a replay
+    would freeze it, so the function stays traced, and says why."""
+    ref, ref_opt, ours, opt = _pair(lambda ps, ours: torch.optim.AdamW(ps, lr=0.01))
+    ref_step, step = _train_step(ref, ref_opt), xnf.compile(_train_step(ours, opt))
+    for x, y in _batches():
+        torch.testing.assert_close(cpu(step(xnf.to_xla(x), xnf.to_xla(y))), ref_step(x, y), atol=1e-5, rtol=1e-5)
+    _assert_same_weights(ours, ref)
+    assert metrics.replays == 0
+    assert any("CPU tensor" in n and "capturable=True" in n for n in metrics.replay_notes), metrics.replay_notes
+
+
+def test_learning_rate_change_is_seen():
+    ref, ref_opt, ours, opt = _pair(lambda ps, ours: torch.optim.SGD(ps, lr=0.1))
+    ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=5, gamma=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.1)
+    ref_step, step = _train_step(ref, ref_opt), xnf.compile(_train_step(ours, opt))
+    for x, y in _batches(12):
+        step(xnf.to_xla(x), xnf.to_xla(y))
+        ref_step(x, y)
+        sched.step()
+        ref_sched.step()
+    _assert_same_weights(ours, ref)
+    assert metrics.replays > 0
+
+
+def test_train_and_eval_modes_are_guarded():
+    ref, ours = _mlp(dropout=0.5), xnf.to_xla(_mlp(dropout=0.5))
+
+    @xnf.compile
+    def infer(x):
+        with torch.no_grad():
+            return ours(x)
+
+    x = torch.randn(64, 6)
+    ours.eval()
+    ref.eval()
+    for _ in range(4):
+        torch.testing.assert_close(cpu(infer(xnf.to_xla(x))), ref(x), atol=1e-5, rtol=1e-5)
+    ours.train()
+    dropped = [cpu(infer(xnf.to_xla(x))) for _ in range(5)]
+    # in train mode dropout is live again, and every call draws new numbers
+    assert not torch.allclose(dropped[0], ref(x))
+    assert not torch.equal(dropped[-1], dropped[-2])
+    assert metrics.replays > 0
+
+
+def test_random_numbers_are_fresh_every_replay_and_seeded():
+    model = xnf.to_xla(_mlp(dropout=0.5))
+
+    def run():
+        f = xnf.compile(lambda x: model(x).detach())
+        x = xnf.to_xla(torch.ones(8, 6))
+        torch.manual_seed(123)
+        return [cpu(f(x)) for _ in range(6)]
+
+    first, second = run(), run()
+    assert metrics.replays > 0
+    for a, b in zip(first, second):
+        torch.testing.assert_close(a, b)
+    assert all(not torch.equal(a, b) for a, b in zip(first, first[1:]))
+
+
+def test_host_read_becomes_a_guard():
+    """`.item()` cuts the trace; the value read guards the replay of the rest."""
+
+    @xnf.compile
+    def f(x):
+        if x.sum().item() > 0:
+            return x * 2
+        return x - 100
+
+    for sign in (1, 1, 1, 1, 1, -1, 1, -1, -1, -1, -1, -1):
+        x = torch.full((3,), 1.0) * sign
+        torch.testing.assert_close(cpu(f(xnf.to_xla(x))), x * 2 if sign > 0 else x - 100)
+    assert metrics.replays > 0
+
+
+def test_data_dependent_shape_is_guarded():
+    @xnf.compile
+    def f(x):
+        return (x[x > 0] * 3).sum()
+
+    for values in ([1.0, -1.0, 2.0],) * 4 + ([1.0, 5.0, 2.0], [-1.0, -1.0, 2.0]):
+        x = torch.tensor(values)
+        torch.testing.assert_close(cpu(f(xnf.to_xla(x))), (x[x > 0] * 3).sum())
+
+
+def test_tensor_kept_on_a_module_attribute_is_not_replayed():
+    class Running(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.last = None
+
+        def forward(self, x):
+            self.last = x * 2  # state a replay would not update
+            return self.last.sum()
+
+    m = Running()
+    f = xnf.compile(m)
+    for i in range(6):
+        x = torch.full((2,), float(i))
+        torch.testing.assert_close(cpu(f(xnf.to_xla(x))), (x * 2).sum())
+        torch.testing.assert_close(cpu(m.last), x * 2)
+    assert metrics.replays == 0
+    assert any("keeps a tensor" in n for n in metrics.replay_notes), metrics.replay_notes
+
+
+def test_result_that_requires_grad_without_backward_is_not_replayed():
+    model = xnf.to_xla(_mlp())
+    f = xnf.compile(lambda x: model(x).sum())
+    for _ in range(5):
+        out = f(xnf.to_xla(torch.randn(2, 6)))
+        assert out.requires_grad and out.grad_fn is not None
+    assert metrics.replays == 0
+
+
+def test_argument_written_in_place_and_returned():
+    @xnf.compile
+    def bump(x, by):
+        x.add_(by)
+        return x
+
+    x = xnf.to_xla(torch.zeros(3))
+    for i in range(6):
+        assert bump(x, 1.0) is x
+    view = xnf.to_xla(torch.zeros(2, 3))
+    for i in range(5):
+        bump(view[1], 2.0)  # a write through a view lands in the base
+    torch.testing.assert_close(cpu(x), torch.full((3,), 6.0))
+    torch.testing.assert_close(cpu(view), torch.tensor([[0.0] * 3, [10.0] * 3]))
+    assert metrics.replays > 0
+
+
+def test_new_python_argument_is_a_new_signature():
+    @xnf.compile
+    def scale(x, k):
+        return x * k
+
+    x = torch.arange(3.0)
+    for k in (2.0, 2.0, 2.0, 2.0, 3.0, 2.0, 5):
+        torch.testing.assert_close(cpu(scale(xnf.to_xla(x), k)), x * k)
+
+
+def test_argument_aliasing_a_captured_tensor_is_guarded():
+    w = xnf.to_xla(torch.ones(3))
+
+    @xnf.compile
+    def f(x):
+        w.add_(1)
+        return x * 1
+
+    other = xnf.to_xla(torch.zeros(3))
+    for _ in range(4):
+        f(other)
+    torch.testing.assert_close(cpu(f(w)), torch.full((3,), 6.0))  # reads w after its own write
+    torch.testing.assert_close(cpu(w), torch.full((3,), 6.0))
+
+
+def test_gradient_accumulation_across_replays():
+    ref, ref_opt, ours, opt = _pair(lambda ps, ours: torch.optim.SGD(ps, lr=0.1))
+
+    def accumulate(model):
+        def step(x, y):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+        return step
+
+    step, ref_step = xnf.compile(accumulate(ours)), accumulate(ref)
+    for x, y in _batches(6):
+        step(xnf.to_xla(x), xnf.to_xla(y))
+        ref_step(x, y)
+    for p, q in zip(ours.parameters(), ref.parameters()):
+        torch.testing.assert_close(cpu(p.grad), q.grad, atol=1e-5, rtol=1e-5)
+    assert metrics.replays > 0
+
+
+def test_replay_false_traces_every_call():
+    f = xnf.compile(lambda x: x + 1, replay=False)
+    for _ in range(5):
+        f(xnf.to_xla(torch.zeros(2)))
+    assert metrics.replays == 0
+    assert metrics.cache_hits == 4
+
+
+def test_value_read_after_the_last_graph_is_guarded():
+    scale = xnf.to_xla(torch.tensor(2.0))
+
+    @xnf.compile
+    def f(x):
+        y = x * 3
+        return y, scale.item()  # a host read of an input, after the graph
+
+    for value in (2.0, 2.0, 2.0, 2.0, 5.0, 5.0):
+        scale.fill_(value)
+        y, s = f(xnf.to_xla(torch.ones(2)))
+        assert s == value
+        torch.testing.assert_close(cpu(y), torch.full((2,), 3.0))
+    assert metrics.replays > 0
+
+
+def test_training_step_returning_the_loss_is_replayed_detached():
+    """`return loss` after loss.backward(): the loss's graph is spent, so replays return
+    it detached."""
+    ref, ref_opt, ours, opt = _pair(lambda ps, ours: torch.optim.SGD(ps, lr=0.1))
+
+    def make(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    step, ref_step = xnf.compile(make(ours, opt)), make(ref, ref_opt)
+    for x, y in _batches():
+        loss = step(xnf.to_xla(x), xnf.to_xla(y))
+        torch.testing.assert_close(cpu(loss.detach()), ref_step(x, y).detach(), atol=1e-5, rtol=1e-5)
+    assert not loss.requires_grad
+    _assert_same_weights(ours, ref)
+    assert metrics.replays == STEPS - 3
