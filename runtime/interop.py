@@ -51,7 +51,7 @@ def _tensor_to_jax(t: torch.Tensor) -> jax.Array:
             from .supported.tensor_ops import _host_value
 
             return _host_value(t.detach())
-        return value(t.detach())
+        return value(t)  # reads the storage: no op, so no autograd record to avoid
     t = t.detach()
     if t.is_conj() or t.is_neg():
         return cpu_to_jax(t)

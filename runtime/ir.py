@@ -51,6 +51,25 @@ class ScalarInput:
         self.value = value
 
 
+class SpecialScalar(ScalarInput):
+    """A Scalar argument equal to 1 (`alpha` and `beta` of nearly every add and addmm),
+    recorded as a graph constant instead of an operand, so XLA folds the multiply away.
+    A graph key holds its value, so only a change to or from 1 compiles anything (as
+    PyTorch/XLA does with its special scalars)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: Any) -> bool:
+        return other.__class__ is SpecialScalar and (self.value.__class__, self.value) == (other.value.__class__, other.value)
+
+    def __hash__(self) -> int:
+        return hash((self.value.__class__, self.value))
+
+
+def is_special_scalar(x: Any) -> bool:
+    return (x.__class__ is int or x.__class__ is float) and x == 1
+
+
 class Node:
     """An op application. Subclasses are generated (generated/.../ir.py), one per
     manifest entry, and set the class attributes below; `args` is in schema order with

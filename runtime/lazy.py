@@ -22,7 +22,8 @@ import torch
 
 from ..shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY, TensorMeta
 from . import state
-from .ir import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node, ScalarInput, Value
+from .ir import (ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node, ScalarInput, SpecialScalar, Value,
+                 is_special_scalar)
 from .metrics import metrics
 from .tensor import Storage, XlaTensor
 from .views import strided_read, strided_write
@@ -158,7 +159,7 @@ def record(cls: type[Node], args: tuple[Any, ...]) -> Any:
         elif kind == TENSOR_LIST:
             node_args.append([None if x is None else traced_value(x) for x in a])
         elif kind == SCALAR:
-            node_args.append(ScalarInput(a))
+            node_args.append(SpecialScalar(a) if is_special_scalar(a) else ScalarInput(a))
         elif kind == ATTR_LIST:
             node_args.append(tuple(a))
         else:
@@ -288,6 +289,8 @@ def _graph_key(order: list[Node], inputs: list[Value], scalars: list[ScalarInput
 
 
 def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], roots: list[Value]) -> Callable:
+    from .dispatch import scalar_operand
+
     # The function closes over the recorded nodes' structure only through positions, so
     # a cached executable is valid for any graph with the same key.
     in_pos = {id(v): i for i, v in enumerate(inputs)}
@@ -299,6 +302,8 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             return ("in", in_pos[id(a)]) if a.node is None else ("node", node_pos[id(a.node)], a.index)
         if a.__class__ is ScalarInput:
             return ("scalar", sc_pos[id(a)])
+        if a.__class__ is SpecialScalar:
+            return ("const", scalar_operand(a.value))  # a constant of the program
         if a.__class__ is list:
             return ("list", [None if x is None else ref(x) for x in a])
         return ("const", a)

@@ -504,6 +504,21 @@ def test_new_scalar_does_not_recompile():
     assert metrics.compile_count == 1
 
 
+def test_scalar_one_is_a_graph_constant_with_torch_semantics():
+    """alpha and beta equal to 1 are folded into the graph (ir.SpecialScalar): results and
+    dtypes stay PyTorch's, and only a move to or from 1 compiles."""
+    f = xnf.compile(lambda a, b, s: torch.addmm(a, b, b, beta=s, alpha=s), replay=False)
+    a, b = torch.randn(3, 3), torch.randn(3, 3)
+    xnf.reset_metrics()
+    for s in (1, 1.0, 2.5, 1, 0.5, 1.0):
+        torch.testing.assert_close(cpu(f(xnf.to_xla(a), xnf.to_xla(b), s)), torch.addmm(a, b, b, beta=s, alpha=s))
+    assert metrics.compile_count == 3  # 1, 1.0, and one graph for every other float
+    i = torch.tensor([2**40, -3])
+    g = xnf.compile(lambda x: x.add(x, alpha=1), replay=False)
+    out = cpu(g(xnf.to_xla(i)))
+    assert out.dtype == torch.int64 and torch.equal(out, i + i)
+
+
 def test_compiled_tensor_from_python_data_on_our_device():
     # torch.tensor(data, device=...) ends in a CPU-to-device copy (_copy_from), whose
     # CPU value enters the trace as a graph input.
