@@ -134,7 +134,6 @@ def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
     return r
 
 
-
 def tensor_on(store: Storage, shape, dtype: torch.dtype, view: tuple | None = None) -> XlaTensor:
     """A new tensor on an existing storage, whole or with view = (strides, offset)
     (XlaTensor.__new__ without its Python call overhead)."""
