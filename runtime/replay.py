@@ -282,8 +282,10 @@ def _segment_source(v: Any, probe: Probe, arg_stores: dict[int, int], orphans: s
     return src
 
 
-def build_plan(probe: Probe, leaves: list, result: Any, pre_grads: dict[int, tuple], grad_enabled: bool) -> Plan | str:
-    """The replay plan of a traced call, or why it cannot be replayed."""
+def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTensor], pre_grads: dict[int, tuple],
+               grad_enabled: bool) -> Plan | str:
+    """The replay plan of a traced call, or why it cannot be replayed. `known`: the
+    call's grad_holders, `pre_grads`: their .grad before the call."""
     if probe.failure is not None:
         return probe.failure
     arg_stores: dict[int, int] = {}
@@ -369,8 +371,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, pre_grads: dict[int, tup
         else:
             plan.outputs.append(("fixed", x))
 
-    # .grad: which tensors may hold one, their state before the call, and after
-    known = grad_holders(probe, leaves)
+    # .grad: the state of each tensor that may hold one, before the call and after
     plan.complete = all(i in pre_grads for i in known)
     plan.grad_guards, plan.grad_effects = [], []
     for i, t in known.items():
@@ -639,8 +640,10 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
         for h in hooks:
             h.remove()
     leaves = list(leaves)
-    plan = build_plan(probe, leaves, result, pre_grads, grad_enabled)
-    entry.known = [weakref.ref(t) for t in grad_holders(probe, leaves).values()]
+    known = grad_holders(probe, leaves)
+    plan = build_plan(probe, leaves, result, known, pre_grads, grad_enabled)
+    entry.known = [weakref.ref(t) for t in known.values()]
+    del known
     del pre_grads, probe
     entry.probes += 1
     if isinstance(plan, str):

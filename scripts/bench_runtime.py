@@ -99,26 +99,32 @@ def _report(title: str, t: dict) -> None:
                   + (" (targets <= 1x torch, <= 1.1x JAX)" if name == "compiled" else ""))
 
 
+def _forward_timings(model: torch.nn.Module, x: torch.Tensor, pure, number: int) -> dict:
+    """A forward pass under no_grad: PyTorch, the given pure-JAX call, and ours compiled
+    (replaying, and tracing every call) and eager, timed in turns."""
+    with torch.no_grad():
+        moved = xnf.to_xla(copy.deepcopy(model))
+        xx = xnf.to_xla(x)
+        step, traced = xnf.compile(moved), xnf.compile(moved, replay=False)
+        return paired_us(
+            {
+                "torch": lambda: model(x),
+                "pure JAX": pure,
+                "compiled": lambda: xnf.to_jax(step(xx)).block_until_ready(),
+                "traced every call": lambda: xnf.to_jax(traced(xx)).block_until_ready(),
+                "eager": lambda: xnf.to_torch(moved(xx)),
+            },
+            number=number,
+        )
+
+
 def mlp_step() -> None:
     model = _mlp()
     x = torch.randn(64, 256)
     params = [(jnp.asarray(l.weight.detach().numpy()), jnp.asarray(l.bias.detach().numpy())) for l in model if isinstance(l, torch.nn.Linear)]
     pure = jax.jit(_pure_mlp)
     jx = jnp.asarray(x.numpy())
-    with torch.no_grad():
-        moved = xnf.to_xla(copy.deepcopy(model))
-        xx = xnf.to_xla(x)
-        step, traced = xnf.compile(moved), xnf.compile(moved, replay=False)
-        t = paired_us(
-            {
-                "torch": lambda: model(x),
-                "pure JAX": lambda: pure(params, jx).block_until_ready(),
-                "compiled": lambda: xnf.to_jax(step(xx)).block_until_ready(),
-                "traced every call": lambda: xnf.to_jax(traced(xx)).block_until_ready(),
-                "eager": lambda: xnf.to_torch(moved(xx)),
-            },
-            number=50,
-        )
+    t = _forward_timings(model, x, lambda: pure(params, jx).block_until_ready(), number=50)
     _report("MLP 256-512-512-10 forward, batch 64 (median us per step)", t)
 
 
@@ -182,22 +188,10 @@ def transformer_blocks() -> None:
     model = torch.nn.Sequential(Block(), Block())
     x = torch.randn(8, 16, 64)
     with torch.no_grad():
-        moved = xnf.to_xla(copy.deepcopy(model))
-        fn, params = xnf.jax_function(copy.deepcopy(moved))
+        fn, params = xnf.jax_function(xnf.to_xla(copy.deepcopy(model)))
         pure = jax.jit(fn)
         jx = xnf.to_jax(xnf.to_xla(x))
-        xx = xnf.to_xla(x)
-        step, traced = xnf.compile(moved), xnf.compile(moved, replay=False)
-        t = paired_us(
-            {
-                "torch": lambda: model(x),
-                "pure JAX": lambda: pure(params, jx).block_until_ready(),
-                "compiled": lambda: xnf.to_jax(step(xx)).block_until_ready(),
-                "traced every call": lambda: xnf.to_jax(traced(xx)).block_until_ready(),
-                "eager": lambda: xnf.to_torch(moved(xx)),
-            },
-            number=30,
-        )
+        t = _forward_timings(model, x, lambda: pure(params, jx).block_until_ready(), number=30)
     _report("2 transformer blocks forward, batch 8 x 16 tokens x 64 (median us per step)", t)
 
 

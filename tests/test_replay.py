@@ -40,13 +40,13 @@ def _pair(make_opt, **model_kwargs):
     return ref, make_opt(ref.parameters(), False), ours, make_opt(ours.parameters(), True)
 
 
-def _train_step(model, opt):
+def _train_step(model, opt, detach=True):
     def step(x, y):
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
-        return loss.detach()
+        return loss.detach() if detach else loss
 
     return step
 
@@ -284,16 +284,7 @@ def test_training_step_returning_the_loss_is_replayed_detached():
     it detached."""
     ref, ref_opt, ours, opt = _pair(lambda ps, ours: torch.optim.SGD(ps, lr=0.1))
 
-    def make(model, opt):
-        def step(x, y):
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss
-        return step
-
-    step, ref_step = xnf.compile(make(ours, opt)), make(ref, ref_opt)
+    step, ref_step = xnf.compile(_train_step(ours, opt, detach=False)), _train_step(ref, ref_opt, detach=False)
     for x, y in _batches():
         loss = step(xnf.to_xla(x), xnf.to_xla(y))
         torch.testing.assert_close(cpu(loss.detach()), ref_step(x, y).detach(), atol=1e-5, rtol=1e-5)
