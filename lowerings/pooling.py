@@ -10,6 +10,7 @@ PyTorch's divisor table; adaptive average pooling is a product of averaging matr
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import jax
@@ -71,6 +72,27 @@ def _max_windows(x, nd, idx, valid, outs):
     return out.reshape(shape), indices.reshape(shape).astype(jnp.int64)
 
 
+# Above this many taps per window, one gather beats unrolling a slice per tap.
+MAX_UNROLLED_TAPS = 64
+
+
+def _window_taps(k, d):
+    """Every tap of a window, in PyTorch's visiting order (row-major), as per-dim offsets."""
+    return list(itertools.product(*[[i * dd for i in range(kk)] for kk, dd in zip(k, d)]))
+
+
+def _tap_slices(x, nd, k, s, p, d, outs, fill):
+    """For every tap, the (..., *outs) input values it sees, as a strided slice of the
+    input padded with `fill`: elementwise work XLA fuses, where gathers are slow."""
+    lead = x.ndim - nd
+    hi = [max(0, (o - 1) * ss + (kk - 1) * dd + 1 - (n + pp)) for o, ss, kk, dd, n, pp in zip(outs, s, k, d, x.shape[-nd:], p)]
+    padded = lax.pad(x, jnp.asarray(fill, x.dtype), [(0, 0, 0)] * lead + [(pp, h, 0) for pp, h in zip(p, hi)])
+    for offsets in _window_taps(k, d):
+        start = (0,) * lead + offsets
+        limit = x.shape[:lead] + tuple(off + (o - 1) * ss + 1 for off, o, ss in zip(offsets, outs, s))
+        yield lax.slice(padded, start, limit, (1,) * lead + tuple(s))
+
+
 def _max_pool(self, nd, kernel_size, stride, padding, dilation, ceil_mode):
     k, s, p, d = pool_params(nd, kernel_size, stride, padding, dilation)
     spatial = self.shape[-nd:]
@@ -79,7 +101,22 @@ def _max_pool(self, nd, kernel_size, stride, padding, dilation, ceil_mode):
         for i in range(nd)
     ]
     idx, valid, outs = _combine(spatial, per_dim)
-    return _max_windows(self, nd, idx, valid, outs)
+    if math.prod(k) > MAX_UNROLLED_TAPS:
+        return _max_windows(self, nd, idx, valid, outs)
+    # PyTorch's loop: start from the first tap inside the input with -inf, and take a
+    # tap when it is greater or NaN (so ties keep the first maximum, NaNs the last).
+    # Padding taps read the lowest value and are never taken.
+    lowest = _lowest(self.dtype)
+    best = jnp.full(self.shape[:-nd] + outs, lowest, self.dtype)
+    index = jnp.asarray(idx[np.arange(len(idx)), valid.argmax(axis=1)].reshape(outs))
+    tap_index = np.where(valid, idx, -1)
+    for t, value in enumerate(_tap_slices(self, nd, k, s, p, d, outs, lowest)):
+        take = value > best
+        if jnp.issubdtype(self.dtype, jnp.floating):
+            take = take | jnp.isnan(value)
+        best = jnp.where(take, value, best)
+        index = jnp.where(take, jnp.asarray(tap_index[:, t].reshape(outs)), index)
+    return best, index.astype(jnp.int64)
 
 
 def lower_max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):

@@ -1,6 +1,10 @@
 """The handwritten runtime: tensor, environment, eager and traced execution, views,
 CPU fallback and metrics. The generated package calls `install` at import."""
 
-from .dispatch import install
+from .backend import prefer_inline_cpu_execution
+
+prefer_inline_cpu_execution()  # before anything creates JAX's CPU client: Note [Inline CPU execution]
+
+from .dispatch import install  # noqa: E402
 
 __all__ = ["install"]

@@ -6,6 +6,8 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
+from .backend import cpu_dispatch_description
+
 
 @dataclass
 class Metrics:
@@ -48,6 +50,7 @@ def metrics_report() -> str:
         f"  graph cache: {m.cache_hits} hits, {m.cache_misses} misses",
         f"  graph executions: {m.execute_count} ({m.execute_seconds:.3f}s)",
         f"  compile() calls replayed without tracing: {m.replays}",
+        f"  JAX CPU executions: {cpu_dispatch_description()}",
     ]
     if m.replay_notes:
         lines.append("  compile() functions traced on every call:")

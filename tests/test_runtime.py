@@ -4,7 +4,10 @@ autograd, compiled mode, fallback, missing ops and metrics."""
 from __future__ import annotations
 
 import copy
+import os
 import re
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -12,6 +15,7 @@ import torch
 
 import xla_native_functions as xnf
 from xla_native_functions.runtime import dispatch, lazy
+from xla_native_functions.runtime.backend import ASYNC_DISPATCH_ENV
 from xla_native_functions.runtime.metrics import metrics
 from xla_native_functions.runtime.tensor import DEVICE, XlaTensor
 
@@ -765,3 +769,23 @@ def test_float_to_integer_conversion_matches_cpu_out_of_range():
 def test_nonzero_of_a_scalar():
     for v in (0.0, 2.5):
         torch.testing.assert_close(cpu(torch.nonzero(xnf.to_xla(torch.tensor(v)))), torch.nonzero(torch.tensor(v)))
+
+
+def _cpu_dispatch_after_import(prelude: str, env: dict) -> list[str]:
+    code = (
+        f"{prelude}\nimport jax, xla_native_functions as xnf\n"
+        "print(jax.config.values['jax_cpu_enable_async_dispatch'])\n"
+        "print([l for l in xnf.metrics_report().splitlines() if 'JAX CPU executions' in l][0])"
+    )
+    env = {k: v for k, v in os.environ.items() if k != ASYNC_DISPATCH_ENV} | env
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
+
+
+def test_import_runs_cpu_executions_inline_unless_told_or_too_late():
+    # Note [Inline CPU execution]: a setting of the JAX CPU client, fixed once it exists.
+    assert _cpu_dispatch_after_import("", {}) == ["False", "  JAX CPU executions: inline"]
+    kept, line = _cpu_dispatch_after_import("", {ASYNC_DISPATCH_ENV: "1"})
+    assert kept == "True" and f"{ASYNC_DISPATCH_ENV} is set" in line
+    late, line = _cpu_dispatch_after_import("import jax.numpy as jnp; jnp.zeros(1)", {})
+    assert late == "True" and "existed before import" in line

@@ -1,0 +1,46 @@
+"""How JAX's CPU client runs our executables, chosen before the client exists.
+
+Note [Inline CPU execution]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+By default JAX's CPU client dispatches asynchronously: an execution whose buffers are
+not tiny is handed to a worker thread, and the caller is woken when it is done. On a
+2-core machine that hop costs about 40 to 50 us per execution: a relu of 65,536
+floats takes 67 us under `jax.jit` (PyTorch: 4 us), and 14 us when run inline. A
+replayed `compile()` step is one execution plus about 15 us of Python, so the hop is
+its largest fixed cost (the small zoo MLP's inference step: 90 us against 40 us), and
+every eager op above the size threshold pays it too. What async dispatch buys back,
+Python running ahead of XLA, is worth less than that here.
+
+So importing xla_native_functions sets `jax_cpu_enable_async_dispatch=False` when the
+CPU client has not been created yet. It changes when JAX's CPU work runs, never what
+it computes. JAX itself does not read that flag from the environment, so we do:
+JAX_CPU_ENABLE_ASYNC_DISPATCH=1 keeps asynchronous dispatch. Once the client exists
+the setting is fixed for the process; `metrics_report()` says which one is in force.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+from jax._src import xla_bridge
+
+ASYNC_DISPATCH_ENV = "JAX_CPU_ENABLE_ASYNC_DISPATCH"
+
+
+def prefer_inline_cpu_execution() -> None:
+    if xla_bridge.backends_are_initialized():
+        return
+    chosen = os.environ.get(ASYNC_DISPATCH_ENV, "0").strip().lower()
+    jax.config.update("jax_cpu_enable_async_dispatch", chosen in ("1", "true", "yes", "on"))
+
+
+def cpu_dispatch_description() -> str:
+    """One line for metrics_report(): how executions run, and why."""
+    if jax.config.values["jax_cpu_enable_async_dispatch"]:
+        if ASYNC_DISPATCH_ENV in os.environ:
+            why = f"{ASYNC_DISPATCH_ENV} is set"
+        else:
+            why = "JAX's CPU client existed before import; import xla_native_functions first to run inline"
+        return f"asynchronous: all but the smallest pay a thread hop ({why})"
+    return "inline"
