@@ -23,8 +23,10 @@ several graphs; the replay runs them in turn and compares each value read with t
 traced one before going on, so it guards the Python that depended on it. Two equal
 consecutive plans also mean the Python numbers the graphs received did not change
 between calls. Before each replay, guards check the call signature (structure, shapes,
-strides, dtypes, Python values of the arguments), every input tensor is alive, holds
-the traced storage and has the traced shape, `.grad`s are in the traced state (None
+strides, dtypes, Python values of the arguments), every tensor the call reads besides
+its arguments is alive and holds the traced storage (whose array keeps its shape and
+dtype for life, Note [Views and mutation]), the arguments' arrays have the traced
+shapes and dtypes, `.grad`s are in the traced state (None
 or not), grad mode, the hyperparameters of every optimizer stepped in the call (a
 scheduled learning rate) and the `training` flag of every module called. A failed
 guard traces the call again, with nothing written. Python state beyond these (a
@@ -481,9 +483,9 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     for ref, hyper in plan.optimizers:
         emit(f"o = {const(ref)}()")
         emit(f"if o is None or hyper(o) != {const(hyper)}: return FAILED")
-    for ref, training in plan.modules:
-        emit(f"m = {const(ref)}()")
-        emit(f"if m is None or m.training is not {training}: return FAILED")
+    if plan.modules:  # one comparison for all: a module that died reads as None
+        modes = ", ".join(f"getattr({const(ref)}(), 'training', None)" for ref, _ in plan.modules)
+        emit(f"if ({modes},) != {const(tuple(training for _, training in plan.modules))}: return FAILED")
     for ref, guard in plan.grad_guards:
         emit(f"t = {const(ref)}()")
         if guard is None:
@@ -524,7 +526,7 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         for k, (src, (shape, dtype)) in enumerate(zip(seg.sources, seg.shapes)):
             names.append(f"a{j}_{k}")
             emit(f"a{j}_{k} = {array(src)}")
-            if src[0] is ARG or src[0] is OBJ:
+            if src[0] is ARG:  # an OBJ's storage is guarded, and a storage's array keeps its aval
                 emit(f"if a{j}_{k}.shape != {shape!r} or a{j}_{k}.dtype != {const(dtype)}: return FAILED")
         emit("start = perf()")
         emit("with X64:")

@@ -9,7 +9,10 @@ storage contiguously (`_whole`) reads the value directly; any other view reads i
 through a strided gather (runtime/views.py) and writes through a strided scatter, so
 a write through any view lands in the base and in every other view of it, as in
 PyTorch. View ops compute new sizes and strides only (no JAX work); mutation replaces
-the storage's value and bumps its version, which invalidates cached view values.
+the storage's value and bumps its version, which invalidates cached view values. The
+new value always has the old one's shape and dtype: a tensor that needs another
+(resize_ beyond the storage) gets a new Storage, so compile()'s replay guards a
+storage's identity, not its array's shape.
 """
 
 from __future__ import annotations
