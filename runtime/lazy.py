@@ -22,6 +22,7 @@ import torch
 
 from ..shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY, TensorMeta
 from . import state
+from .backend import graph_compiler_options
 from .ir import (ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node, ScalarInput, SpecialScalar, Value,
                  is_special_scalar)
 from .metrics import metrics
@@ -331,7 +332,7 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             results.append(lower(*[get(r) for r in refs]))
         return [get(r) for r in outputs]
 
-    return jax.jit(run)
+    return jax.jit(run, compiler_options=graph_compiler_options({type(n).name for n in order}))
 
 
 def sync() -> None:

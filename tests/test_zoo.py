@@ -72,10 +72,12 @@ def test_compiled_step_compiles_once(model, mode, task):
 @pytest.mark.parametrize("model,mode,task", [_param(*c) for c in CASES if c[1] == "compiled"])
 def test_compiled_step_is_replayed(model, mode, task):
     """From the fourth call on, compile() runs the step without its Python: those calls
-    were among the ones compared with PyTorch CPU, and the timed one was replayed too."""
+    were among the ones compared with PyTorch CPU, and every steady-state call timed after
+    them was replayed too."""
     rec = record(model, mode, task)
     assert rec["status"] == "ok", rec.get("error")
-    assert (rec["replayed_compared"], rec["replayed_steps"]) == ("2/5", "1/1"), rec.get("replay_notes")
+    replayed, steps = rec["replayed_steps"].split("/")
+    assert rec["replayed_compared"] == "2/5" and replayed == steps and int(steps) >= 3, rec.get("replay_notes")
 
 
 def test_eager_attention_matches():
