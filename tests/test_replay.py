@@ -4,6 +4,7 @@ the replay or keeps the function traced on every call."""
 
 from __future__ import annotations
 
+import collections
 import copy
 
 import pytest
@@ -291,3 +292,21 @@ def test_training_step_returning_the_loss_is_replayed_detached():
     assert not loss.requires_grad
     _assert_same_weights(ours, ref)
     assert metrics.replays == STEPS - 3
+
+
+def test_nested_arguments_are_replayed_and_keyed_by_structure():
+    # Plain tuples, lists and dicts are flattened without torch's pytree; a named tuple
+    # goes through it. Either way the structure is part of the signature.
+    Pair = collections.namedtuple("Pair", "a b")
+
+    @xnf.compile
+    def combine(pair, extra, *, scale):
+        return pair[0] * scale["k"] + pair[1] - extra[0]
+
+    a, b, c = torch.arange(3.0), torch.ones(3), torch.full((3,), 0.5)
+    xa, xb, xc = (xnf.to_xla(t) for t in (a, b, c))
+    for args in [((xa, xb), [xc])] * 5 + [(Pair(xa, xb), [xc])] * 5 + [((xa, xb), (xc,))] * 5:
+        out = combine(*args, scale={"k": xb * 2})
+        torch.testing.assert_close(cpu(out), a * 2 + b - c)
+    assert len(combine.signatures) == 3
+    assert all(entry.plan is not None for entry in combine.signatures.values())
