@@ -1,10 +1,12 @@
 """Lowerings of pooling ops and their backward ops.
 
-Windows are static, so each op gathers its windows with index tables built in NumPy at
-trace time: for every output position, the flat in-plane index of every kernel tap and
-whether it falls inside the input (padding taps are masked). Max pooling returns
-PyTorch's indices (flat per plane, the first maximum on ties, the last NaN if any), and
-its backward op scatters the gradient through them. Average pooling divides by
+Windows are static. Max pooling reads each kernel tap as one strided slice of the
+padded input and keeps a running maximum and index, which XLA fuses into one loop;
+windows of more than MAX_UNROLLED_TAPS taps, and adaptive pooling's uneven windows, are
+gathered with index tables built in NumPy at trace time (for every output position,
+the flat in-plane index of every tap and whether it falls inside the input). Max
+pooling returns PyTorch's indices (flat per plane, the first maximum on ties, the last
+NaN if any), and its backward op scatters the gradient through them. Average pooling divides by
 PyTorch's divisor table; adaptive average pooling is a product of averaging matrices.
 """
 

@@ -49,7 +49,7 @@ def cpu_dispatch_description() -> str:
 # Note [XLA CPU library fusions]
 # XLA CPU can hand elementwise ops and reductions to its YNNPACK library fusions instead
 # of its own emitted loops. For convolutional graphs that wins: the medium zoo ResNet's
-# compiled SGD step went from 9.5-11.5 ms to 7.5-7.7 ms (PyTorch: about 9 ms), mostly
+# compiled SGD step went from 9.5-11.5 ms to 7.0-7.7 ms (PyTorch: about 9 ms), mostly
 # BatchNorm's batch statistics and the elementwise work around each convolution. For
 # the MLP and the transformer blocks of scripts/bench_runtime.py it loses (1.12x and
 # 1.26x pure JAX instead of 1.05x and 1.10x), so only graphs with a convolution get it.

@@ -233,6 +233,10 @@ def pool_cases():
         ("unbatched", x3, [2, 2], [3, 1], [0, 1], [1, 1], True),
         ("ties_nan", ties, [2, 2], [1, 1], [0, 0], [1, 1], False),
         ("int64", ints(1, 2, 5, 5), [2, 2], [2, 2], [1, 1], [1, 1], True),
+        # every value -inf: the index is each window's first tap inside the input
+        ("all_neg_inf_padded", torch.full((1, 2, 5, 4), float("-inf"), dtype=D), [3, 3], [2, 2], [1, 1], [1, 1], True),
+        # more taps than lowerings/pooling.py unrolls: windows are gathered instead
+        ("k9_gathered", T(1, 2, 11, 10, dtype=D), [9, 9], [2, 1], [4, 2], [1, 1], False),
     ]
     for id, inp, k, s, p, d, c in mp:
         cases.append(Case(f"max_pool2d_{id}", aten.max_pool2d_with_indices.default, (inp, k, s, p, d, c)))
