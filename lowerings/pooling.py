@@ -111,13 +111,12 @@ def _max_pool(self, nd, kernel_size, stride, padding, dilation, ceil_mode):
     lowest = _lowest(self.dtype)
     best = jnp.full(self.shape[:-nd] + outs, lowest, self.dtype)
     index = jnp.asarray(idx[np.arange(len(idx)), valid.argmax(axis=1)].reshape(outs))
-    tap_index = np.where(valid, idx, -1)
     for t, value in enumerate(_tap_slices(self, nd, k, s, p, d, outs, lowest)):
         take = value > best
         if jnp.issubdtype(self.dtype, jnp.floating):
             take = take | jnp.isnan(value)
         best = jnp.where(take, value, best)
-        index = jnp.where(take, jnp.asarray(tap_index[:, t].reshape(outs)), index)
+        index = jnp.where(take, jnp.asarray(idx[:, t].reshape(outs)), index)
     return best, index.astype(jnp.int64)
 
 
