@@ -71,13 +71,10 @@ def _tensor_to_xla(t: torch.Tensor) -> XlaTensor:
 def _tensor_to_torch(t: torch.Tensor) -> torch.Tensor:
     if not isinstance(t, XlaTensor):
         return t
-    from .supported.tensor_ops import _host_value
+    from .supported.tensor_ops import host_array
 
-    if t._whole and not state.tracing and not t.requires_grad:  # the storage's array as it is
-        with X64:
-            return jax_to_cpu(t._store.value)
     with X64:
-        out = jax_to_cpu(_host_value(t.detach()))
+        out = jax_to_cpu(host_array(t))
     if t.requires_grad:
         out.requires_grad_(True)
     return out

@@ -20,10 +20,10 @@ def _describe(x: Any) -> str:
 
 def _to_cpu(x: Any) -> Any:
     if isinstance(x, XlaTensor):
-        from .supported.tensor_ops import _host_value
+        from .supported.tensor_ops import host_array
 
         with X64:
-            return jax_to_cpu(_host_value(x.detach()))
+            return jax_to_cpu(host_array(x))
     return x
 
 

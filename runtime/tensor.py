@@ -85,6 +85,17 @@ class XlaTensor(torch.Tensor):
     def __init__(self, *args, **kwargs):
         pass
 
+    @property
+    def data(self):
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # torch copies sizes, strides and offset into this TensorImpl (and rejects a
+        # tensor of another device), but our storage lives on the Python object.
+        torch.Tensor.data.__set__(self, new)
+        self._store, self._whole, self._cache = new._store, new._whole, None
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         return _dispatch(func, args, kwargs or _NO_KWARGS)

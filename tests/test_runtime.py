@@ -98,6 +98,41 @@ def test_metadata_and_host_reads():
     assert x.cpu().device.type == "cpu"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16, torch.complex64])
+@pytest.mark.parametrize(
+    "view",
+    [lambda x: x.t(), lambda x: x[1:, ::2], lambda x: x[2], lambda x: x[:, 1:2].squeeze(1), lambda x: x.reshape(-1)[3:9],
+     lambda x: x[1:2].expand(3, 4), lambda x: x.as_strided((2, 2), (1, 4), 5), lambda x: x[3:]],
+    ids=["t", "slices", "select", "squeezed_column", "flat_range", "expanded", "as_strided", "empty"],
+)
+def test_host_reads_of_views_match_torch(view, dtype):
+    ref = torch.arange(12).reshape(3, 4).to(dtype)
+    ours = view(xnf.to_xla(ref))
+    expected = view(ref)
+    for read in (cpu(ours), ours.cpu(), torch.from_numpy(ours.numpy()) if dtype != torch.bfloat16 else ours.cpu()):
+        assert read.dtype == expected.dtype and read.shape == expected.shape and read.is_contiguous()
+        assert torch.equal(read, expected)
+    assert ours.tolist() == expected.tolist()
+    if expected.numel() == 1:
+        assert ours.item() == expected.item()
+
+
+def test_assigning_data_rebinds_the_tensor_to_the_new_storage():
+    ref = torch.nn.Parameter(torch.zeros(3))
+    ours = torch.nn.Parameter(xnf.to_xla(torch.zeros(3)))
+    base = torch.arange(6.0).reshape(2, 3)
+    ours_base = xnf.to_xla(base.clone())
+    ref.data, ours.data = base[1], ours_base[1]
+    assert ours.shape == ref.shape and ours.stride() == ref.stride() and ours.storage_offset() == ref.storage_offset()
+    assert torch.equal(cpu(ours.detach()), ref.detach())
+    ref.data.mul_(2), ours.data.mul_(2)  # the new data is a view: writes land in its base
+    assert torch.equal(cpu(ours_base), base) and base[1, 0] == 6
+    ref.data, ours.data = torch.ones(4), xnf.to_xla(torch.ones(4))
+    assert ours.shape == (4,) and torch.equal(cpu(ours.detach()), ref.detach())
+    with pytest.raises(RuntimeError, match="incompatible tensor type"):
+        ours.data = torch.ones(4)
+
+
 def test_cpu_tensor_to_jax_device():
     t = torch.arange(6).reshape(2, 3)
     x = t.to("jax")

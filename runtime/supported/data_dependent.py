@@ -15,7 +15,7 @@ import torch
 from ...shape_fns.common import broadcast_shapes
 from ..dispatch import X64, cpu_to_jax, host_tensor
 from ..tensor import XlaTensor, from_array
-from .tensor_ops import _host_value
+from .tensor_ops import host_array
 
 _REDUCED = (torch.float16, torch.bfloat16)
 
@@ -26,7 +26,7 @@ def _np(t):
     types."""
     if isinstance(t, XlaTensor):
         with X64:
-            arr = np.asarray(_host_value(t))
+            arr = host_array(t)
     else:
         with torch._C._DisableTorchDispatch():
             t = t.detach()

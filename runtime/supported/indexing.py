@@ -26,7 +26,7 @@ from .. import state
 from ..dispatch import X64, cpu_to_jax, host_tensor, run_node
 from ..ir import ATTR, TENSOR, TENSOR_LIST, Node
 from ..tensor import XlaTensor, from_array
-from .tensor_ops import _host_value
+from .tensor_ops import host_array
 
 
 class IndexTensor(Node):
@@ -82,7 +82,7 @@ def _device(t):
 def _host(t):
     if isinstance(t, XlaTensor):
         with X64:
-            return np.asarray(_host_value(t))
+            return host_array(t)
     return t.detach().numpy()
 
 

@@ -58,7 +58,7 @@ class LinalgLstsq(Node):
 
 def impl_linalg_lstsq(self, b, rcond=None, *, driver=None):
     from ...shape_fns.common import TensorMeta
-    from .tensor_ops import _host_value
+    from .tensor_ops import host_array
 
     driver = "gelsy" if driver is None else driver
     lstsq_check(TensorMeta(tuple(self.shape), self.dtype), TensorMeta(tuple(b.shape), b.dtype), driver)
@@ -69,7 +69,7 @@ def impl_linalg_lstsq(self, b, rcond=None, *, driver=None):
         # Their residuals exist only when every matrix has full column rank: a shape
         # that depends on the values, so the ranks are read on the host.
         with X64:
-            full = bool((jax_to_cpu(_host_value(rank)) == n).all())
+            full = bool((jax_to_cpu(host_array(rank)) == n).all())
         if not full:
             res = _registered(torch.ops.aten.new_zeros.default)(res, [0])
     return solution, res, rank, sv

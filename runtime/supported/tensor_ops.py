@@ -9,7 +9,7 @@ import torch
 from ...shape_fns.common import TensorMeta, to_numpy_dtype
 from .. import state
 from ..dispatch import X64, cpu_to_jax, jax_to_cpu, run_node, value, _alias
-from ..ir import ATTR, TENSOR, Node
+from ..ir import ATTR, TENSOR, Node, Value
 from ..lazy import materialize_value, traced_value
 from ..tensor import XlaTensor, from_array
 
@@ -45,6 +45,26 @@ def _host_value(t):
     return value(t)
 
 
+def host_array(t) -> np.ndarray:
+    """A tensor's values as a read-only NumPy array, for reads on the host (`.cpu()`,
+    `.item()`, `to_torch`, data-dependent ops). A view of a concrete storage is applied
+    to the storage's buffer with NumPy strides, as PyTorch reads a CPU view, instead of
+    running a strided read in JAX: a call into XLA costs more than the copy that follows."""
+    if state.tracing:
+        return np.asarray(materialize_value(traced_value(t)))
+    store = t._store
+    base = store.value
+    if base.__class__ is not Value:
+        host = np.asarray(base)
+        if t._whole:
+            return host
+        if host.flags.c_contiguous:
+            itemsize = host.itemsize
+            return np.ndarray(tuple(t.shape), host.dtype, buffer=host.reshape(-1), offset=t.storage_offset() * itemsize,
+                              strides=tuple(s * itemsize for s in t.stride()))
+    return np.asarray(value(t))
+
+
 def _on_device(t):
     """An XlaTensor for a tensor argument that may be a CPU tensor of any shape."""
     if isinstance(t, XlaTensor):
@@ -54,7 +74,7 @@ def _on_device(t):
 
 def impl__local_scalar_dense(self):
     with X64:
-        return jax_to_cpu(_host_value(self)).item()
+        return jax_to_cpu(host_array(self)).item()
 
 
 def impl__to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
@@ -65,7 +85,7 @@ def impl__to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None
             with torch._C._DisableTorchDispatch():
                 return self.to(dtype=dtype, copy=True)
         with X64:
-            return jax_to_cpu(_host_value(self)).to(dtype)
+            return jax_to_cpu(host_array(self)).to(dtype)
     return run_node(CopyTo, (_on_device(self), tuple(self.shape), dtype))
 
 
@@ -78,7 +98,7 @@ def impl_copy(self, src, non_blocking=False):
 
 def _host_cpu(t):
     if isinstance(t, XlaTensor):
-        return jax_to_cpu(_host_value(t))
+        return jax_to_cpu(host_array(t))
     return t
 
 
@@ -108,7 +128,7 @@ def impl_nonzero(self):
     import jax.numpy as jnp
 
     with X64:
-        host = np.asarray(_host_value(self))
+        host = host_array(self)
         if not host.ndim:  # one row without columns if the scalar is nonzero
             return from_array(jnp.zeros((int(bool(host)), 0), jnp.int64))
         idx = np.stack(np.nonzero(host), axis=-1).astype(np.int64)
