@@ -6,7 +6,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backend import cpu_dispatch_description
+from .backend import allocator_description, cpu_dispatch_description
 
 
 @dataclass
@@ -51,6 +51,7 @@ def metrics_report() -> str:
         f"  graph executions: {m.execute_count} ({m.execute_seconds:.3f}s)",
         f"  compile() calls replayed without tracing: {m.replays}",
         f"  JAX CPU executions: {cpu_dispatch_description()}",
+        f"  host allocator: {allocator_description()}",
     ]
     if m.replay_notes:
         lines.append("  compile() functions traced on every call:")
