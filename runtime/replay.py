@@ -165,8 +165,8 @@ class Plan:
     """How to replay one traced call; see Note [Replay]."""
 
     __slots__ = ("segments", "writebacks", "outputs", "out_spec", "grad_guards", "grad_effects", "optimizers",
-                 "modules", "grad_enabled", "fingerprint", "complete", "objects", "object_stores", "args", "late_reads",
-                 "run")
+                 "modules", "grad_enabled", "fingerprint", "complete", "objects", "object_stores", "args", "whole_args",
+                 "late_reads", "run")
 
 
 def _hyperparameters(opt: Any) -> tuple:
@@ -422,6 +422,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
     plan.objects = list(objects.values())
     plan.object_stores = frozenset(id(store_ref()) for _, store_ref in plan.objects)
     plan.args = sorted({i for i, x in enumerate(leaves) if x.__class__ is XlaTensor})
+    plan.whole_args = frozenset(i for i in plan.args if leaves[i]._whole)
     t = None
     plan.optimizers = [(weakref.ref(o), _hyperparameters(o)) for o in probe.optimizers.values()]
     plan.modules = [(weakref.ref(m), m.training) for m in probe.modules.values()]
@@ -526,7 +527,9 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         for k, (src, (shape, dtype)) in enumerate(zip(seg.sources, seg.shapes)):
             names.append(f"a{j}_{k}")
             emit(f"a{j}_{k} = {array(src)}")
-            if src[0] is ARG:  # an OBJ's storage is guarded, and a storage's array keeps its aval
+            # An OBJ's storage is guarded and a storage's array keeps its aval; a whole
+            # argument's array has the shape and dtype its signature key holds.
+            if src[0] is ARG and src[1] not in plan.whole_args:
                 emit(f"if a{j}_{k}.shape != {shape!r} or a{j}_{k}.dtype != {const(dtype)}: return FAILED")
         emit("start = perf()")
         emit("with X64:")
@@ -579,7 +582,9 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
 
 def signature(args: tuple, kwargs: dict) -> tuple[Any, list] | None:
     """The cache key of a call (structure, tensor metadata, aliasing, Python values) and
-    its flattened arguments; None when an argument cannot be guarded (a CPU tensor)."""
+    its flattened arguments; None when an argument cannot be guarded (a CPU tensor). A
+    tensor spanning its whole storage is keyed without its strides and offset, which
+    that implies, and with a different tuple length from any other view."""
     if kwargs or any(a.__class__ in _CONTAINERS for a in args):
         leaves = []
         spec = _structure((args, kwargs), leaves)
@@ -592,8 +597,11 @@ def signature(args: tuple, kwargs: dict) -> tuple[Any, list] | None:
     for x in leaves:
         cls = x.__class__
         if cls is XlaTensor:
-            key.append((x.shape, x.stride(), x.storage_offset(), x.dtype, x.requires_grad,
-                        stores.setdefault(id(x._store), len(stores))))
+            if x._whole:
+                key.append((x.shape, x.dtype, x.requires_grad, stores.setdefault(id(x._store), len(stores))))
+            else:
+                key.append((x.shape, x.stride(), x.storage_offset(), x.dtype, x.requires_grad,
+                            stores.setdefault(id(x._store), len(stores))))
         elif cls in _SIMPLE:
             key.append((cls, x))
         elif isinstance(x, torch.Tensor):
@@ -613,10 +621,20 @@ def _structure(x: Any, leaves: list) -> Any:
     that), or _OTHER if `x` holds another container type."""
     cls = x.__class__
     if cls is tuple or cls is list or cls is dict:
-        inner = tuple(_structure(e, leaves) for e in (x.values() if cls is dict else x))
-        if _OTHER in inner:
-            return _OTHER
-        return (cls, tuple(x), inner) if cls is dict else (cls, inner)
+        inner = []
+        for e in (x.values() if cls is dict else x):
+            c = e.__class__
+            if c is tuple or c is list or c is dict:
+                e = _structure(e, leaves)
+                if e is _OTHER:
+                    return _OTHER
+                inner.append(e)
+            elif c is XlaTensor or not isinstance(e, _CONTAINERS):
+                leaves.append(e)
+                inner.append(_LEAF)
+            else:
+                return _OTHER
+        return (cls, tuple(x), tuple(inner)) if cls is dict else (cls, tuple(inner))
     if isinstance(x, _CONTAINERS):
         return _OTHER
     leaves.append(x)

@@ -224,6 +224,22 @@ def test_new_python_argument_is_a_new_signature():
         torch.testing.assert_close(cpu(scale(xnf.to_xla(x), k)), x * k)
 
 
+def test_whole_and_partial_storages_of_the_same_layout_are_keyed_apart():
+    # The same size, stride and offset, but the second tensor is the start of a longer
+    # storage: its graph input is the whole storage, of another shape.
+    @xnf.compile
+    def double(x):
+        return x * 2
+
+    whole, longer = torch.arange(4.0), torch.arange(6.0)
+    for x, ref in [(whole, whole)] * 4 + [(longer, longer[:4])] * 4 + [(whole, whole)]:
+        ours = xnf.to_xla(x)
+        if x is longer:
+            ours = ours[:4]
+        torch.testing.assert_close(cpu(double(ours)), ref * 2)
+    assert len(double.signatures) == 2 and all(entry.plan is not None for entry in double.signatures.values())
+
+
 def test_argument_aliasing_a_captured_tensor_is_guarded():
     w = xnf.to_xla(torch.ones(3))
 
