@@ -7,7 +7,6 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from . import state
 from .config import config
 from .dispatch import X64, OperatorNotFound, cpu_to_jax, jax_to_cpu
 from .dynamo import dynamo_report

@@ -20,7 +20,7 @@ from . import state
 from .config import config
 from .ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node, Value
 from .metrics import metrics
-from .tensor import Storage, XlaTensor, from_array
+from .tensor import Storage, XlaTensor, from_array, tensor_on
 from .views import is_whole, overlapping, strided_read_jit, strided_write_jit, view_meta
 
 
@@ -290,20 +290,20 @@ def make_view(cls: type[Node], args: tuple[Any, ...]) -> Any:
     """A view op: a new tensor on the same storage (Note [Views and mutation])."""
     base = args[0]
     store = base._store
-    storage_numel = math.prod(store.value.shape if store.value.__class__ is not Value else store.value.meta.shape)
-    layout = view_meta(
-        cls.name, _aten_overload(cls.op), base, tuple(base.shape), tuple(base.stride()), base.storage_offset(), storage_numel, args
-    )
-    if isinstance(layout, list):
-        return [_alias(store, base.dtype, *lo) for lo in layout]
-    return _alias(store, base.dtype, *layout)
-
-
-def _alias(store: Storage, dtype: torch.dtype, size, stride, offset) -> XlaTensor:
     storage_shape = store.value.shape if store.value.__class__ is not Value else store.value.meta.shape
+    layout = view_meta(cls.name, cls.op, base, tuple(base.shape), tuple(base.stride()), base.storage_offset(),
+                       math.prod(storage_shape), args)
+    if isinstance(layout, list):
+        return [_alias(store, base.dtype, *lo, storage_shape) for lo in layout]
+    return _alias(store, base.dtype, *layout, storage_shape)
+
+
+def _alias(store: Storage, dtype: torch.dtype, size, stride, offset, storage_shape=None) -> XlaTensor:
+    if storage_shape is None:
+        storage_shape = store.value.shape if store.value.__class__ is not Value else store.value.meta.shape
     if is_whole(size, stride, offset, storage_shape):
-        return XlaTensor(store, size, dtype)
-    return XlaTensor(store, size, dtype, strides=stride, offset=offset)
+        return tensor_on(store, size, dtype)
+    return tensor_on(store, size, dtype, (stride, offset))
 
 
 def write_into(t: Any, new: Any, check_cast: bool = True) -> None:
@@ -522,11 +522,6 @@ def _from_cpu_result(out: Any) -> Any:
     if isinstance(out, (list, tuple)):
         return type(out)(_from_cpu_result(o) for o in out)
     return out
-
-
-def _aten_overload(op: str) -> Any:
-    name, _, overload = op.partition(".")
-    return getattr(getattr(torch.ops.aten, name), overload or "default")
 
 
 def user_call_site() -> str:

@@ -128,7 +128,7 @@ def _fast_view_meta(name: str, size, stride, offset, args) -> tuple | None:
     return None
 
 
-def view_meta(name: str, aten_op, tensor, size, stride, offset, storage_numel: int, args) -> tuple:
+def view_meta(name: str, op: str, tensor, size, stride, offset, storage_numel: int, args) -> tuple:
     """(size, stride, storage_offset) of a view op's result, or a list of them for ops
     returning several views. Uncommon views run PyTorch's own view kernel on a meta
     tensor of the same layout, which also raises PyTorch's errors."""
@@ -136,6 +136,8 @@ def view_meta(name: str, aten_op, tensor, size, stride, offset, storage_numel: i
     if fast is not None:
         return fast
     meta = torch.empty(storage_numel, dtype=tensor.dtype, device="meta").as_strided(size, stride, offset)
+    op_name, _, overload = op.partition(".")
+    aten_op = getattr(getattr(torch.ops.aten, op_name), overload or "default")
     schema_args = aten_op._schema.arguments
     positional = [a for spec, a in zip(schema_args[1:], args[1:]) if not spec.kwarg_only]
     keywords = {spec.name: a for spec, a in zip(schema_args[1:], args[1:]) if spec.kwarg_only}
