@@ -26,9 +26,15 @@ def _bags(indices, offsets, num_bags, mode):
     offset belongs to no bag (num_bags). Indices past a trailing include_last_offset
     entry (malformed input) are inconsistent on CPU: its plain sum kernel stops the last
     bag there, its other kernels run it to the end of `indices`. We follow the sum
-    kernel in sum mode and run to the end otherwise."""
-    pos = jnp.arange(indices.shape[0], dtype=offsets.dtype)
-    bag = jnp.searchsorted(offsets[:num_bags], pos, side="right").astype(jnp.int64) - 1
+    kernel in sum mode and run to the end otherwise.
+
+    The bag is the number of offsets at or before the index, less one: a running sum of
+    how many bags start at each position. (A binary search per index is a loop in
+    XLA, 2.5x slower for 100,000 indices in 10,000 bags.)"""
+    n = indices.shape[0]
+    pos = jnp.arange(n, dtype=offsets.dtype)
+    starts = jnp.zeros((n + 1,), jnp.int64).at[jnp.clip(offsets[:num_bags], 0, n)].add(1)
+    bag = jnp.cumsum(starts[:n]) - 1
     outside = bag < 0
     if mode == SUM and offsets.shape[0] > num_bags:
         outside = outside | (pos >= offsets[num_bags])
@@ -52,11 +58,9 @@ def _forward(weight, indices, offsets, mode, per_sample_weights, include_last_of
         pos = jnp.arange(indices.shape[0])[:, None]
         hit = keep[:, None] & (rows == jnp.take(best, jnp.minimum(bag, num_bags - 1), axis=0))
         first = jax.ops.segment_min(jnp.where(hit, pos, indices.shape[0]), bag, num_segments=num_bags)
-        max_indices = jnp.where(
-            counts[:, None] > 0,
-            jnp.take(indices.astype(jnp.int64), first, mode="fill", fill_value=0),
-            0,
-        )
+        # jnp.take rejects an empty source even when every position is filled.
+        chosen = jnp.take(indices.astype(jnp.int64), first, mode="fill", fill_value=0) if indices.shape[0] else 0
+        max_indices = jnp.where(counts[:, None] > 0, chosen, 0)
         max_indices = jnp.broadcast_to(max_indices, (num_bags, d))
     else:
         contrib = jnp.where(keep[:, None], rows, zero)

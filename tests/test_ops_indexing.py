@@ -229,6 +229,11 @@ CASES = [
     ),
     Case("embedding_bag_f64_int32", aten._embedding_bag.default,
          (T(10, 3, dtype=torch.float64), ebag_ind.int(), ebag_off.int(), False, 1), meta_agrees=False),
+    *(
+        Case(f"embedding_bag_no_indices_mode{m}", aten._embedding_bag.default,
+             (ebag_w, torch.zeros(0, dtype=torch.long), idx(0, 0), False, m), meta_agrees=False)
+        for m in (0, 1, 2)
+    ),
 ]
 
 
