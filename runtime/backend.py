@@ -1,5 +1,5 @@
-"""How JAX's CPU client runs our executables, chosen before the client exists, and how
-the host allocator serves XLA's buffers.
+"""How JAX's CPU client runs our executables, chosen before the client exists, how the
+host allocator serves XLA's buffers, and how many compiled executables a process keeps.
 
 Note [Inline CPU execution]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -34,6 +34,20 @@ So on glibc, importing xla_native_functions sets M_MMAP_THRESHOLD to glibc's lar
 value (32 MB) and M_TRIM_THRESHOLD to twice that, for the whole process: up to 64 MB of
 freed memory stays mapped for reuse. XLA_NATIVE_FUNCTIONS_MALLOC_DEFAULTS=1 keeps
 glibc's own settings.
+
+Note [Mappings of compiled code]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+Every XLA CPU executable maps its code and data into the process: about 3.5 mappings
+for a small eager op, about 6 for a small jitted function, more for large ones. Linux
+caps a process at vm.max_map_count mappings (65,530 by default), and JAX keeps every
+executable it compiled; past the cap, LLVM cannot map the next one and the process
+dies ("LLVM compilation error: Cannot allocate memory", then a segmentation fault).
+Eager mode compiles one executable per op and input signature, so inputs of ever-new
+shapes (variable sequence lengths) reach the cap after some ten thousand executables.
+So every 64 compiles a JAX compile listener counts the process's mappings, and above
+three quarters of the cap it clears JAX's caches (`jax.clear_caches()`, which frees
+their executables): what runs next compiles again. `metrics_report()` counts these
+clears; padding or bucketing shapes avoids them.
 """
 
 from __future__ import annotations
@@ -41,6 +55,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+from pathlib import Path
 
 import jax
 from jax._src import xla_bridge
@@ -72,6 +87,44 @@ def keep_freed_memory_mapped() -> None:
         return
     if mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD):
         _allocator[0] = "freed memory kept mapped up to 64 MB"
+
+
+def _mapping_count() -> int:
+    with open("/proc/self/maps", "rb") as f:
+        return sum(1 for _ in f)
+
+
+def _mapping_cap() -> int | None:
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class CompiledCodeGuard:
+    """Note [Mappings of compiled code]."""
+
+    CHECK_EVERY = 64
+
+    def __init__(self):
+        self.cap = _mapping_cap()
+        self.compiles = 0
+        self.clears = 0
+
+    def on_event(self, event: str, duration: float, **kwargs) -> None:
+        if event != "/jax/core/compile/backend_compile_duration" or self.cap is None:
+            return
+        self.compiles += 1
+        if self.compiles % self.CHECK_EVERY == 0 and _mapping_count() > self.cap * 3 // 4:
+            jax.clear_caches()
+            self.clears += 1
+
+
+compiled_code_guard = CompiledCodeGuard()
+
+
+def guard_compiled_code() -> None:
+    jax.monitoring.register_event_duration_secs_listener(compiled_code_guard.on_event)
 
 
 def allocator_description() -> str:

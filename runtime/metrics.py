@@ -6,7 +6,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backend import allocator_description, cpu_dispatch_description
+from .backend import allocator_description, compiled_code_guard, cpu_dispatch_description
 
 
 @dataclass
@@ -53,6 +53,10 @@ def metrics_report() -> str:
         f"  JAX CPU executions: {cpu_dispatch_description()}",
         f"  host allocator: {allocator_description()}",
     ]
+    if compiled_code_guard.clears:
+        lines.append(f"  JAX caches cleared {compiled_code_guard.clears} times near the process's limit of memory mappings "
+                     f"(vm.max_map_count={compiled_code_guard.cap}): inputs of many different shapes compile many "
+                     "executables; pad or bucket them")
     if m.replay_notes:
         lines.append("  compile() functions traced on every call:")
         lines += [f"    - {r}" for r in m.replay_notes[-20:]]
