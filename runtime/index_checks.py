@@ -16,11 +16,14 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 
 from . import state
 from .config import config
 from .dispatch import X64, value
+from .supported.tensor_ops import host_array
+from .tensor import XlaTensor
 
 
 @jax.jit
@@ -30,17 +33,31 @@ def _min_max(index):
 
 def _extremes(index: Any, ignore: int | None = None) -> tuple[int, int] | None:
     """Smallest and largest value of an index tensor (ignoring `ignore`), or None if
-    there is none."""
+    there is none. On the CPU NumPy reads them from the array's buffer (2.6 us for 34
+    indices, 0.16 ms for a million, against 27 us and 3.2 ms for a jitted min and max
+    and two reads of their results); elsewhere only the two results leave the device."""
     if index is None or not index.numel():
         return None
+    array = index._store.value if isinstance(index, XlaTensor) else None
+    if isinstance(array, jax.core.Tracer):  # inside a jitted torch.compile graph: no values
+        return None
+    if isinstance(array, jax.Array) and array.is_fully_addressable and _on_cpu(array):
+        host = host_array(index)
+        if ignore is not None:
+            host = np.where(host == ignore, 0, host)
+        return int(host.min()), int(host.max())
     v = value(index)
-    if isinstance(v, jax.core.Tracer):  # inside a jitted torch.compile graph: no values
+    if isinstance(v, jax.core.Tracer):
         return None
     with X64:
         if ignore is not None:
             v = jnp.where(v == ignore, 0, v)
         lo, hi = _min_max(v)
     return int(lo), int(hi)
+
+
+def _on_cpu(array: jax.Array) -> bool:
+    return all(d.platform == "cpu" for d in array.devices())
 
 
 def _dim_size(t: torch.Tensor, dim: int) -> int | None:
