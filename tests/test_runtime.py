@@ -133,6 +133,19 @@ def test_assigning_data_rebinds_the_tensor_to_the_new_storage():
         ours.data = torch.ones(4)
 
 
+def test_module_dtype_conversion_converts_the_backing_arrays():
+    # Module._apply assigns param.data = converted param.
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(3, 2)
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    ref.double(), ours.double()
+    assert ours.weight.dtype == torch.float64 and xnf.to_jax(ours.weight).dtype == "float64"
+    x = torch.randn(4, 3, dtype=torch.float64)
+    out = ours(xnf.to_xla(x))
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(cpu(out), ref(x))
+
+
 def test_cpu_tensor_to_jax_device():
     t = torch.arange(6).reshape(2, 3)
     x = t.to("jax")
