@@ -290,7 +290,7 @@ def make_view(cls: type[Node], args: tuple[Any, ...]) -> Any:
     """A view op: a new tensor on the same storage (Note [Views and mutation])."""
     base = args[0]
     store = base._store
-    storage_shape = store.value.shape if store.value.__class__ is not Value else store.value.meta.shape
+    storage_shape = _storage_shape(store)
     layout = view_meta(cls.name, cls.op, base, tuple(base.shape), tuple(base.stride()), base.storage_offset(),
                        math.prod(storage_shape), args)
     if isinstance(layout, list):
@@ -298,10 +298,12 @@ def make_view(cls: type[Node], args: tuple[Any, ...]) -> Any:
     return _alias(store, base.dtype, *layout, storage_shape)
 
 
+def _storage_shape(store: Storage) -> tuple[int, ...]:
+    return store.value.shape if store.value.__class__ is not Value else store.value.meta.shape
+
+
 def _alias(store: Storage, dtype: torch.dtype, size, stride, offset, storage_shape=None) -> XlaTensor:
-    if storage_shape is None:
-        storage_shape = store.value.shape if store.value.__class__ is not Value else store.value.meta.shape
-    if is_whole(size, stride, offset, storage_shape):
+    if is_whole(size, stride, offset, _storage_shape(store) if storage_shape is None else storage_shape):
         return tensor_on(store, size, dtype)
     return tensor_on(store, size, dtype, (stride, offset))
 

@@ -47,8 +47,6 @@ def _extremes(index: Any, ignore: int | None = None) -> tuple[int, int] | None:
             host = np.where(host == ignore, 0, host)
         return int(host.min()), int(host.max())
     v = value(index)
-    if isinstance(v, jax.core.Tracer):
-        return None
     with X64:
         if ignore is not None:
             v = jnp.where(v == ignore, 0, v)
