@@ -122,9 +122,9 @@ class ArgSpec:
     def unwrap(self) -> str:
         """How the eager path passes this argument to the executable."""
         return {
-            TENSOR: f"_rt_value({self.name})",
-            OPT_TENSOR: f"_rt_value_opt({self.name})",
-            TENSOR_LIST: f"_rt_values({self.name})",
+            TENSOR: f"_rt_operand({self.name})",
+            OPT_TENSOR: f"_rt_operand_opt({self.name})",
+            TENSOR_LIST: f"_rt_operands({self.name})",
             ATTR_LIST: f"_rt_attr_list({self.name})",
             SCALAR: f"_rt_scalar({self.name})",
         }.get(self.kind, self.name)

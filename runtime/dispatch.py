@@ -21,7 +21,7 @@ from .config import config
 from .ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node, Value
 from .metrics import metrics
 from .tensor import Storage, XlaTensor, from_array, tensor_on
-from .views import is_whole, overlapping, strided_read_jit, strided_write_jit, view_meta
+from .views import is_whole, overlapping, strided_read, strided_read_jit, strided_write_jit, view_meta
 
 
 class _X64:
@@ -104,6 +104,72 @@ def value_opt(t: Any) -> Any:
 
 def values(ts: Any) -> list[Any]:
     return [None if t is None else value(t) for t in ts]
+
+
+# Note [Fused view reads]
+# An eager op reading a view (a reshape, transpose, expand or leading slice of a
+# storage) used to run a strided read of the storage first, one more executable call
+# (about 10 us in a model) plus an array that the op reads once. An operand of an eager
+# executable is instead the storage's array with the view's layout as static data
+# (`ViewOperand`, a JAX pytree: the array is the dynamic leaf, the layout part of the
+# tree structure that keys jit's cache), and the executable reads the view itself,
+# where XLA fuses the read into the op (a reshape or transpose is often free). Only
+# views starting at offset 0 take this way: the layouts a model uses are then as fixed
+# as its shapes, while a loop over slices at ever new offsets (x[:, i]) would compile
+# every consuming op anew for each offset; those views are read by one strided read,
+# cached on the view tensor. Every other user of a tensor's value (host reads, writes,
+# supported ops computing on values) keeps reading arrays through `value`.
+
+
+class ViewOperand:
+    """A view of `base` (size, stride, offset), read inside the executable that takes it."""
+
+    __slots__ = ("base", "layout")
+
+    def __init__(self, base: Any, layout: tuple) -> None:
+        self.base = base
+        self.layout = layout
+
+    def read(self) -> Any:
+        return strided_read(self.base, *self.layout)
+
+
+jax.tree_util.register_pytree_node(
+    ViewOperand, lambda v: ((v.base,), v.layout), lambda layout, leaves: ViewOperand(leaves[0], layout)
+)
+
+
+def operand(t: Any) -> Any:
+    """A tensor argument of an eager executable: its array, or for a view from offset 0
+    its storage's array and layout (Note [Fused view reads])."""
+    if t.__class__ is XlaTensor:
+        v = t._store.value
+        if v.__class__ is Value:
+            from .lazy import materialize
+
+            v = materialize(t._store)
+        if t._whole:
+            return v
+        if t.storage_offset() == 0:
+            return ViewOperand(v, (tuple(t.shape), tuple(t.stride()), 0))
+        return read_view(t)
+    return foreign_value(t)
+
+
+def operand_opt(t: Any) -> Any:
+    return None if t is None else operand(t)
+
+
+def operands(ts: Any) -> list[Any]:
+    return [None if t is None else operand(t) for t in ts]
+
+
+def _read_operand(kind: str, a: Any) -> Any:
+    if a.__class__ is ViewOperand:
+        return a.read()
+    if kind == TENSOR_LIST:
+        return [x.read() if x.__class__ is ViewOperand else x for x in a]
+    return a
 
 
 def attr_list(x: Any) -> Any:
@@ -228,6 +294,7 @@ def eager_executable(cls: type[Node]):
     static = tuple(i for i, k in enumerate(kinds) if k in STATIC_KINDS)
 
     def run(*args):
+        args = [_read_operand(k, a) for k, a in zip(kinds, args)]
         metas = cls.output_shape(*[_trace_time_meta(k, a) for k, a in zip(kinds, args)])
         out = cls.lower(*args)
         _check_output(cls, out, metas)
@@ -274,7 +341,7 @@ def run_node(cls: type[Node], args: tuple[Any, ...]) -> Any:
     exe = _EXECUTABLES.get(cls)
     if exe is None:
         exe = _EXECUTABLES[cls] = eager_executable(cls)
-    unwrap = {TENSOR_LIST: values, OPT_TENSOR: value_opt, TENSOR: value}
+    unwrap = {TENSOR_LIST: operands, OPT_TENSOR: operand_opt, TENSOR: operand}
     with X64:
         return wrap(exe(*[unwrap[k](a) if k in unwrap else a for k, a in zip(cls.arg_kinds, args)]))
 

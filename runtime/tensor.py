@@ -6,7 +6,9 @@ one value (a jax.Array eagerly, an IR Value while tracing) in the shape of the t
 that created it, and every tensor on it has PyTorch's size, stride and storage offset
 into that value read as a flat, contiguous buffer. A tensor that spans its whole
 storage contiguously (`_whole`) reads the value directly; any other view reads it
-through a strided gather (runtime/views.py) and writes through a strided scatter, so
+through a strided gather (runtime/views.py; inside the consuming op's executable for
+views from offset 0, Note [Fused view reads] in runtime/dispatch.py) and writes
+through a strided scatter, so
 a write through any view lands in the base and in every other view of it, as in
 PyTorch. View ops compute new sizes and strides only (no JAX work); mutation replaces
 the storage's value and bumps its version, which invalidates cached view values. The
@@ -54,13 +56,25 @@ _NO_KWARGS: dict[str, Any] = {}
 _dispatch: Any = None  # runtime.dispatch.dispatch, set there (it imports this module)
 
 
+_CONTIGUOUS_STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return _CONTIGUOUS_STRIDES[shape]  # every view op asks: memoised
+    except (KeyError, TypeError):  # TypeError: a list, or symbolic sizes
+        pass
     strides = []
     acc = 1
     for s in reversed(shape):
         strides.append(acc)
         acc *= max(s, 1)
-    return tuple(reversed(strides))
+    strides = tuple(reversed(strides))
+    if isinstance(shape, tuple) and all(type(s) is int for s in shape):
+        if len(_CONTIGUOUS_STRIDES) >= 4096:
+            _CONTIGUOUS_STRIDES.clear()
+        _CONTIGUOUS_STRIDES[shape] = strides
+    return strides
 
 
 class XlaTensor(torch.Tensor):

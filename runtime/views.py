@@ -121,11 +121,43 @@ def _fast_view_meta(name: str, size, stride, offset, args) -> tuple | None:
                 else:
                     return None
             return tuple(out_size), tuple(out_stride), offset
+    if name == "select_int":
+        d, index = args[1], args[2]
+        if -ndim <= d < ndim and -size[d % ndim] <= index < size[d % ndim]:
+            d %= ndim
+            index %= size[d]
+            return size[:d] + size[d + 1:], stride[:d] + stride[d + 1:], offset + index * stride[d]
+    if name == "slice_Tensor":
+        d, start, end, step = args[1], args[2], args[3], args[4]
+        if -ndim <= d < ndim and step > 0:
+            d %= ndim
+            return _slice(size, stride, offset, d, 0 if start is None else start, size[d] if end is None else end, step)
+    if name == "split_Tensor":
+        split_size, d = args[1], args[2]
+        if split_size > 0 and -ndim <= d < ndim and size[d % ndim] > 0:
+            d %= ndim
+            return [_slice(size, stride, offset, d, start, start + split_size, 1) for start in range(0, size[d], split_size)]
+    if name == "squeeze_dim" and ndim and -ndim <= args[1] < ndim:
+        d = args[1] % ndim
+        if size[d] != 1:
+            return size, stride, offset
+        return size[:d] + size[d + 1:], stride[:d] + stride[d + 1:], offset
     if name == "permute":
         dims = [d % ndim if ndim else d for d in args[1]]
         if sorted(dims) == list(range(ndim)):
             return tuple(size[d] for d in dims), tuple(stride[d] for d in dims), offset
     return None
+
+
+def _slice(size, stride, offset, d: int, start: int, end: int, step: int) -> tuple:
+    """aten.slice's layout: bounds wrap once and clamp to the dim, as PyTorch's kernel."""
+    n = size[d]
+    start = start + n if start < 0 else start
+    end = end + n if end < 0 else end
+    start = min(max(start, 0), n)
+    end = min(max(end, start), n)
+    return (size[:d] + ((end - start + step - 1) // step,) + size[d + 1:],
+            stride[:d] + (stride[d] * step,) + stride[d + 1:], offset + start * stride[d])
 
 
 def view_meta(name: str, op: str, tensor, size, stride, offset, storage_numel: int, args) -> tuple:

@@ -866,7 +866,7 @@ def abs(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Abs, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_abs(_rt_value(self)))
+        return _rt_wrap(_eager_abs(_rt_operand(self)))
 """,
         )
 
@@ -904,7 +904,7 @@ def add_Tensor(self, other, *, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.AddTensor, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_add_Tensor(_rt_value(self), _rt_value(other), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_add_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
 """,
         )
 
@@ -942,7 +942,7 @@ def sum_dim_IntList(self, dim, keepdim=False, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.SumDimIntList, (self, dim, keepdim, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_sum_dim_IntList(_rt_value(self), _rt_attr_list(dim), keepdim, dtype))
+        return _rt_wrap(_eager_sum_dim_IntList(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
 """,
         )
 
@@ -980,7 +980,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     if _rt_state.tracing:
         return _rt_trace(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
     with _rt_x64:
-        return _rt_wrap(_eager_native_layer_norm(_rt_value(input), _rt_attr_list(normalized_shape), _rt_value_opt(weight), _rt_value_opt(bias), eps))
+        return _rt_wrap(_eager_native_layer_norm(_rt_operand(input), _rt_attr_list(normalized_shape), _rt_operand_opt(weight), _rt_operand_opt(bias), eps))
 """,
         )
         self.assertExpectedInline(

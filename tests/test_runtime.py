@@ -102,8 +102,8 @@ def test_metadata_and_host_reads():
 @pytest.mark.parametrize(
     "view",
     [lambda x: x.t(), lambda x: x[1:, ::2], lambda x: x[2], lambda x: x[:, 1:2].squeeze(1), lambda x: x.reshape(-1)[3:9],
-     lambda x: x[1:2].expand(3, 4), lambda x: x.as_strided((2, 2), (1, 4), 5), lambda x: x[3:]],
-    ids=["t", "slices", "select", "squeezed_column", "flat_range", "expanded", "as_strided", "empty"],
+     lambda x: x[1:2].expand(3, 4), lambda x: x.as_strided((2, 2), (1, 4), 5), lambda x: x[3:], lambda x: x[1:, 1:][5:]],
+    ids=["t", "slices", "select", "squeezed_column", "flat_range", "expanded", "as_strided", "empty", "empty_past_the_end"],
 )
 def test_host_reads_of_views_match_torch(view, dtype):
     ref = torch.arange(12).reshape(3, 4).to(dtype)
@@ -190,6 +190,55 @@ def test_write_to_base_is_seen_by_existing_view():
     v.mul_(5)
     assert torch.equal(cpu(x)[1], torch.full((4,), 5.0))
     assert torch.equal(cpu(x)[0], torch.ones(4))
+
+
+_VIEWS_FROM_OFFSET_0 = {
+    "reshape": lambda x: x.view(4, 6),
+    "t": lambda x: x.view(4, 6).t(),
+    "permute": lambda x: x.permute(2, 0, 1),
+    "expand": lambda x: x[:, :1].expand(2, 5, 4),
+    "leading_slice": lambda x: x[:, :2, ::2],
+    "select_0": lambda x: x[0],
+    "diagonal": lambda x: x.view(4, 6).diagonal(),
+}
+
+
+@pytest.mark.parametrize("view", _VIEWS_FROM_OFFSET_0.values(), ids=_VIEWS_FROM_OFFSET_0.keys())
+def test_ops_reading_views_match_torch_and_see_later_writes(view, monkeypatch):
+    """Eager ops read a view from offset 0 inside their own executable (Note [Fused
+    view reads]), with no strided read of their own: unary, binary with a whole tensor,
+    a reduction, a list op, and a matmul, each before and after the base changes."""
+    separate_reads = []
+    read = dispatch.strided_read_jit
+    monkeypatch.setattr(dispatch, "strided_read_jit", lambda *a: separate_reads.append(a[1:]) or read(*a))
+    ref = torch.arange(24.0).reshape(2, 3, 4)
+    ours = xnf.to_xla(ref.clone())
+
+    def uses(v):
+        flat = v.reshape(-1)
+        return [v.exp(), v * v, v.sum(0), torch.cat([v, v]), torch.mm(flat[None, :], flat[:, None])]
+
+    for step in range(2):
+        for got, expected in zip(uses(view(ours)), uses(view(ref))):
+            assert got.shape == expected.shape and got.dtype == expected.dtype
+            torch.testing.assert_close(cpu(got), expected)
+        ref.mul_(-0.5)
+        ours.mul_(-0.5)
+    assert separate_reads == []
+
+
+def test_reading_views_at_new_offsets_does_not_compile_the_consuming_op_again():
+    """Views from other offsets are read on their own (Note [Fused view reads]), so a
+    loop over a tensor's slices compiles its consuming op once, not once per slice."""
+    import xla_native_functions.dispatch as stubs
+
+    x = xnf.to_xla(torch.randn(6, 40))
+    y = xnf.to_xla(torch.randn(6))
+    torch.testing.assert_close(cpu(torch.tanh(x[:, 1] + y)), torch.tanh(cpu(x)[:, 1] + cpu(y)))
+    before = stubs._eager_tanh._cache_size(), stubs._eager_add_Tensor._cache_size()
+    for i in range(2, 40):
+        torch.testing.assert_close(cpu(torch.tanh(x[:, i] + y)), torch.tanh(cpu(x)[:, i] + cpu(y)))
+    assert (stubs._eager_tanh._cache_size(), stubs._eager_add_Tensor._cache_size()) == before
 
 
 def test_inplace_returns_same_object_and_checks_cast():
@@ -372,6 +421,40 @@ def test_index_value_checks_can_be_turned_off(monkeypatch):
     monkeypatch.setattr(xnf.config, "check_index_values", False)
     # the gather reads a fill value for the bad index instead of raising
     assert torch.gather(xnf.to_xla(_X), 1, xnf.to_xla(torch.tensor([[0, 5]]))).shape == (1, 2)
+
+
+def test_select_slice_split_and_squeeze_layouts_match_torch():
+    """Their sizes, strides and offsets are computed in Python on the common path
+    (runtime/views.py `_fast_view_meta`); errors come from PyTorch's own kernels."""
+    calls = [("select", (d, i)) for d in (-3, 0, 1, 2, 3) for i in (-6, -1, 0, 2, 4)]
+    calls += [("slice", (d, start, end, step)) for d in (0, -1) for start in (None, -9, -2, 0, 2, 9)
+              for end in (None, -9, -1, 1, 3, 9) for step in (1, 2, 0)]
+    calls += [("split", (n, d)) for n in (1, 2, 3, 7, 0) for d in (0, 1, -1, 3)]
+    calls += [("squeeze", (d,)) for d in (-1, 0, 2, 3)]
+    ops = {"select": torch.ops.aten.select.int, "slice": torch.ops.aten.slice.Tensor,
+           "split": torch.ops.aten.split.Tensor, "squeeze": torch.ops.aten.squeeze.dim}
+    bases = {  # views with an offset and a step, an empty one, one with a size-1 dim, a 0-dim one
+        "stepped": lambda t: t.reshape(4, 5, 6)[:, 1:, ::2],
+        "empty": lambda t: t.reshape(4, 5, 6)[:, :0],
+        "size_1": lambda t: t.reshape(4, 5, 6)[:, 2:3, 1:],
+        "scalar": lambda t: t[7],
+    }
+    full = torch.arange(120.0)
+    for name, args in calls:
+        for kind, make in bases.items():
+            ref, ours = make(full), make(xnf.to_xla(full))
+            try:
+                expected = ops[name](ref, *args)
+            except (IndexError, RuntimeError) as e:
+                with pytest.raises(type(e)):
+                    ops[name](ours, *args)
+                continue
+            got = ops[name](ours, *args)
+            pairs = zip(got, expected, strict=True) if name == "split" else [(got, expected)]
+            for o, e in pairs:
+                where = (name, args, kind)
+                assert (o.shape, o.stride(), o.storage_offset()) == (e.shape, e.stride(), e.storage_offset()), where
+                assert torch.equal(cpu(o), e), where
 
 
 def test_view_errors_match_torch():

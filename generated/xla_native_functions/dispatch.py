@@ -18,12 +18,12 @@ from .runtime.dispatch import (
     eager_executable as _rt_eager_executable,
     fallback as _rt_fallback,
     make_view as _rt_make_view,
+    operand as _rt_operand,
+    operand_opt as _rt_operand_opt,
+    operands as _rt_operands,
     restride_inplace as _rt_restride_inplace,
     scalar_operand as _rt_scalar,
     trace as _rt_trace,
-    value as _rt_value,
-    value_opt as _rt_value_opt,
-    values as _rt_values,
     wrap as _rt_wrap,
     write_inplace as _rt_write_inplace,
     write_out as _rt_write_out,
@@ -42,7 +42,7 @@ def _adaptive_avg_pool2d(self, output_size):
     if _rt_state.tracing:
         return _rt_trace(ir._AdaptiveAvgPool2d, (self, output_size,))
     with _rt_x64:
-        return _rt_wrap(_eager__adaptive_avg_pool2d(_rt_value(self), _rt_attr_list(output_size)))
+        return _rt_wrap(_eager__adaptive_avg_pool2d(_rt_operand(self), _rt_attr_list(output_size)))
 
 
 def _adaptive_avg_pool2d_out(self, output_size, *, out):
@@ -56,7 +56,7 @@ def _adaptive_avg_pool2d_backward(grad_output, self):
     if _rt_state.tracing:
         return _rt_trace(ir._AdaptiveAvgPool2dBackward, (grad_output, self,))
     with _rt_x64:
-        return _rt_wrap(_eager__adaptive_avg_pool2d_backward(_rt_value(grad_output), _rt_value(self)))
+        return _rt_wrap(_eager__adaptive_avg_pool2d_backward(_rt_operand(grad_output), _rt_operand(self)))
 
 
 def _adaptive_avg_pool2d_backward_out(grad_output, self, *, out):
@@ -70,7 +70,7 @@ def _adaptive_avg_pool3d(self, output_size):
     if _rt_state.tracing:
         return _rt_trace(ir._AdaptiveAvgPool3d, (self, output_size,))
     with _rt_x64:
-        return _rt_wrap(_eager__adaptive_avg_pool3d(_rt_value(self), _rt_attr_list(output_size)))
+        return _rt_wrap(_eager__adaptive_avg_pool3d(_rt_operand(self), _rt_attr_list(output_size)))
 
 
 def _adaptive_avg_pool3d_out(self, output_size, *, out):
@@ -84,7 +84,7 @@ def _adaptive_avg_pool3d_backward(grad_output, self):
     if _rt_state.tracing:
         return _rt_trace(ir._AdaptiveAvgPool3dBackward, (grad_output, self,))
     with _rt_x64:
-        return _rt_wrap(_eager__adaptive_avg_pool3d_backward(_rt_value(grad_output), _rt_value(self)))
+        return _rt_wrap(_eager__adaptive_avg_pool3d_backward(_rt_operand(grad_output), _rt_operand(self)))
 
 
 def _adaptive_avg_pool3d_backward_out(grad_output, self, *, out):
@@ -102,7 +102,7 @@ def _cdist_backward(grad, x1, x2, p, cdist):
     if _rt_state.tracing:
         return _rt_trace(ir._CdistBackward, (grad, x1, x2, p, cdist,))
     with _rt_x64:
-        return _rt_wrap(_eager__cdist_backward(_rt_value(grad), _rt_value(x1), _rt_value(x2), p, _rt_value(cdist)))
+        return _rt_wrap(_eager__cdist_backward(_rt_operand(grad), _rt_operand(x1), _rt_operand(x2), p, _rt_operand(cdist)))
 
 
 def _cdist_backward_out(grad, x1, x2, p, cdist, *, out):
@@ -116,7 +116,7 @@ def _cdist_forward(x1, x2, p, compute_mode):
     if _rt_state.tracing:
         return _rt_trace(ir._CdistForward, (x1, x2, p, compute_mode,))
     with _rt_x64:
-        return _rt_wrap(_eager__cdist_forward(_rt_value(x1), _rt_value(x2), p, compute_mode))
+        return _rt_wrap(_eager__cdist_forward(_rt_operand(x1), _rt_operand(x2), p, compute_mode))
 
 
 def _cdist_forward_out(x1, x2, p, compute_mode, *, out):
@@ -130,7 +130,7 @@ def _chunk_cat(tensors, dim, num_chunks):
     if _rt_state.tracing:
         return _rt_trace(ir._ChunkCat, (tensors, dim, num_chunks,))
     with _rt_x64:
-        return _rt_wrap(_eager__chunk_cat(_rt_values(tensors), dim, num_chunks))
+        return _rt_wrap(_eager__chunk_cat(_rt_operands(tensors), dim, num_chunks))
 
 
 def _chunk_cat_out(tensors, dim, num_chunks, *, out):
@@ -148,7 +148,7 @@ def _conj_physical(self):
     if _rt_state.tracing:
         return _rt_trace(ir._ConjPhysical, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager__conj_physical(_rt_value(self)))
+        return _rt_wrap(_eager__conj_physical(_rt_operand(self)))
 
 
 def _conj_physical_out(self, *, out):
@@ -162,7 +162,7 @@ def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_i
     if _rt_state.tracing:
         return _rt_trace(ir._CtcLoss, (log_probs, targets, input_lengths, target_lengths, blank, zero_infinity,))
     with _rt_x64:
-        return _rt_wrap(_eager__ctc_loss(_rt_value(log_probs), _rt_value(targets), _rt_attr_list(input_lengths), _rt_attr_list(target_lengths), blank, zero_infinity))
+        return _rt_wrap(_eager__ctc_loss(_rt_operand(log_probs), _rt_operand(targets), _rt_attr_list(input_lengths), _rt_attr_list(target_lengths), blank, zero_infinity))
 
 
 def _ctc_loss_Tensor(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
@@ -184,7 +184,7 @@ def _ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, 
     if _rt_state.tracing:
         return _rt_trace(ir._CtcLossBackward, (grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank, zero_infinity,))
     with _rt_x64:
-        return _rt_wrap(_eager__ctc_loss_backward(_rt_value(grad), _rt_value(log_probs), _rt_value(targets), _rt_attr_list(input_lengths), _rt_attr_list(target_lengths), _rt_value(neg_log_likelihood), _rt_value(log_alpha), blank, zero_infinity))
+        return _rt_wrap(_eager__ctc_loss_backward(_rt_operand(grad), _rt_operand(log_probs), _rt_operand(targets), _rt_attr_list(input_lengths), _rt_attr_list(target_lengths), _rt_operand(neg_log_likelihood), _rt_operand(log_alpha), blank, zero_infinity))
 
 
 def _ctc_loss_backward_Tensor(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank, zero_infinity=False):
@@ -210,7 +210,7 @@ def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, s
     if _rt_state.tracing:
         return _rt_trace(ir._EmbeddingBag, (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx,))
     with _rt_x64:
-        return _rt_wrap(_eager__embedding_bag(_rt_value(weight), _rt_value(indices), _rt_value(offsets), scale_grad_by_freq, mode, sparse, _rt_value_opt(per_sample_weights), include_last_offset, padding_idx))
+        return _rt_wrap(_eager__embedding_bag(_rt_operand(weight), _rt_operand(indices), _rt_operand(offsets), scale_grad_by_freq, mode, sparse, _rt_operand_opt(per_sample_weights), include_last_offset, padding_idx))
 
 
 def _embedding_bag_out(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=-1, *, out0, out1, out2, out3):
@@ -224,7 +224,7 @@ def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximu
     if _rt_state.tracing:
         return _rt_trace(ir._EmbeddingBagBackward, (grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx,))
     with _rt_x64:
-        return _rt_wrap(_eager__embedding_bag_backward(_rt_value(grad), _rt_value(indices), _rt_value(offsets), _rt_value(offset2bag), _rt_value(bag_size), _rt_value(maximum_indices), num_weights, scale_grad_by_freq, mode, sparse, _rt_value_opt(per_sample_weights), padding_idx))
+        return _rt_wrap(_eager__embedding_bag_backward(_rt_operand(grad), _rt_operand(indices), _rt_operand(offsets), _rt_operand(offset2bag), _rt_operand(bag_size), _rt_operand(maximum_indices), num_weights, scale_grad_by_freq, mode, sparse, _rt_operand_opt(per_sample_weights), padding_idx))
 
 
 _eager__embedding_bag_dense_backward = _rt_eager_executable(ir._EmbeddingBagDenseBackward)
@@ -234,7 +234,7 @@ def _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_i
     if _rt_state.tracing:
         return _rt_trace(ir._EmbeddingBagDenseBackward, (grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx,))
     with _rt_x64:
-        return _rt_wrap(_eager__embedding_bag_dense_backward(_rt_value(grad), _rt_value(indices), _rt_value(offset2bag), _rt_value(bag_size), _rt_value(maximum_indices), num_weights, scale_grad_by_freq, mode, _rt_value_opt(per_sample_weights), padding_idx))
+        return _rt_wrap(_eager__embedding_bag_dense_backward(_rt_operand(grad), _rt_operand(indices), _rt_operand(offset2bag), _rt_operand(bag_size), _rt_operand(maximum_indices), num_weights, scale_grad_by_freq, mode, _rt_operand_opt(per_sample_weights), padding_idx))
 
 
 def _embedding_bag_dense_backward_out(grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1, *, out):
@@ -248,7 +248,7 @@ def _embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq=Fal
     if _rt_state.tracing:
         return _rt_trace(ir._EmbeddingBagForwardOnly, (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx,))
     with _rt_x64:
-        return _rt_wrap(_eager__embedding_bag_forward_only(_rt_value(weight), _rt_value(indices), _rt_value(offsets), scale_grad_by_freq, mode, sparse, _rt_value_opt(per_sample_weights), include_last_offset, padding_idx))
+        return _rt_wrap(_eager__embedding_bag_forward_only(_rt_operand(weight), _rt_operand(indices), _rt_operand(offsets), scale_grad_by_freq, mode, sparse, _rt_operand_opt(per_sample_weights), include_last_offset, padding_idx))
 
 
 def _embedding_bag_forward_only_out(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=-1, *, out0, out1, out2, out3):
@@ -262,7 +262,7 @@ def _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, o
     if _rt_state.tracing:
         return _rt_trace(ir._EmbeddingBagPerSampleWeightsBackward, (grad, weight, indices, offsets, offset2bag, mode, padding_idx,))
     with _rt_x64:
-        return _rt_wrap(_eager__embedding_bag_per_sample_weights_backward(_rt_value(grad), _rt_value(weight), _rt_value(indices), _rt_value(offsets), _rt_value(offset2bag), mode, padding_idx))
+        return _rt_wrap(_eager__embedding_bag_per_sample_weights_backward(_rt_operand(grad), _rt_operand(weight), _rt_operand(indices), _rt_operand(offsets), _rt_operand(offset2bag), mode, padding_idx))
 
 
 def _embedding_bag_per_sample_weights_backward_out(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1, *, out):
@@ -276,7 +276,7 @@ def _euclidean_dist(x1, x2):
     if _rt_state.tracing:
         return _rt_trace(ir._EuclideanDist, (x1, x2,))
     with _rt_x64:
-        return _rt_wrap(_eager__euclidean_dist(_rt_value(x1), _rt_value(x2)))
+        return _rt_wrap(_eager__euclidean_dist(_rt_operand(x1), _rt_operand(x2)))
 
 
 def _euclidean_dist_out(x1, x2, *, out):
@@ -290,7 +290,7 @@ def _fft_c2c(self, dim, normalization, forward):
     if _rt_state.tracing:
         return _rt_trace(ir._FftC2c, (self, dim, normalization, forward,))
     with _rt_x64:
-        return _rt_wrap(_eager__fft_c2c(_rt_value(self), _rt_attr_list(dim), normalization, forward))
+        return _rt_wrap(_eager__fft_c2c(_rt_operand(self), _rt_attr_list(dim), normalization, forward))
 
 
 def _fft_c2c_out(self, dim, normalization, forward, *, out):
@@ -304,7 +304,7 @@ def _fft_c2r(self, dim, normalization, last_dim_size):
     if _rt_state.tracing:
         return _rt_trace(ir._FftC2r, (self, dim, normalization, last_dim_size,))
     with _rt_x64:
-        return _rt_wrap(_eager__fft_c2r(_rt_value(self), _rt_attr_list(dim), normalization, last_dim_size))
+        return _rt_wrap(_eager__fft_c2r(_rt_operand(self), _rt_attr_list(dim), normalization, last_dim_size))
 
 
 def _fft_c2r_out(self, dim, normalization, last_dim_size, *, out):
@@ -318,7 +318,7 @@ def _fft_r2c(self, dim, normalization, onesided):
     if _rt_state.tracing:
         return _rt_trace(ir._FftR2c, (self, dim, normalization, onesided,))
     with _rt_x64:
-        return _rt_wrap(_eager__fft_r2c(_rt_value(self), _rt_attr_list(dim), normalization, onesided))
+        return _rt_wrap(_eager__fft_r2c(_rt_operand(self), _rt_attr_list(dim), normalization, onesided))
 
 
 def _fft_r2c_out(self, dim, normalization, onesided, *, out):
@@ -332,7 +332,7 @@ def _histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False
     if _rt_state.tracing:
         return _rt_trace(ir._HistogramddBinEdges, (self, bins, range, weight, density,))
     with _rt_x64:
-        return _rt_wrap(_eager__histogramdd_bin_edges(_rt_value(self), _rt_attr_list(bins), _rt_attr_list(range), _rt_value_opt(weight), density))
+        return _rt_wrap(_eager__histogramdd_bin_edges(_rt_operand(self), _rt_attr_list(bins), _rt_attr_list(range), _rt_operand_opt(weight), density))
 
 
 def _histogramdd_bin_edges_out(self, bins, *, range=None, weight=None, density=False, out):
@@ -346,7 +346,7 @@ def _histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=Fa
     if _rt_state.tracing:
         return _rt_trace(ir._HistogramddFromBinCts, (self, bins, range, weight, density,))
     with _rt_x64:
-        return _rt_wrap(_eager__histogramdd_from_bin_cts(_rt_value(self), _rt_attr_list(bins), _rt_attr_list(range), _rt_value_opt(weight), density))
+        return _rt_wrap(_eager__histogramdd_from_bin_cts(_rt_operand(self), _rt_attr_list(bins), _rt_attr_list(range), _rt_operand_opt(weight), density))
 
 
 def _histogramdd_from_bin_cts_out(self, bins, *, range=None, weight=None, density=False, out):
@@ -360,7 +360,7 @@ def _histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
     if _rt_state.tracing:
         return _rt_trace(ir._HistogramddFromBinTensors, (self, bins, weight, density,))
     with _rt_x64:
-        return _rt_wrap(_eager__histogramdd_from_bin_tensors(_rt_value(self), _rt_values(bins), _rt_value_opt(weight), density))
+        return _rt_wrap(_eager__histogramdd_from_bin_tensors(_rt_operand(self), _rt_operands(bins), _rt_operand_opt(weight), density))
 
 
 def _histogramdd_from_bin_tensors_out(self, bins, *, weight=None, density=False, out):
@@ -378,7 +378,7 @@ def _linalg_det(A):
     if _rt_state.tracing:
         return _rt_trace(ir._LinalgDet, (A,))
     with _rt_x64:
-        return _rt_wrap(_eager__linalg_det(_rt_value(A)))
+        return _rt_wrap(_eager__linalg_det(_rt_operand(A)))
 
 
 def _linalg_det_result(A, *, result, LU, pivots):
@@ -392,7 +392,7 @@ def _linalg_eigh(A, UPLO='L', compute_v=True):
     if _rt_state.tracing:
         return _rt_trace(ir._LinalgEigh, (A, UPLO, compute_v,))
     with _rt_x64:
-        return _rt_wrap(_eager__linalg_eigh(_rt_value(A), UPLO, compute_v))
+        return _rt_wrap(_eager__linalg_eigh(_rt_operand(A), UPLO, compute_v))
 
 
 def _linalg_eigh_eigenvalues(A, UPLO='L', compute_v=True, *, eigenvalues, eigenvectors):
@@ -406,7 +406,7 @@ def _linalg_slogdet(A):
     if _rt_state.tracing:
         return _rt_trace(ir._LinalgSlogdet, (A,))
     with _rt_x64:
-        return _rt_wrap(_eager__linalg_slogdet(_rt_value(A)))
+        return _rt_wrap(_eager__linalg_slogdet(_rt_operand(A)))
 
 
 def _linalg_slogdet_sign(A, *, sign, logabsdet, LU, pivots):
@@ -420,7 +420,7 @@ def _linalg_solve_ex(A, B, *, left=True, check_errors=False):
     if _rt_state.tracing:
         return _rt_trace(ir._LinalgSolveEx, (A, B, left, check_errors,))
     with _rt_x64:
-        return _rt_wrap(_eager__linalg_solve_ex(_rt_value(A), _rt_value(B), left, check_errors))
+        return _rt_wrap(_eager__linalg_solve_ex(_rt_operand(A), _rt_operand(B), left, check_errors))
 
 
 def _linalg_solve_ex_result(A, B, *, left=True, check_errors=False, result, LU, pivots, info):
@@ -434,7 +434,7 @@ def _linalg_svd(A, full_matrices=False, compute_uv=True, *, driver=None):
     if _rt_state.tracing:
         return _rt_trace(ir._LinalgSvd, (A, full_matrices, compute_uv, driver,))
     with _rt_x64:
-        return _rt_wrap(_eager__linalg_svd(_rt_value(A), full_matrices, compute_uv, driver))
+        return _rt_wrap(_eager__linalg_svd(_rt_operand(A), full_matrices, compute_uv, driver))
 
 
 def _linalg_svd_U(A, full_matrices=False, compute_uv=True, *, driver=None, U, S, Vh):
@@ -452,7 +452,7 @@ def _log_softmax(self, dim, half_to_float):
     if _rt_state.tracing:
         return _rt_trace(ir._LogSoftmax, (self, dim, half_to_float,))
     with _rt_x64:
-        return _rt_wrap(_eager__log_softmax(_rt_value(self), dim, half_to_float))
+        return _rt_wrap(_eager__log_softmax(_rt_operand(self), dim, half_to_float))
 
 
 def _log_softmax_out(self, dim, half_to_float, *, out):
@@ -466,7 +466,7 @@ def _log_softmax_backward_data(grad_output, output, dim, input_dtype):
     if _rt_state.tracing:
         return _rt_trace(ir._LogSoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager__log_softmax_backward_data(_rt_value(grad_output), _rt_value(output), dim, input_dtype))
+        return _rt_wrap(_eager__log_softmax_backward_data(_rt_operand(grad_output), _rt_operand(output), dim, input_dtype))
 
 
 def _log_softmax_backward_data_out(grad_output, output, dim, input_dtype, *, out):
@@ -484,7 +484,7 @@ def _native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, e
     if _rt_state.tracing:
         return _rt_trace(ir._NativeBatchNormLegitNoStats, (input, weight, bias, training, momentum, eps,))
     with _rt_x64:
-        return _rt_wrap(_eager__native_batch_norm_legit_no_stats(_rt_value(input), _rt_value_opt(weight), _rt_value_opt(bias), training, momentum, eps))
+        return _rt_wrap(_eager__native_batch_norm_legit_no_stats(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), training, momentum, eps))
 
 
 def _native_batch_norm_legit_no_stats_out(input, weight, bias, training, momentum, eps, *, out, save_mean, save_invstd):
@@ -498,7 +498,7 @@ def _native_batch_norm_legit_functional(input, weight, bias, running_mean, runni
     if _rt_state.tracing:
         return _rt_trace(ir._NativeBatchNormLegitFunctional, (input, weight, bias, running_mean, running_var, training, momentum, eps,))
     with _rt_x64:
-        return _rt_wrap(_eager__native_batch_norm_legit_functional(_rt_value(input), _rt_value_opt(weight), _rt_value_opt(bias), _rt_value(running_mean), _rt_value(running_var), training, momentum, eps))
+        return _rt_wrap(_eager__native_batch_norm_legit_functional(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), _rt_operand(running_mean), _rt_operand(running_var), training, momentum, eps))
 
 
 _eager__native_batch_norm_legit_no_training = _rt_eager_executable(ir._NativeBatchNormLegitNoTraining)
@@ -508,7 +508,7 @@ def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, runn
     if _rt_state.tracing:
         return _rt_trace(ir._NativeBatchNormLegitNoTraining, (input, weight, bias, running_mean, running_var, momentum, eps,))
     with _rt_x64:
-        return _rt_wrap(_eager__native_batch_norm_legit_no_training(_rt_value(input), _rt_value_opt(weight), _rt_value_opt(bias), _rt_value(running_mean), _rt_value(running_var), momentum, eps))
+        return _rt_wrap(_eager__native_batch_norm_legit_no_training(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), _rt_operand(running_mean), _rt_operand(running_var), momentum, eps))
 
 
 def _native_batch_norm_legit_no_training_out(input, weight, bias, running_mean, running_var, momentum, eps, *, out0, out1, out2):
@@ -522,7 +522,7 @@ def _pdist_backward(grad, self, p, pdist):
     if _rt_state.tracing:
         return _rt_trace(ir._PdistBackward, (grad, self, p, pdist,))
     with _rt_x64:
-        return _rt_wrap(_eager__pdist_backward(_rt_value(grad), _rt_value(self), p, _rt_value(pdist)))
+        return _rt_wrap(_eager__pdist_backward(_rt_operand(grad), _rt_operand(self), p, _rt_operand(pdist)))
 
 
 def _pdist_backward_out(grad, self, p, pdist, *, out):
@@ -536,7 +536,7 @@ def _pdist_forward(self, p=2):
     if _rt_state.tracing:
         return _rt_trace(ir._PdistForward, (self, p,))
     with _rt_x64:
-        return _rt_wrap(_eager__pdist_forward(_rt_value(self), p))
+        return _rt_wrap(_eager__pdist_forward(_rt_operand(self), p))
 
 
 def _pdist_forward_out(self, p=2, *, out):
@@ -550,7 +550,7 @@ def _prelu_kernel(self, weight):
     if _rt_state.tracing:
         return _rt_trace(ir._PreluKernel, (self, weight,))
     with _rt_x64:
-        return _rt_wrap(_eager__prelu_kernel(_rt_value(self), _rt_value(weight)))
+        return _rt_wrap(_eager__prelu_kernel(_rt_operand(self), _rt_operand(weight)))
 
 
 _eager__prelu_kernel_backward = _rt_eager_executable(ir._PreluKernelBackward)
@@ -560,7 +560,7 @@ def _prelu_kernel_backward(grad_output, self, weight):
     if _rt_state.tracing:
         return _rt_trace(ir._PreluKernelBackward, (grad_output, self, weight,))
     with _rt_x64:
-        return _rt_wrap(_eager__prelu_kernel_backward(_rt_value(grad_output), _rt_value(self), _rt_value(weight)))
+        return _rt_wrap(_eager__prelu_kernel_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(weight)))
 
 
 _eager__safe_softmax = _rt_eager_executable(ir._SafeSoftmax)
@@ -570,7 +570,7 @@ def _safe_softmax(self, dim, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir._SafeSoftmax, (self, dim, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager__safe_softmax(_rt_value(self), dim, dtype))
+        return _rt_wrap(_eager__safe_softmax(_rt_operand(self), dim, dtype))
 
 
 _eager__scaled_dot_product_flash_attention_for_cpu = _rt_eager_executable(ir._ScaledDotProductFlashAttentionForCpu)
@@ -580,7 +580,7 @@ def _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p=0.0
     if _rt_state.tracing:
         return _rt_trace(ir._ScaledDotProductFlashAttentionForCpu, (query, key, value, dropout_p, is_causal, attn_mask, scale,))
     with _rt_x64:
-        return _rt_wrap(_eager__scaled_dot_product_flash_attention_for_cpu(_rt_value(query), _rt_value(key), _rt_value(value), dropout_p, is_causal, _rt_value_opt(attn_mask), scale))
+        return _rt_wrap(_eager__scaled_dot_product_flash_attention_for_cpu(_rt_operand(query), _rt_operand(key), _rt_operand(value), dropout_p, is_causal, _rt_operand_opt(attn_mask), scale))
 
 
 _eager__scaled_dot_product_flash_attention_for_cpu_backward = _rt_eager_executable(ir._ScaledDotProductFlashAttentionForCpuBackward)
@@ -590,7 +590,7 @@ def _scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, v
     if _rt_state.tracing:
         return _rt_trace(ir._ScaledDotProductFlashAttentionForCpuBackward, (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask, scale,))
     with _rt_x64:
-        return _rt_wrap(_eager__scaled_dot_product_flash_attention_for_cpu_backward(_rt_value(grad_out), _rt_value(query), _rt_value(key), _rt_value(value), _rt_value(out), _rt_value(logsumexp), dropout_p, is_causal, _rt_value_opt(attn_mask), scale))
+        return _rt_wrap(_eager__scaled_dot_product_flash_attention_for_cpu_backward(_rt_operand(grad_out), _rt_operand(query), _rt_operand(key), _rt_operand(value), _rt_operand(out), _rt_operand(logsumexp), dropout_p, is_causal, _rt_operand_opt(attn_mask), scale))
 
 
 _eager__segment_reduce_backward = _rt_eager_executable(ir._SegmentReduceBackward)
@@ -600,7 +600,7 @@ def _segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offset
     if _rt_state.tracing:
         return _rt_trace(ir._SegmentReduceBackward, (grad, output, data, reduce, lengths, offsets, axis, initial,))
     with _rt_x64:
-        return _rt_wrap(_eager__segment_reduce_backward(_rt_value(grad), _rt_value(output), _rt_value(data), reduce, _rt_value_opt(lengths), _rt_value_opt(offsets), axis, _rt_scalar(initial)))
+        return _rt_wrap(_eager__segment_reduce_backward(_rt_operand(grad), _rt_operand(output), _rt_operand(data), reduce, _rt_operand_opt(lengths), _rt_operand_opt(offsets), axis, _rt_scalar(initial)))
 
 
 def _segment_reduce_backward_out(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None, out):
@@ -614,7 +614,7 @@ def _softmax(self, dim, half_to_float):
     if _rt_state.tracing:
         return _rt_trace(ir._Softmax, (self, dim, half_to_float,))
     with _rt_x64:
-        return _rt_wrap(_eager__softmax(_rt_value(self), dim, half_to_float))
+        return _rt_wrap(_eager__softmax(_rt_operand(self), dim, half_to_float))
 
 
 def _softmax_out(self, dim, half_to_float, *, out):
@@ -628,7 +628,7 @@ def _softmax_backward_data(grad_output, output, dim, input_dtype):
     if _rt_state.tracing:
         return _rt_trace(ir._SoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager__softmax_backward_data(_rt_value(grad_output), _rt_value(output), dim, input_dtype))
+        return _rt_wrap(_eager__softmax_backward_data(_rt_operand(grad_output), _rt_operand(output), dim, input_dtype))
 
 
 def _softmax_backward_data_out(grad_output, output, dim, input_dtype, *, grad_input):
@@ -650,7 +650,7 @@ def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
     if _rt_state.tracing:
         return _rt_trace(ir._Trilinear, (i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim,))
     with _rt_x64:
-        return _rt_wrap(_eager__trilinear(_rt_value(i1), _rt_value(i2), _rt_value(i3), _rt_attr_list(expand1), _rt_attr_list(expand2), _rt_attr_list(expand3), _rt_attr_list(sumdim), unroll_dim))
+        return _rt_wrap(_eager__trilinear(_rt_operand(i1), _rt_operand(i2), _rt_operand(i3), _rt_attr_list(expand1), _rt_attr_list(expand2), _rt_attr_list(expand3), _rt_attr_list(sumdim), unroll_dim))
 
 
 def _trilinear_out(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1, *, out):
@@ -680,7 +680,7 @@ def _unsafe_masked_index(self, mask, indices, fill):
     if _rt_state.tracing:
         return _rt_trace(ir._UnsafeMaskedIndex, (self, mask, indices, fill,))
     with _rt_x64:
-        return _rt_wrap(_eager__unsafe_masked_index(_rt_value(self), _rt_value(mask), _rt_values(indices), _rt_scalar(fill)))
+        return _rt_wrap(_eager__unsafe_masked_index(_rt_operand(self), _rt_operand(mask), _rt_operands(indices), _rt_scalar(fill)))
 
 
 _eager__unsafe_masked_index_put_accumulate = _rt_eager_executable(ir._UnsafeMaskedIndexPutAccumulate)
@@ -690,7 +690,7 @@ def _unsafe_masked_index_put_accumulate(self, mask, indices, values):
     if _rt_state.tracing:
         return _rt_trace(ir._UnsafeMaskedIndexPutAccumulate, (self, mask, indices, values,))
     with _rt_x64:
-        return _rt_wrap(_eager__unsafe_masked_index_put_accumulate(_rt_value(self), _rt_value(mask), _rt_values(indices), _rt_value(values)))
+        return _rt_wrap(_eager__unsafe_masked_index_put_accumulate(_rt_operand(self), _rt_operand(mask), _rt_operands(indices), _rt_operand(values)))
 
 
 _eager__unsafe_view = _rt_eager_executable(ir._UnsafeView)
@@ -700,7 +700,7 @@ def _unsafe_view(self, size):
     if _rt_state.tracing:
         return _rt_trace(ir._UnsafeView, (self, size,))
     with _rt_x64:
-        return _rt_wrap(_eager__unsafe_view(_rt_value(self), _rt_attr_list(size)))
+        return _rt_wrap(_eager__unsafe_view(_rt_operand(self), _rt_attr_list(size)))
 
 
 def _unsafe_view_out(self, size, *, out):
@@ -714,7 +714,7 @@ def _upsample_bicubic2d_aa(self, output_size, align_corners, scales_h=None, scal
     if _rt_state.tracing:
         return _rt_trace(ir._UpsampleBicubic2dAa, (self, output_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager__upsample_bicubic2d_aa(_rt_value(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
+        return _rt_wrap(_eager__upsample_bicubic2d_aa(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
 
 
 def _upsample_bicubic2d_aa_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
@@ -728,7 +728,7 @@ def _upsample_bicubic2d_aa_backward(grad_output, output_size, input_size, align_
     if _rt_state.tracing:
         return _rt_trace(ir._UpsampleBicubic2dAaBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager__upsample_bicubic2d_aa_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
+        return _rt_wrap(_eager__upsample_bicubic2d_aa_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
 
 
 def _upsample_bicubic2d_aa_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
@@ -742,7 +742,7 @@ def _upsample_bilinear2d_aa(self, output_size, align_corners, scales_h=None, sca
     if _rt_state.tracing:
         return _rt_trace(ir._UpsampleBilinear2dAa, (self, output_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager__upsample_bilinear2d_aa(_rt_value(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
+        return _rt_wrap(_eager__upsample_bilinear2d_aa(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
 
 
 def _upsample_bilinear2d_aa_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
@@ -756,7 +756,7 @@ def _upsample_bilinear2d_aa_backward(grad_output, output_size, input_size, align
     if _rt_state.tracing:
         return _rt_trace(ir._UpsampleBilinear2dAaBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager__upsample_bilinear2d_aa_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
+        return _rt_wrap(_eager__upsample_bilinear2d_aa_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
 
 
 def _upsample_bilinear2d_aa_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
@@ -770,7 +770,7 @@ def _upsample_nearest_exact1d(self, output_size, scales=None):
     if _rt_state.tracing:
         return _rt_trace(ir._UpsampleNearestExact1d, (self, output_size, scales,))
     with _rt_x64:
-        return _rt_wrap(_eager__upsample_nearest_exact1d(_rt_value(self), _rt_attr_list(output_size), scales))
+        return _rt_wrap(_eager__upsample_nearest_exact1d(_rt_operand(self), _rt_attr_list(output_size), scales))
 
 
 def _upsample_nearest_exact1d_out(self, output_size, scales=None, *, out):
@@ -784,7 +784,7 @@ def _upsample_nearest_exact1d_backward(grad_output, output_size, input_size, sca
     if _rt_state.tracing:
         return _rt_trace(ir._UpsampleNearestExact1dBackward, (grad_output, output_size, input_size, scales,))
     with _rt_x64:
-        return _rt_wrap(_eager__upsample_nearest_exact1d_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales))
+        return _rt_wrap(_eager__upsample_nearest_exact1d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales))
 
 
 def _upsample_nearest_exact1d_backward_grad_input(grad_output, output_size, input_size, scales=None, *, grad_input):
@@ -798,7 +798,7 @@ def _upsample_nearest_exact2d(self, output_size, scales_h=None, scales_w=None):
     if _rt_state.tracing:
         return _rt_trace(ir._UpsampleNearestExact2d, (self, output_size, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager__upsample_nearest_exact2d(_rt_value(self), _rt_attr_list(output_size), scales_h, scales_w))
+        return _rt_wrap(_eager__upsample_nearest_exact2d(_rt_operand(self), _rt_attr_list(output_size), scales_h, scales_w))
 
 
 def _upsample_nearest_exact2d_out(self, output_size, scales_h=None, scales_w=None, *, out):
@@ -812,7 +812,7 @@ def _upsample_nearest_exact2d_backward(grad_output, output_size, input_size, sca
     if _rt_state.tracing:
         return _rt_trace(ir._UpsampleNearestExact2dBackward, (grad_output, output_size, input_size, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager__upsample_nearest_exact2d_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_h, scales_w))
+        return _rt_wrap(_eager__upsample_nearest_exact2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_h, scales_w))
 
 
 def _upsample_nearest_exact2d_backward_grad_input(grad_output, output_size, input_size, scales_h=None, scales_w=None, *, grad_input):
@@ -826,7 +826,7 @@ def _upsample_nearest_exact3d(self, output_size, scales_d=None, scales_h=None, s
     if _rt_state.tracing:
         return _rt_trace(ir._UpsampleNearestExact3d, (self, output_size, scales_d, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager__upsample_nearest_exact3d(_rt_value(self), _rt_attr_list(output_size), scales_d, scales_h, scales_w))
+        return _rt_wrap(_eager__upsample_nearest_exact3d(_rt_operand(self), _rt_attr_list(output_size), scales_d, scales_h, scales_w))
 
 
 def _upsample_nearest_exact3d_out(self, output_size, scales_d=None, scales_h=None, scales_w=None, *, out):
@@ -840,7 +840,7 @@ def _upsample_nearest_exact3d_backward(grad_output, output_size, input_size, sca
     if _rt_state.tracing:
         return _rt_trace(ir._UpsampleNearestExact3dBackward, (grad_output, output_size, input_size, scales_d, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager__upsample_nearest_exact3d_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_d, scales_h, scales_w))
+        return _rt_wrap(_eager__upsample_nearest_exact3d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_d, scales_h, scales_w))
 
 
 def _upsample_nearest_exact3d_backward_grad_input(grad_output, output_size, input_size, scales_d=None, scales_h=None, scales_w=None, *, grad_input):
@@ -854,7 +854,7 @@ def abs(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Abs, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_abs(_rt_value(self)))
+        return _rt_wrap(_eager_abs(_rt_operand(self)))
 
 
 def abs_out(self, *, out):
@@ -872,7 +872,7 @@ def acos(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Acos, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_acos(_rt_value(self)))
+        return _rt_wrap(_eager_acos(_rt_operand(self)))
 
 
 def acos_out(self, *, out):
@@ -890,7 +890,7 @@ def acosh(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Acosh, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_acosh(_rt_value(self)))
+        return _rt_wrap(_eager_acosh(_rt_operand(self)))
 
 
 def acosh_out(self, *, out):
@@ -908,7 +908,7 @@ def adaptive_max_pool2d(self, output_size):
     if _rt_state.tracing:
         return _rt_trace(ir.AdaptiveMaxPool2d, (self, output_size,))
     with _rt_x64:
-        return _rt_wrap(_eager_adaptive_max_pool2d(_rt_value(self), _rt_attr_list(output_size)))
+        return _rt_wrap(_eager_adaptive_max_pool2d(_rt_operand(self), _rt_attr_list(output_size)))
 
 
 def adaptive_max_pool2d_out(self, output_size, *, out, indices):
@@ -922,7 +922,7 @@ def adaptive_max_pool2d_backward(grad_output, self, indices):
     if _rt_state.tracing:
         return _rt_trace(ir.AdaptiveMaxPool2dBackward, (grad_output, self, indices,))
     with _rt_x64:
-        return _rt_wrap(_eager_adaptive_max_pool2d_backward(_rt_value(grad_output), _rt_value(self), _rt_value(indices)))
+        return _rt_wrap(_eager_adaptive_max_pool2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(indices)))
 
 
 def adaptive_max_pool2d_backward_grad_input(grad_output, self, indices, *, grad_input):
@@ -936,7 +936,7 @@ def adaptive_max_pool3d(self, output_size):
     if _rt_state.tracing:
         return _rt_trace(ir.AdaptiveMaxPool3d, (self, output_size,))
     with _rt_x64:
-        return _rt_wrap(_eager_adaptive_max_pool3d(_rt_value(self), _rt_attr_list(output_size)))
+        return _rt_wrap(_eager_adaptive_max_pool3d(_rt_operand(self), _rt_attr_list(output_size)))
 
 
 def adaptive_max_pool3d_out(self, output_size, *, out, indices):
@@ -950,7 +950,7 @@ def adaptive_max_pool3d_backward(grad_output, self, indices):
     if _rt_state.tracing:
         return _rt_trace(ir.AdaptiveMaxPool3dBackward, (grad_output, self, indices,))
     with _rt_x64:
-        return _rt_wrap(_eager_adaptive_max_pool3d_backward(_rt_value(grad_output), _rt_value(self), _rt_value(indices)))
+        return _rt_wrap(_eager_adaptive_max_pool3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(indices)))
 
 
 def adaptive_max_pool3d_backward_grad_input(grad_output, self, indices, *, grad_input):
@@ -964,7 +964,7 @@ def add_Scalar(self, other, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.AddScalar, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_add_Scalar(_rt_value(self), _rt_scalar(other), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_add_Scalar(_rt_operand(self), _rt_scalar(other), _rt_scalar(alpha)))
 
 
 def add_Scalar_out(self, other, alpha=1, *, out):
@@ -978,7 +978,7 @@ def add_Tensor(self, other, *, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.AddTensor, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_add_Tensor(_rt_value(self), _rt_value(other), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_add_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
 
 
 def add_out(self, other, *, alpha=1, out):
@@ -1000,7 +1000,7 @@ def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addbmm, (self, batch1, batch2, beta, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_addbmm(_rt_value(self), _rt_value(batch1), _rt_value(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_addbmm(_rt_operand(self), _rt_operand(batch1), _rt_operand(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
 
 
 def addbmm_out(self, batch1, batch2, *, beta=1, alpha=1, out):
@@ -1018,7 +1018,7 @@ def addcdiv(self, tensor1, tensor2, *, value=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addcdiv, (self, tensor1, tensor2, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_addcdiv(_rt_value(self), _rt_value(tensor1), _rt_value(tensor2), _rt_scalar(value)))
+        return _rt_wrap(_eager_addcdiv(_rt_operand(self), _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value)))
 
 
 def addcdiv_out(self, tensor1, tensor2, *, value=1, out):
@@ -1036,7 +1036,7 @@ def addcmul(self, tensor1, tensor2, *, value=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addcmul, (self, tensor1, tensor2, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_addcmul(_rt_value(self), _rt_value(tensor1), _rt_value(tensor2), _rt_scalar(value)))
+        return _rt_wrap(_eager_addcmul(_rt_operand(self), _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value)))
 
 
 def addcmul_out(self, tensor1, tensor2, *, value=1, out):
@@ -1054,7 +1054,7 @@ def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addmm, (self, mat1, mat2, beta, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_addmm(_rt_value(self), _rt_value(mat1), _rt_value(mat2), _rt_scalar(beta), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_addmm(_rt_operand(self), _rt_operand(mat1), _rt_operand(mat2), _rt_scalar(beta), _rt_scalar(alpha)))
 
 
 def addmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
@@ -1072,7 +1072,7 @@ def addmv(self, mat, vec, *, beta=1, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addmv, (self, mat, vec, beta, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_addmv(_rt_value(self), _rt_value(mat), _rt_value(vec), _rt_scalar(beta), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_addmv(_rt_operand(self), _rt_operand(mat), _rt_operand(vec), _rt_scalar(beta), _rt_scalar(alpha)))
 
 
 def addmv_out(self, mat, vec, *, beta=1, alpha=1, out):
@@ -1090,7 +1090,7 @@ def addr(self, vec1, vec2, *, beta=1, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Addr, (self, vec1, vec2, beta, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_addr(_rt_value(self), _rt_value(vec1), _rt_value(vec2), _rt_scalar(beta), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_addr(_rt_operand(self), _rt_operand(vec1), _rt_operand(vec2), _rt_scalar(beta), _rt_scalar(alpha)))
 
 
 def addr_out(self, vec1, vec2, *, beta=1, alpha=1, out):
@@ -1112,7 +1112,7 @@ def alias_copy(self):
     if _rt_state.tracing:
         return _rt_trace(ir.AliasCopy, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_alias_copy(_rt_value(self)))
+        return _rt_wrap(_eager_alias_copy(_rt_operand(self)))
 
 
 def alias_copy_out(self, *, out):
@@ -1126,7 +1126,7 @@ def all(self):
     if _rt_state.tracing:
         return _rt_trace(ir.All, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_all(_rt_value(self)))
+        return _rt_wrap(_eager_all(_rt_operand(self)))
 
 
 def all_all_out(self, *, out):
@@ -1140,7 +1140,7 @@ def all_dim(self, dim, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.AllDim, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_all_dim(_rt_value(self), dim, keepdim))
+        return _rt_wrap(_eager_all_dim(_rt_operand(self), dim, keepdim))
 
 
 _eager_all_dims = _rt_eager_executable(ir.AllDims)
@@ -1150,7 +1150,7 @@ def all_dims(self, dim=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.AllDims, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_all_dims(_rt_value(self), _rt_attr_list(dim), keepdim))
+        return _rt_wrap(_eager_all_dims(_rt_operand(self), _rt_attr_list(dim), keepdim))
 
 
 def all_dims_out(self, dim=None, keepdim=False, *, out):
@@ -1172,7 +1172,7 @@ def amax(self, dim=(), keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Amax, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_amax(_rt_value(self), _rt_attr_list(dim), keepdim))
+        return _rt_wrap(_eager_amax(_rt_operand(self), _rt_attr_list(dim), keepdim))
 
 
 def amax_out(self, dim=(), keepdim=False, *, out):
@@ -1186,7 +1186,7 @@ def amin(self, dim=(), keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Amin, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_amin(_rt_value(self), _rt_attr_list(dim), keepdim))
+        return _rt_wrap(_eager_amin(_rt_operand(self), _rt_attr_list(dim), keepdim))
 
 
 def amin_out(self, dim=(), keepdim=False, *, out):
@@ -1200,7 +1200,7 @@ def aminmax(self, *, dim=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Aminmax, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_aminmax(_rt_value(self), dim, keepdim))
+        return _rt_wrap(_eager_aminmax(_rt_operand(self), dim, keepdim))
 
 
 def aminmax_out(self, *, dim=None, keepdim=False, min, max):
@@ -1214,7 +1214,7 @@ def angle(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Angle, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_angle(_rt_value(self)))
+        return _rt_wrap(_eager_angle(_rt_operand(self)))
 
 
 def angle_out(self, *, out):
@@ -1228,7 +1228,7 @@ def any(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Any, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_any(_rt_value(self)))
+        return _rt_wrap(_eager_any(_rt_operand(self)))
 
 
 def any_all_out(self, *, out):
@@ -1242,7 +1242,7 @@ def any_dim(self, dim, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.AnyDim, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_any_dim(_rt_value(self), dim, keepdim))
+        return _rt_wrap(_eager_any_dim(_rt_operand(self), dim, keepdim))
 
 
 _eager_any_dims = _rt_eager_executable(ir.AnyDims)
@@ -1252,7 +1252,7 @@ def any_dims(self, dim=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.AnyDims, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_any_dims(_rt_value(self), _rt_attr_list(dim), keepdim))
+        return _rt_wrap(_eager_any_dims(_rt_operand(self), _rt_attr_list(dim), keepdim))
 
 
 def any_dims_out(self, dim=None, keepdim=False, *, out):
@@ -1290,7 +1290,7 @@ def argmax(self, dim=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Argmax, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_argmax(_rt_value(self), dim, keepdim))
+        return _rt_wrap(_eager_argmax(_rt_operand(self), dim, keepdim))
 
 
 def argmax_out(self, dim=None, keepdim=False, *, out):
@@ -1304,7 +1304,7 @@ def argmin(self, dim=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Argmin, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_argmin(_rt_value(self), dim, keepdim))
+        return _rt_wrap(_eager_argmin(_rt_operand(self), dim, keepdim))
 
 
 def argmin_out(self, dim=None, keepdim=False, *, out):
@@ -1326,7 +1326,7 @@ def as_strided_copy(self, size, stride, storage_offset=None):
     if _rt_state.tracing:
         return _rt_trace(ir.AsStridedCopy, (self, size, stride, storage_offset,))
     with _rt_x64:
-        return _rt_wrap(_eager_as_strided_copy(_rt_value(self), _rt_attr_list(size), _rt_attr_list(stride), storage_offset))
+        return _rt_wrap(_eager_as_strided_copy(_rt_operand(self), _rt_attr_list(size), _rt_attr_list(stride), storage_offset))
 
 
 def as_strided_copy_out(self, size, stride, storage_offset=None, *, out):
@@ -1340,7 +1340,7 @@ def as_strided_scatter(self, src, size, stride, storage_offset=None):
     if _rt_state.tracing:
         return _rt_trace(ir.AsStridedScatter, (self, src, size, stride, storage_offset,))
     with _rt_x64:
-        return _rt_wrap(_eager_as_strided_scatter(_rt_value(self), _rt_value(src), _rt_attr_list(size), _rt_attr_list(stride), storage_offset))
+        return _rt_wrap(_eager_as_strided_scatter(_rt_operand(self), _rt_operand(src), _rt_attr_list(size), _rt_attr_list(stride), storage_offset))
 
 
 def as_strided_scatter_out(self, src, size, stride, storage_offset=None, *, out):
@@ -1354,7 +1354,7 @@ def asin(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Asin, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_asin(_rt_value(self)))
+        return _rt_wrap(_eager_asin(_rt_operand(self)))
 
 
 def asin_out(self, *, out):
@@ -1372,7 +1372,7 @@ def asinh(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Asinh, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_asinh(_rt_value(self)))
+        return _rt_wrap(_eager_asinh(_rt_operand(self)))
 
 
 def asinh_out(self, *, out):
@@ -1390,7 +1390,7 @@ def atan(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Atan, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_atan(_rt_value(self)))
+        return _rt_wrap(_eager_atan(_rt_operand(self)))
 
 
 def atan_out(self, *, out):
@@ -1404,7 +1404,7 @@ def atan2(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Atan2, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_atan2(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_atan2(_rt_operand(self), _rt_operand(other)))
 
 
 def atan2_out(self, other, *, out):
@@ -1426,7 +1426,7 @@ def atanh(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Atanh, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_atanh(_rt_value(self)))
+        return _rt_wrap(_eager_atanh(_rt_operand(self)))
 
 
 def atanh_out(self, *, out):
@@ -1444,7 +1444,7 @@ def avg_pool2d(self, kernel_size, stride=(), padding=(0, 0,), ceil_mode=False, c
     if _rt_state.tracing:
         return _rt_trace(ir.AvgPool2d, (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
     with _rt_x64:
-        return _rt_wrap(_eager_avg_pool2d(_rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
+        return _rt_wrap(_eager_avg_pool2d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
 
 
 def avg_pool2d_out(self, kernel_size, stride=(), padding=(0, 0,), ceil_mode=False, count_include_pad=True, divisor_override=None, *, out):
@@ -1458,7 +1458,7 @@ def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
     if _rt_state.tracing:
         return _rt_trace(ir.AvgPool2dBackward, (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
     with _rt_x64:
-        return _rt_wrap(_eager_avg_pool2d_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
+        return _rt_wrap(_eager_avg_pool2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
 
 
 def avg_pool2d_backward_grad_input(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, *, grad_input):
@@ -1472,7 +1472,7 @@ def avg_pool3d(self, kernel_size, stride=(), padding=(0, 0, 0,), ceil_mode=False
     if _rt_state.tracing:
         return _rt_trace(ir.AvgPool3d, (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
     with _rt_x64:
-        return _rt_wrap(_eager_avg_pool3d(_rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
+        return _rt_wrap(_eager_avg_pool3d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
 
 
 def avg_pool3d_out(self, kernel_size, stride=(), padding=(0, 0, 0,), ceil_mode=False, count_include_pad=True, divisor_override=None, *, out):
@@ -1486,7 +1486,7 @@ def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
     if _rt_state.tracing:
         return _rt_trace(ir.AvgPool3dBackward, (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
     with _rt_x64:
-        return _rt_wrap(_eager_avg_pool3d_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
+        return _rt_wrap(_eager_avg_pool3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
 
 
 def avg_pool3d_backward_grad_input(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, *, grad_input):
@@ -1500,7 +1500,7 @@ def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Baddbmm, (self, batch1, batch2, beta, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_baddbmm(_rt_value(self), _rt_value(batch1), _rt_value(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_baddbmm(_rt_operand(self), _rt_operand(batch1), _rt_operand(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
 
 
 def baddbmm_out(self, batch1, batch2, *, beta=1, alpha=1, out):
@@ -1518,7 +1518,7 @@ def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save
     if _rt_state.tracing:
         return _rt_trace(ir.BatchNormBackward, (grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps, output_mask, reserve,))
     with _rt_x64:
-        return _rt_wrap(_eager_batch_norm_backward(_rt_value(grad_out), _rt_value(input), _rt_value(weight), _rt_value_opt(running_mean), _rt_value_opt(running_var), _rt_value_opt(save_mean), _rt_value_opt(save_var), update, eps, _rt_attr_list(output_mask), _rt_value(reserve)))
+        return _rt_wrap(_eager_batch_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_operand(weight), _rt_operand_opt(running_mean), _rt_operand_opt(running_var), _rt_operand_opt(save_mean), _rt_operand_opt(save_var), update, eps, _rt_attr_list(output_mask), _rt_operand(reserve)))
 
 
 def bernoulli(self, *, generator=None):
@@ -1560,7 +1560,7 @@ def binary_cross_entropy(self, target, weight=None, reduction=1):
     if _rt_state.tracing:
         return _rt_trace(ir.BinaryCrossEntropy, (self, target, weight, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_binary_cross_entropy(_rt_value(self), _rt_value(target), _rt_value_opt(weight), reduction))
+        return _rt_wrap(_eager_binary_cross_entropy(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction))
 
 
 def binary_cross_entropy_out(self, target, weight=None, reduction=1, *, out):
@@ -1574,7 +1574,7 @@ def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduct
     if _rt_state.tracing:
         return _rt_trace(ir.BinaryCrossEntropyBackward, (grad_output, self, target, weight, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_binary_cross_entropy_backward(_rt_value(grad_output), _rt_value(self), _rt_value(target), _rt_value_opt(weight), reduction))
+        return _rt_wrap(_eager_binary_cross_entropy_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction))
 
 
 def binary_cross_entropy_backward_grad_input(grad_output, self, target, weight=None, reduction=1, *, grad_input):
@@ -1588,7 +1588,7 @@ def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None,
     if _rt_state.tracing:
         return _rt_trace(ir.BinaryCrossEntropyWithLogits, (self, target, weight, pos_weight, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_binary_cross_entropy_with_logits(_rt_value(self), _rt_value(target), _rt_value_opt(weight), _rt_value_opt(pos_weight), reduction))
+        return _rt_wrap(_eager_binary_cross_entropy_with_logits(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), _rt_operand_opt(pos_weight), reduction))
 
 
 def binary_cross_entropy_with_logits_out(self, target, weight=None, pos_weight=None, reduction=1, *, out):
@@ -1610,7 +1610,7 @@ def bitwise_and_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseAndScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_and_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_bitwise_and_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 _eager_bitwise_and_Scalar_Tensor = _rt_eager_executable(ir.BitwiseAndScalarTensor)
@@ -1620,7 +1620,7 @@ def bitwise_and_Scalar_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseAndScalarTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_and_Scalar_Tensor(_rt_scalar(self), _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_and_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
 
 def bitwise_and_Scalar_Tensor_out(self, other, *, out):
@@ -1638,7 +1638,7 @@ def bitwise_and_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseAndTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_and_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_and_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def bitwise_and_Tensor_out(self, other, *, out):
@@ -1660,7 +1660,7 @@ def bitwise_left_shift_Scalar_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseLeftShiftScalarTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_left_shift_Scalar_Tensor(_rt_scalar(self), _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_left_shift_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
 
 def bitwise_left_shift_Scalar_Tensor_out(self, other, *, out):
@@ -1674,7 +1674,7 @@ def bitwise_left_shift_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseLeftShiftTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_left_shift_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_left_shift_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 _eager_bitwise_left_shift_Tensor_Scalar = _rt_eager_executable(ir.BitwiseLeftShiftTensorScalar)
@@ -1684,7 +1684,7 @@ def bitwise_left_shift_Tensor_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseLeftShiftTensorScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_left_shift_Tensor_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_bitwise_left_shift_Tensor_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def bitwise_left_shift_Tensor_Scalar_out(self, other, *, out):
@@ -1710,7 +1710,7 @@ def bitwise_not(self):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseNot, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_not(_rt_value(self)))
+        return _rt_wrap(_eager_bitwise_not(_rt_operand(self)))
 
 
 def bitwise_not_out(self, *, out):
@@ -1728,7 +1728,7 @@ def bitwise_or_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseOrScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_or_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_bitwise_or_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 _eager_bitwise_or_Scalar_Tensor = _rt_eager_executable(ir.BitwiseOrScalarTensor)
@@ -1738,7 +1738,7 @@ def bitwise_or_Scalar_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseOrScalarTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_or_Scalar_Tensor(_rt_scalar(self), _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_or_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
 
 def bitwise_or_Scalar_Tensor_out(self, other, *, out):
@@ -1756,7 +1756,7 @@ def bitwise_or_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseOrTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_or_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_or_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def bitwise_or_Tensor_out(self, other, *, out):
@@ -1778,7 +1778,7 @@ def bitwise_right_shift_Scalar_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseRightShiftScalarTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_right_shift_Scalar_Tensor(_rt_scalar(self), _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_right_shift_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
 
 def bitwise_right_shift_Scalar_Tensor_out(self, other, *, out):
@@ -1792,7 +1792,7 @@ def bitwise_right_shift_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseRightShiftTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_right_shift_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_right_shift_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 _eager_bitwise_right_shift_Tensor_Scalar = _rt_eager_executable(ir.BitwiseRightShiftTensorScalar)
@@ -1802,7 +1802,7 @@ def bitwise_right_shift_Tensor_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseRightShiftTensorScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_right_shift_Tensor_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_bitwise_right_shift_Tensor_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def bitwise_right_shift_Tensor_Scalar_out(self, other, *, out):
@@ -1828,7 +1828,7 @@ def bitwise_xor_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseXorScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_xor_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_bitwise_xor_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 _eager_bitwise_xor_Scalar_Tensor = _rt_eager_executable(ir.BitwiseXorScalarTensor)
@@ -1838,7 +1838,7 @@ def bitwise_xor_Scalar_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseXorScalarTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_xor_Scalar_Tensor(_rt_scalar(self), _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_xor_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
 
 def bitwise_xor_Scalar_Tensor_out(self, other, *, out):
@@ -1856,7 +1856,7 @@ def bitwise_xor_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.BitwiseXorTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_bitwise_xor_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_bitwise_xor_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def bitwise_xor_Tensor_out(self, other, *, out):
@@ -1878,7 +1878,7 @@ def block_diag(tensors):
     if _rt_state.tracing:
         return _rt_trace(ir.BlockDiag, (tensors,))
     with _rt_x64:
-        return _rt_wrap(_eager_block_diag(_rt_values(tensors)))
+        return _rt_wrap(_eager_block_diag(_rt_operands(tensors)))
 
 
 def block_diag_out(tensors, *, out):
@@ -1892,7 +1892,7 @@ def bmm(self, mat2):
     if _rt_state.tracing:
         return _rt_trace(ir.Bmm, (self, mat2,))
     with _rt_x64:
-        return _rt_wrap(_eager_bmm(_rt_value(self), _rt_value(mat2)))
+        return _rt_wrap(_eager_bmm(_rt_operand(self), _rt_operand(mat2)))
 
 
 def bmm_out(self, mat2, *, out):
@@ -1906,7 +1906,7 @@ def bucketize_Tensor(self, boundaries, *, out_int32=False, right=False):
     if _rt_state.tracing:
         return _rt_trace(ir.BucketizeTensor, (self, boundaries, out_int32, right,))
     with _rt_x64:
-        return _rt_wrap(_eager_bucketize_Tensor(_rt_value(self), _rt_value(boundaries), out_int32, right))
+        return _rt_wrap(_eager_bucketize_Tensor(_rt_operand(self), _rt_operand(boundaries), out_int32, right))
 
 
 def bucketize_Tensor_out(self, boundaries, *, out_int32=False, right=False, out):
@@ -1920,7 +1920,7 @@ def cat(tensors, dim=0):
     if _rt_state.tracing:
         return _rt_trace(ir.Cat, (tensors, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_cat(_rt_values(tensors), dim))
+        return _rt_wrap(_eager_cat(_rt_operands(tensors), dim))
 
 
 def cat_out(tensors, dim=0, *, out):
@@ -1946,7 +1946,7 @@ def ceil(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Ceil, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_ceil(_rt_value(self)))
+        return _rt_wrap(_eager_ceil(_rt_operand(self)))
 
 
 def ceil_out(self, *, out):
@@ -1964,7 +1964,7 @@ def celu(self, alpha=1.0):
     if _rt_state.tracing:
         return _rt_trace(ir.Celu, (self, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_celu(_rt_value(self), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_celu(_rt_operand(self), _rt_scalar(alpha)))
 
 
 def celu_out(self, alpha=1.0, *, out):
@@ -1982,7 +1982,7 @@ def channel_shuffle(self, groups):
     if _rt_state.tracing:
         return _rt_trace(ir.ChannelShuffle, (self, groups,))
     with _rt_x64:
-        return _rt_wrap(_eager_channel_shuffle(_rt_value(self), groups))
+        return _rt_wrap(_eager_channel_shuffle(_rt_operand(self), groups))
 
 
 def channel_shuffle_out(self, groups, *, out):
@@ -2004,7 +2004,7 @@ def cholesky_inverse(self, upper=False):
     if _rt_state.tracing:
         return _rt_trace(ir.CholeskyInverse, (self, upper,))
     with _rt_x64:
-        return _rt_wrap(_eager_cholesky_inverse(_rt_value(self), upper))
+        return _rt_wrap(_eager_cholesky_inverse(_rt_operand(self), upper))
 
 
 def cholesky_inverse_out(self, upper=False, *, out):
@@ -2018,7 +2018,7 @@ def cholesky_solve(self, input2, upper=False):
     if _rt_state.tracing:
         return _rt_trace(ir.CholeskySolve, (self, input2, upper,))
     with _rt_x64:
-        return _rt_wrap(_eager_cholesky_solve(_rt_value(self), _rt_value(input2), upper))
+        return _rt_wrap(_eager_cholesky_solve(_rt_operand(self), _rt_operand(input2), upper))
 
 
 def cholesky_solve_out(self, input2, upper=False, *, out):
@@ -2032,7 +2032,7 @@ def clamp(self, min=None, max=None):
     if _rt_state.tracing:
         return _rt_trace(ir.Clamp, (self, min, max,))
     with _rt_x64:
-        return _rt_wrap(_eager_clamp(_rt_value(self), _rt_scalar(min), _rt_scalar(max)))
+        return _rt_wrap(_eager_clamp(_rt_operand(self), _rt_scalar(min), _rt_scalar(max)))
 
 
 _eager_clamp_Tensor = _rt_eager_executable(ir.ClampTensor)
@@ -2042,7 +2042,7 @@ def clamp_Tensor(self, min=None, max=None):
     if _rt_state.tracing:
         return _rt_trace(ir.ClampTensor, (self, min, max,))
     with _rt_x64:
-        return _rt_wrap(_eager_clamp_Tensor(_rt_value(self), _rt_value_opt(min), _rt_value_opt(max)))
+        return _rt_wrap(_eager_clamp_Tensor(_rt_operand(self), _rt_operand_opt(min), _rt_operand_opt(max)))
 
 
 def clamp_Tensor_out(self, min=None, max=None, *, out):
@@ -2068,7 +2068,7 @@ def clamp_max(self, max):
     if _rt_state.tracing:
         return _rt_trace(ir.ClampMax, (self, max,))
     with _rt_x64:
-        return _rt_wrap(_eager_clamp_max(_rt_value(self), _rt_scalar(max)))
+        return _rt_wrap(_eager_clamp_max(_rt_operand(self), _rt_scalar(max)))
 
 
 _eager_clamp_max_Tensor = _rt_eager_executable(ir.ClampMaxTensor)
@@ -2078,7 +2078,7 @@ def clamp_max_Tensor(self, max):
     if _rt_state.tracing:
         return _rt_trace(ir.ClampMaxTensor, (self, max,))
     with _rt_x64:
-        return _rt_wrap(_eager_clamp_max_Tensor(_rt_value(self), _rt_value(max)))
+        return _rt_wrap(_eager_clamp_max_Tensor(_rt_operand(self), _rt_operand(max)))
 
 
 def clamp_max_Tensor_out(self, max, *, out):
@@ -2104,7 +2104,7 @@ def clamp_min(self, min):
     if _rt_state.tracing:
         return _rt_trace(ir.ClampMin, (self, min,))
     with _rt_x64:
-        return _rt_wrap(_eager_clamp_min(_rt_value(self), _rt_scalar(min)))
+        return _rt_wrap(_eager_clamp_min(_rt_operand(self), _rt_scalar(min)))
 
 
 _eager_clamp_min_Tensor = _rt_eager_executable(ir.ClampMinTensor)
@@ -2114,7 +2114,7 @@ def clamp_min_Tensor(self, min):
     if _rt_state.tracing:
         return _rt_trace(ir.ClampMinTensor, (self, min,))
     with _rt_x64:
-        return _rt_wrap(_eager_clamp_min_Tensor(_rt_value(self), _rt_value(min)))
+        return _rt_wrap(_eager_clamp_min_Tensor(_rt_operand(self), _rt_operand(min)))
 
 
 def clamp_min_Tensor_out(self, min, *, out):
@@ -2140,7 +2140,7 @@ def clone(self, *, memory_format=None):
     if _rt_state.tracing:
         return _rt_trace(ir.Clone, (self, memory_format,))
     with _rt_x64:
-        return _rt_wrap(_eager_clone(_rt_value(self), memory_format))
+        return _rt_wrap(_eager_clone(_rt_operand(self), memory_format))
 
 
 def clone_out(self, *, memory_format=None, out):
@@ -2154,7 +2154,7 @@ def col2im(self, output_size, kernel_size, dilation, padding, stride):
     if _rt_state.tracing:
         return _rt_trace(ir.Col2im, (self, output_size, kernel_size, dilation, padding, stride,))
     with _rt_x64:
-        return _rt_wrap(_eager_col2im(_rt_value(self), _rt_attr_list(output_size), _rt_attr_list(kernel_size), _rt_attr_list(dilation), _rt_attr_list(padding), _rt_attr_list(stride)))
+        return _rt_wrap(_eager_col2im(_rt_operand(self), _rt_attr_list(output_size), _rt_attr_list(kernel_size), _rt_attr_list(dilation), _rt_attr_list(padding), _rt_attr_list(stride)))
 
 
 def col2im_out(self, output_size, kernel_size, dilation, padding, stride, *, out):
@@ -2168,7 +2168,7 @@ def complex(real, imag):
     if _rt_state.tracing:
         return _rt_trace(ir.Complex, (real, imag,))
     with _rt_x64:
-        return _rt_wrap(_eager_complex(_rt_value(real), _rt_value(imag)))
+        return _rt_wrap(_eager_complex(_rt_operand(real), _rt_operand(imag)))
 
 
 def complex_out(real, imag, *, out):
@@ -2186,7 +2186,7 @@ def constant_pad_nd(self, pad, value=0):
     if _rt_state.tracing:
         return _rt_trace(ir.ConstantPadNd, (self, pad, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_constant_pad_nd(_rt_value(self), _rt_attr_list(pad), _rt_scalar(value)))
+        return _rt_wrap(_eager_constant_pad_nd(_rt_operand(self), _rt_attr_list(pad), _rt_scalar(value)))
 
 
 def constant_pad_nd_out(self, pad, value=0, *, out):
@@ -2200,7 +2200,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     if _rt_state.tracing:
         return _rt_trace(ir.Convolution, (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,))
     with _rt_x64:
-        return _rt_wrap(_eager_convolution(_rt_value(input), _rt_value(weight), _rt_value_opt(bias), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), transposed, _rt_attr_list(output_padding), groups))
+        return _rt_wrap(_eager_convolution(_rt_operand(input), _rt_operand(weight), _rt_operand_opt(bias), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), transposed, _rt_attr_list(output_padding), groups))
 
 
 def convolution_out(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, *, out):
@@ -2214,7 +2214,7 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     if _rt_state.tracing:
         return _rt_trace(ir.ConvolutionBackward, (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask,))
     with _rt_x64:
-        return _rt_wrap(_eager_convolution_backward(_rt_value(grad_output), _rt_value(input), _rt_value(weight), _rt_attr_list(bias_sizes), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), transposed, _rt_attr_list(output_padding), groups, _rt_attr_list(output_mask)))
+        return _rt_wrap(_eager_convolution_backward(_rt_operand(grad_output), _rt_operand(input), _rt_operand(weight), _rt_attr_list(bias_sizes), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), transposed, _rt_attr_list(output_padding), groups, _rt_attr_list(output_mask)))
 
 
 def convolution_backward_out(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask, *, out0, out1, out2):
@@ -2240,7 +2240,7 @@ def copysign_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.CopysignScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_copysign_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_copysign_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def copysign_Scalar_out(self, other, *, out):
@@ -2254,7 +2254,7 @@ def copysign_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.CopysignTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_copysign_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_copysign_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def copysign_out(self, other, *, out):
@@ -2276,7 +2276,7 @@ def cos(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Cos, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_cos(_rt_value(self)))
+        return _rt_wrap(_eager_cos(_rt_operand(self)))
 
 
 def cos_out(self, *, out):
@@ -2294,7 +2294,7 @@ def cosh(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Cosh, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_cosh(_rt_value(self)))
+        return _rt_wrap(_eager_cosh(_rt_operand(self)))
 
 
 def cosh_out(self, *, out):
@@ -2312,7 +2312,7 @@ def count_nonzero(self, dim=None):
     if _rt_state.tracing:
         return _rt_trace(ir.CountNonzero, (self, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_count_nonzero(_rt_value(self), dim))
+        return _rt_wrap(_eager_count_nonzero(_rt_operand(self), dim))
 
 
 _eager_count_nonzero_dim_IntList = _rt_eager_executable(ir.CountNonzeroDimIntList)
@@ -2322,7 +2322,7 @@ def count_nonzero_dim_IntList(self, dim):
     if _rt_state.tracing:
         return _rt_trace(ir.CountNonzeroDimIntList, (self, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_count_nonzero_dim_IntList(_rt_value(self), _rt_attr_list(dim)))
+        return _rt_wrap(_eager_count_nonzero_dim_IntList(_rt_operand(self), _rt_attr_list(dim)))
 
 
 def count_nonzero_dim_IntList_out(self, dim, *, out):
@@ -2340,7 +2340,7 @@ def cummax(self, dim):
     if _rt_state.tracing:
         return _rt_trace(ir.Cummax, (self, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_cummax(_rt_value(self), dim))
+        return _rt_wrap(_eager_cummax(_rt_operand(self), dim))
 
 
 def cummax_out(self, dim, *, values, indices):
@@ -2354,7 +2354,7 @@ def cummin(self, dim):
     if _rt_state.tracing:
         return _rt_trace(ir.Cummin, (self, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_cummin(_rt_value(self), dim))
+        return _rt_wrap(_eager_cummin(_rt_operand(self), dim))
 
 
 def cummin_out(self, dim, *, values, indices):
@@ -2368,7 +2368,7 @@ def cumprod(self, dim, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.Cumprod, (self, dim, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_cumprod(_rt_value(self), dim, dtype))
+        return _rt_wrap(_eager_cumprod(_rt_operand(self), dim, dtype))
 
 
 def cumprod_out(self, dim, *, dtype=None, out):
@@ -2386,7 +2386,7 @@ def cumsum(self, dim, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.Cumsum, (self, dim, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_cumsum(_rt_value(self), dim, dtype))
+        return _rt_wrap(_eager_cumsum(_rt_operand(self), dim, dtype))
 
 
 def cumsum_out(self, dim, *, dtype=None, out):
@@ -2404,7 +2404,7 @@ def deg2rad(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Deg2rad, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_deg2rad(_rt_value(self)))
+        return _rt_wrap(_eager_deg2rad(_rt_operand(self)))
 
 
 def deg2rad_out(self, *, out):
@@ -2430,7 +2430,7 @@ def diag_embed(self, offset=0, dim1=-2, dim2=-1):
     if _rt_state.tracing:
         return _rt_trace(ir.DiagEmbed, (self, offset, dim1, dim2,))
     with _rt_x64:
-        return _rt_wrap(_eager_diag_embed(_rt_value(self), offset, dim1, dim2))
+        return _rt_wrap(_eager_diag_embed(_rt_operand(self), offset, dim1, dim2))
 
 
 def diag_embed_out(self, offset=0, dim1=-2, dim2=-1, *, out):
@@ -2448,7 +2448,7 @@ def diagonal_backward(grad_output, input_sizes, offset, dim1, dim2):
     if _rt_state.tracing:
         return _rt_trace(ir.DiagonalBackward, (grad_output, input_sizes, offset, dim1, dim2,))
     with _rt_x64:
-        return _rt_wrap(_eager_diagonal_backward(_rt_value(grad_output), _rt_attr_list(input_sizes), offset, dim1, dim2))
+        return _rt_wrap(_eager_diagonal_backward(_rt_operand(grad_output), _rt_attr_list(input_sizes), offset, dim1, dim2))
 
 
 def diagonal_backward_out(grad_output, input_sizes, offset, dim1, dim2, *, out):
@@ -2462,7 +2462,7 @@ def diagonal_copy(self, offset=0, dim1=0, dim2=1):
     if _rt_state.tracing:
         return _rt_trace(ir.DiagonalCopy, (self, offset, dim1, dim2,))
     with _rt_x64:
-        return _rt_wrap(_eager_diagonal_copy(_rt_value(self), offset, dim1, dim2))
+        return _rt_wrap(_eager_diagonal_copy(_rt_operand(self), offset, dim1, dim2))
 
 
 def diagonal_copy_out(self, offset=0, dim1=0, dim2=1, *, out):
@@ -2476,7 +2476,7 @@ def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
     if _rt_state.tracing:
         return _rt_trace(ir.DiagonalScatter, (self, src, offset, dim1, dim2,))
     with _rt_x64:
-        return _rt_wrap(_eager_diagonal_scatter(_rt_value(self), _rt_value(src), offset, dim1, dim2))
+        return _rt_wrap(_eager_diagonal_scatter(_rt_operand(self), _rt_operand(src), offset, dim1, dim2))
 
 
 def diagonal_scatter_out(self, src, offset=0, dim1=0, dim2=1, *, out):
@@ -2490,7 +2490,7 @@ def digamma(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Digamma, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_digamma(_rt_value(self)))
+        return _rt_wrap(_eager_digamma(_rt_operand(self)))
 
 
 def digamma_out(self, *, out):
@@ -2508,7 +2508,7 @@ def dist(self, other, p=2):
     if _rt_state.tracing:
         return _rt_trace(ir.Dist, (self, other, p,))
     with _rt_x64:
-        return _rt_wrap(_eager_dist(_rt_value(self), _rt_value(other), _rt_scalar(p)))
+        return _rt_wrap(_eager_dist(_rt_operand(self), _rt_operand(other), _rt_scalar(p)))
 
 
 def dist_out(self, other, p=2, *, out):
@@ -2522,7 +2522,7 @@ def div_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.DivScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_div_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_div_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 _eager_div_Scalar_mode = _rt_eager_executable(ir.DivScalarMode)
@@ -2532,7 +2532,7 @@ def div_Scalar_mode(self, other, *, rounding_mode):
     if _rt_state.tracing:
         return _rt_trace(ir.DivScalarMode, (self, other, rounding_mode,))
     with _rt_x64:
-        return _rt_wrap(_eager_div_Scalar_mode(_rt_value(self), _rt_scalar(other), rounding_mode))
+        return _rt_wrap(_eager_div_Scalar_mode(_rt_operand(self), _rt_scalar(other), rounding_mode))
 
 
 def div_Scalar_mode_out(self, other, *, rounding_mode, out):
@@ -2550,7 +2550,7 @@ def div_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.DivTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_div_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_div_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 _eager_div_Tensor_mode = _rt_eager_executable(ir.DivTensorMode)
@@ -2560,7 +2560,7 @@ def div_Tensor_mode(self, other, *, rounding_mode):
     if _rt_state.tracing:
         return _rt_trace(ir.DivTensorMode, (self, other, rounding_mode,))
     with _rt_x64:
-        return _rt_wrap(_eager_div_Tensor_mode(_rt_value(self), _rt_value(other), rounding_mode))
+        return _rt_wrap(_eager_div_Tensor_mode(_rt_operand(self), _rt_operand(other), rounding_mode))
 
 
 def div_out(self, other, *, out):
@@ -2594,7 +2594,7 @@ def dot(self, tensor):
     if _rt_state.tracing:
         return _rt_trace(ir.Dot, (self, tensor,))
     with _rt_x64:
-        return _rt_wrap(_eager_dot(_rt_value(self), _rt_value(tensor)))
+        return _rt_wrap(_eager_dot(_rt_operand(self), _rt_operand(tensor)))
 
 
 def dot_out(self, tensor, *, out):
@@ -2608,7 +2608,7 @@ def elu(self, alpha=1, scale=1, input_scale=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Elu, (self, alpha, scale, input_scale,))
     with _rt_x64:
-        return _rt_wrap(_eager_elu(_rt_value(self), _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale)))
+        return _rt_wrap(_eager_elu(_rt_operand(self), _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale)))
 
 
 def elu_out(self, alpha=1, scale=1, input_scale=1, *, out):
@@ -2626,7 +2626,7 @@ def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_resu
     if _rt_state.tracing:
         return _rt_trace(ir.EluBackward, (grad_output, alpha, scale, input_scale, is_result, self_or_result,))
     with _rt_x64:
-        return _rt_wrap(_eager_elu_backward(_rt_value(grad_output), _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale), is_result, _rt_value(self_or_result)))
+        return _rt_wrap(_eager_elu_backward(_rt_operand(grad_output), _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale), is_result, _rt_operand(self_or_result)))
 
 
 def elu_backward_grad_input(grad_output, alpha, scale, input_scale, is_result, self_or_result, *, grad_input):
@@ -2640,7 +2640,7 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     if _rt_state.tracing:
         return _rt_trace(ir.Embedding, (weight, indices, padding_idx, scale_grad_by_freq, sparse,))
     with _rt_x64:
-        return _rt_wrap(_eager_embedding(_rt_value(weight), _rt_value(indices), padding_idx, scale_grad_by_freq, sparse))
+        return _rt_wrap(_eager_embedding(_rt_operand(weight), _rt_operand(indices), padding_idx, scale_grad_by_freq, sparse))
 
 
 def embedding_out(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False, *, out):
@@ -2654,7 +2654,7 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     if _rt_state.tracing:
         return _rt_trace(ir.EmbeddingDenseBackward, (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq,))
     with _rt_x64:
-        return _rt_wrap(_eager_embedding_dense_backward(_rt_value(grad_output), _rt_value(indices), num_weights, padding_idx, scale_grad_by_freq))
+        return _rt_wrap(_eager_embedding_dense_backward(_rt_operand(grad_output), _rt_operand(indices), num_weights, padding_idx, scale_grad_by_freq))
 
 
 def embedding_dense_backward_out(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq, *, out):
@@ -2668,7 +2668,7 @@ def embedding_renorm(self, indices, max_norm, norm_type):
     if _rt_state.tracing:
         return _rt_trace(ir.EmbeddingRenorm, (self, indices, max_norm, norm_type,))
     with _rt_x64:
-        return _rt_wrap(_eager_embedding_renorm(_rt_value(self), _rt_value(indices), max_norm, norm_type))
+        return _rt_wrap(_eager_embedding_renorm(_rt_operand(self), _rt_operand(indices), max_norm, norm_type))
 
 
 def embedding_renorm_out(self, indices, max_norm, norm_type, *, out):
@@ -2694,7 +2694,7 @@ def empty_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, m
     if _rt_state.tracing:
         return _rt_trace(ir.EmptyLike, (self, dtype, layout, device, pin_memory, memory_format,))
     with _rt_x64:
-        return _rt_wrap(_eager_empty_like(_rt_value(self), dtype, layout, device, pin_memory, memory_format))
+        return _rt_wrap(_eager_empty_like(_rt_operand(self), dtype, layout, device, pin_memory, memory_format))
 
 
 def empty_like_out(self, *, memory_format=None, out):
@@ -2730,7 +2730,7 @@ def eq_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.EqScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_eq_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_eq_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def eq_Scalar_out(self, other, *, out):
@@ -2744,7 +2744,7 @@ def eq_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.EqTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_eq_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_eq_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def eq_Tensor_out(self, other, *, out):
@@ -2770,7 +2770,7 @@ def erf(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Erf, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_erf(_rt_value(self)))
+        return _rt_wrap(_eager_erf(_rt_operand(self)))
 
 
 def erf_out(self, *, out):
@@ -2788,7 +2788,7 @@ def erfc(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Erfc, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_erfc(_rt_value(self)))
+        return _rt_wrap(_eager_erfc(_rt_operand(self)))
 
 
 def erfc_out(self, *, out):
@@ -2806,7 +2806,7 @@ def erfinv(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Erfinv, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_erfinv(_rt_value(self)))
+        return _rt_wrap(_eager_erfinv(_rt_operand(self)))
 
 
 def erfinv_out(self, *, out):
@@ -2824,7 +2824,7 @@ def exp(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Exp, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_exp(_rt_value(self)))
+        return _rt_wrap(_eager_exp(_rt_operand(self)))
 
 
 def exp_out(self, *, out):
@@ -2838,7 +2838,7 @@ def exp2(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Exp2, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_exp2(_rt_value(self)))
+        return _rt_wrap(_eager_exp2(_rt_operand(self)))
 
 
 def exp2_out(self, *, out):
@@ -2864,7 +2864,7 @@ def expand_copy(self, size, *, implicit=False):
     if _rt_state.tracing:
         return _rt_trace(ir.ExpandCopy, (self, size, implicit,))
     with _rt_x64:
-        return _rt_wrap(_eager_expand_copy(_rt_value(self), _rt_attr_list(size), implicit))
+        return _rt_wrap(_eager_expand_copy(_rt_operand(self), _rt_attr_list(size), implicit))
 
 
 def expand_copy_out(self, size, *, implicit=False, out):
@@ -2878,7 +2878,7 @@ def expm1(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Expm1, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_expm1(_rt_value(self)))
+        return _rt_wrap(_eager_expm1(_rt_operand(self)))
 
 
 def expm1_out(self, *, out):
@@ -2936,7 +2936,7 @@ def fill_Scalar(self, value):
     if _rt_state.tracing:
         return _rt_trace(ir.FillScalar, (self, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_fill_Scalar(_rt_value(self), _rt_scalar(value)))
+        return _rt_wrap(_eager_fill_Scalar(_rt_operand(self), _rt_scalar(value)))
 
 
 def fill_Scalar_out(self, value, *, out):
@@ -2954,7 +2954,7 @@ def flip(self, dims):
     if _rt_state.tracing:
         return _rt_trace(ir.Flip, (self, dims,))
     with _rt_x64:
-        return _rt_wrap(_eager_flip(_rt_value(self), _rt_attr_list(dims)))
+        return _rt_wrap(_eager_flip(_rt_operand(self), _rt_attr_list(dims)))
 
 
 def flip_out(self, dims, *, out):
@@ -2968,7 +2968,7 @@ def floor(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Floor, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_floor(_rt_value(self)))
+        return _rt_wrap(_eager_floor(_rt_operand(self)))
 
 
 def floor_out(self, *, out):
@@ -2986,7 +2986,7 @@ def floor_divide(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.FloorDivide, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_floor_divide(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_floor_divide(_rt_operand(self), _rt_operand(other)))
 
 
 _eager_floor_divide_Scalar = _rt_eager_executable(ir.FloorDivideScalar)
@@ -2996,7 +2996,7 @@ def floor_divide_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.FloorDivideScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_floor_divide_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_floor_divide_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def floor_divide_Scalar_out(self, other, *, out):
@@ -3022,7 +3022,7 @@ def fmax(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Fmax, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_fmax(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_fmax(_rt_operand(self), _rt_operand(other)))
 
 
 def fmax_out(self, other, *, out):
@@ -3036,7 +3036,7 @@ def fmin(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Fmin, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_fmin(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_fmin(_rt_operand(self), _rt_operand(other)))
 
 
 def fmin_out(self, other, *, out):
@@ -3050,7 +3050,7 @@ def fmod_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.FmodScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_fmod_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_fmod_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def fmod_Scalar_out(self, other, *, out):
@@ -3064,7 +3064,7 @@ def fmod_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.FmodTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_fmod_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_fmod_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def fmod_Tensor_out(self, other, *, out):
@@ -3086,7 +3086,7 @@ def frac(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Frac, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_frac(_rt_value(self)))
+        return _rt_wrap(_eager_frac(_rt_operand(self)))
 
 
 def frac_out(self, *, out):
@@ -3104,7 +3104,7 @@ def fractional_max_pool2d(self, kernel_size, output_size, random_samples):
     if _rt_state.tracing:
         return _rt_trace(ir.FractionalMaxPool2d, (self, kernel_size, output_size, random_samples,))
     with _rt_x64:
-        return _rt_wrap(_eager_fractional_max_pool2d(_rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_value(random_samples)))
+        return _rt_wrap(_eager_fractional_max_pool2d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(random_samples)))
 
 
 def fractional_max_pool2d_output(self, kernel_size, output_size, random_samples, *, output, indices):
@@ -3118,7 +3118,7 @@ def fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, 
     if _rt_state.tracing:
         return _rt_trace(ir.FractionalMaxPool2dBackward, (grad_output, self, kernel_size, output_size, indices,))
     with _rt_x64:
-        return _rt_wrap(_eager_fractional_max_pool2d_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_value(indices)))
+        return _rt_wrap(_eager_fractional_max_pool2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(indices)))
 
 
 def fractional_max_pool2d_backward_grad_input(grad_output, self, kernel_size, output_size, indices, *, grad_input):
@@ -3132,7 +3132,7 @@ def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
     if _rt_state.tracing:
         return _rt_trace(ir.FractionalMaxPool3d, (self, kernel_size, output_size, random_samples,))
     with _rt_x64:
-        return _rt_wrap(_eager_fractional_max_pool3d(_rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_value(random_samples)))
+        return _rt_wrap(_eager_fractional_max_pool3d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(random_samples)))
 
 
 def fractional_max_pool3d_output(self, kernel_size, output_size, random_samples, *, output, indices):
@@ -3146,7 +3146,7 @@ def fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, 
     if _rt_state.tracing:
         return _rt_trace(ir.FractionalMaxPool3dBackward, (grad_output, self, kernel_size, output_size, indices,))
     with _rt_x64:
-        return _rt_wrap(_eager_fractional_max_pool3d_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_value(indices)))
+        return _rt_wrap(_eager_fractional_max_pool3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(indices)))
 
 
 def fractional_max_pool3d_backward_grad_input(grad_output, self, kernel_size, output_size, indices, *, grad_input):
@@ -3160,7 +3160,7 @@ def frexp_Tensor(self):
     if _rt_state.tracing:
         return _rt_trace(ir.FrexpTensor, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_frexp_Tensor(_rt_value(self)))
+        return _rt_wrap(_eager_frexp_Tensor(_rt_operand(self)))
 
 
 def frexp_Tensor_out(self, *, mantissa, exponent):
@@ -3188,7 +3188,7 @@ def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_mem
     if _rt_state.tracing:
         return _rt_trace(ir.FullLike, (self, fill_value, dtype, layout, device, pin_memory, memory_format,))
     with _rt_x64:
-        return _rt_wrap(_eager_full_like(_rt_value(self), _rt_scalar(fill_value), dtype, layout, device, pin_memory, memory_format))
+        return _rt_wrap(_eager_full_like(_rt_operand(self), _rt_scalar(fill_value), dtype, layout, device, pin_memory, memory_format))
 
 
 def full_like_out(self, fill_value, *, memory_format=None, out):
@@ -3202,7 +3202,7 @@ def gather(self, dim, index, *, sparse_grad=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Gather, (self, dim, index, sparse_grad,))
     with _rt_x64:
-        return _rt_wrap(_eager_gather(_rt_value(self), dim, _rt_value(index), sparse_grad))
+        return _rt_wrap(_eager_gather(_rt_operand(self), dim, _rt_operand(index), sparse_grad))
 
 
 def gather_out(self, dim, index, *, sparse_grad=False, out):
@@ -3216,7 +3216,7 @@ def gcd(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Gcd, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_gcd(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_gcd(_rt_operand(self), _rt_operand(other)))
 
 
 def gcd_out(self, other, *, out):
@@ -3234,7 +3234,7 @@ def ge_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.GeScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_ge_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_ge_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def ge_Scalar_out(self, other, *, out):
@@ -3248,7 +3248,7 @@ def ge_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.GeTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_ge_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_ge_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def ge_Tensor_out(self, other, *, out):
@@ -3270,7 +3270,7 @@ def gelu(self, *, approximate='none'):
     if _rt_state.tracing:
         return _rt_trace(ir.Gelu, (self, approximate,))
     with _rt_x64:
-        return _rt_wrap(_eager_gelu(_rt_value(self), approximate))
+        return _rt_wrap(_eager_gelu(_rt_operand(self), approximate))
 
 
 def gelu_out(self, *, approximate='none', out):
@@ -3288,7 +3288,7 @@ def gelu_backward(grad_output, self, *, approximate='none'):
     if _rt_state.tracing:
         return _rt_trace(ir.GeluBackward, (grad_output, self, approximate,))
     with _rt_x64:
-        return _rt_wrap(_eager_gelu_backward(_rt_value(grad_output), _rt_value(self), approximate))
+        return _rt_wrap(_eager_gelu_backward(_rt_operand(grad_output), _rt_operand(self), approximate))
 
 
 def gelu_backward_grad_input(grad_output, self, *, approximate='none', grad_input):
@@ -3314,7 +3314,7 @@ def geqrf(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Geqrf, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_geqrf(_rt_value(self)))
+        return _rt_wrap(_eager_geqrf(_rt_operand(self)))
 
 
 def geqrf_a(self, *, a, tau):
@@ -3328,7 +3328,7 @@ def glu(self, dim=-1):
     if _rt_state.tracing:
         return _rt_trace(ir.Glu, (self, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_glu(_rt_value(self), dim))
+        return _rt_wrap(_eager_glu(_rt_operand(self), dim))
 
 
 def glu_out(self, dim=-1, *, out):
@@ -3342,7 +3342,7 @@ def glu_backward(grad_output, self, dim):
     if _rt_state.tracing:
         return _rt_trace(ir.GluBackward, (grad_output, self, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_glu_backward(_rt_value(grad_output), _rt_value(self), dim))
+        return _rt_wrap(_eager_glu_backward(_rt_operand(grad_output), _rt_operand(self), dim))
 
 
 def glu_backward_grad_input(grad_output, self, dim, *, grad_input):
@@ -3356,7 +3356,7 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
     if _rt_state.tracing:
         return _rt_trace(ir.GridSampler2d, (input, grid, interpolation_mode, padding_mode, align_corners,))
     with _rt_x64:
-        return _rt_wrap(_eager_grid_sampler_2d(_rt_value(input), _rt_value(grid), interpolation_mode, padding_mode, align_corners))
+        return _rt_wrap(_eager_grid_sampler_2d(_rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners))
 
 
 def grid_sampler_2d_out(input, grid, interpolation_mode, padding_mode, align_corners, *, out):
@@ -3370,7 +3370,7 @@ def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, paddi
     if _rt_state.tracing:
         return _rt_trace(ir.GridSampler2dBackward, (grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask,))
     with _rt_x64:
-        return _rt_wrap(_eager_grid_sampler_2d_backward(_rt_value(grad_output), _rt_value(input), _rt_value(grid), interpolation_mode, padding_mode, align_corners, _rt_attr_list(output_mask)))
+        return _rt_wrap(_eager_grid_sampler_2d_backward(_rt_operand(grad_output), _rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners, _rt_attr_list(output_mask)))
 
 
 def grid_sampler_2d_backward_out(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask, *, out0, out1):
@@ -3384,7 +3384,7 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
     if _rt_state.tracing:
         return _rt_trace(ir.GridSampler3d, (input, grid, interpolation_mode, padding_mode, align_corners,))
     with _rt_x64:
-        return _rt_wrap(_eager_grid_sampler_3d(_rt_value(input), _rt_value(grid), interpolation_mode, padding_mode, align_corners))
+        return _rt_wrap(_eager_grid_sampler_3d(_rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners))
 
 
 def grid_sampler_3d_out(input, grid, interpolation_mode, padding_mode, align_corners, *, out):
@@ -3398,7 +3398,7 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
     if _rt_state.tracing:
         return _rt_trace(ir.GridSampler3dBackward, (grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask,))
     with _rt_x64:
-        return _rt_wrap(_eager_grid_sampler_3d_backward(_rt_value(grad_output), _rt_value(input), _rt_value(grid), interpolation_mode, padding_mode, align_corners, _rt_attr_list(output_mask)))
+        return _rt_wrap(_eager_grid_sampler_3d_backward(_rt_operand(grad_output), _rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners, _rt_attr_list(output_mask)))
 
 
 def grid_sampler_3d_backward_out(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask, *, out0, out1):
@@ -3412,7 +3412,7 @@ def gt_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.GtScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_gt_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_gt_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def gt_Scalar_out(self, other, *, out):
@@ -3426,7 +3426,7 @@ def gt_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.GtTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_gt_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_gt_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def gt_Tensor_out(self, other, *, out):
@@ -3448,7 +3448,7 @@ def hardshrink(self, lambd=0.5):
     if _rt_state.tracing:
         return _rt_trace(ir.Hardshrink, (self, lambd,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardshrink(_rt_value(self), _rt_scalar(lambd)))
+        return _rt_wrap(_eager_hardshrink(_rt_operand(self), _rt_scalar(lambd)))
 
 
 def hardshrink_out(self, lambd=0.5, *, out):
@@ -3462,7 +3462,7 @@ def hardshrink_backward(grad_out, self, lambd):
     if _rt_state.tracing:
         return _rt_trace(ir.HardshrinkBackward, (grad_out, self, lambd,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardshrink_backward(_rt_value(grad_out), _rt_value(self), _rt_scalar(lambd)))
+        return _rt_wrap(_eager_hardshrink_backward(_rt_operand(grad_out), _rt_operand(self), _rt_scalar(lambd)))
 
 
 def hardshrink_backward_grad_input(grad_out, self, lambd, *, grad_input):
@@ -3476,7 +3476,7 @@ def hardsigmoid(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Hardsigmoid, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardsigmoid(_rt_value(self)))
+        return _rt_wrap(_eager_hardsigmoid(_rt_operand(self)))
 
 
 def hardsigmoid_out(self, *, out):
@@ -3494,7 +3494,7 @@ def hardsigmoid_backward(grad_output, self):
     if _rt_state.tracing:
         return _rt_trace(ir.HardsigmoidBackward, (grad_output, self,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardsigmoid_backward(_rt_value(grad_output), _rt_value(self)))
+        return _rt_wrap(_eager_hardsigmoid_backward(_rt_operand(grad_output), _rt_operand(self)))
 
 
 def hardsigmoid_backward_grad_input(grad_output, self, *, grad_input):
@@ -3508,7 +3508,7 @@ def hardswish(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Hardswish, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardswish(_rt_value(self)))
+        return _rt_wrap(_eager_hardswish(_rt_operand(self)))
 
 
 def hardswish_out(self, *, out):
@@ -3526,7 +3526,7 @@ def hardswish_backward(grad_output, self):
     if _rt_state.tracing:
         return _rt_trace(ir.HardswishBackward, (grad_output, self,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardswish_backward(_rt_value(grad_output), _rt_value(self)))
+        return _rt_wrap(_eager_hardswish_backward(_rt_operand(grad_output), _rt_operand(self)))
 
 
 def hardswish_backward_out(grad_output, self, *, out):
@@ -3540,7 +3540,7 @@ def hardtanh(self, min_val=-1, max_val=1):
     if _rt_state.tracing:
         return _rt_trace(ir.Hardtanh, (self, min_val, max_val,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardtanh(_rt_value(self), _rt_scalar(min_val), _rt_scalar(max_val)))
+        return _rt_wrap(_eager_hardtanh(_rt_operand(self), _rt_scalar(min_val), _rt_scalar(max_val)))
 
 
 def hardtanh_out(self, min_val=-1, max_val=1, *, out):
@@ -3558,7 +3558,7 @@ def hardtanh_backward(grad_output, self, min_val, max_val):
     if _rt_state.tracing:
         return _rt_trace(ir.HardtanhBackward, (grad_output, self, min_val, max_val,))
     with _rt_x64:
-        return _rt_wrap(_eager_hardtanh_backward(_rt_value(grad_output), _rt_value(self), _rt_scalar(min_val), _rt_scalar(max_val)))
+        return _rt_wrap(_eager_hardtanh_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(min_val), _rt_scalar(max_val)))
 
 
 def hardtanh_backward_grad_input(grad_output, self, min_val, max_val, *, grad_input):
@@ -3572,7 +3572,7 @@ def hash_tensor(self, dim=(), *, keepdim=False, mode=0):
     if _rt_state.tracing:
         return _rt_trace(ir.HashTensor, (self, dim, keepdim, mode,))
     with _rt_x64:
-        return _rt_wrap(_eager_hash_tensor(_rt_value(self), _rt_attr_list(dim), keepdim, mode))
+        return _rt_wrap(_eager_hash_tensor(_rt_operand(self), _rt_attr_list(dim), keepdim, mode))
 
 
 def hash_tensor_out(self, dim=(), *, keepdim=False, mode=0, out):
@@ -3586,7 +3586,7 @@ def heaviside(self, values):
     if _rt_state.tracing:
         return _rt_trace(ir.Heaviside, (self, values,))
     with _rt_x64:
-        return _rt_wrap(_eager_heaviside(_rt_value(self), _rt_value(values)))
+        return _rt_wrap(_eager_heaviside(_rt_operand(self), _rt_operand(values)))
 
 
 def heaviside_out(self, values, *, out):
@@ -3604,7 +3604,7 @@ def histc(self, bins=100, min=0, max=0):
     if _rt_state.tracing:
         return _rt_trace(ir.Histc, (self, bins, min, max,))
     with _rt_x64:
-        return _rt_wrap(_eager_histc(_rt_value(self), bins, _rt_scalar(min), _rt_scalar(max)))
+        return _rt_wrap(_eager_histc(_rt_operand(self), bins, _rt_scalar(min), _rt_scalar(max)))
 
 
 def histc_out(self, bins=100, min=0, max=0, *, out):
@@ -3618,7 +3618,7 @@ def histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):
     if _rt_state.tracing:
         return _rt_trace(ir.HistogramBinCt, (self, bins, range, weight, density,))
     with _rt_x64:
-        return _rt_wrap(_eager_histogram_bin_ct(_rt_value(self), bins, _rt_attr_list(range), _rt_value_opt(weight), density))
+        return _rt_wrap(_eager_histogram_bin_ct(_rt_operand(self), bins, _rt_attr_list(range), _rt_operand_opt(weight), density))
 
 
 def histogram_bin_ct_out(self, bins=100, *, range=None, weight=None, density=False, hist, bin_edges):
@@ -3632,7 +3632,7 @@ def histogram_bins_tensor(self, bins, *, weight=None, density=False):
     if _rt_state.tracing:
         return _rt_trace(ir.HistogramBinsTensor, (self, bins, weight, density,))
     with _rt_x64:
-        return _rt_wrap(_eager_histogram_bins_tensor(_rt_value(self), _rt_value(bins), _rt_value_opt(weight), density))
+        return _rt_wrap(_eager_histogram_bins_tensor(_rt_operand(self), _rt_operand(bins), _rt_operand_opt(weight), density))
 
 
 def histogram_bins_tensor_out(self, bins, *, weight=None, density=False, hist, bin_edges):
@@ -3646,7 +3646,7 @@ def huber_loss(self, target, reduction=1, delta=1.0):
     if _rt_state.tracing:
         return _rt_trace(ir.HuberLoss, (self, target, reduction, delta,))
     with _rt_x64:
-        return _rt_wrap(_eager_huber_loss(_rt_value(self), _rt_value(target), reduction, delta))
+        return _rt_wrap(_eager_huber_loss(_rt_operand(self), _rt_operand(target), reduction, delta))
 
 
 def huber_loss_out(self, target, reduction=1, delta=1.0, *, out):
@@ -3660,7 +3660,7 @@ def huber_loss_backward(grad_output, self, target, reduction, delta):
     if _rt_state.tracing:
         return _rt_trace(ir.HuberLossBackward, (grad_output, self, target, reduction, delta,))
     with _rt_x64:
-        return _rt_wrap(_eager_huber_loss_backward(_rt_value(grad_output), _rt_value(self), _rt_value(target), reduction, delta))
+        return _rt_wrap(_eager_huber_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction, delta))
 
 
 def huber_loss_backward_out(grad_output, self, target, reduction, delta, *, grad_input):
@@ -3674,7 +3674,7 @@ def hypot(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Hypot, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_hypot(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_hypot(_rt_operand(self), _rt_operand(other)))
 
 
 def hypot_out(self, other, *, out):
@@ -3692,7 +3692,7 @@ def i0(self):
     if _rt_state.tracing:
         return _rt_trace(ir.I0, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_i0(_rt_value(self)))
+        return _rt_wrap(_eager_i0(_rt_operand(self)))
 
 
 def i0_out(self, *, out):
@@ -3710,7 +3710,7 @@ def igamma(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Igamma, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_igamma(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_igamma(_rt_operand(self), _rt_operand(other)))
 
 
 def igamma_out(self, other, *, out):
@@ -3728,7 +3728,7 @@ def igammac(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Igammac, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_igammac(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_igammac(_rt_operand(self), _rt_operand(other)))
 
 
 def igammac_out(self, other, *, out):
@@ -3746,7 +3746,7 @@ def im2col(self, kernel_size, dilation, padding, stride):
     if _rt_state.tracing:
         return _rt_trace(ir.Im2col, (self, kernel_size, dilation, padding, stride,))
     with _rt_x64:
-        return _rt_wrap(_eager_im2col(_rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(dilation), _rt_attr_list(padding), _rt_attr_list(stride)))
+        return _rt_wrap(_eager_im2col(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(dilation), _rt_attr_list(padding), _rt_attr_list(stride)))
 
 
 def im2col_out(self, kernel_size, dilation, padding, stride, *, out):
@@ -3768,7 +3768,7 @@ def index_add(self, dim, index, source, *, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.IndexAdd, (self, dim, index, source, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_index_add(_rt_value(self), dim, _rt_value(index), _rt_value(source), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_index_add(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source), _rt_scalar(alpha)))
 
 
 def index_add_out(self, dim, index, source, *, alpha=1, out):
@@ -3786,7 +3786,7 @@ def index_copy(self, dim, index, source):
     if _rt_state.tracing:
         return _rt_trace(ir.IndexCopy, (self, dim, index, source,))
     with _rt_x64:
-        return _rt_wrap(_eager_index_copy(_rt_value(self), dim, _rt_value(index), _rt_value(source)))
+        return _rt_wrap(_eager_index_copy(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source)))
 
 
 def index_copy_out(self, dim, index, source, *, out):
@@ -3804,7 +3804,7 @@ def index_fill_int_Scalar(self, dim, index, value):
     if _rt_state.tracing:
         return _rt_trace(ir.IndexFillIntScalar, (self, dim, index, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_index_fill_int_Scalar(_rt_value(self), dim, _rt_value(index), _rt_scalar(value)))
+        return _rt_wrap(_eager_index_fill_int_Scalar(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value)))
 
 
 def index_fill_int_Scalar_out(self, dim, index, value, *, out):
@@ -3818,7 +3818,7 @@ def index_fill_int_Tensor(self, dim, index, value):
     if _rt_state.tracing:
         return _rt_trace(ir.IndexFillIntTensor, (self, dim, index, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_index_fill_int_Tensor(_rt_value(self), dim, _rt_value(index), _rt_value(value)))
+        return _rt_wrap(_eager_index_fill_int_Tensor(_rt_operand(self), dim, _rt_operand(index), _rt_operand(value)))
 
 
 def index_fill_int_Tensor_out(self, dim, index, value, *, out):
@@ -3852,7 +3852,7 @@ def index_reduce(self, dim, index, source, reduce, *, include_self=True):
     if _rt_state.tracing:
         return _rt_trace(ir.IndexReduce, (self, dim, index, source, reduce, include_self,))
     with _rt_x64:
-        return _rt_wrap(_eager_index_reduce(_rt_value(self), dim, _rt_value(index), _rt_value(source), reduce, include_self))
+        return _rt_wrap(_eager_index_reduce(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source), reduce, include_self))
 
 
 def index_reduce_out(self, dim, index, source, reduce, *, include_self=True, out):
@@ -3870,7 +3870,7 @@ def index_select(self, dim, index):
     if _rt_state.tracing:
         return _rt_trace(ir.IndexSelect, (self, dim, index,))
     with _rt_x64:
-        return _rt_wrap(_eager_index_select(_rt_value(self), dim, _rt_value(index)))
+        return _rt_wrap(_eager_index_select(_rt_operand(self), dim, _rt_operand(index)))
 
 
 def index_select_out(self, dim, index, *, out):
@@ -3884,7 +3884,7 @@ def isin_Tensor_Tensor(elements, test_elements, *, assume_unique=False, invert=F
     if _rt_state.tracing:
         return _rt_trace(ir.IsinTensorTensor, (elements, test_elements, assume_unique, invert,))
     with _rt_x64:
-        return _rt_wrap(_eager_isin_Tensor_Tensor(_rt_value(elements), _rt_value(test_elements), assume_unique, invert))
+        return _rt_wrap(_eager_isin_Tensor_Tensor(_rt_operand(elements), _rt_operand(test_elements), assume_unique, invert))
 
 
 def isin_Tensor_Tensor_out(elements, test_elements, *, assume_unique=False, invert=False, out):
@@ -3898,7 +3898,7 @@ def isinf(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Isinf, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_isinf(_rt_value(self)))
+        return _rt_wrap(_eager_isinf(_rt_operand(self)))
 
 
 def isinf_out(self, *, out):
@@ -3912,7 +3912,7 @@ def isnan(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Isnan, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_isnan(_rt_value(self)))
+        return _rt_wrap(_eager_isnan(_rt_operand(self)))
 
 
 def isnan_out(self, *, out):
@@ -3926,7 +3926,7 @@ def isneginf(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Isneginf, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_isneginf(_rt_value(self)))
+        return _rt_wrap(_eager_isneginf(_rt_operand(self)))
 
 
 def isneginf_out(self, *, out):
@@ -3940,7 +3940,7 @@ def isposinf(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Isposinf, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_isposinf(_rt_value(self)))
+        return _rt_wrap(_eager_isposinf(_rt_operand(self)))
 
 
 def isposinf_out(self, *, out):
@@ -3954,7 +3954,7 @@ def kthvalue(self, k, dim=-1, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Kthvalue, (self, k, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_kthvalue(_rt_value(self), k, dim, keepdim))
+        return _rt_wrap(_eager_kthvalue(_rt_operand(self), k, dim, keepdim))
 
 
 def kthvalue_values(self, k, dim=-1, keepdim=False, *, values, indices):
@@ -3968,7 +3968,7 @@ def lcm(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Lcm, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_lcm(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_lcm(_rt_operand(self), _rt_operand(other)))
 
 
 def lcm_out(self, other, *, out):
@@ -3986,7 +3986,7 @@ def ldexp_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.LdexpTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_ldexp_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_ldexp_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def ldexp_out(self, other, *, out):
@@ -4004,7 +4004,7 @@ def le_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.LeScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_le_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_le_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def le_Scalar_out(self, other, *, out):
@@ -4018,7 +4018,7 @@ def le_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.LeTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_le_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_le_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def le_Tensor_out(self, other, *, out):
@@ -4040,7 +4040,7 @@ def leaky_relu(self, negative_slope=0.01):
     if _rt_state.tracing:
         return _rt_trace(ir.LeakyRelu, (self, negative_slope,))
     with _rt_x64:
-        return _rt_wrap(_eager_leaky_relu(_rt_value(self), _rt_scalar(negative_slope)))
+        return _rt_wrap(_eager_leaky_relu(_rt_operand(self), _rt_scalar(negative_slope)))
 
 
 def leaky_relu_out(self, negative_slope=0.01, *, out):
@@ -4058,7 +4058,7 @@ def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
     if _rt_state.tracing:
         return _rt_trace(ir.LeakyReluBackward, (grad_output, self, negative_slope, self_is_result,))
     with _rt_x64:
-        return _rt_wrap(_eager_leaky_relu_backward(_rt_value(grad_output), _rt_value(self), _rt_scalar(negative_slope), self_is_result))
+        return _rt_wrap(_eager_leaky_relu_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(negative_slope), self_is_result))
 
 
 def leaky_relu_backward_grad_input(grad_output, self, negative_slope, self_is_result, *, grad_input):
@@ -4072,7 +4072,7 @@ def lerp_Scalar(self, end, weight):
     if _rt_state.tracing:
         return _rt_trace(ir.LerpScalar, (self, end, weight,))
     with _rt_x64:
-        return _rt_wrap(_eager_lerp_Scalar(_rt_value(self), _rt_value(end), _rt_scalar(weight)))
+        return _rt_wrap(_eager_lerp_Scalar(_rt_operand(self), _rt_operand(end), _rt_scalar(weight)))
 
 
 def lerp_Scalar_out(self, end, weight, *, out):
@@ -4086,7 +4086,7 @@ def lerp_Tensor(self, end, weight):
     if _rt_state.tracing:
         return _rt_trace(ir.LerpTensor, (self, end, weight,))
     with _rt_x64:
-        return _rt_wrap(_eager_lerp_Tensor(_rt_value(self), _rt_value(end), _rt_value(weight)))
+        return _rt_wrap(_eager_lerp_Tensor(_rt_operand(self), _rt_operand(end), _rt_operand(weight)))
 
 
 def lerp_Tensor_out(self, end, weight, *, out):
@@ -4108,7 +4108,7 @@ def lgamma(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Lgamma, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_lgamma(_rt_value(self)))
+        return _rt_wrap(_eager_lgamma(_rt_operand(self)))
 
 
 def lgamma_out(self, *, out):
@@ -4130,7 +4130,7 @@ def linalg_cholesky_ex(self, *, upper=False, check_errors=False):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgCholeskyEx, (self, upper, check_errors,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_cholesky_ex(_rt_value(self), upper, check_errors))
+        return _rt_wrap(_eager_linalg_cholesky_ex(_rt_operand(self), upper, check_errors))
 
 
 def linalg_cholesky_ex_L(self, *, upper=False, check_errors=False, L, info):
@@ -4144,7 +4144,7 @@ def linalg_cross(self, other, *, dim=-1):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgCross, (self, other, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_cross(_rt_value(self), _rt_value(other), dim))
+        return _rt_wrap(_eager_linalg_cross(_rt_operand(self), _rt_operand(other), dim))
 
 
 def linalg_cross_out(self, other, *, dim=-1, out):
@@ -4158,7 +4158,7 @@ def linalg_eig(self):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgEig, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_eig(_rt_value(self)))
+        return _rt_wrap(_eager_linalg_eig(_rt_operand(self)))
 
 
 def linalg_eig_out(self, *, eigenvalues, eigenvectors):
@@ -4172,7 +4172,7 @@ def linalg_householder_product(input, tau):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgHouseholderProduct, (input, tau,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_householder_product(_rt_value(input), _rt_value(tau)))
+        return _rt_wrap(_eager_linalg_householder_product(_rt_operand(input), _rt_operand(tau)))
 
 
 def linalg_householder_product_out(input, tau, *, out):
@@ -4186,7 +4186,7 @@ def linalg_inv_ex(A, *, check_errors=False):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgInvEx, (A, check_errors,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_inv_ex(_rt_value(A), check_errors))
+        return _rt_wrap(_eager_linalg_inv_ex(_rt_operand(A), check_errors))
 
 
 def linalg_inv_ex_inverse(A, *, check_errors=False, inverse, info):
@@ -4200,7 +4200,7 @@ def linalg_ldl_factor_ex(self, *, hermitian=False, check_errors=False):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgLdlFactorEx, (self, hermitian, check_errors,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_ldl_factor_ex(_rt_value(self), hermitian, check_errors))
+        return _rt_wrap(_eager_linalg_ldl_factor_ex(_rt_operand(self), hermitian, check_errors))
 
 
 def linalg_ldl_factor_ex_out(self, *, hermitian=False, check_errors=False, LD, pivots, info):
@@ -4214,7 +4214,7 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgLdlSolve, (LD, pivots, B, hermitian,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_ldl_solve(_rt_value(LD), _rt_value(pivots), _rt_value(B), hermitian))
+        return _rt_wrap(_eager_linalg_ldl_solve(_rt_operand(LD), _rt_operand(pivots), _rt_operand(B), hermitian))
 
 
 def linalg_ldl_solve_out(LD, pivots, B, *, hermitian=False, out):
@@ -4236,7 +4236,7 @@ def linalg_lu(A, *, pivot=True):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgLu, (A, pivot,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_lu(_rt_value(A), pivot))
+        return _rt_wrap(_eager_linalg_lu(_rt_operand(A), pivot))
 
 
 def linalg_lu_out(A, *, pivot=True, P, L, U):
@@ -4250,7 +4250,7 @@ def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgLuFactorEx, (A, pivot, check_errors,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_lu_factor_ex(_rt_value(A), pivot, check_errors))
+        return _rt_wrap(_eager_linalg_lu_factor_ex(_rt_operand(A), pivot, check_errors))
 
 
 def linalg_lu_factor_ex_out(A, *, pivot=True, check_errors=False, LU, pivots, info):
@@ -4264,7 +4264,7 @@ def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgLuSolve, (LU, pivots, B, left, adjoint,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_lu_solve(_rt_value(LU), _rt_value(pivots), _rt_value(B), left, adjoint))
+        return _rt_wrap(_eager_linalg_lu_solve(_rt_operand(LU), _rt_operand(pivots), _rt_operand(B), left, adjoint))
 
 
 def linalg_lu_solve_out(LU, pivots, B, *, left=True, adjoint=False, out):
@@ -4278,7 +4278,7 @@ def linalg_matrix_exp(self):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgMatrixExp, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_matrix_exp(_rt_value(self)))
+        return _rt_wrap(_eager_linalg_matrix_exp(_rt_operand(self)))
 
 
 def linalg_matrix_exp_out(self, *, out):
@@ -4292,7 +4292,7 @@ def linalg_pinv_atol_rtol_tensor(self, *, atol=None, rtol=None, hermitian=False)
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgPinvAtolRtolTensor, (self, atol, rtol, hermitian,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_pinv_atol_rtol_tensor(_rt_value(self), _rt_value_opt(atol), _rt_value_opt(rtol), hermitian))
+        return _rt_wrap(_eager_linalg_pinv_atol_rtol_tensor(_rt_operand(self), _rt_operand_opt(atol), _rt_operand_opt(rtol), hermitian))
 
 
 def linalg_pinv_atol_rtol_tensor_out(self, *, atol=None, rtol=None, hermitian=False, out):
@@ -4306,7 +4306,7 @@ def linalg_qr(A, mode='reduced'):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgQr, (A, mode,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_qr(_rt_value(A), mode))
+        return _rt_wrap(_eager_linalg_qr(_rt_operand(A), mode))
 
 
 def linalg_qr_out(A, mode='reduced', *, Q, R):
@@ -4320,7 +4320,7 @@ def linalg_solve_triangular(self, B, *, upper, left=True, unitriangular=False):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgSolveTriangular, (self, B, upper, left, unitriangular,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_solve_triangular(_rt_value(self), _rt_value(B), upper, left, unitriangular))
+        return _rt_wrap(_eager_linalg_solve_triangular(_rt_operand(self), _rt_operand(B), upper, left, unitriangular))
 
 
 def linalg_solve_triangular_out(self, B, *, upper, left=True, unitriangular=False, out):
@@ -4334,7 +4334,7 @@ def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.LinalgVectorNorm, (self, ord, dim, keepdim, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_linalg_vector_norm(_rt_value(self), _rt_scalar(ord), _rt_attr_list(dim), keepdim, dtype))
+        return _rt_wrap(_eager_linalg_vector_norm(_rt_operand(self), _rt_scalar(ord), _rt_attr_list(dim), keepdim, dtype))
 
 
 def linalg_vector_norm_out(self, ord=2, dim=None, keepdim=False, *, dtype=None, out):
@@ -4358,7 +4358,7 @@ def linspace_Scalar_Tensor(start, end, steps, *, dtype=None, layout=None, device
     if _rt_state.tracing:
         return _rt_trace(ir.LinspaceScalarTensor, (start, end, steps, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_linspace_Scalar_Tensor(_rt_scalar(start), _rt_value(end), steps, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_linspace_Scalar_Tensor(_rt_scalar(start), _rt_operand(end), steps, dtype, layout, device, pin_memory))
 
 
 def linspace_Scalar_Tensor_out(start, end, steps, *, out):
@@ -4372,7 +4372,7 @@ def linspace_Tensor_Scalar(start, end, steps, *, dtype=None, layout=None, device
     if _rt_state.tracing:
         return _rt_trace(ir.LinspaceTensorScalar, (start, end, steps, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_linspace_Tensor_Scalar(_rt_value(start), _rt_scalar(end), steps, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_linspace_Tensor_Scalar(_rt_operand(start), _rt_scalar(end), steps, dtype, layout, device, pin_memory))
 
 
 def linspace_Tensor_Scalar_out(start, end, steps, *, out):
@@ -4386,7 +4386,7 @@ def linspace_Tensor_Tensor(start, end, steps, *, dtype=None, layout=None, device
     if _rt_state.tracing:
         return _rt_trace(ir.LinspaceTensorTensor, (start, end, steps, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_linspace_Tensor_Tensor(_rt_value(start), _rt_value(end), steps, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_linspace_Tensor_Tensor(_rt_operand(start), _rt_operand(end), steps, dtype, layout, device, pin_memory))
 
 
 def linspace_Tensor_Tensor_out(start, end, steps, *, out):
@@ -4404,7 +4404,7 @@ def log(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Log, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_log(_rt_value(self)))
+        return _rt_wrap(_eager_log(_rt_operand(self)))
 
 
 def log_out(self, *, out):
@@ -4418,7 +4418,7 @@ def log10(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Log10, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_log10(_rt_value(self)))
+        return _rt_wrap(_eager_log10(_rt_operand(self)))
 
 
 def log10_out(self, *, out):
@@ -4436,7 +4436,7 @@ def log1p(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Log1p, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_log1p(_rt_value(self)))
+        return _rt_wrap(_eager_log1p(_rt_operand(self)))
 
 
 def log1p_out(self, *, out):
@@ -4454,7 +4454,7 @@ def log2(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Log2, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_log2(_rt_value(self)))
+        return _rt_wrap(_eager_log2(_rt_operand(self)))
 
 
 def log2_out(self, *, out):
@@ -4488,7 +4488,7 @@ def log_sigmoid_backward(grad_output, self, buffer):
     if _rt_state.tracing:
         return _rt_trace(ir.LogSigmoidBackward, (grad_output, self, buffer,))
     with _rt_x64:
-        return _rt_wrap(_eager_log_sigmoid_backward(_rt_value(grad_output), _rt_value(self), _rt_value(buffer)))
+        return _rt_wrap(_eager_log_sigmoid_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(buffer)))
 
 
 def log_sigmoid_backward_grad_input(grad_output, self, buffer, *, grad_input):
@@ -4502,7 +4502,7 @@ def log_sigmoid_forward(self):
     if _rt_state.tracing:
         return _rt_trace(ir.LogSigmoidForward, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_log_sigmoid_forward(_rt_value(self)))
+        return _rt_wrap(_eager_log_sigmoid_forward(_rt_operand(self)))
 
 
 def log_sigmoid_forward_output(self, *, output, buffer):
@@ -4516,7 +4516,7 @@ def logaddexp(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Logaddexp, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_logaddexp(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_logaddexp(_rt_operand(self), _rt_operand(other)))
 
 
 def logaddexp_out(self, other, *, out):
@@ -4530,7 +4530,7 @@ def logaddexp2(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Logaddexp2, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_logaddexp2(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_logaddexp2(_rt_operand(self), _rt_operand(other)))
 
 
 def logaddexp2_out(self, other, *, out):
@@ -4544,7 +4544,7 @@ def logcumsumexp(self, dim):
     if _rt_state.tracing:
         return _rt_trace(ir.Logcumsumexp, (self, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_logcumsumexp(_rt_value(self), dim))
+        return _rt_wrap(_eager_logcumsumexp(_rt_operand(self), dim))
 
 
 def logcumsumexp_out(self, dim, *, out):
@@ -4558,7 +4558,7 @@ def logical_and(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.LogicalAnd, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_logical_and(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_logical_and(_rt_operand(self), _rt_operand(other)))
 
 
 def logical_and_out(self, other, *, out):
@@ -4576,7 +4576,7 @@ def logical_not(self):
     if _rt_state.tracing:
         return _rt_trace(ir.LogicalNot, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_logical_not(_rt_value(self)))
+        return _rt_wrap(_eager_logical_not(_rt_operand(self)))
 
 
 def logical_not_out(self, *, out):
@@ -4594,7 +4594,7 @@ def logical_or(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.LogicalOr, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_logical_or(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_logical_or(_rt_operand(self), _rt_operand(other)))
 
 
 def logical_or_out(self, other, *, out):
@@ -4612,7 +4612,7 @@ def logical_xor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.LogicalXor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_logical_xor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_logical_xor(_rt_operand(self), _rt_operand(other)))
 
 
 def logical_xor_out(self, other, *, out):
@@ -4630,7 +4630,7 @@ def logit(self, eps=None):
     if _rt_state.tracing:
         return _rt_trace(ir.Logit, (self, eps,))
     with _rt_x64:
-        return _rt_wrap(_eager_logit(_rt_value(self), eps))
+        return _rt_wrap(_eager_logit(_rt_operand(self), eps))
 
 
 def logit_out(self, eps=None, *, out):
@@ -4648,7 +4648,7 @@ def logit_backward(grad_output, self, eps=None):
     if _rt_state.tracing:
         return _rt_trace(ir.LogitBackward, (grad_output, self, eps,))
     with _rt_x64:
-        return _rt_wrap(_eager_logit_backward(_rt_value(grad_output), _rt_value(self), eps))
+        return _rt_wrap(_eager_logit_backward(_rt_operand(grad_output), _rt_operand(self), eps))
 
 
 def logit_backward_grad_input(grad_output, self, eps=None, *, grad_input):
@@ -4672,7 +4672,7 @@ def logspace_Scalar_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=N
     if _rt_state.tracing:
         return _rt_trace(ir.LogspaceScalarTensor, (start, end, steps, base, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_logspace_Scalar_Tensor(_rt_scalar(start), _rt_value(end), steps, base, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_logspace_Scalar_Tensor(_rt_scalar(start), _rt_operand(end), steps, base, dtype, layout, device, pin_memory))
 
 
 def logspace_Scalar_Tensor_out(start, end, steps, base=10.0, *, out):
@@ -4686,7 +4686,7 @@ def logspace_Tensor_Scalar(start, end, steps, base=10.0, *, dtype=None, layout=N
     if _rt_state.tracing:
         return _rt_trace(ir.LogspaceTensorScalar, (start, end, steps, base, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_logspace_Tensor_Scalar(_rt_value(start), _rt_scalar(end), steps, base, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_logspace_Tensor_Scalar(_rt_operand(start), _rt_scalar(end), steps, base, dtype, layout, device, pin_memory))
 
 
 def logspace_Tensor_Scalar_out(start, end, steps, base=10.0, *, out):
@@ -4700,7 +4700,7 @@ def logspace_Tensor_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=N
     if _rt_state.tracing:
         return _rt_trace(ir.LogspaceTensorTensor, (start, end, steps, base, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_logspace_Tensor_Tensor(_rt_value(start), _rt_value(end), steps, base, dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_logspace_Tensor_Tensor(_rt_operand(start), _rt_operand(end), steps, base, dtype, layout, device, pin_memory))
 
 
 def logspace_Tensor_Tensor_out(start, end, steps, base=10.0, *, out):
@@ -4718,7 +4718,7 @@ def logsumexp(self, dim, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Logsumexp, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_logsumexp(_rt_value(self), _rt_attr_list(dim), keepdim))
+        return _rt_wrap(_eager_logsumexp(_rt_operand(self), _rt_attr_list(dim), keepdim))
 
 
 def logsumexp_out(self, dim, keepdim=False, *, out):
@@ -4732,7 +4732,7 @@ def lt_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.LtScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_lt_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_lt_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def lt_Scalar_out(self, other, *, out):
@@ -4746,7 +4746,7 @@ def lt_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.LtTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_lt_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_lt_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def lt_Tensor_out(self, other, *, out):
@@ -4768,7 +4768,7 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
     if _rt_state.tracing:
         return _rt_trace(ir.LuUnpack, (LU_data, LU_pivots, unpack_data, unpack_pivots,))
     with _rt_x64:
-        return _rt_wrap(_eager_lu_unpack(_rt_value(LU_data), _rt_value(LU_pivots), unpack_data, unpack_pivots))
+        return _rt_wrap(_eager_lu_unpack(_rt_operand(LU_data), _rt_operand(LU_pivots), unpack_data, unpack_pivots))
 
 
 def lu_unpack_out(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True, *, P, L, U):
@@ -4782,7 +4782,7 @@ def masked_fill_Scalar(self, mask, value):
     if _rt_state.tracing:
         return _rt_trace(ir.MaskedFillScalar, (self, mask, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_masked_fill_Scalar(_rt_value(self), _rt_value(mask), _rt_scalar(value)))
+        return _rt_wrap(_eager_masked_fill_Scalar(_rt_operand(self), _rt_operand(mask), _rt_scalar(value)))
 
 
 def masked_fill_Scalar_out(self, mask, value, *, out):
@@ -4796,7 +4796,7 @@ def masked_fill_Tensor(self, mask, value):
     if _rt_state.tracing:
         return _rt_trace(ir.MaskedFillTensor, (self, mask, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_masked_fill_Tensor(_rt_value(self), _rt_value(mask), _rt_value(value)))
+        return _rt_wrap(_eager_masked_fill_Tensor(_rt_operand(self), _rt_operand(mask), _rt_operand(value)))
 
 
 def masked_fill_Tensor_out(self, mask, value, *, out):
@@ -4818,7 +4818,7 @@ def masked_scatter(self, mask, source):
     if _rt_state.tracing:
         return _rt_trace(ir.MaskedScatter, (self, mask, source,))
     with _rt_x64:
-        return _rt_wrap(_eager_masked_scatter(_rt_value(self), _rt_value(mask), _rt_value(source)))
+        return _rt_wrap(_eager_masked_scatter(_rt_operand(self), _rt_operand(mask), _rt_operand(source)))
 
 
 def masked_scatter_out(self, mask, source, *, out):
@@ -4836,7 +4836,7 @@ def masked_scatter_backward(grad_output, mask, sizes):
     if _rt_state.tracing:
         return _rt_trace(ir.MaskedScatterBackward, (grad_output, mask, sizes,))
     with _rt_x64:
-        return _rt_wrap(_eager_masked_scatter_backward(_rt_value(grad_output), _rt_value(mask), _rt_attr_list(sizes)))
+        return _rt_wrap(_eager_masked_scatter_backward(_rt_operand(grad_output), _rt_operand(mask), _rt_attr_list(sizes)))
 
 
 def masked_select(self, mask):
@@ -4854,7 +4854,7 @@ def max(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Max, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_max(_rt_value(self)))
+        return _rt_wrap(_eager_max(_rt_operand(self)))
 
 
 _eager_max_dim = _rt_eager_executable(ir.MaxDim)
@@ -4864,7 +4864,7 @@ def max_dim(self, dim, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.MaxDim, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_max_dim(_rt_value(self), dim, keepdim))
+        return _rt_wrap(_eager_max_dim(_rt_operand(self), dim, keepdim))
 
 
 def max_dim_max(self, dim, keepdim=False, *, max, max_values):
@@ -4882,7 +4882,7 @@ def max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0, 0,), dilat
     if _rt_state.tracing:
         return _rt_trace(ir.MaxPool2dWithIndices, (self, kernel_size, stride, padding, dilation, ceil_mode,))
     with _rt_x64:
-        return _rt_wrap(_eager_max_pool2d_with_indices(_rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode))
+        return _rt_wrap(_eager_max_pool2d_with_indices(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode))
 
 
 def max_pool2d_with_indices_out(self, kernel_size, stride=(), padding=(0, 0,), dilation=(1, 1,), ceil_mode=False, *, out, indices):
@@ -4896,7 +4896,7 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
     if _rt_state.tracing:
         return _rt_trace(ir.MaxPool2dWithIndicesBackward, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,))
     with _rt_x64:
-        return _rt_wrap(_eager_max_pool2d_with_indices_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode, _rt_value(indices)))
+        return _rt_wrap(_eager_max_pool2d_with_indices_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode, _rt_operand(indices)))
 
 
 def max_pool2d_with_indices_backward_grad_input(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices, *, grad_input):
@@ -4910,7 +4910,7 @@ def max_pool3d_with_indices(self, kernel_size, stride=(), padding=(0, 0, 0,), di
     if _rt_state.tracing:
         return _rt_trace(ir.MaxPool3dWithIndices, (self, kernel_size, stride, padding, dilation, ceil_mode,))
     with _rt_x64:
-        return _rt_wrap(_eager_max_pool3d_with_indices(_rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode))
+        return _rt_wrap(_eager_max_pool3d_with_indices(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode))
 
 
 def max_pool3d_with_indices_out(self, kernel_size, stride=(), padding=(0, 0, 0,), dilation=(1, 1, 1,), ceil_mode=False, *, out, indices):
@@ -4924,7 +4924,7 @@ def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, pad
     if _rt_state.tracing:
         return _rt_trace(ir.MaxPool3dWithIndicesBackward, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,))
     with _rt_x64:
-        return _rt_wrap(_eager_max_pool3d_with_indices_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode, _rt_value(indices)))
+        return _rt_wrap(_eager_max_pool3d_with_indices_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode, _rt_operand(indices)))
 
 
 def max_pool3d_with_indices_backward_grad_input(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices, *, grad_input):
@@ -4938,7 +4938,7 @@ def max_unpool2d(self, indices, output_size):
     if _rt_state.tracing:
         return _rt_trace(ir.MaxUnpool2d, (self, indices, output_size,))
     with _rt_x64:
-        return _rt_wrap(_eager_max_unpool2d(_rt_value(self), _rt_value(indices), _rt_attr_list(output_size)))
+        return _rt_wrap(_eager_max_unpool2d(_rt_operand(self), _rt_operand(indices), _rt_attr_list(output_size)))
 
 
 def max_unpool2d_out(self, indices, output_size, *, out):
@@ -4952,7 +4952,7 @@ def max_unpool3d(self, indices, output_size, stride, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.MaxUnpool3d, (self, indices, output_size, stride, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_max_unpool3d(_rt_value(self), _rt_value(indices), _rt_attr_list(output_size), _rt_attr_list(stride), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_max_unpool3d(_rt_operand(self), _rt_operand(indices), _rt_attr_list(output_size), _rt_attr_list(stride), _rt_attr_list(padding)))
 
 
 def max_unpool3d_out(self, indices, output_size, stride, padding, *, out):
@@ -4966,7 +4966,7 @@ def maximum(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Maximum, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_maximum(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_maximum(_rt_operand(self), _rt_operand(other)))
 
 
 def maximum_out(self, other, *, out):
@@ -4980,7 +4980,7 @@ def mean(self, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.Mean, (self, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_mean(_rt_value(self), dtype))
+        return _rt_wrap(_eager_mean(_rt_operand(self), dtype))
 
 
 _eager_mean_dim = _rt_eager_executable(ir.MeanDim)
@@ -4990,7 +4990,7 @@ def mean_dim(self, dim, keepdim=False, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.MeanDim, (self, dim, keepdim, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_mean_dim(_rt_value(self), _rt_attr_list(dim), keepdim, dtype))
+        return _rt_wrap(_eager_mean_dim(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
 
 
 def mean_dtype_out(self, *, dtype=None, out):
@@ -5008,7 +5008,7 @@ def median(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Median, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_median(_rt_value(self)))
+        return _rt_wrap(_eager_median(_rt_operand(self)))
 
 
 _eager_median_dim = _rt_eager_executable(ir.MedianDim)
@@ -5018,7 +5018,7 @@ def median_dim(self, dim, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.MedianDim, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_median_dim(_rt_value(self), dim, keepdim))
+        return _rt_wrap(_eager_median_dim(_rt_operand(self), dim, keepdim))
 
 
 def median_dim_values(self, dim, keepdim=False, *, values, indices):
@@ -5036,7 +5036,7 @@ def min(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Min, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_min(_rt_value(self)))
+        return _rt_wrap(_eager_min(_rt_operand(self)))
 
 
 _eager_min_dim = _rt_eager_executable(ir.MinDim)
@@ -5046,7 +5046,7 @@ def min_dim(self, dim, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.MinDim, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_min_dim(_rt_value(self), dim, keepdim))
+        return _rt_wrap(_eager_min_dim(_rt_operand(self), dim, keepdim))
 
 
 def min_dim_min(self, dim, keepdim=False, *, min, min_indices):
@@ -5064,7 +5064,7 @@ def minimum(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Minimum, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_minimum(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_minimum(_rt_operand(self), _rt_operand(other)))
 
 
 def minimum_out(self, other, *, out):
@@ -5078,7 +5078,7 @@ def mish(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Mish, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_mish(_rt_value(self)))
+        return _rt_wrap(_eager_mish(_rt_operand(self)))
 
 
 def mish_out(self, *, out):
@@ -5096,7 +5096,7 @@ def mm(self, mat2):
     if _rt_state.tracing:
         return _rt_trace(ir.Mm, (self, mat2,))
     with _rt_x64:
-        return _rt_wrap(_eager_mm(_rt_value(self), _rt_value(mat2)))
+        return _rt_wrap(_eager_mm(_rt_operand(self), _rt_operand(mat2)))
 
 
 def mm_out(self, mat2, *, out):
@@ -5110,7 +5110,7 @@ def mode(self, dim=-1, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Mode, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_mode(_rt_value(self), dim, keepdim))
+        return _rt_wrap(_eager_mode(_rt_operand(self), dim, keepdim))
 
 
 def mode_values(self, dim=-1, keepdim=False, *, values, indices):
@@ -5124,7 +5124,7 @@ def mse_loss(self, target, reduction=1):
     if _rt_state.tracing:
         return _rt_trace(ir.MseLoss, (self, target, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_mse_loss(_rt_value(self), _rt_value(target), reduction))
+        return _rt_wrap(_eager_mse_loss(_rt_operand(self), _rt_operand(target), reduction))
 
 
 def mse_loss_out(self, target, reduction=1, *, out):
@@ -5138,7 +5138,7 @@ def mse_loss_backward(grad_output, self, target, reduction):
     if _rt_state.tracing:
         return _rt_trace(ir.MseLossBackward, (grad_output, self, target, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_mse_loss_backward(_rt_value(grad_output), _rt_value(self), _rt_value(target), reduction))
+        return _rt_wrap(_eager_mse_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction))
 
 
 def mse_loss_backward_grad_input(grad_output, self, target, reduction, *, grad_input):
@@ -5152,7 +5152,7 @@ def mul_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.MulScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_mul_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_mul_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def mul_Scalar_out(self, other, *, out):
@@ -5166,7 +5166,7 @@ def mul_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.MulTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_mul_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_mul_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def mul_out(self, other, *, out):
@@ -5188,7 +5188,7 @@ def multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1):
     if _rt_state.tracing:
         return _rt_trace(ir.MultiMarginLoss, (self, target, p, margin, weight, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_multi_margin_loss(_rt_value(self), _rt_value(target), _rt_scalar(p), _rt_scalar(margin), _rt_value_opt(weight), reduction))
+        return _rt_wrap(_eager_multi_margin_loss(_rt_operand(self), _rt_operand(target), _rt_scalar(p), _rt_scalar(margin), _rt_operand_opt(weight), reduction))
 
 
 def multi_margin_loss_out(self, target, p=1, margin=1, weight=None, reduction=1, *, out):
@@ -5202,7 +5202,7 @@ def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None
     if _rt_state.tracing:
         return _rt_trace(ir.MultiMarginLossBackward, (grad_output, self, target, p, margin, weight, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_multi_margin_loss_backward(_rt_value(grad_output), _rt_value(self), _rt_value(target), _rt_scalar(p), _rt_scalar(margin), _rt_value_opt(weight), reduction))
+        return _rt_wrap(_eager_multi_margin_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_scalar(p), _rt_scalar(margin), _rt_operand_opt(weight), reduction))
 
 
 def multi_margin_loss_backward_grad_input(grad_output, self, target, p, margin, weight=None, reduction=1, *, grad_input):
@@ -5216,7 +5216,7 @@ def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_tar
     if _rt_state.tracing:
         return _rt_trace(ir.MultilabelMarginLossBackward, (grad_output, self, target, reduction, is_target,))
     with _rt_x64:
-        return _rt_wrap(_eager_multilabel_margin_loss_backward(_rt_value(grad_output), _rt_value(self), _rt_value(target), reduction, _rt_value(is_target)))
+        return _rt_wrap(_eager_multilabel_margin_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction, _rt_operand(is_target)))
 
 
 def multilabel_margin_loss_backward_grad_input(grad_output, self, target, reduction, is_target, *, grad_input):
@@ -5230,7 +5230,7 @@ def multilabel_margin_loss_forward(self, target, reduction):
     if _rt_state.tracing:
         return _rt_trace(ir.MultilabelMarginLossForward, (self, target, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_multilabel_margin_loss_forward(_rt_value(self), _rt_value(target), reduction))
+        return _rt_wrap(_eager_multilabel_margin_loss_forward(_rt_operand(self), _rt_operand(target), reduction))
 
 
 def multilabel_margin_loss_forward_output(self, target, reduction, *, output, is_target):
@@ -5252,7 +5252,7 @@ def mv(self, vec):
     if _rt_state.tracing:
         return _rt_trace(ir.Mv, (self, vec,))
     with _rt_x64:
-        return _rt_wrap(_eager_mv(_rt_value(self), _rt_value(vec)))
+        return _rt_wrap(_eager_mv(_rt_operand(self), _rt_operand(vec)))
 
 
 def mv_out(self, vec, *, out):
@@ -5266,7 +5266,7 @@ def mvlgamma(self, p):
     if _rt_state.tracing:
         return _rt_trace(ir.Mvlgamma, (self, p,))
     with _rt_x64:
-        return _rt_wrap(_eager_mvlgamma(_rt_value(self), p))
+        return _rt_wrap(_eager_mvlgamma(_rt_operand(self), p))
 
 
 def mvlgamma_out(self, p, *, out):
@@ -5284,7 +5284,7 @@ def nan_to_num(self, nan=None, posinf=None, neginf=None):
     if _rt_state.tracing:
         return _rt_trace(ir.NanToNum, (self, nan, posinf, neginf,))
     with _rt_x64:
-        return _rt_wrap(_eager_nan_to_num(_rt_value(self), nan, posinf, neginf))
+        return _rt_wrap(_eager_nan_to_num(_rt_operand(self), nan, posinf, neginf))
 
 
 def nan_to_num_out(self, nan=None, posinf=None, neginf=None, *, out):
@@ -5302,7 +5302,7 @@ def nanmedian(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Nanmedian, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_nanmedian(_rt_value(self)))
+        return _rt_wrap(_eager_nanmedian(_rt_operand(self)))
 
 
 _eager_nanmedian_dim = _rt_eager_executable(ir.NanmedianDim)
@@ -5312,7 +5312,7 @@ def nanmedian_dim(self, dim, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.NanmedianDim, (self, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_nanmedian_dim(_rt_value(self), dim, keepdim))
+        return _rt_wrap(_eager_nanmedian_dim(_rt_operand(self), dim, keepdim))
 
 
 def nanmedian_dim_values(self, dim, keepdim=False, *, values, indices):
@@ -5330,7 +5330,7 @@ def nansum(self, dim=None, keepdim=False, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.Nansum, (self, dim, keepdim, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_nansum(_rt_value(self), _rt_attr_list(dim), keepdim, dtype))
+        return _rt_wrap(_eager_nansum(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
 
 
 def nansum_out(self, dim=None, keepdim=False, *, dtype=None, out):
@@ -5344,7 +5344,7 @@ def narrow_copy(self, dim, start, length):
     if _rt_state.tracing:
         return _rt_trace(ir.NarrowCopy, (self, dim, start, length,))
     with _rt_x64:
-        return _rt_wrap(_eager_narrow_copy(_rt_value(self), dim, start, length))
+        return _rt_wrap(_eager_narrow_copy(_rt_operand(self), dim, start, length))
 
 
 def narrow_copy_out(self, dim, start, length, *, out):
@@ -5366,7 +5366,7 @@ def native_batch_norm_backward(grad_out, input, weight, running_mean, running_va
     if _rt_state.tracing:
         return _rt_trace(ir.NativeBatchNormBackward, (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask,))
     with _rt_x64:
-        return _rt_wrap(_eager_native_batch_norm_backward(_rt_value(grad_out), _rt_value(input), _rt_value_opt(weight), _rt_value_opt(running_mean), _rt_value_opt(running_var), _rt_value_opt(save_mean), _rt_value_opt(save_invstd), train, eps, _rt_attr_list(output_mask)))
+        return _rt_wrap(_eager_native_batch_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(running_mean), _rt_operand_opt(running_var), _rt_operand_opt(save_mean), _rt_operand_opt(save_invstd), train, eps, _rt_attr_list(output_mask)))
 
 
 def native_batch_norm_backward_out(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask, *, out0, out1, out2):
@@ -5388,7 +5388,7 @@ def native_dropout_backward(grad_output, mask, scale):
     if _rt_state.tracing:
         return _rt_trace(ir.NativeDropoutBackward, (grad_output, mask, scale,))
     with _rt_x64:
-        return _rt_wrap(_eager_native_dropout_backward(_rt_value(grad_output), _rt_value(mask), scale))
+        return _rt_wrap(_eager_native_dropout_backward(_rt_operand(grad_output), _rt_operand(mask), scale))
 
 
 def native_dropout_backward_out(grad_output, mask, scale, *, out):
@@ -5402,7 +5402,7 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     if _rt_state.tracing:
         return _rt_trace(ir.NativeGroupNorm, (input, weight, bias, N, C, HxW, group, eps,))
     with _rt_x64:
-        return _rt_wrap(_eager_native_group_norm(_rt_value(input), _rt_value_opt(weight), _rt_value_opt(bias), N, C, HxW, group, eps))
+        return _rt_wrap(_eager_native_group_norm(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), N, C, HxW, group, eps))
 
 
 def native_group_norm_out(input, weight, bias, N, C, HxW, group, eps, *, out0, out1, out2):
@@ -5416,7 +5416,7 @@ def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, g
     if _rt_state.tracing:
         return _rt_trace(ir.NativeGroupNormBackward, (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask,))
     with _rt_x64:
-        return _rt_wrap(_eager_native_group_norm_backward(_rt_value(grad_out), _rt_value(input), _rt_value(mean), _rt_value(rstd), _rt_value_opt(weight), N, C, HxW, group, _rt_attr_list(output_mask)))
+        return _rt_wrap(_eager_native_group_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_operand(mean), _rt_operand(rstd), _rt_operand_opt(weight), N, C, HxW, group, _rt_attr_list(output_mask)))
 
 
 def native_group_norm_backward_out(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask, *, out0, out1, out2):
@@ -5430,7 +5430,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     if _rt_state.tracing:
         return _rt_trace(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
     with _rt_x64:
-        return _rt_wrap(_eager_native_layer_norm(_rt_value(input), _rt_attr_list(normalized_shape), _rt_value_opt(weight), _rt_value_opt(bias), eps))
+        return _rt_wrap(_eager_native_layer_norm(_rt_operand(input), _rt_attr_list(normalized_shape), _rt_operand_opt(weight), _rt_operand_opt(bias), eps))
 
 
 def native_layer_norm_out(input, normalized_shape, weight, bias, eps, *, out0, out1, out2):
@@ -5444,7 +5444,7 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
     if _rt_state.tracing:
         return _rt_trace(ir.NativeLayerNormBackward, (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask,))
     with _rt_x64:
-        return _rt_wrap(_eager_native_layer_norm_backward(_rt_value(grad_out), _rt_value(input), _rt_attr_list(normalized_shape), _rt_value(mean), _rt_value(rstd), _rt_value_opt(weight), _rt_value_opt(bias), _rt_attr_list(output_mask)))
+        return _rt_wrap(_eager_native_layer_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_attr_list(normalized_shape), _rt_operand(mean), _rt_operand(rstd), _rt_operand_opt(weight), _rt_operand_opt(bias), _rt_attr_list(output_mask)))
 
 
 def native_layer_norm_backward_out(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask, *, out0, out1, out2):
@@ -5458,7 +5458,7 @@ def ne_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.NeScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_ne_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_ne_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def ne_Scalar_out(self, other, *, out):
@@ -5472,7 +5472,7 @@ def ne_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.NeTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_ne_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_ne_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def ne_Tensor_out(self, other, *, out):
@@ -5494,7 +5494,7 @@ def neg(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Neg, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_neg(_rt_value(self)))
+        return _rt_wrap(_eager_neg(_rt_operand(self)))
 
 
 def neg_out(self, *, out):
@@ -5512,7 +5512,7 @@ def new_empty(self, size, *, dtype=None, layout=None, device=None, pin_memory=No
     if _rt_state.tracing:
         return _rt_trace(ir.NewEmpty, (self, size, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_new_empty(_rt_value(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_new_empty(_rt_operand(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
 
 
 def new_empty_out(self, size, *, out):
@@ -5526,7 +5526,7 @@ def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=Non
     if _rt_state.tracing:
         return _rt_trace(ir.NewEmptyStrided, (self, size, stride, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_new_empty_strided(_rt_value(self), _rt_attr_list(size), _rt_attr_list(stride), dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_new_empty_strided(_rt_operand(self), _rt_attr_list(size), _rt_attr_list(stride), dtype, layout, device, pin_memory))
 
 
 def new_empty_strided_out(self, size, stride, *, out):
@@ -5540,7 +5540,7 @@ def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pi
     if _rt_state.tracing:
         return _rt_trace(ir.NewFull, (self, size, fill_value, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_new_full(_rt_value(self), _rt_attr_list(size), _rt_scalar(fill_value), dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_new_full(_rt_operand(self), _rt_attr_list(size), _rt_scalar(fill_value), dtype, layout, device, pin_memory))
 
 
 def new_full_out(self, size, fill_value, *, out):
@@ -5554,7 +5554,7 @@ def new_ones(self, size, *, dtype=None, layout=None, device=None, pin_memory=Non
     if _rt_state.tracing:
         return _rt_trace(ir.NewOnes, (self, size, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_new_ones(_rt_value(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_new_ones(_rt_operand(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
 
 
 def new_ones_out(self, size, *, out):
@@ -5568,7 +5568,7 @@ def new_zeros(self, size, *, dtype=None, layout=None, device=None, pin_memory=No
     if _rt_state.tracing:
         return _rt_trace(ir.NewZeros, (self, size, dtype, layout, device, pin_memory,))
     with _rt_x64:
-        return _rt_wrap(_eager_new_zeros(_rt_value(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
+        return _rt_wrap(_eager_new_zeros(_rt_operand(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
 
 
 def new_zeros_out(self, size, *, out):
@@ -5582,7 +5582,7 @@ def nextafter(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Nextafter, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_nextafter(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_nextafter(_rt_operand(self), _rt_operand(other)))
 
 
 def nextafter_out(self, other, *, out):
@@ -5600,7 +5600,7 @@ def nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_ind
     if _rt_state.tracing:
         return _rt_trace(ir.NllLoss2dBackward, (grad_output, self, target, weight, reduction, ignore_index, total_weight,))
     with _rt_x64:
-        return _rt_wrap(_eager_nll_loss2d_backward(_rt_value(grad_output), _rt_value(self), _rt_value(target), _rt_value_opt(weight), reduction, ignore_index, _rt_value(total_weight)))
+        return _rt_wrap(_eager_nll_loss2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index, _rt_operand(total_weight)))
 
 
 def nll_loss2d_backward_grad_input(grad_output, self, target, weight, reduction, ignore_index, total_weight, *, grad_input):
@@ -5614,7 +5614,7 @@ def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
     if _rt_state.tracing:
         return _rt_trace(ir.NllLoss2dForward, (self, target, weight, reduction, ignore_index,))
     with _rt_x64:
-        return _rt_wrap(_eager_nll_loss2d_forward(_rt_value(self), _rt_value(target), _rt_value_opt(weight), reduction, ignore_index))
+        return _rt_wrap(_eager_nll_loss2d_forward(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index))
 
 
 def nll_loss2d_forward_output(self, target, weight, reduction, ignore_index, *, output, total_weight):
@@ -5628,7 +5628,7 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     if _rt_state.tracing:
         return _rt_trace(ir.NllLossBackward, (grad_output, self, target, weight, reduction, ignore_index, total_weight,))
     with _rt_x64:
-        return _rt_wrap(_eager_nll_loss_backward(_rt_value(grad_output), _rt_value(self), _rt_value(target), _rt_value_opt(weight), reduction, ignore_index, _rt_value(total_weight)))
+        return _rt_wrap(_eager_nll_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index, _rt_operand(total_weight)))
 
 
 def nll_loss_backward_grad_input(grad_output, self, target, weight, reduction, ignore_index, total_weight, *, grad_input):
@@ -5642,7 +5642,7 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
     if _rt_state.tracing:
         return _rt_trace(ir.NllLossForward, (self, target, weight, reduction, ignore_index,))
     with _rt_x64:
-        return _rt_wrap(_eager_nll_loss_forward(_rt_value(self), _rt_value(target), _rt_value_opt(weight), reduction, ignore_index))
+        return _rt_wrap(_eager_nll_loss_forward(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index))
 
 
 def nll_loss_forward_output(self, target, weight, reduction, ignore_index, *, output, total_weight):
@@ -5664,7 +5664,7 @@ def nonzero_static(self, *, size, fill_value=-1):
     if _rt_state.tracing:
         return _rt_trace(ir.NonzeroStatic, (self, size, fill_value,))
     with _rt_x64:
-        return _rt_wrap(_eager_nonzero_static(_rt_value(self), size, fill_value))
+        return _rt_wrap(_eager_nonzero_static(_rt_operand(self), size, fill_value))
 
 
 def nonzero_static_out(self, *, size, fill_value=-1, out):
@@ -5678,7 +5678,7 @@ def norm_ScalarOpt_dim(self, p, dim, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.NormScalarOptDim, (self, p, dim, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_norm_ScalarOpt_dim(_rt_value(self), _rt_scalar(p), _rt_attr_list(dim), keepdim))
+        return _rt_wrap(_eager_norm_ScalarOpt_dim(_rt_operand(self), _rt_scalar(p), _rt_attr_list(dim), keepdim))
 
 
 def norm_out(self, p, dim, keepdim=False, *, out):
@@ -5750,7 +5750,7 @@ def ones_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, me
     if _rt_state.tracing:
         return _rt_trace(ir.OnesLike, (self, dtype, layout, device, pin_memory, memory_format,))
     with _rt_x64:
-        return _rt_wrap(_eager_ones_like(_rt_value(self), dtype, layout, device, pin_memory, memory_format))
+        return _rt_wrap(_eager_ones_like(_rt_operand(self), dtype, layout, device, pin_memory, memory_format))
 
 
 def ones_like_out(self, *, memory_format=None, out):
@@ -5764,7 +5764,7 @@ def ormqr(self, input2, input3, left=True, transpose=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Ormqr, (self, input2, input3, left, transpose,))
     with _rt_x64:
-        return _rt_wrap(_eager_ormqr(_rt_value(self), _rt_value(input2), _rt_value(input3), left, transpose))
+        return _rt_wrap(_eager_ormqr(_rt_operand(self), _rt_operand(input2), _rt_operand(input3), left, transpose))
 
 
 def ormqr_out(self, input2, input3, left=True, transpose=False, *, out):
@@ -5782,7 +5782,7 @@ def permute_copy(self, dims):
     if _rt_state.tracing:
         return _rt_trace(ir.PermuteCopy, (self, dims,))
     with _rt_x64:
-        return _rt_wrap(_eager_permute_copy(_rt_value(self), _rt_attr_list(dims)))
+        return _rt_wrap(_eager_permute_copy(_rt_operand(self), _rt_attr_list(dims)))
 
 
 def permute_copy_out(self, dims, *, out):
@@ -5796,7 +5796,7 @@ def pixel_shuffle(self, upscale_factor):
     if _rt_state.tracing:
         return _rt_trace(ir.PixelShuffle, (self, upscale_factor,))
     with _rt_x64:
-        return _rt_wrap(_eager_pixel_shuffle(_rt_value(self), upscale_factor))
+        return _rt_wrap(_eager_pixel_shuffle(_rt_operand(self), upscale_factor))
 
 
 def pixel_shuffle_out(self, upscale_factor, *, out):
@@ -5810,7 +5810,7 @@ def pixel_unshuffle(self, downscale_factor):
     if _rt_state.tracing:
         return _rt_trace(ir.PixelUnshuffle, (self, downscale_factor,))
     with _rt_x64:
-        return _rt_wrap(_eager_pixel_unshuffle(_rt_value(self), downscale_factor))
+        return _rt_wrap(_eager_pixel_unshuffle(_rt_operand(self), downscale_factor))
 
 
 def pixel_unshuffle_out(self, downscale_factor, *, out):
@@ -5824,7 +5824,7 @@ def polar(abs, angle):
     if _rt_state.tracing:
         return _rt_trace(ir.Polar, (abs, angle,))
     with _rt_x64:
-        return _rt_wrap(_eager_polar(_rt_value(abs), _rt_value(angle)))
+        return _rt_wrap(_eager_polar(_rt_operand(abs), _rt_operand(angle)))
 
 
 def polar_out(abs, angle, *, out):
@@ -5838,7 +5838,7 @@ def polygamma(n, self):
     if _rt_state.tracing:
         return _rt_trace(ir.Polygamma, (n, self,))
     with _rt_x64:
-        return _rt_wrap(_eager_polygamma(n, _rt_value(self)))
+        return _rt_wrap(_eager_polygamma(n, _rt_operand(self)))
 
 
 def polygamma_out(n, self, *, out):
@@ -5856,7 +5856,7 @@ def pow_Scalar(self, exponent):
     if _rt_state.tracing:
         return _rt_trace(ir.PowScalar, (self, exponent,))
     with _rt_x64:
-        return _rt_wrap(_eager_pow_Scalar(_rt_scalar(self), _rt_value(exponent)))
+        return _rt_wrap(_eager_pow_Scalar(_rt_scalar(self), _rt_operand(exponent)))
 
 
 def pow_Scalar_out(self, exponent, *, out):
@@ -5870,7 +5870,7 @@ def pow_Tensor_Scalar(self, exponent):
     if _rt_state.tracing:
         return _rt_trace(ir.PowTensorScalar, (self, exponent,))
     with _rt_x64:
-        return _rt_wrap(_eager_pow_Tensor_Scalar(_rt_value(self), _rt_scalar(exponent)))
+        return _rt_wrap(_eager_pow_Tensor_Scalar(_rt_operand(self), _rt_scalar(exponent)))
 
 
 def pow_Tensor_Scalar_out(self, exponent, *, out):
@@ -5884,7 +5884,7 @@ def pow_Tensor_Tensor(self, exponent):
     if _rt_state.tracing:
         return _rt_trace(ir.PowTensorTensor, (self, exponent,))
     with _rt_x64:
-        return _rt_wrap(_eager_pow_Tensor_Tensor(_rt_value(self), _rt_value(exponent)))
+        return _rt_wrap(_eager_pow_Tensor_Tensor(_rt_operand(self), _rt_operand(exponent)))
 
 
 def pow_Tensor_Tensor_out(self, exponent, *, out):
@@ -5906,7 +5906,7 @@ def prod(self, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.Prod, (self, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_prod(_rt_value(self), dtype))
+        return _rt_wrap(_eager_prod(_rt_operand(self), dtype))
 
 
 _eager_prod_dim_int = _rt_eager_executable(ir.ProdDimInt)
@@ -5916,7 +5916,7 @@ def prod_dim_int(self, dim, keepdim=False, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.ProdDimInt, (self, dim, keepdim, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_prod_dim_int(_rt_value(self), dim, keepdim, dtype))
+        return _rt_wrap(_eager_prod_dim_int(_rt_operand(self), dim, keepdim, dtype))
 
 
 def prod_int_out(self, dim, keepdim=False, *, dtype=None, out):
@@ -5934,7 +5934,7 @@ def put(self, index, source, accumulate=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Put, (self, index, source, accumulate,))
     with _rt_x64:
-        return _rt_wrap(_eager_put(_rt_value(self), _rt_value(index), _rt_value(source), accumulate))
+        return _rt_wrap(_eager_put(_rt_operand(self), _rt_operand(index), _rt_operand(source), accumulate))
 
 
 def put_out(self, index, source, accumulate=False, *, out):
@@ -5952,7 +5952,7 @@ def rad2deg(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Rad2deg, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_rad2deg(_rt_value(self)))
+        return _rt_wrap(_eager_rad2deg(_rt_operand(self)))
 
 
 def rad2deg_out(self, *, out):
@@ -6066,7 +6066,7 @@ def reciprocal(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Reciprocal, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_reciprocal(_rt_value(self)))
+        return _rt_wrap(_eager_reciprocal(_rt_operand(self)))
 
 
 def reciprocal_out(self, *, out):
@@ -6084,7 +6084,7 @@ def reflection_pad1d(self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReflectionPad1d, (self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_reflection_pad1d(_rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_reflection_pad1d(_rt_operand(self), _rt_attr_list(padding)))
 
 
 def reflection_pad1d_out(self, padding, *, out):
@@ -6098,7 +6098,7 @@ def reflection_pad1d_backward(grad_output, self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReflectionPad1dBackward, (grad_output, self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_reflection_pad1d_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_reflection_pad1d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
 
 def reflection_pad1d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -6112,7 +6112,7 @@ def reflection_pad2d(self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReflectionPad2d, (self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_reflection_pad2d(_rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_reflection_pad2d(_rt_operand(self), _rt_attr_list(padding)))
 
 
 def reflection_pad2d_out(self, padding, *, out):
@@ -6126,7 +6126,7 @@ def reflection_pad2d_backward(grad_output, self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReflectionPad2dBackward, (grad_output, self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_reflection_pad2d_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_reflection_pad2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
 
 def reflection_pad2d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -6140,7 +6140,7 @@ def reflection_pad3d(self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReflectionPad3d, (self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_reflection_pad3d(_rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_reflection_pad3d(_rt_operand(self), _rt_attr_list(padding)))
 
 
 def reflection_pad3d_out(self, padding, *, out):
@@ -6154,7 +6154,7 @@ def reflection_pad3d_backward(grad_output, self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReflectionPad3dBackward, (grad_output, self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_reflection_pad3d_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_reflection_pad3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
 
 def reflection_pad3d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -6168,7 +6168,7 @@ def relu(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Relu, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_relu(_rt_value(self)))
+        return _rt_wrap(_eager_relu(_rt_operand(self)))
 
 
 def relu_out(self, *, out):
@@ -6186,7 +6186,7 @@ def remainder_Scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.RemainderScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_remainder_Scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_remainder_Scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 _eager_remainder_Scalar_Tensor = _rt_eager_executable(ir.RemainderScalarTensor)
@@ -6196,7 +6196,7 @@ def remainder_Scalar_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.RemainderScalarTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_remainder_Scalar_Tensor(_rt_scalar(self), _rt_value(other)))
+        return _rt_wrap(_eager_remainder_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
 
 def remainder_Scalar_Tensor_out(self, other, *, out):
@@ -6214,7 +6214,7 @@ def remainder_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.RemainderTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_remainder_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_remainder_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def remainder_Tensor_out(self, other, *, out):
@@ -6236,7 +6236,7 @@ def renorm(self, p, dim, maxnorm):
     if _rt_state.tracing:
         return _rt_trace(ir.Renorm, (self, p, dim, maxnorm,))
     with _rt_x64:
-        return _rt_wrap(_eager_renorm(_rt_value(self), _rt_scalar(p), dim, _rt_scalar(maxnorm)))
+        return _rt_wrap(_eager_renorm(_rt_operand(self), _rt_scalar(p), dim, _rt_scalar(maxnorm)))
 
 
 def renorm_out(self, p, dim, maxnorm, *, out):
@@ -6254,7 +6254,7 @@ def repeat(self, repeats):
     if _rt_state.tracing:
         return _rt_trace(ir.Repeat, (self, repeats,))
     with _rt_x64:
-        return _rt_wrap(_eager_repeat(_rt_value(self), _rt_attr_list(repeats)))
+        return _rt_wrap(_eager_repeat(_rt_operand(self), _rt_attr_list(repeats)))
 
 
 def repeat_out(self, repeats, *, out):
@@ -6276,7 +6276,7 @@ def replication_pad1d(self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReplicationPad1d, (self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_replication_pad1d(_rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_replication_pad1d(_rt_operand(self), _rt_attr_list(padding)))
 
 
 def replication_pad1d_out(self, padding, *, out):
@@ -6290,7 +6290,7 @@ def replication_pad1d_backward(grad_output, self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReplicationPad1dBackward, (grad_output, self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_replication_pad1d_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_replication_pad1d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
 
 def replication_pad1d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -6304,7 +6304,7 @@ def replication_pad2d(self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReplicationPad2d, (self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_replication_pad2d(_rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_replication_pad2d(_rt_operand(self), _rt_attr_list(padding)))
 
 
 def replication_pad2d_out(self, padding, *, out):
@@ -6318,7 +6318,7 @@ def replication_pad2d_backward(grad_output, self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReplicationPad2dBackward, (grad_output, self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_replication_pad2d_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_replication_pad2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
 
 def replication_pad2d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -6332,7 +6332,7 @@ def replication_pad3d(self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReplicationPad3d, (self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_replication_pad3d(_rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_replication_pad3d(_rt_operand(self), _rt_attr_list(padding)))
 
 
 def replication_pad3d_out(self, padding, *, out):
@@ -6346,7 +6346,7 @@ def replication_pad3d_backward(grad_output, self, padding):
     if _rt_state.tracing:
         return _rt_trace(ir.ReplicationPad3dBackward, (grad_output, self, padding,))
     with _rt_x64:
-        return _rt_wrap(_eager_replication_pad3d_backward(_rt_value(grad_output), _rt_value(self), _rt_attr_list(padding)))
+        return _rt_wrap(_eager_replication_pad3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
 
 def replication_pad3d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -6368,7 +6368,7 @@ def roll(self, shifts, dims=()):
     if _rt_state.tracing:
         return _rt_trace(ir.Roll, (self, shifts, dims,))
     with _rt_x64:
-        return _rt_wrap(_eager_roll(_rt_value(self), _rt_attr_list(shifts), _rt_attr_list(dims)))
+        return _rt_wrap(_eager_roll(_rt_operand(self), _rt_attr_list(shifts), _rt_attr_list(dims)))
 
 
 def roll_out(self, shifts, dims=(), *, out):
@@ -6382,7 +6382,7 @@ def rot90(self, k=1, dims=(0, 1,)):
     if _rt_state.tracing:
         return _rt_trace(ir.Rot90, (self, k, dims,))
     with _rt_x64:
-        return _rt_wrap(_eager_rot90(_rt_value(self), k, _rt_attr_list(dims)))
+        return _rt_wrap(_eager_rot90(_rt_operand(self), k, _rt_attr_list(dims)))
 
 
 def rot90_out(self, k=1, dims=(0, 1,), *, out):
@@ -6396,7 +6396,7 @@ def round(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Round, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_round(_rt_value(self)))
+        return _rt_wrap(_eager_round(_rt_operand(self)))
 
 
 _eager_round_decimals = _rt_eager_executable(ir.RoundDecimals)
@@ -6406,7 +6406,7 @@ def round_decimals(self, *, decimals):
     if _rt_state.tracing:
         return _rt_trace(ir.RoundDecimals, (self, decimals,))
     with _rt_x64:
-        return _rt_wrap(_eager_round_decimals(_rt_value(self), decimals))
+        return _rt_wrap(_eager_round_decimals(_rt_operand(self), decimals))
 
 
 def round_decimals_out(self, *, decimals, out):
@@ -6440,7 +6440,7 @@ def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, 
     if _rt_state.tracing:
         return _rt_trace(ir.RreluWithNoiseBackward, (grad_output, self, noise, lower, upper, training, self_is_result,))
     with _rt_x64:
-        return _rt_wrap(_eager_rrelu_with_noise_backward(_rt_value(grad_output), _rt_value(self), _rt_value(noise), _rt_scalar(lower), _rt_scalar(upper), training, self_is_result))
+        return _rt_wrap(_eager_rrelu_with_noise_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(noise), _rt_scalar(lower), _rt_scalar(upper), training, self_is_result))
 
 
 def rrelu_with_noise_backward_out(grad_output, self, noise, lower, upper, training, self_is_result, *, out):
@@ -6454,7 +6454,7 @@ def rsqrt(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Rsqrt, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_rsqrt(_rt_value(self)))
+        return _rt_wrap(_eager_rsqrt(_rt_operand(self)))
 
 
 def rsqrt_out(self, *, out):
@@ -6472,7 +6472,7 @@ def rsub_Scalar(self, other, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.RsubScalar, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_rsub_Scalar(_rt_value(self), _rt_scalar(other), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_rsub_Scalar(_rt_operand(self), _rt_scalar(other), _rt_scalar(alpha)))
 
 
 def rsub_Scalar_out(self, other, alpha=1, *, out):
@@ -6486,7 +6486,7 @@ def rsub_Tensor(self, other, *, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.RsubTensor, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_rsub_Tensor(_rt_value(self), _rt_value(other), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_rsub_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
 
 
 def rsub_Tensor_out(self, other, *, alpha=1, out):
@@ -6514,7 +6514,7 @@ def scatter_reduce(self, dim, index, src, *, reduce):
     if _rt_state.tracing:
         return _rt_trace(ir.ScatterReduce, (self, dim, index, src, reduce,))
     with _rt_x64:
-        return _rt_wrap(_eager_scatter_reduce(_rt_value(self), dim, _rt_value(index), _rt_value(src), reduce))
+        return _rt_wrap(_eager_scatter_reduce(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src), reduce))
 
 
 def scatter_reduce_out(self, dim, index, src, *, reduce, out):
@@ -6528,7 +6528,7 @@ def scatter_src(self, dim, index, src):
     if _rt_state.tracing:
         return _rt_trace(ir.ScatterSrc, (self, dim, index, src,))
     with _rt_x64:
-        return _rt_wrap(_eager_scatter_src(_rt_value(self), dim, _rt_value(index), _rt_value(src)))
+        return _rt_wrap(_eager_scatter_src(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src)))
 
 
 def scatter_src_out(self, dim, index, src, *, out):
@@ -6542,7 +6542,7 @@ def scatter_value(self, dim, index, value):
     if _rt_state.tracing:
         return _rt_trace(ir.ScatterValue, (self, dim, index, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_scatter_value(_rt_value(self), dim, _rt_value(index), _rt_scalar(value)))
+        return _rt_wrap(_eager_scatter_value(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value)))
 
 
 def scatter_value_out(self, dim, index, value, *, out):
@@ -6556,7 +6556,7 @@ def scatter_value_reduce(self, dim, index, value, *, reduce):
     if _rt_state.tracing:
         return _rt_trace(ir.ScatterValueReduce, (self, dim, index, value, reduce,))
     with _rt_x64:
-        return _rt_wrap(_eager_scatter_value_reduce(_rt_value(self), dim, _rt_value(index), _rt_scalar(value), reduce))
+        return _rt_wrap(_eager_scatter_value_reduce(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value), reduce))
 
 
 def scatter_value_reduce_out(self, dim, index, value, *, reduce, out):
@@ -6586,7 +6586,7 @@ def scatter_add(self, dim, index, src):
     if _rt_state.tracing:
         return _rt_trace(ir.ScatterAdd, (self, dim, index, src,))
     with _rt_x64:
-        return _rt_wrap(_eager_scatter_add(_rt_value(self), dim, _rt_value(index), _rt_value(src)))
+        return _rt_wrap(_eager_scatter_add(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src)))
 
 
 def scatter_add_out(self, dim, index, src, *, out):
@@ -6604,7 +6604,7 @@ def scatter_reduce_two(self, dim, index, src, reduce, *, include_self=True):
     if _rt_state.tracing:
         return _rt_trace(ir.ScatterReduceTwo, (self, dim, index, src, reduce, include_self,))
     with _rt_x64:
-        return _rt_wrap(_eager_scatter_reduce_two(_rt_value(self), dim, _rt_value(index), _rt_value(src), reduce, include_self))
+        return _rt_wrap(_eager_scatter_reduce_two(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src), reduce, include_self))
 
 
 def scatter_reduce_two_out(self, dim, index, src, reduce, *, include_self=True, out):
@@ -6622,7 +6622,7 @@ def searchsorted_Scalar(sorted_sequence, self, *, out_int32=False, right=False, 
     if _rt_state.tracing:
         return _rt_trace(ir.SearchsortedScalar, (sorted_sequence, self, out_int32, right, side, sorter,))
     with _rt_x64:
-        return _rt_wrap(_eager_searchsorted_Scalar(_rt_value(sorted_sequence), _rt_scalar(self), out_int32, right, side, _rt_value_opt(sorter)))
+        return _rt_wrap(_eager_searchsorted_Scalar(_rt_operand(sorted_sequence), _rt_scalar(self), out_int32, right, side, _rt_operand_opt(sorter)))
 
 
 def searchsorted_Scalar_out(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None, out):
@@ -6636,7 +6636,7 @@ def searchsorted_Tensor(sorted_sequence, self, *, out_int32=False, right=False, 
     if _rt_state.tracing:
         return _rt_trace(ir.SearchsortedTensor, (sorted_sequence, self, out_int32, right, side, sorter,))
     with _rt_x64:
-        return _rt_wrap(_eager_searchsorted_Tensor(_rt_value(sorted_sequence), _rt_value(self), out_int32, right, side, _rt_value_opt(sorter)))
+        return _rt_wrap(_eager_searchsorted_Tensor(_rt_operand(sorted_sequence), _rt_operand(self), out_int32, right, side, _rt_operand_opt(sorter)))
 
 
 def searchsorted_Tensor_out(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None, out):
@@ -6650,7 +6650,7 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
     if _rt_state.tracing:
         return _rt_trace(ir.SegmentReduce, (data, reduce, lengths, indices, offsets, axis, unsafe, initial,))
     with _rt_x64:
-        return _rt_wrap(_eager_segment_reduce(_rt_value(data), reduce, _rt_value_opt(lengths), _rt_value_opt(indices), _rt_value_opt(offsets), axis, unsafe, _rt_scalar(initial)))
+        return _rt_wrap(_eager_segment_reduce(_rt_operand(data), reduce, _rt_operand_opt(lengths), _rt_operand_opt(indices), _rt_operand_opt(offsets), axis, unsafe, _rt_scalar(initial)))
 
 
 def segment_reduce_out(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None, out):
@@ -6668,7 +6668,7 @@ def select_backward(grad_output, input_sizes, dim, index):
     if _rt_state.tracing:
         return _rt_trace(ir.SelectBackward, (grad_output, input_sizes, dim, index,))
     with _rt_x64:
-        return _rt_wrap(_eager_select_backward(_rt_value(grad_output), _rt_attr_list(input_sizes), dim, index))
+        return _rt_wrap(_eager_select_backward(_rt_operand(grad_output), _rt_attr_list(input_sizes), dim, index))
 
 
 def select_backward_out(grad_output, input_sizes, dim, index, *, out):
@@ -6682,7 +6682,7 @@ def select_scatter(self, src, dim, index):
     if _rt_state.tracing:
         return _rt_trace(ir.SelectScatter, (self, src, dim, index,))
     with _rt_x64:
-        return _rt_wrap(_eager_select_scatter(_rt_value(self), _rt_value(src), dim, index))
+        return _rt_wrap(_eager_select_scatter(_rt_operand(self), _rt_operand(src), dim, index))
 
 
 def select_scatter_out(self, src, dim, index, *, out):
@@ -6696,7 +6696,7 @@ def sgn(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Sgn, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_sgn(_rt_value(self)))
+        return _rt_wrap(_eager_sgn(_rt_operand(self)))
 
 
 def sgn_out(self, *, out):
@@ -6714,7 +6714,7 @@ def sigmoid(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Sigmoid, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_sigmoid(_rt_value(self)))
+        return _rt_wrap(_eager_sigmoid(_rt_operand(self)))
 
 
 def sigmoid_out(self, *, out):
@@ -6732,7 +6732,7 @@ def sigmoid_backward(grad_output, output):
     if _rt_state.tracing:
         return _rt_trace(ir.SigmoidBackward, (grad_output, output,))
     with _rt_x64:
-        return _rt_wrap(_eager_sigmoid_backward(_rt_value(grad_output), _rt_value(output)))
+        return _rt_wrap(_eager_sigmoid_backward(_rt_operand(grad_output), _rt_operand(output)))
 
 
 def sigmoid_backward_grad_input(grad_output, output, *, grad_input):
@@ -6746,7 +6746,7 @@ def sign(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Sign, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_sign(_rt_value(self)))
+        return _rt_wrap(_eager_sign(_rt_operand(self)))
 
 
 def sign_out(self, *, out):
@@ -6764,7 +6764,7 @@ def signbit(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Signbit, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_signbit(_rt_value(self)))
+        return _rt_wrap(_eager_signbit(_rt_operand(self)))
 
 
 def signbit_out(self, *, out):
@@ -6778,7 +6778,7 @@ def silu(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Silu, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_silu(_rt_value(self)))
+        return _rt_wrap(_eager_silu(_rt_operand(self)))
 
 
 def silu_out(self, *, out):
@@ -6796,7 +6796,7 @@ def sin(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Sin, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_sin(_rt_value(self)))
+        return _rt_wrap(_eager_sin(_rt_operand(self)))
 
 
 def sin_out(self, *, out):
@@ -6814,7 +6814,7 @@ def sinc(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Sinc, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_sinc(_rt_value(self)))
+        return _rt_wrap(_eager_sinc(_rt_operand(self)))
 
 
 def sinc_out(self, *, out):
@@ -6832,7 +6832,7 @@ def sinh(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Sinh, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_sinh(_rt_value(self)))
+        return _rt_wrap(_eager_sinh(_rt_operand(self)))
 
 
 def sinh_out(self, *, out):
@@ -6854,7 +6854,7 @@ def slice_backward(grad_output, input_sizes, dim, start, end, step):
     if _rt_state.tracing:
         return _rt_trace(ir.SliceBackward, (grad_output, input_sizes, dim, start, end, step,))
     with _rt_x64:
-        return _rt_wrap(_eager_slice_backward(_rt_value(grad_output), _rt_attr_list(input_sizes), dim, start, end, step))
+        return _rt_wrap(_eager_slice_backward(_rt_operand(grad_output), _rt_attr_list(input_sizes), dim, start, end, step))
 
 
 def slice_backward_out(grad_output, input_sizes, dim, start, end, step, *, out):
@@ -6868,7 +6868,7 @@ def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
     if _rt_state.tracing:
         return _rt_trace(ir.SliceScatter, (self, src, dim, start, end, step,))
     with _rt_x64:
-        return _rt_wrap(_eager_slice_scatter(_rt_value(self), _rt_value(src), dim, start, end, step))
+        return _rt_wrap(_eager_slice_scatter(_rt_operand(self), _rt_operand(src), dim, start, end, step))
 
 
 def slice_scatter_out(self, src, dim=0, start=None, end=None, step=1, *, out):
@@ -6882,7 +6882,7 @@ def smooth_l1_loss(self, target, reduction=1, beta=1.0):
     if _rt_state.tracing:
         return _rt_trace(ir.SmoothL1Loss, (self, target, reduction, beta,))
     with _rt_x64:
-        return _rt_wrap(_eager_smooth_l1_loss(_rt_value(self), _rt_value(target), reduction, beta))
+        return _rt_wrap(_eager_smooth_l1_loss(_rt_operand(self), _rt_operand(target), reduction, beta))
 
 
 def smooth_l1_loss_out(self, target, reduction=1, beta=1.0, *, out):
@@ -6896,7 +6896,7 @@ def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
     if _rt_state.tracing:
         return _rt_trace(ir.SmoothL1LossBackward, (grad_output, self, target, reduction, beta,))
     with _rt_x64:
-        return _rt_wrap(_eager_smooth_l1_loss_backward(_rt_value(grad_output), _rt_value(self), _rt_value(target), reduction, beta))
+        return _rt_wrap(_eager_smooth_l1_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction, beta))
 
 
 def smooth_l1_loss_backward_grad_input(grad_output, self, target, reduction, beta, *, grad_input):
@@ -6910,7 +6910,7 @@ def soft_margin_loss(self, target, reduction=1):
     if _rt_state.tracing:
         return _rt_trace(ir.SoftMarginLoss, (self, target, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_soft_margin_loss(_rt_value(self), _rt_value(target), reduction))
+        return _rt_wrap(_eager_soft_margin_loss(_rt_operand(self), _rt_operand(target), reduction))
 
 
 def soft_margin_loss_out(self, target, reduction=1, *, out):
@@ -6924,7 +6924,7 @@ def soft_margin_loss_backward(grad_output, self, target, reduction):
     if _rt_state.tracing:
         return _rt_trace(ir.SoftMarginLossBackward, (grad_output, self, target, reduction,))
     with _rt_x64:
-        return _rt_wrap(_eager_soft_margin_loss_backward(_rt_value(grad_output), _rt_value(self), _rt_value(target), reduction))
+        return _rt_wrap(_eager_soft_margin_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction))
 
 
 def soft_margin_loss_backward_grad_input(grad_output, self, target, reduction, *, grad_input):
@@ -6938,7 +6938,7 @@ def softplus(self, beta=1, threshold=20):
     if _rt_state.tracing:
         return _rt_trace(ir.Softplus, (self, beta, threshold,))
     with _rt_x64:
-        return _rt_wrap(_eager_softplus(_rt_value(self), _rt_scalar(beta), _rt_scalar(threshold)))
+        return _rt_wrap(_eager_softplus(_rt_operand(self), _rt_scalar(beta), _rt_scalar(threshold)))
 
 
 def softplus_out(self, beta=1, threshold=20, *, out):
@@ -6952,7 +6952,7 @@ def softplus_backward(grad_output, self, beta, threshold):
     if _rt_state.tracing:
         return _rt_trace(ir.SoftplusBackward, (grad_output, self, beta, threshold,))
     with _rt_x64:
-        return _rt_wrap(_eager_softplus_backward(_rt_value(grad_output), _rt_value(self), _rt_scalar(beta), _rt_scalar(threshold)))
+        return _rt_wrap(_eager_softplus_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(beta), _rt_scalar(threshold)))
 
 
 def softplus_backward_grad_input(grad_output, self, beta, threshold, *, grad_input):
@@ -6966,7 +6966,7 @@ def softshrink(self, lambd=0.5):
     if _rt_state.tracing:
         return _rt_trace(ir.Softshrink, (self, lambd,))
     with _rt_x64:
-        return _rt_wrap(_eager_softshrink(_rt_value(self), _rt_scalar(lambd)))
+        return _rt_wrap(_eager_softshrink(_rt_operand(self), _rt_scalar(lambd)))
 
 
 def softshrink_out(self, lambd=0.5, *, out):
@@ -6980,7 +6980,7 @@ def softshrink_backward(grad_output, self, lambd):
     if _rt_state.tracing:
         return _rt_trace(ir.SoftshrinkBackward, (grad_output, self, lambd,))
     with _rt_x64:
-        return _rt_wrap(_eager_softshrink_backward(_rt_value(grad_output), _rt_value(self), _rt_scalar(lambd)))
+        return _rt_wrap(_eager_softshrink_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(lambd)))
 
 
 def softshrink_backward_grad_input(grad_output, self, lambd, *, grad_input):
@@ -6994,7 +6994,7 @@ def sort(self, dim=-1, descending=False):
     if _rt_state.tracing:
         return _rt_trace(ir.Sort, (self, dim, descending,))
     with _rt_x64:
-        return _rt_wrap(_eager_sort(_rt_value(self), dim, descending))
+        return _rt_wrap(_eager_sort(_rt_operand(self), dim, descending))
 
 
 _eager_sort_stable = _rt_eager_executable(ir.SortStable)
@@ -7004,7 +7004,7 @@ def sort_stable(self, *, stable, dim=-1, descending=False):
     if _rt_state.tracing:
         return _rt_trace(ir.SortStable, (self, stable, dim, descending,))
     with _rt_x64:
-        return _rt_wrap(_eager_sort_stable(_rt_value(self), stable, dim, descending))
+        return _rt_wrap(_eager_sort_stable(_rt_operand(self), stable, dim, descending))
 
 
 def sort_values(self, dim=-1, descending=False, *, values, indices):
@@ -7022,7 +7022,7 @@ def special_airy_ai(x):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialAiryAi, (x,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_airy_ai(_rt_value(x)))
+        return _rt_wrap(_eager_special_airy_ai(_rt_operand(x)))
 
 
 def special_airy_ai_out(x, *, out):
@@ -7036,7 +7036,7 @@ def special_bessel_j0(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialBesselJ0, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_bessel_j0(_rt_value(self)))
+        return _rt_wrap(_eager_special_bessel_j0(_rt_operand(self)))
 
 
 def special_bessel_j0_out(self, *, out):
@@ -7050,7 +7050,7 @@ def special_bessel_j1(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialBesselJ1, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_bessel_j1(_rt_value(self)))
+        return _rt_wrap(_eager_special_bessel_j1(_rt_operand(self)))
 
 
 def special_bessel_j1_out(self, *, out):
@@ -7064,7 +7064,7 @@ def special_bessel_y0(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialBesselY0, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_bessel_y0(_rt_value(self)))
+        return _rt_wrap(_eager_special_bessel_y0(_rt_operand(self)))
 
 
 def special_bessel_y0_out(self, *, out):
@@ -7078,7 +7078,7 @@ def special_bessel_y1(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialBesselY1, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_bessel_y1(_rt_value(self)))
+        return _rt_wrap(_eager_special_bessel_y1(_rt_operand(self)))
 
 
 def special_bessel_y1_out(self, *, out):
@@ -7092,7 +7092,7 @@ def special_chebyshev_polynomial_t(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialT, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_t(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_t(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_chebyshev_polynomial_t_n_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialTNScalar)
@@ -7102,7 +7102,7 @@ def special_chebyshev_polynomial_t_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialTNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_t_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_t_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_chebyshev_polynomial_t_n_scalar_out(x, n, *, out):
@@ -7120,7 +7120,7 @@ def special_chebyshev_polynomial_t_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialTXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_t_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_t_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_chebyshev_polynomial_t_x_scalar_out(x, n, *, out):
@@ -7134,7 +7134,7 @@ def special_chebyshev_polynomial_u(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialU, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_u(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_u(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_chebyshev_polynomial_u_n_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialUNScalar)
@@ -7144,7 +7144,7 @@ def special_chebyshev_polynomial_u_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialUNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_u_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_u_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_chebyshev_polynomial_u_n_scalar_out(x, n, *, out):
@@ -7162,7 +7162,7 @@ def special_chebyshev_polynomial_u_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialUXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_u_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_u_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_chebyshev_polynomial_u_x_scalar_out(x, n, *, out):
@@ -7176,7 +7176,7 @@ def special_chebyshev_polynomial_v(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialV, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_v(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_v(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_chebyshev_polynomial_v_n_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialVNScalar)
@@ -7186,7 +7186,7 @@ def special_chebyshev_polynomial_v_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialVNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_v_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_v_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_chebyshev_polynomial_v_n_scalar_out(x, n, *, out):
@@ -7204,7 +7204,7 @@ def special_chebyshev_polynomial_v_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialVXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_v_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_v_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_chebyshev_polynomial_v_x_scalar_out(x, n, *, out):
@@ -7218,7 +7218,7 @@ def special_chebyshev_polynomial_w(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialW, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_w(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_w(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_chebyshev_polynomial_w_n_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialWNScalar)
@@ -7228,7 +7228,7 @@ def special_chebyshev_polynomial_w_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialWNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_w_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_w_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_chebyshev_polynomial_w_n_scalar_out(x, n, *, out):
@@ -7246,7 +7246,7 @@ def special_chebyshev_polynomial_w_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialChebyshevPolynomialWXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_chebyshev_polynomial_w_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_chebyshev_polynomial_w_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_chebyshev_polynomial_w_x_scalar_out(x, n, *, out):
@@ -7260,7 +7260,7 @@ def special_entr(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialEntr, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_entr(_rt_value(self)))
+        return _rt_wrap(_eager_special_entr(_rt_operand(self)))
 
 
 def special_entr_out(self, *, out):
@@ -7274,7 +7274,7 @@ def special_erfcx(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialErfcx, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_erfcx(_rt_value(self)))
+        return _rt_wrap(_eager_special_erfcx(_rt_operand(self)))
 
 
 def special_erfcx_out(self, *, out):
@@ -7288,7 +7288,7 @@ def special_hermite_polynomial_h(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialHermitePolynomialH, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_hermite_polynomial_h(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_hermite_polynomial_h(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_hermite_polynomial_h_n_scalar = _rt_eager_executable(ir.SpecialHermitePolynomialHNScalar)
@@ -7298,7 +7298,7 @@ def special_hermite_polynomial_h_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialHermitePolynomialHNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_hermite_polynomial_h_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_hermite_polynomial_h_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_hermite_polynomial_h_n_scalar_out(x, n, *, out):
@@ -7316,7 +7316,7 @@ def special_hermite_polynomial_h_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialHermitePolynomialHXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_hermite_polynomial_h_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_hermite_polynomial_h_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_hermite_polynomial_h_x_scalar_out(x, n, *, out):
@@ -7330,7 +7330,7 @@ def special_hermite_polynomial_he(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialHermitePolynomialHe, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_hermite_polynomial_he(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_hermite_polynomial_he(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_hermite_polynomial_he_n_scalar = _rt_eager_executable(ir.SpecialHermitePolynomialHeNScalar)
@@ -7340,7 +7340,7 @@ def special_hermite_polynomial_he_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialHermitePolynomialHeNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_hermite_polynomial_he_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_hermite_polynomial_he_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_hermite_polynomial_he_n_scalar_out(x, n, *, out):
@@ -7358,7 +7358,7 @@ def special_hermite_polynomial_he_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialHermitePolynomialHeXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_hermite_polynomial_he_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_hermite_polynomial_he_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_hermite_polynomial_he_x_scalar_out(x, n, *, out):
@@ -7372,7 +7372,7 @@ def special_i0e(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialI0e, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_i0e(_rt_value(self)))
+        return _rt_wrap(_eager_special_i0e(_rt_operand(self)))
 
 
 def special_i0e_out(self, *, out):
@@ -7386,7 +7386,7 @@ def special_i1(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialI1, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_i1(_rt_value(self)))
+        return _rt_wrap(_eager_special_i1(_rt_operand(self)))
 
 
 def special_i1_out(self, *, out):
@@ -7400,7 +7400,7 @@ def special_i1e(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialI1e, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_i1e(_rt_value(self)))
+        return _rt_wrap(_eager_special_i1e(_rt_operand(self)))
 
 
 def special_i1e_out(self, *, out):
@@ -7414,7 +7414,7 @@ def special_laguerre_polynomial_l(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialLaguerrePolynomialL, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_laguerre_polynomial_l(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_laguerre_polynomial_l(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_laguerre_polynomial_l_n_scalar = _rt_eager_executable(ir.SpecialLaguerrePolynomialLNScalar)
@@ -7424,7 +7424,7 @@ def special_laguerre_polynomial_l_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialLaguerrePolynomialLNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_laguerre_polynomial_l_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_laguerre_polynomial_l_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_laguerre_polynomial_l_n_scalar_out(x, n, *, out):
@@ -7442,7 +7442,7 @@ def special_laguerre_polynomial_l_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialLaguerrePolynomialLXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_laguerre_polynomial_l_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_laguerre_polynomial_l_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_laguerre_polynomial_l_x_scalar_out(x, n, *, out):
@@ -7456,7 +7456,7 @@ def special_legendre_polynomial_p(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialLegendrePolynomialP, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_legendre_polynomial_p(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_legendre_polynomial_p(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_legendre_polynomial_p_n_scalar = _rt_eager_executable(ir.SpecialLegendrePolynomialPNScalar)
@@ -7466,7 +7466,7 @@ def special_legendre_polynomial_p_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialLegendrePolynomialPNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_legendre_polynomial_p_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_legendre_polynomial_p_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_legendre_polynomial_p_n_scalar_out(x, n, *, out):
@@ -7484,7 +7484,7 @@ def special_legendre_polynomial_p_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialLegendrePolynomialPXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_legendre_polynomial_p_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_legendre_polynomial_p_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_legendre_polynomial_p_x_scalar_out(x, n, *, out):
@@ -7498,7 +7498,7 @@ def special_log_ndtr(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialLogNdtr, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_log_ndtr(_rt_value(self)))
+        return _rt_wrap(_eager_special_log_ndtr(_rt_operand(self)))
 
 
 def special_log_ndtr_out(self, *, out):
@@ -7512,7 +7512,7 @@ def special_modified_bessel_i0(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialModifiedBesselI0, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_modified_bessel_i0(_rt_value(self)))
+        return _rt_wrap(_eager_special_modified_bessel_i0(_rt_operand(self)))
 
 
 def special_modified_bessel_i0_out(self, *, out):
@@ -7526,7 +7526,7 @@ def special_modified_bessel_i1(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialModifiedBesselI1, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_modified_bessel_i1(_rt_value(self)))
+        return _rt_wrap(_eager_special_modified_bessel_i1(_rt_operand(self)))
 
 
 def special_modified_bessel_i1_out(self, *, out):
@@ -7540,7 +7540,7 @@ def special_modified_bessel_k0(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialModifiedBesselK0, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_modified_bessel_k0(_rt_value(self)))
+        return _rt_wrap(_eager_special_modified_bessel_k0(_rt_operand(self)))
 
 
 def special_modified_bessel_k0_out(self, *, out):
@@ -7554,7 +7554,7 @@ def special_modified_bessel_k1(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialModifiedBesselK1, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_modified_bessel_k1(_rt_value(self)))
+        return _rt_wrap(_eager_special_modified_bessel_k1(_rt_operand(self)))
 
 
 def special_modified_bessel_k1_out(self, *, out):
@@ -7568,7 +7568,7 @@ def special_ndtri(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialNdtri, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_ndtri(_rt_value(self)))
+        return _rt_wrap(_eager_special_ndtri(_rt_operand(self)))
 
 
 def special_ndtri_out(self, *, out):
@@ -7582,7 +7582,7 @@ def special_scaled_modified_bessel_k0(x):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialScaledModifiedBesselK0, (x,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_scaled_modified_bessel_k0(_rt_value(x)))
+        return _rt_wrap(_eager_special_scaled_modified_bessel_k0(_rt_operand(x)))
 
 
 def special_scaled_modified_bessel_k0_out(x, *, out):
@@ -7596,7 +7596,7 @@ def special_scaled_modified_bessel_k1(x):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialScaledModifiedBesselK1, (x,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_scaled_modified_bessel_k1(_rt_value(x)))
+        return _rt_wrap(_eager_special_scaled_modified_bessel_k1(_rt_operand(x)))
 
 
 def special_scaled_modified_bessel_k1_out(x, *, out):
@@ -7610,7 +7610,7 @@ def special_shifted_chebyshev_polynomial_t(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialT, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_shifted_chebyshev_polynomial_t_n_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialTNScalar)
@@ -7620,7 +7620,7 @@ def special_shifted_chebyshev_polynomial_t_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialTNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_shifted_chebyshev_polynomial_t_n_scalar_out(x, n, *, out):
@@ -7638,7 +7638,7 @@ def special_shifted_chebyshev_polynomial_t_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialTXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_shifted_chebyshev_polynomial_t_x_scalar_out(x, n, *, out):
@@ -7652,7 +7652,7 @@ def special_shifted_chebyshev_polynomial_u(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialU, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_shifted_chebyshev_polynomial_u_n_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialUNScalar)
@@ -7662,7 +7662,7 @@ def special_shifted_chebyshev_polynomial_u_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialUNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_shifted_chebyshev_polynomial_u_n_scalar_out(x, n, *, out):
@@ -7680,7 +7680,7 @@ def special_shifted_chebyshev_polynomial_u_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialUXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_shifted_chebyshev_polynomial_u_x_scalar_out(x, n, *, out):
@@ -7694,7 +7694,7 @@ def special_shifted_chebyshev_polynomial_v(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialV, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_shifted_chebyshev_polynomial_v_n_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialVNScalar)
@@ -7704,7 +7704,7 @@ def special_shifted_chebyshev_polynomial_v_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialVNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_shifted_chebyshev_polynomial_v_n_scalar_out(x, n, *, out):
@@ -7722,7 +7722,7 @@ def special_shifted_chebyshev_polynomial_v_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialVXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_shifted_chebyshev_polynomial_v_x_scalar_out(x, n, *, out):
@@ -7736,7 +7736,7 @@ def special_shifted_chebyshev_polynomial_w(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialW, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w(_rt_value(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w(_rt_operand(x), _rt_operand(n)))
 
 
 _eager_special_shifted_chebyshev_polynomial_w_n_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialWNScalar)
@@ -7746,7 +7746,7 @@ def special_shifted_chebyshev_polynomial_w_n_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialWNScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_n_scalar(_rt_value(x), _rt_scalar(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
 
 def special_shifted_chebyshev_polynomial_w_n_scalar_out(x, n, *, out):
@@ -7764,7 +7764,7 @@ def special_shifted_chebyshev_polynomial_w_x_scalar(x, n):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialShiftedChebyshevPolynomialWXScalar, (x, n,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_x_scalar(_rt_scalar(x), _rt_value(n)))
+        return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
 
 def special_shifted_chebyshev_polynomial_w_x_scalar_out(x, n, *, out):
@@ -7778,7 +7778,7 @@ def special_spherical_bessel_j0(x):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialSphericalBesselJ0, (x,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_spherical_bessel_j0(_rt_value(x)))
+        return _rt_wrap(_eager_special_spherical_bessel_j0(_rt_operand(x)))
 
 
 def special_spherical_bessel_j0_out(x, *, out):
@@ -7792,7 +7792,7 @@ def special_xlog1py(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialXlog1py, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_xlog1py(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_special_xlog1py(_rt_operand(self), _rt_operand(other)))
 
 
 _eager_special_xlog1py_other_scalar = _rt_eager_executable(ir.SpecialXlog1pyOtherScalar)
@@ -7802,7 +7802,7 @@ def special_xlog1py_other_scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialXlog1pyOtherScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_xlog1py_other_scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_special_xlog1py_other_scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def special_xlog1py_other_scalar_out(self, other, *, out):
@@ -7820,7 +7820,7 @@ def special_xlog1py_self_scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialXlog1pySelfScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_xlog1py_self_scalar(_rt_scalar(self), _rt_value(other)))
+        return _rt_wrap(_eager_special_xlog1py_self_scalar(_rt_scalar(self), _rt_operand(other)))
 
 
 def special_xlog1py_self_scalar_out(self, other, *, out):
@@ -7834,7 +7834,7 @@ def special_zeta(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialZeta, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_zeta(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_special_zeta(_rt_operand(self), _rt_operand(other)))
 
 
 _eager_special_zeta_other_scalar = _rt_eager_executable(ir.SpecialZetaOtherScalar)
@@ -7844,7 +7844,7 @@ def special_zeta_other_scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialZetaOtherScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_zeta_other_scalar(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_special_zeta_other_scalar(_rt_operand(self), _rt_scalar(other)))
 
 
 def special_zeta_other_scalar_out(self, other, *, out):
@@ -7862,7 +7862,7 @@ def special_zeta_self_scalar(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.SpecialZetaSelfScalar, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_special_zeta_self_scalar(_rt_scalar(self), _rt_value(other)))
+        return _rt_wrap(_eager_special_zeta_self_scalar(_rt_scalar(self), _rt_operand(other)))
 
 
 def special_zeta_self_scalar_out(self, other, *, out):
@@ -7880,7 +7880,7 @@ def split_copy_Tensor(self, split_size, dim=0):
     if _rt_state.tracing:
         return _rt_trace(ir.SplitCopyTensor, (self, split_size, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_split_copy_Tensor(_rt_value(self), split_size, dim))
+        return _rt_wrap(_eager_split_copy_Tensor(_rt_operand(self), split_size, dim))
 
 
 def split_copy_Tensor_out(self, split_size, dim=0, *, out):
@@ -7898,7 +7898,7 @@ def split_with_sizes_copy(self, split_sizes, dim=0):
     if _rt_state.tracing:
         return _rt_trace(ir.SplitWithSizesCopy, (self, split_sizes, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_split_with_sizes_copy(_rt_value(self), _rt_attr_list(split_sizes), dim))
+        return _rt_wrap(_eager_split_with_sizes_copy(_rt_operand(self), _rt_attr_list(split_sizes), dim))
 
 
 def split_with_sizes_copy_out(self, split_sizes, dim=0, *, out):
@@ -7912,7 +7912,7 @@ def sqrt(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Sqrt, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_sqrt(_rt_value(self)))
+        return _rt_wrap(_eager_sqrt(_rt_operand(self)))
 
 
 def sqrt_out(self, *, out):
@@ -7954,7 +7954,7 @@ def squeeze_copy(self):
     if _rt_state.tracing:
         return _rt_trace(ir.SqueezeCopy, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_squeeze_copy(_rt_value(self)))
+        return _rt_wrap(_eager_squeeze_copy(_rt_operand(self)))
 
 
 _eager_squeeze_copy_dim = _rt_eager_executable(ir.SqueezeCopyDim)
@@ -7964,7 +7964,7 @@ def squeeze_copy_dim(self, dim):
     if _rt_state.tracing:
         return _rt_trace(ir.SqueezeCopyDim, (self, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_squeeze_copy_dim(_rt_value(self), dim))
+        return _rt_wrap(_eager_squeeze_copy_dim(_rt_operand(self), dim))
 
 
 def squeeze_copy_dim_out(self, dim, *, out):
@@ -7978,7 +7978,7 @@ def squeeze_copy_dims(self, dim):
     if _rt_state.tracing:
         return _rt_trace(ir.SqueezeCopyDims, (self, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_squeeze_copy_dims(_rt_value(self), _rt_attr_list(dim)))
+        return _rt_wrap(_eager_squeeze_copy_dims(_rt_operand(self), _rt_attr_list(dim)))
 
 
 def squeeze_copy_dims_out(self, dim, *, out):
@@ -7996,7 +7996,7 @@ def stack(tensors, dim=0):
     if _rt_state.tracing:
         return _rt_trace(ir.Stack, (tensors, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_stack(_rt_values(tensors), dim))
+        return _rt_wrap(_eager_stack(_rt_operands(tensors), dim))
 
 
 def stack_out(tensors, dim=0, *, out):
@@ -8010,7 +8010,7 @@ def std_correction(self, dim=None, *, correction=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.StdCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_std_correction(_rt_value(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
+        return _rt_wrap(_eager_std_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
 
 def std_correction_out(self, dim=None, *, correction=None, keepdim=False, out):
@@ -8024,7 +8024,7 @@ def std_mean_correction(self, dim=None, *, correction=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.StdMeanCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_std_mean_correction(_rt_value(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
+        return _rt_wrap(_eager_std_mean_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
 
 def std_mean_correction_out(self, dim=None, *, correction=None, keepdim=False, out0, out1):
@@ -8038,7 +8038,7 @@ def sub_Scalar(self, other, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.SubScalar, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_sub_Scalar(_rt_value(self), _rt_scalar(other), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_sub_Scalar(_rt_operand(self), _rt_scalar(other), _rt_scalar(alpha)))
 
 
 def sub_Scalar_out(self, other, alpha=1, *, out):
@@ -8052,7 +8052,7 @@ def sub_Tensor(self, other, *, alpha=1):
     if _rt_state.tracing:
         return _rt_trace(ir.SubTensor, (self, other, alpha,))
     with _rt_x64:
-        return _rt_wrap(_eager_sub_Tensor(_rt_value(self), _rt_value(other), _rt_scalar(alpha)))
+        return _rt_wrap(_eager_sub_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
 
 
 def sub_out(self, other, *, alpha=1, out):
@@ -8074,7 +8074,7 @@ def sum(self, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.Sum, (self, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_sum(_rt_value(self), dtype))
+        return _rt_wrap(_eager_sum(_rt_operand(self), dtype))
 
 
 def sum_IntList_out(self, dim, keepdim=False, *, dtype=None, out):
@@ -8088,7 +8088,7 @@ def sum_dim_IntList(self, dim, keepdim=False, *, dtype=None):
     if _rt_state.tracing:
         return _rt_trace(ir.SumDimIntList, (self, dim, keepdim, dtype,))
     with _rt_x64:
-        return _rt_wrap(_eager_sum_dim_IntList(_rt_value(self), _rt_attr_list(dim), keepdim, dtype))
+        return _rt_wrap(_eager_sum_dim_IntList(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
 
 
 def sum_out(self, *, dtype=None, out):
@@ -8110,7 +8110,7 @@ def t_copy(self):
     if _rt_state.tracing:
         return _rt_trace(ir.TCopy, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_t_copy(_rt_value(self)))
+        return _rt_wrap(_eager_t_copy(_rt_operand(self)))
 
 
 def t_copy_out(self, *, out):
@@ -8124,7 +8124,7 @@ def take(self, index):
     if _rt_state.tracing:
         return _rt_trace(ir.Take, (self, index,))
     with _rt_x64:
-        return _rt_wrap(_eager_take(_rt_value(self), _rt_value(index)))
+        return _rt_wrap(_eager_take(_rt_operand(self), _rt_operand(index)))
 
 
 def take_out(self, index, *, out):
@@ -8138,7 +8138,7 @@ def tan(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Tan, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_tan(_rt_value(self)))
+        return _rt_wrap(_eager_tan(_rt_operand(self)))
 
 
 def tan_out(self, *, out):
@@ -8156,7 +8156,7 @@ def tanh(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Tanh, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_tanh(_rt_value(self)))
+        return _rt_wrap(_eager_tanh(_rt_operand(self)))
 
 
 def tanh_out(self, *, out):
@@ -8174,7 +8174,7 @@ def tanh_backward(grad_output, output):
     if _rt_state.tracing:
         return _rt_trace(ir.TanhBackward, (grad_output, output,))
     with _rt_x64:
-        return _rt_wrap(_eager_tanh_backward(_rt_value(grad_output), _rt_value(output)))
+        return _rt_wrap(_eager_tanh_backward(_rt_operand(grad_output), _rt_operand(output)))
 
 
 def tanh_backward_grad_input(grad_output, output, *, grad_input):
@@ -8188,7 +8188,7 @@ def threshold(self, threshold, value):
     if _rt_state.tracing:
         return _rt_trace(ir.Threshold, (self, threshold, value,))
     with _rt_x64:
-        return _rt_wrap(_eager_threshold(_rt_value(self), _rt_scalar(threshold), _rt_scalar(value)))
+        return _rt_wrap(_eager_threshold(_rt_operand(self), _rt_scalar(threshold), _rt_scalar(value)))
 
 
 def threshold_out(self, threshold, value, *, out):
@@ -8206,7 +8206,7 @@ def threshold_backward(grad_output, self, threshold):
     if _rt_state.tracing:
         return _rt_trace(ir.ThresholdBackward, (grad_output, self, threshold,))
     with _rt_x64:
-        return _rt_wrap(_eager_threshold_backward(_rt_value(grad_output), _rt_value(self), _rt_scalar(threshold)))
+        return _rt_wrap(_eager_threshold_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(threshold)))
 
 
 def threshold_backward_grad_input(grad_output, self, threshold, *, grad_input):
@@ -8220,7 +8220,7 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
     if _rt_state.tracing:
         return _rt_trace(ir.Topk, (self, k, dim, largest, sorted,))
     with _rt_x64:
-        return _rt_wrap(_eager_topk(_rt_value(self), k, dim, largest, sorted))
+        return _rt_wrap(_eager_topk(_rt_operand(self), k, dim, largest, sorted))
 
 
 def topk_values(self, k, dim=-1, largest=True, sorted=True, *, values, indices):
@@ -8234,7 +8234,7 @@ def trace(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Trace, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_trace(_rt_value(self)))
+        return _rt_wrap(_eager_trace(_rt_operand(self)))
 
 
 def trace_out(self, *, out):
@@ -8256,7 +8256,7 @@ def transpose_copy_int(self, dim0, dim1):
     if _rt_state.tracing:
         return _rt_trace(ir.TransposeCopyInt, (self, dim0, dim1,))
     with _rt_x64:
-        return _rt_wrap(_eager_transpose_copy_int(_rt_value(self), dim0, dim1))
+        return _rt_wrap(_eager_transpose_copy_int(_rt_operand(self), dim0, dim1))
 
 
 def transpose_copy_int_out(self, dim0, dim1, *, out):
@@ -8270,7 +8270,7 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     if _rt_state.tracing:
         return _rt_trace(ir.TriangularSolve, (self, A, upper, transpose, unitriangular,))
     with _rt_x64:
-        return _rt_wrap(_eager_triangular_solve(_rt_value(self), _rt_value(A), upper, transpose, unitriangular))
+        return _rt_wrap(_eager_triangular_solve(_rt_operand(self), _rt_operand(A), upper, transpose, unitriangular))
 
 
 def triangular_solve_X(self, A, upper=True, transpose=False, unitriangular=False, *, X, M):
@@ -8284,7 +8284,7 @@ def tril(self, diagonal=0):
     if _rt_state.tracing:
         return _rt_trace(ir.Tril, (self, diagonal,))
     with _rt_x64:
-        return _rt_wrap(_eager_tril(_rt_value(self), diagonal))
+        return _rt_wrap(_eager_tril(_rt_operand(self), diagonal))
 
 
 def tril_out(self, diagonal=0, *, out):
@@ -8310,7 +8310,7 @@ def triu(self, diagonal=0):
     if _rt_state.tracing:
         return _rt_trace(ir.Triu, (self, diagonal,))
     with _rt_x64:
-        return _rt_wrap(_eager_triu(_rt_value(self), diagonal))
+        return _rt_wrap(_eager_triu(_rt_operand(self), diagonal))
 
 
 def triu_out(self, diagonal=0, *, out):
@@ -8336,7 +8336,7 @@ def trunc(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Trunc, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_trunc(_rt_value(self)))
+        return _rt_wrap(_eager_trunc(_rt_operand(self)))
 
 
 def trunc_out(self, *, out):
@@ -8358,7 +8358,7 @@ def unbind_copy_int(self, dim=0):
     if _rt_state.tracing:
         return _rt_trace(ir.UnbindCopyInt, (self, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_unbind_copy_int(_rt_value(self), dim))
+        return _rt_wrap(_eager_unbind_copy_int(_rt_operand(self), dim))
 
 
 def unbind_copy_int_out(self, dim=0, *, out):
@@ -8376,7 +8376,7 @@ def unfold_backward(grad_in, input_sizes, dim, size, step):
     if _rt_state.tracing:
         return _rt_trace(ir.UnfoldBackward, (grad_in, input_sizes, dim, size, step,))
     with _rt_x64:
-        return _rt_wrap(_eager_unfold_backward(_rt_value(grad_in), _rt_attr_list(input_sizes), dim, size, step))
+        return _rt_wrap(_eager_unfold_backward(_rt_operand(grad_in), _rt_attr_list(input_sizes), dim, size, step))
 
 
 def unfold_backward_out(grad_in, input_sizes, dim, size, step, *, out):
@@ -8390,7 +8390,7 @@ def unfold_copy(self, dimension, size, step):
     if _rt_state.tracing:
         return _rt_trace(ir.UnfoldCopy, (self, dimension, size, step,))
     with _rt_x64:
-        return _rt_wrap(_eager_unfold_copy(_rt_value(self), dimension, size, step))
+        return _rt_wrap(_eager_unfold_copy(_rt_operand(self), dimension, size, step))
 
 
 def unfold_copy_out(self, dimension, size, step, *, out):
@@ -8440,7 +8440,7 @@ def unsafe_split_Tensor(self, split_size, dim=0):
     if _rt_state.tracing:
         return _rt_trace(ir.UnsafeSplitTensor, (self, split_size, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_unsafe_split_Tensor(_rt_value(self), split_size, dim))
+        return _rt_wrap(_eager_unsafe_split_Tensor(_rt_operand(self), split_size, dim))
 
 
 def unsafe_split_Tensor_out(self, split_size, dim=0, *, out):
@@ -8462,7 +8462,7 @@ def unsqueeze_copy(self, dim):
     if _rt_state.tracing:
         return _rt_trace(ir.UnsqueezeCopy, (self, dim,))
     with _rt_x64:
-        return _rt_wrap(_eager_unsqueeze_copy(_rt_value(self), dim))
+        return _rt_wrap(_eager_unsqueeze_copy(_rt_operand(self), dim))
 
 
 def unsqueeze_copy_out(self, dim, *, out):
@@ -8476,7 +8476,7 @@ def upsample_bicubic2d(self, output_size, align_corners, scales_h=None, scales_w
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleBicubic2d, (self, output_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_bicubic2d(_rt_value(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
+        return _rt_wrap(_eager_upsample_bicubic2d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
 
 
 def upsample_bicubic2d_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
@@ -8490,7 +8490,7 @@ def upsample_bicubic2d_backward(grad_output, output_size, input_size, align_corn
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleBicubic2dBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_bicubic2d_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
+        return _rt_wrap(_eager_upsample_bicubic2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
 
 
 def upsample_bicubic2d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
@@ -8504,7 +8504,7 @@ def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleBilinear2d, (self, output_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_bilinear2d(_rt_value(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
+        return _rt_wrap(_eager_upsample_bilinear2d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
 
 
 def upsample_bilinear2d_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
@@ -8518,7 +8518,7 @@ def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_cor
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleBilinear2dBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_bilinear2d_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
+        return _rt_wrap(_eager_upsample_bilinear2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
 
 
 def upsample_bilinear2d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
@@ -8532,7 +8532,7 @@ def upsample_linear1d(self, output_size, align_corners, scales=None):
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleLinear1d, (self, output_size, align_corners, scales,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_linear1d(_rt_value(self), _rt_attr_list(output_size), align_corners, scales))
+        return _rt_wrap(_eager_upsample_linear1d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales))
 
 
 def upsample_linear1d_out(self, output_size, align_corners, scales=None, *, out):
@@ -8546,7 +8546,7 @@ def upsample_linear1d_backward(grad_output, output_size, input_size, align_corne
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleLinear1dBackward, (grad_output, output_size, input_size, align_corners, scales,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_linear1d_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales))
+        return _rt_wrap(_eager_upsample_linear1d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales))
 
 
 def upsample_linear1d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales=None, *, grad_input):
@@ -8560,7 +8560,7 @@ def upsample_nearest1d(self, output_size, scales=None):
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleNearest1d, (self, output_size, scales,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_nearest1d(_rt_value(self), _rt_attr_list(output_size), scales))
+        return _rt_wrap(_eager_upsample_nearest1d(_rt_operand(self), _rt_attr_list(output_size), scales))
 
 
 def upsample_nearest1d_out(self, output_size, scales=None, *, out):
@@ -8574,7 +8574,7 @@ def upsample_nearest1d_backward(grad_output, output_size, input_size, scales=Non
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleNearest1dBackward, (grad_output, output_size, input_size, scales,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_nearest1d_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales))
+        return _rt_wrap(_eager_upsample_nearest1d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales))
 
 
 def upsample_nearest1d_backward_grad_input(grad_output, output_size, input_size, scales=None, *, grad_input):
@@ -8588,7 +8588,7 @@ def upsample_nearest2d(self, output_size, scales_h=None, scales_w=None):
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleNearest2d, (self, output_size, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_nearest2d(_rt_value(self), _rt_attr_list(output_size), scales_h, scales_w))
+        return _rt_wrap(_eager_upsample_nearest2d(_rt_operand(self), _rt_attr_list(output_size), scales_h, scales_w))
 
 
 def upsample_nearest2d_out(self, output_size, scales_h=None, scales_w=None, *, out):
@@ -8602,7 +8602,7 @@ def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=N
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleNearest2dBackward, (grad_output, output_size, input_size, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_nearest2d_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_h, scales_w))
+        return _rt_wrap(_eager_upsample_nearest2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_h, scales_w))
 
 
 def upsample_nearest2d_backward_grad_input(grad_output, output_size, input_size, scales_h=None, scales_w=None, *, grad_input):
@@ -8616,7 +8616,7 @@ def upsample_nearest3d(self, output_size, scales_d=None, scales_h=None, scales_w
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleNearest3d, (self, output_size, scales_d, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_nearest3d(_rt_value(self), _rt_attr_list(output_size), scales_d, scales_h, scales_w))
+        return _rt_wrap(_eager_upsample_nearest3d(_rt_operand(self), _rt_attr_list(output_size), scales_d, scales_h, scales_w))
 
 
 def upsample_nearest3d_out(self, output_size, scales_d=None, scales_h=None, scales_w=None, *, out):
@@ -8630,7 +8630,7 @@ def upsample_nearest3d_backward(grad_output, output_size, input_size, scales_d=N
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleNearest3dBackward, (grad_output, output_size, input_size, scales_d, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_nearest3d_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_d, scales_h, scales_w))
+        return _rt_wrap(_eager_upsample_nearest3d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_d, scales_h, scales_w))
 
 
 def upsample_nearest3d_backward_grad_input(grad_output, output_size, input_size, scales_d=None, scales_h=None, scales_w=None, *, grad_input):
@@ -8644,7 +8644,7 @@ def upsample_trilinear3d(self, output_size, align_corners, scales_d=None, scales
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleTrilinear3d, (self, output_size, align_corners, scales_d, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_trilinear3d(_rt_value(self), _rt_attr_list(output_size), align_corners, scales_d, scales_h, scales_w))
+        return _rt_wrap(_eager_upsample_trilinear3d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_d, scales_h, scales_w))
 
 
 def upsample_trilinear3d_out(self, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None, *, out):
@@ -8658,7 +8658,7 @@ def upsample_trilinear3d_backward(grad_output, output_size, input_size, align_co
     if _rt_state.tracing:
         return _rt_trace(ir.UpsampleTrilinear3dBackward, (grad_output, output_size, input_size, align_corners, scales_d, scales_h, scales_w,))
     with _rt_x64:
-        return _rt_wrap(_eager_upsample_trilinear3d_backward(_rt_value(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_d, scales_h, scales_w))
+        return _rt_wrap(_eager_upsample_trilinear3d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_d, scales_h, scales_w))
 
 
 def upsample_trilinear3d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_d=None, scales_h=None, scales_w=None, *, grad_input):
@@ -8672,7 +8672,7 @@ def var_correction(self, dim=None, *, correction=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.VarCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_var_correction(_rt_value(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
+        return _rt_wrap(_eager_var_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
 
 def var_correction_out(self, dim=None, *, correction=None, keepdim=False, out):
@@ -8686,7 +8686,7 @@ def var_mean_correction(self, dim=None, *, correction=None, keepdim=False):
     if _rt_state.tracing:
         return _rt_trace(ir.VarMeanCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
-        return _rt_wrap(_eager_var_mean_correction(_rt_value(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
+        return _rt_wrap(_eager_var_mean_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
 
 def var_mean_correction_out(self, dim=None, *, correction=None, keepdim=False, out0, out1):
@@ -8700,7 +8700,7 @@ def vdot(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.Vdot, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_vdot(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_vdot(_rt_operand(self), _rt_operand(other)))
 
 
 def vdot_out(self, other, *, out):
@@ -8726,7 +8726,7 @@ def view_copy(self, size):
     if _rt_state.tracing:
         return _rt_trace(ir.ViewCopy, (self, size,))
     with _rt_x64:
-        return _rt_wrap(_eager_view_copy(_rt_value(self), _rt_attr_list(size)))
+        return _rt_wrap(_eager_view_copy(_rt_operand(self), _rt_attr_list(size)))
 
 
 def view_copy_out(self, size, *, out):
@@ -8740,7 +8740,7 @@ def where_self(condition, self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.WhereSelf, (condition, self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_where_self(_rt_value(condition), _rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_where_self(_rt_operand(condition), _rt_operand(self), _rt_operand(other)))
 
 
 def where_self_out(condition, self, other, *, out):
@@ -8766,7 +8766,7 @@ def xlogy_Scalar_Other(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.XlogyScalarOther, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_xlogy_Scalar_Other(_rt_value(self), _rt_scalar(other)))
+        return _rt_wrap(_eager_xlogy_Scalar_Other(_rt_operand(self), _rt_scalar(other)))
 
 
 _eager_xlogy_Scalar_Self = _rt_eager_executable(ir.XlogyScalarSelf)
@@ -8776,7 +8776,7 @@ def xlogy_Scalar_Self(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.XlogyScalarSelf, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_xlogy_Scalar_Self(_rt_scalar(self), _rt_value(other)))
+        return _rt_wrap(_eager_xlogy_Scalar_Self(_rt_scalar(self), _rt_operand(other)))
 
 
 _eager_xlogy_Tensor = _rt_eager_executable(ir.XlogyTensor)
@@ -8786,7 +8786,7 @@ def xlogy_Tensor(self, other):
     if _rt_state.tracing:
         return _rt_trace(ir.XlogyTensor, (self, other,))
     with _rt_x64:
-        return _rt_wrap(_eager_xlogy_Tensor(_rt_value(self), _rt_value(other)))
+        return _rt_wrap(_eager_xlogy_Tensor(_rt_operand(self), _rt_operand(other)))
 
 
 def xlogy__Scalar_Other(self, other):
@@ -8804,7 +8804,7 @@ def zero(self):
     if _rt_state.tracing:
         return _rt_trace(ir.Zero, (self,))
     with _rt_x64:
-        return _rt_wrap(_eager_zero(_rt_value(self)))
+        return _rt_wrap(_eager_zero(_rt_operand(self)))
 
 
 def zero_out(self, *, out):
@@ -8836,7 +8836,7 @@ def zeros_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, m
     if _rt_state.tracing:
         return _rt_trace(ir.ZerosLike, (self, dtype, layout, device, pin_memory, memory_format,))
     with _rt_x64:
-        return _rt_wrap(_eager_zeros_like(_rt_value(self), dtype, layout, device, pin_memory, memory_format))
+        return _rt_wrap(_eager_zeros_like(_rt_operand(self), dtype, layout, device, pin_memory, memory_format))
 
 
 def zeros_like_out(self, *, memory_format=None, out):

@@ -58,9 +58,12 @@ def host_array(t) -> np.ndarray:
         host = np.asarray(base)
         if t._whole:
             return host
+        shape = tuple(t.shape)
+        if 0 in shape:  # PyTorch lets an empty view's offset lie past the storage's end
+            return np.empty(shape, host.dtype)
         if host.flags.c_contiguous:
             itemsize = host.itemsize
-            return np.ndarray(tuple(t.shape), host.dtype, buffer=host.reshape(-1), offset=t.storage_offset() * itemsize,
+            return np.ndarray(shape, host.dtype, buffer=host.reshape(-1), offset=t.storage_offset() * itemsize,
                               strides=tuple(s * itemsize for s in t.stride()))
     return np.asarray(value(t))
 
