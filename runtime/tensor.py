@@ -8,13 +8,12 @@ into that value read as a flat, contiguous buffer. A tensor that spans its whole
 storage contiguously (`_whole`) reads the value directly; any other view reads it
 through a strided gather (runtime/views.py; inside the consuming op's executable for
 views from offset 0, Note [Fused view reads] in runtime/dispatch.py) and writes
-through a strided scatter, so
-a write through any view lands in the base and in every other view of it, as in
-PyTorch. View ops compute new sizes and strides only (no JAX work); mutation replaces
-the storage's value and bumps its version, which invalidates cached view values. The
-new value always has the old one's shape and dtype: a tensor that needs another
-(resize_ beyond the storage) gets a new Storage, so compile()'s replay guards a
-storage's identity, not its array's shape.
+through a strided scatter, so a write through any view lands in the base and in every
+other view of it, as in PyTorch. View ops compute new sizes and strides only (no JAX
+work); mutation replaces the storage's value and bumps its version, which invalidates
+cached view values. The new value always has the old one's shape and dtype: a tensor
+that needs another (resize_ beyond the storage) gets a new Storage, so compile()'s
+replay guards a storage's identity, not its array's shape.
 """
 
 from __future__ import annotations
