@@ -66,6 +66,46 @@ def eager_add() -> None:
     print("eager 16x16 float32 add (median us per op)")
     print(f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
           f"-> {ratio(runs, 'ours', 'jnp'):.2f}x jax.numpy, {ratio(runs, 'ours', 'torch'):.1f}x torch (target <= 2x jax.numpy)")
+    eager_floor(a, b)
+
+
+class _Prebuilt(torch.Tensor):
+    """A tensor subclass whose ops all return one prebuilt tensor: what PyTorch's
+    dispatch to Python costs before any backend work."""
+
+    result: torch.Tensor
+
+    @staticmethod
+    def __new__(cls, like):
+        return torch.Tensor._make_wrapper_subclass(cls, like.shape, dtype=like.dtype)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _Prebuilt.result
+
+
+class _NewWrapper(_Prebuilt):
+    """The same, returning a new wrapper tensor for each result."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _NewWrapper(_Prebuilt.result)
+
+
+def eager_floor(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Eager mode's floor per op: PyTorch's dispatch to a Python tensor subclass, one
+    wrapper tensor for the result, and one call of a cached jax.jit executable."""
+    pa, pb, wa, wb = _Prebuilt(a), _Prebuilt(b), _NewWrapper(a), _NewWrapper(b)
+    _Prebuilt.result = _Prebuilt(a)
+    with jax.enable_x64(True):
+        ja, jb = jnp.asarray(a.numpy()), jnp.asarray(b.numpy())
+        add = jax.jit(jnp.add)
+        runs = paired_us({"dispatch": lambda: pa + pb, "wrapper": lambda: wa + wb, "jit": lambda: add(ja, jb),
+                          "torch": lambda: a + b}, repeat=15)
+    t = {k: _median(v) for k, v in runs.items()}
+    floor = t["wrapper"] + t["jit"]
+    print(f"  floor: dispatch to a Python subclass {t['dispatch']:.1f}, with a new wrapper {t['wrapper']:.1f}, "
+          f"cached jax.jit call {t['jit']:.1f} -> {floor:.1f} us, {floor / t['torch']:.1f}x torch")
 
 
 def tracing_cost() -> None:

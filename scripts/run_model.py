@@ -46,7 +46,12 @@ DYNAMO_BACKEND = "xla_native"
 MODES = ("eager", "compiled", "dynamo")
 TASKS = ("inference", "train-sgd", "train-adamw")
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-TURN_SECONDS = 0.005  # a timed turn's length, in calls of the step measured before the turns
+# A timed turn lasts about TURN_SECONDS, in calls of the step timed once before the turns,
+# and is at least MIN_CALLS_PER_TURN calls: the first calls after a pause run slower
+# (XLA's and PyTorch's worker threads asleep, caches cold), and a training loop runs its
+# steps back to back.
+TURN_SECONDS = 0.02
+MIN_CALLS_PER_TURN = 2
 MAX_CALLS_PER_TURN = 50
 WARMUP_CALLS = 4  # calls before the steady state: the first traces and compiles; AdamW's
 # first step also creates its state, so its second step is a different graph; compile()
@@ -310,7 +315,7 @@ def run(
             # Ours and PyTorch's steps take turns, so both see the same machine load. Each
             # turn starts after a pause and one untimed call (PyTorch's OpenMP workers keep
             # spinning after its last op and slow whatever runs next) and times enough calls
-            # to last a few milliseconds.
+            # to last about TURN_SECONDS.
             turns = {"ours": ours_step, "torch": ref_step}
             if inductor_step is not None:
                 turns["inductor"] = inductor_step
@@ -320,7 +325,7 @@ def run(
             for name, step in turns.items():
                 start = time.perf_counter()
                 sync(step())
-                calls[name] = max(1, min(MAX_CALLS_PER_TURN, int(TURN_SECONDS / (time.perf_counter() - start))))
+                calls[name] = max(MIN_CALLS_PER_TURN, min(MAX_CALLS_PER_TURN, int(TURN_SECONDS / (time.perf_counter() - start))))
             per_call: dict[str, list[float]] = {name: [] for name in turns}
             for _ in range(timed):
                 for name, step in turns.items():
@@ -486,7 +491,7 @@ def write_docs(records: list[dict], size: str = "small") -> None:
         "compares the loss of every step and all weights and buffers after the steps.",
         "`ratio` is our steady-state step time over PyTorch CPU eager's, measured in the same",
         "run on a shared 2-core machine (orders of magnitude, not benchmarks): the two take",
-        "turns, each turn a few milliseconds of steps after a pause and an untimed step, and",
+        "turns, each turn at least two steps and about 20 ms after a pause and an untimed step, and",
         "the ratio is the median over turns of the two times measured in the same turn.",
         "`compiles`: graphs compiled in compiled mode, per-op executables in eager mode, the",
         "backend's JAX functions in dynamo mode (`torch.compile(backend=\"xla_native\")` on the CPU",
@@ -624,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
                         "docs/models-<size>.md otherwise")
     parser.add_argument("--steps", type=int, default=6, help="steps compared with PyTorch CPU (training; "
                         "inference in compiled mode, whose calls from the fourth on are replayed)")
-    parser.add_argument("--timed", type=int, default=5, help="timed turns after the comparison, each a few milliseconds of steady-state steps (median per step reported)")
+    parser.add_argument("--timed", type=int, default=5, help="timed turns after the comparison, each about 20 ms and at least two steady-state steps (median per step reported)")
     parser.add_argument("--attn", choices=("eager", "sdpa"), default=None,
                         help="attn_implementation of transformers models (default: the library's)")
     parser.add_argument("--no-fallback", action="store_true", help="raise on ops that are not lowered")
