@@ -218,7 +218,7 @@ def test_ops_reading_views_match_torch_and_see_later_writes(view, monkeypatch):
         flat = v.reshape(-1)
         return [v.exp(), v * v, v.sum(0), torch.cat([v, v]), torch.mm(flat[None, :], flat[:, None])]
 
-    for step in range(2):
+    for _ in range(2):
         for got, expected in zip(uses(view(ours)), uses(view(ref))):
             assert got.shape == expected.shape and got.dtype == expected.dtype
             torch.testing.assert_close(cpu(got), expected)
