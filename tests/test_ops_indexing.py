@@ -467,6 +467,18 @@ def test_getitem_advanced_index_placement(key):
     assert_same(C(X(y3456)[key]), y3456[key])
 
 
+def test_getitem_with_cpu_indices_keeps_its_values_when_they_change():
+    """Eager index.Tensor takes CPU index tensors as NumPy copies of their values:
+    writing to the index tensor afterwards changes nothing, large or small."""
+    for n in (3, 1 << 20):
+        src = torch.randn(n + 5)
+        i = torch.arange(n)
+        ours = X(src)[i]
+        i.add_(5)
+        assert_same(C(ours), src[:n])
+        assert_same(C(X(src)[i]), src[5:])
+
+
 def test_getitem_out_of_range_raises_eagerly():
     with pytest.raises(IndexError, match="out of bounds"):
         X(x45)[idx(4)]
