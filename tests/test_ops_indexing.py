@@ -467,16 +467,29 @@ def test_getitem_advanced_index_placement(key):
     assert_same(C(X(y3456)[key]), y3456[key])
 
 
-def test_getitem_with_cpu_indices_keeps_its_values_when_they_change():
-    """Eager index.Tensor takes CPU index tensors as NumPy copies of their values:
-    writing to the index tensor afterwards changes nothing, large or small."""
+def test_indexing_with_cpu_indices_keeps_their_values_when_they_change():
+    """Eager index.Tensor and index_put take CPU index tensors as NumPy copies of their
+    values: writing to the index tensor afterwards changes nothing, large or small."""
     for n in (3, 1 << 20):
         src = torch.randn(n + 5)
         i = torch.arange(n)
-        ours = X(src)[i]
+        got = X(src)[i]
+        ours, ref = X(src), src.clone()
+        ours.index_put_((i,), X(torch.ones(n)), accumulate=True)
+        ref.index_put_((i,), torch.ones(n), accumulate=True)
         i.add_(5)
-        assert_same(C(ours), src[:n])
+        assert_same(C(got), src[:n])
+        assert_same(C(ours), ref)
         assert_same(C(X(src)[i]), src[5:])
+
+
+def test_getitem_backward_with_cpu_indices():
+    ref = torch.randn(2, 4, 4, requires_grad=True)
+    ours = X(ref.detach()).requires_grad_()
+    i, j = torch.triu_indices(4, 4, offset=1)
+    (ref[:, i, j] * torch.arange(6.0)).sum().backward()
+    (ours[:, i, j] * X(torch.arange(6.0))).sum().backward()
+    assert_same(C(ours.grad), ref.grad)
 
 
 def test_getitem_out_of_range_raises_eagerly():

@@ -143,7 +143,8 @@ def _prepare(self, indices, keep_cpu=False):
 def _index_operand(ix):
     """An index for the eager executable. A CPU index tensor goes in as a NumPy copy of
     its values, which jit moves with the call: moving it first (jnp.asarray) costs 11 to
-    35 us, more than the indexing (`dots[:, i, j]` with `torch.triu_indices` in DLRM)."""
+    35 us, more than the indexing (`dots[:, i, j]` with `torch.triu_indices` in DLRM,
+    and the index_put of its backward)."""
     if ix is None or isinstance(ix, XlaTensor):
         return ix
     return np.array(ix.detach().numpy())
@@ -161,13 +162,16 @@ def impl_index_Tensor(self, indices):
 
 
 def impl_index_put(self, indices, values, accumulate=False):
-    indices = _prepare(self, indices)
+    eager = not state.tracing
+    indices = _prepare(self, indices, keep_cpu=eager)
     values = _device(values)
     masks = [ix for ix in indices if _is_mask(ix)]
     simple_mask = len(masks) == 1 and sum(ix is not None for ix in indices) == 1
     if masks and not (_traced(indices) and simple_mask):
         indices = _expand_masks(self, indices)
     _check_bounds(self, indices)
+    if eager:
+        indices = [_index_operand(ix) for ix in indices]
     return run_node(IndexPut, (self, list(indices), values, bool(accumulate)))
 
 
