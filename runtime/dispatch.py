@@ -142,18 +142,14 @@ jax.tree_util.register_pytree_node(
 def operand(t: Any) -> Any:
     """A tensor argument of an eager executable: its array, or for a view from offset 0
     its storage's array and layout (Note [Fused view reads])."""
-    if t.__class__ is XlaTensor:
+    if t.__class__ is XlaTensor and not t._whole and t.storage_offset() == 0:
         v = t._store.value
         if v.__class__ is Value:
             from .lazy import materialize
 
             v = materialize(t._store)
-        if t._whole:
-            return v
-        if t.storage_offset() == 0:
-            return ViewOperand(v, (tuple(t.shape), tuple(t.stride()), 0))
-        return read_view(t)
-    return foreign_value(t)
+        return ViewOperand(v, (tuple(t.shape), tuple(t.stride()), 0))
+    return value(t)
 
 
 def operand_opt(t: Any) -> Any:

@@ -133,8 +133,8 @@ def _check_bounds(self, indices):
             raise IndexError(f"index {int(arr[bad].reshape(-1)[0])} is out of bounds for dimension {dim} with size {size}")
 
 
-def _prepare(self, indices, keep_cpu=False):
-    if not keep_cpu:
+def _prepare(self, indices):
+    if state.tracing:  # eager mode keeps CPU index tensors on the CPU (`_index_operand`)
         indices = [_device(ix) for ix in indices]
     check_indices(TensorMeta(tuple(self.shape), self.dtype), [None if ix is None else TensorMeta(tuple(ix.shape), ix.dtype) for ix in indices])
     return indices
@@ -151,26 +151,24 @@ def _index_operand(ix):
 
 
 def impl_index_Tensor(self, indices):
-    eager = not state.tracing
-    indices = _prepare(self, indices, keep_cpu=eager)
+    indices = _prepare(self, indices)
     if any(_is_mask(ix) for ix in indices):
         indices = _expand_masks(self, indices)
     _check_bounds(self, indices)
-    if eager:
+    if not state.tracing:
         indices = [_index_operand(ix) for ix in indices]
     return run_node(IndexTensor, (self, indices))
 
 
 def impl_index_put(self, indices, values, accumulate=False):
-    eager = not state.tracing
-    indices = _prepare(self, indices, keep_cpu=eager)
+    indices = _prepare(self, indices)
     values = _device(values)
     masks = [ix for ix in indices if _is_mask(ix)]
     simple_mask = len(masks) == 1 and sum(ix is not None for ix in indices) == 1
     if masks and not (_traced(indices) and simple_mask):
         indices = _expand_masks(self, indices)
     _check_bounds(self, indices)
-    if eager:
+    if not state.tracing:
         indices = [_index_operand(ix) for ix in indices]
     return run_node(IndexPut, (self, list(indices), values, bool(accumulate)))
 
