@@ -26,6 +26,7 @@ from .backend import graph_compiler_options
 from .ir import (ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node, ScalarInput, SpecialScalar, Value,
                  is_special_scalar)
 from .metrics import metrics
+from .sparse_updates import fold_sparse_updates
 from .tensor import Storage, XlaTensor
 from .views import strided_read, strided_write
 
@@ -332,7 +333,7 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             results.append(lower(*[get(r) for r in refs]))
         return [get(r) for r in outputs]
 
-    return jax.jit(run, compiler_options=graph_compiler_options({type(n).name for n in order}))
+    return jax.jit(fold_sparse_updates(run), compiler_options=graph_compiler_options({type(n).name for n in order}))
 
 
 def sync() -> None:

@@ -23,6 +23,8 @@ class Metrics:
     execute_count: int = 0
     execute_seconds: float = 0.0
     recompile_reasons: list[str] = field(default_factory=list)
+    # compiled graphs' parameter updates applied as scatters (Note [Sparse updates])
+    sparse_updates_folded: int = 0
     # compile(): calls replayed without running their Python, and why a function is not
     replays: int = 0
     replay_notes: list[str] = field(default_factory=list)
@@ -50,6 +52,7 @@ def metrics_report() -> str:
         f"  graph cache: {m.cache_hits} hits, {m.cache_misses} misses",
         f"  graph executions: {m.execute_count} ({m.execute_seconds:.3f}s)",
         f"  compile() calls replayed without tracing: {m.replays}",
+        f"  sparse updates applied as scatters when compiling: {m.sparse_updates_folded}",
         f"  JAX CPU executions: {cpu_dispatch_description()}",
         f"  host allocator: {allocator_description()}",
     ]
