@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import statistics
 import sys
@@ -32,6 +33,7 @@ from typing import Any
 
 import torch
 import torch._dynamo
+from torch.utils._pytree import tree_map
 
 import xla_native_functions as xnf
 from xla_native_functions.runtime.metrics import metrics
@@ -49,10 +51,11 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 # A timed turn lasts about TURN_SECONDS, in calls of the step timed once before the turns,
 # and is at least MIN_CALLS_PER_TURN calls: the first calls after a pause run slower
 # (XLA's and PyTorch's worker threads asleep, caches cold), and a training loop runs its
-# steps back to back.
-TURN_SECONDS = 0.02
+# steps back to back. Turns of 20 ms put the medium MLP's compiled SGD step at 1.00x and
+# 1.14x of PyTorch, turns of 100 ms at 0.77x and 0.91x.
+TURN_SECONDS = 0.1
 MIN_CALLS_PER_TURN = 2
-MAX_CALLS_PER_TURN = 50
+MAX_CALLS_PER_TURN = 1000
 WARMUP_CALLS = 4  # calls before the steady state: the first traces and compiles; AdamW's
 # first step also creates its state, so its second step is a different graph; compile()
 # replays a call once two consecutive traces agree (Note [Replay] in runtime/replay.py).
@@ -76,17 +79,39 @@ def _as_cpu(t: torch.Tensor) -> torch.Tensor:
     return xnf.to_torch(t).detach()
 
 
+# Note [AdamW weight check]
+# AdamW's step is about lr * sign(grad) for a gradient near zero (Note [Zoo tolerances]
+# in scripts/zoo/__init__.py), so wherever an element's gradient is near zero in some
+# step, a last-bit difference in it moves that weight by up to 2 * lr, in any
+# implementation. Two cases occur in the zoo:
+# - A few elements: PyTorch's own float32 training of the medium ResNet ends 9.8e-6
+#   from its float64 training in a convolution weight, 2e-7 in most tensors. A tensor
+#   passes with at most OUTLIER_FRACTION of its elements (at least one) beyond the
+#   float32 tolerance, each within 2 * lr per step; a wrong update moves every element.
+# - A whole tensor: the gradient of an attention layer's key bias is zero in exact
+#   arithmetic (softmax ignores a shift shared by all of a query's scores), so its
+#   float32 gradient is rounding noise, and AdamW moves it by noise / (|noise| + eps) *
+#   lr per step. Such a tensor passes if it is no farther from PyTorch's float64
+#   training (same initial weights, inputs and steps) than F64_FACTOR times PyTorch's
+#   float32 result is, plus atol: as close to exact arithmetic as PyTorch itself.
+OUTLIER_FRACTION = 1e-3
+F64_FACTOR = 2.0
+
+
 def compare(ours: list[torch.Tensor], ref: list[torch.Tensor], rtol: float, atol: float,
-            names: list[str] | None = None) -> dict:
+            names: list[str] | None = None, adamw: tuple[float, Any] | None = None) -> dict:
     """max |ours - ref|, max |ours - ref| / (|ref| + atol), and whether every element is
     within atol + rtol * |ref| (torch.testing.assert_close's rule) with equal shapes and
-    dtypes."""
+    dtypes. `adamw` = (2 * lr * steps, a function giving PyTorch's float64 weights)
+    admits the weights of Note [AdamW weight check]; `outliers` counts the elements
+    admitted as few, `float64_checked` the tensors admitted against float64."""
+    result = {"close": False, "max_abs": None, "max_rel": None, "outliers": 0, "float64_checked": []}
     if len(ours) != len(ref):
-        return {"close": False, "max_abs": None, "max_rel": None, "why": f"{len(ours)} tensors, expected {len(ref)}"}
+        return {**result, "why": f"{len(ours)} tensors, expected {len(ref)}"}
     max_abs = max_rel = 0.0
     why = None
-    for i, (a, b) in enumerate(zip(ours, ref)):
-        i = names[i] if names else i
+    for k, (a, b) in enumerate(zip(ours, ref)):
+        i = names[k] if names else k
         a = _as_cpu(a)
         b = b.detach()
         if a.shape != b.shape or a.dtype != b.dtype:
@@ -100,13 +125,30 @@ def compare(ours: list[torch.Tensor], ref: list[torch.Tensor], rtol: float, atol
             continue
         a64, b64 = a.double(), b.double()
         diff = (a64 - b64).abs()
-        nan_mismatch = (a64.isnan() != b64.isnan()).any().item()
+        nan_mismatch = a64.isnan() != b64.isnan()
         diff = torch.where(a64.isnan() & b64.isnan(), torch.zeros_like(diff), diff)
         max_abs = max(max_abs, diff.max().item())
         max_rel = max(max_rel, (diff / (b64.abs() + atol)).max().item())
-        if nan_mismatch or not bool((diff <= atol + rtol * b64.abs()).all()):
-            why = why or f"tensor {i} {tuple(b.shape)} beyond rtol={rtol} atol={atol}"
-    return {"close": why is None, "max_abs": max_abs, "max_rel": max_rel, "why": why}
+        beyond = nan_mismatch | ~(diff <= atol + rtol * b64.abs())
+        n = int(beyond.sum())
+        if not n:
+            continue
+        if adamw is not None and not nan_mismatch.any():
+            bound, float64_weights = adamw
+            if n <= max(1, int(b.numel() * OUTLIER_FRACTION)) and diff[beyond].max().item() <= bound:
+                result["outliers"] += n
+                continue
+            exact = float64_weights()[k]
+            ours_err, torch_err = (a64 - exact).abs().max().item(), (b64 - exact).abs().max().item()
+            if ours_err <= F64_FACTOR * torch_err + atol:
+                result["float64_checked"].append(f"{i}: {ours_err:.1e} from float64, PyTorch float32 {torch_err:.1e}")
+                continue
+        why = why or f"tensor {i} {tuple(b.shape)} beyond rtol={rtol} atol={atol} in {n} of {b.numel()} elements"
+    return {**result, "close": why is None, "max_abs": max_abs, "max_rel": max_rel, "why": why}
+
+
+def _as_float64(x: Any) -> Any:
+    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
 def _eager_executable_compiles() -> int:
@@ -210,6 +252,7 @@ def run(
     case = spec.build(batch, attn=attn, size=config) if spec.hf else spec.build(batch, size=config)
     ref_model = case.model
     ref_model.train(train)
+    initial_model = copy.deepcopy(ref_model) if train and optimizer == "adamw" else None
     kwargs = case.kwargs or {}
     ref_in = (case.inputs, kwargs, case.target)
     inductor_step = None
@@ -293,8 +336,20 @@ def run(
                 rtol, atol = tol.weights_sgd if optimizer == "sgd" else tol.weights_adamw
                 ref_state = ref_model.state_dict()
                 ours_state = ours_model.state_dict()
+                adamw = None
+                if optimizer == "adamw":
+                    @functools.cache
+                    def float64_weights():
+                        model64 = initial_model.double()
+                        step64 = make_step(model64, tree_map(_as_float64, ref_in))
+                        for _ in range(n_calls):
+                            step64()
+                        return [model64.state_dict()[k] for k in ref_state]
+                    adamw = (2 * ADAMW_LR * n_calls, float64_weights)
                 rec["weights"] = compare([ours_state[k] for k in ref_state], list(ref_state.values()), rtol, atol,
-                                         names=list(ref_state))
+                                         names=list(ref_state), adamw=adamw)
+                rec["weight_outliers"] = rec["weights"]["outliers"]
+                rec["float64_checked"] = rec["weights"]["float64_checked"]
                 checks = [rec["loss"], rec["weights"]]
             else:
                 rtol, atol = tol.output
@@ -406,6 +461,10 @@ def format_record(rec: dict) -> str:
     if rec["status"] == "unavailable":
         return "\n".join(lines)
     what = "losses and updated weights/buffers" if rec["task"] != "inference" else "outputs"
+    if rec.get("weight_outliers"):
+        what += f"; {rec['weight_outliers']} weight elements beyond the tolerance, within 2 * lr per step"
+    if rec.get("float64_checked"):
+        what += "; checked against float64: " + ", ".join(rec["float64_checked"])
     lines += [
         f"  max abs / rel diff: {_fmt(rec.get('max_abs'), '.2e')} / {_fmt(rec.get('max_rel'), '.2e')} ({what})",
         f"  first call:        {_fmt(rec.get('first_call_s'), '.2f')} s (tracing and compiling included)",
@@ -481,9 +540,7 @@ def write_docs(records: list[dict], size: str = "small") -> None:
         f"{config.heads} heads, {config.seq} tokens, {config.image}x{config.image} images, batch {config.batch}."
         + (" Medium configurations, closer to real work: `docs/models-medium.md`." if size == "small" else
            " The small configurations, which CI runs and which measure per-op overhead: `docs/models.md`."
-           " Tolerances are the small configurations'; AdamW's weight tolerance is tighter than float32"
-           " itself at this size (`docs/performance.md`, \"AdamW at the medium size\"), which is why AdamW"
-           " rows report weight mismatches in eager and compiled mode alike while their losses match."),
+           " Tolerances are the small configurations'."),
         "",
         "Written by `python scripts/run_model.py --all` (models: `scripts/zoo/`). Every run builds",
         "the model with a fixed seed and runs it on PyTorch CPU and on xla_native_functions",
@@ -491,7 +548,7 @@ def write_docs(records: list[dict], size: str = "small") -> None:
         "compares the loss of every step and all weights and buffers after the steps.",
         "`ratio` is our steady-state step time over PyTorch CPU eager's, measured in the same",
         "run on a shared 2-core machine (orders of magnitude, not benchmarks): the two take",
-        "turns, each turn at least two steps and about 20 ms after a pause and an untimed step, and",
+        f"turns, each turn at least two steps and about {TURN_SECONDS * 1e3:.0f} ms after a pause and an untimed step, and",
         "the ratio is the median over turns of the two times measured in the same turn.",
         "`compiles`: graphs compiled in compiled mode, per-op executables in eager mode, the",
         "backend's JAX functions in dynamo mode (`torch.compile(backend=\"xla_native\")` on the CPU",
@@ -520,6 +577,20 @@ def write_docs(records: list[dict], size: str = "small") -> None:
             f"{_fmt(r.get('step_ms'), '.1f')} | {_fmt(r.get('torch_step_ms'), '.1f')} | {_fmt(r.get('ratio'), '.1f')} | "
             f"{r.get('compiles', '-')} / {r.get('compiles_steady', '-')} | {fb} |"
         )
+    admitted = [r for r in records if r.get("weight_outliers") or r.get("float64_checked")]
+    if admitted:
+        out += ["", "## AdamW weights beyond the float32 tolerance", "",
+                "AdamW moves a weight whose gradient is near zero by about lr * sign(grad), so a last-bit",
+                "difference in that gradient moves it by up to 2 * lr per step, in PyTorch's float32 run as in",
+                f"ours. AdamW rows admit a tensor with at most {OUTLIER_FRACTION:.1%} of its elements (at least",
+                "one) beyond the float32 tolerance, each within 2 * lr per step, or one no farther from",
+                f"PyTorch's float64 training than {F64_FACTOR:g}x PyTorch's float32 result (a gradient that is zero in",
+                "exact arithmetic, such as an attention key bias's, is rounding noise that AdamW amplifies);",
+                "Note [AdamW weight check] in `scripts/run_model.py`. Rows with such tensors:", ""]
+        for r in admitted:
+            parts = [f"{r['weight_outliers']} elements beyond the tolerance"] if r.get("weight_outliers") else []
+            parts += [f"`{c}`" for c in r.get("float64_checked") or []]
+            out.append(f"- `{_key(r)}`: " + "; ".join(parts))
     errors = [r for r in records if r["status"] in ("error", "mismatch")]
     if errors:
         out += ["", "## Errors and mismatches", ""]

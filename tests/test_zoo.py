@@ -104,6 +104,35 @@ def test_compare_reports_differences():
     assert not run_model.compare([torch.tensor([1.0, float("nan"), 3.0])], ref, 1e-5, 1e-5)["close"]
 
 
+def test_adamw_weight_check_admits_few_elements_or_float64_accuracy():
+    """Note [AdamW weight check] in scripts/run_model.py."""
+    ref = torch.linspace(-1, 1, 2000)
+    exact = ref.double() + 1e-4 * torch.sin(torch.arange(2000.0)).double()  # PyTorch float32 is 1e-4 off
+    float64_calls = []
+
+    def float64_weights():
+        float64_calls.append(1)
+        return [exact]
+
+    def check(ours, bound=0.01):
+        return run_model.compare([ours], [ref], 1e-5, 1e-5, names=["w"], adamw=(bound, float64_weights))
+
+    two_flipped = ref.clone()
+    two_flipped[[3, 700]] += 0.005
+    few = check(two_flipped)
+    assert few["close"] and few["outliers"] == 2 and not float64_calls
+    assert not run_model.compare([two_flipped], [ref], 1e-5, 1e-5)["close"]  # only AdamW rows admit them
+    assert not check(two_flipped, bound=0.001)["close"]  # beyond 2 * lr per step
+
+    everywhere = ref + 0.005  # a wrong update moves every element
+    assert not check(everywhere)["close"] and float64_calls
+    as_exact = exact.float() + 5e-5 * torch.cos(torch.arange(2000.0))  # noisy, but nearer exact than PyTorch
+    admitted = check(as_exact)
+    assert admitted["close"] and admitted["outliers"] == 0 and admitted["float64_checked"][0].startswith("w:")
+    assert not check(exact.float() + 3e-4)["close"]  # 3x farther from exact than PyTorch's float32
+    assert not check(torch.where(ref > 0.99, float("nan"), ref))["close"]
+
+
 def test_dynamo_mode_without_backend(monkeypatch):
     monkeypatch.setattr(run_model, "DYNAMO_BACKEND", "no-such-backend")
     rec = run_model.run("mlp", "dynamo", train=True)

@@ -9,7 +9,9 @@ deep stacks amplify that, hence the per-model entries below. After training step
 the weights differ by the accumulated gradient differences times the learning rate,
 except with AdamW: its update is m / (sqrt(v) + eps), about lr * sign(grad) for a
 tiny gradient, so a last-bit difference in a near-zero gradient moves a weight by up
-to ~2 * lr per step. Its weight tolerance is therefore absolute, a fraction of lr.
+to ~2 * lr per step. Its weight tolerance is therefore absolute, a fraction of lr, and
+the few elements (or the gradient-free tensors) that such differences move further are
+checked as Note [AdamW weight check] in scripts/run_model.py describes.
 """
 
 from __future__ import annotations
