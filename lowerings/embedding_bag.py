@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from ..shape_fns.embedding_bag import bag_counts
 from .common import opmath
-from .indexing import bounded
+from .indexing import bounded, take_rows
 
 SUM, MEAN, MAX = 0, 1, 2
 
@@ -47,7 +47,7 @@ def _forward(weight, indices, offsets, mode, per_sample_weights, include_last_of
     bag = _bags(indices, offsets, num_bags, mode)
     keep = (indices != padding_idx) & (bag < num_bags)
     w = opmath(weight)
-    rows = jnp.take(w, bounded(indices, n, wrap=False), axis=0, mode="fill", fill_value=jnp.nan)
+    rows = take_rows(w, bounded(indices, n, wrap=False))
     counts = jax.ops.segment_sum(keep.astype(jnp.int64), bag, num_segments=num_bags)
     zero = jnp.zeros((), w.dtype)
     if mode == MAX:
@@ -140,7 +140,7 @@ def lower__embedding_bag_dense_backward(
 def lower__embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
     g = opmath(grad)
     bag = _bags(indices, offsets, g.shape[0], mode)
-    rows = jnp.take(opmath(weight), bounded(indices, weight.shape[0], wrap=False), axis=0, mode="fill", fill_value=jnp.nan)
+    rows = take_rows(opmath(weight), bounded(indices, weight.shape[0], wrap=False))
     per_bag = jnp.take(g, bag, axis=0, mode="fill", fill_value=0)
     out = jnp.sum(per_bag * rows, axis=1)
     keep = (indices != padding_idx) & (bag < g.shape[0])

@@ -585,6 +585,53 @@ def test_embedding_bag_forward_backward(mode, psw, padding_idx):
     _grads(fn, *tensors)
 
 
+def test_take_rows_of_a_large_table_loops_and_reads_what_a_gather_reads():
+    """Note [Few rows of a large table]: few rows of a table of 512 KB or more are read
+    by a loop of dynamic slices on the CPU, with the gather's values (the fill value at
+    index == len(table))."""
+    table = jax.numpy.asarray(np.random.default_rng(0).standard_normal((1024, 128)).astype(np.float32))
+    index = jax.numpy.asarray(np.array([0, 1023, 5, 5, 1024, 77]))
+    ref = np.asarray(jax.numpy.take(table, index, axis=0, mode="fill", fill_value=np.nan))
+    for rows, loops in [(table, True), (table[:900], False)]:  # 512 KB and more; less
+        idx_ = jax.numpy.minimum(index, rows.shape[0])
+        jaxpr = str(jax.make_jaxpr(lower_indexing.take_rows)(rows, idx_))
+        assert ("scan" in jaxpr or "while" in jaxpr) is loops and ("gather" not in jaxpr) is loops
+        got = np.asarray(jax.jit(lower_indexing.take_rows)(rows, idx_))
+        expected = np.asarray(jax.numpy.take(rows, idx_, axis=0, mode="fill", fill_value=np.nan))
+        np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(np.asarray(jax.jit(lower_indexing.take_rows)(table, index)), ref)
+    many = jax.numpy.arange(lower_indexing.LOOP_ROWS + 1) % 1024
+    assert "gather" in str(jax.make_jaxpr(lower_indexing.take_rows)(table, many))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max", "sum-weighted"])
+def test_embedding_bag_of_a_large_table_matches_torch(mode):
+    """The lookups of Note [Few rows of a large table], forward and backward, eager and
+    compiled, against PyTorch CPU."""
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(2048, 128, mode=mode.split("-")[0])
+    indices = torch.tensor([3, 2047, 3, 0, 512, 9, 1000])
+    offsets = torch.tensor([0, 2, 2, 5])
+    psw = torch.rand(len(indices), requires_grad=True) if mode == "sum-weighted" else None
+    ref = bag(indices, offsets, per_sample_weights=psw)
+    ref.pow(2).sum().backward()
+    for compiled in (False, True):
+        ours = xnf.to_xla(torch.nn.EmbeddingBag(2048, 128, mode=mode.split("-")[0]))
+        ours.load_state_dict({k: X(v) for k, v in bag.state_dict().items()})
+        ours_psw = None if psw is None else X(psw.detach()).requires_grad_()
+
+        def step(i, o, w):
+            out = ours(i, o, per_sample_weights=w)
+            out.pow(2).sum().backward()
+            return out.detach()
+
+        got = (xnf.compile(step) if compiled else step)(X(indices), X(offsets), ours_psw)
+        torch.testing.assert_close(C(got), ref.detach(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(C(ours.weight.grad), bag.weight.grad, rtol=1e-5, atol=1e-6)
+        if psw is not None:
+            torch.testing.assert_close(C(ours_psw.grad), psw.grad, rtol=1e-5, atol=1e-6)
+
+
 def test_embedding_bag_module_include_last_offset():
     torch.manual_seed(1)
     bag = torch.nn.EmbeddingBag(10, 4, mode="sum", include_last_offset=True)
