@@ -96,8 +96,7 @@ def _rewrite(eqn, read, zeros: set, scatters: dict):
         zeros.add(eqn.outvars[0])
     elif prim is lax.scatter_add_p and not isinstance(ins[0], Literal) and ins[0] in zeros:
         scatters[eqn.outvars[0]] = _ZeroScatter(read(ins[1]), read(ins[2]), eqn.params)
-    elif prim is lax.neg_p and _scatter_operand(ins[0], scatters) is not None:
-        found = scatters[ins[0]]
+    elif prim is lax.neg_p and (found := _scatter_operand(ins[0], scatters)) is not None:
         scatters[eqn.outvars[0]] = _ZeroScatter(found.indices, -found.updates, found.params, found.scale)
     elif prim is lax.mul_p:
         for s, c in (ins, ins[::-1]):

@@ -348,8 +348,6 @@ def run(
                     adamw = (2 * ADAMW_LR * n_calls, float64_weights)
                 rec["weights"] = compare([ours_state[k] for k in ref_state], list(ref_state.values()), rtol, atol,
                                          names=list(ref_state), adamw=adamw)
-                rec["weight_outliers"] = rec["weights"]["outliers"]
-                rec["float64_checked"] = rec["weights"]["float64_checked"]
                 checks = [rec["loss"], rec["weights"]]
             else:
                 rtol, atol = tol.output
@@ -461,10 +459,11 @@ def format_record(rec: dict) -> str:
     if rec["status"] == "unavailable":
         return "\n".join(lines)
     what = "losses and updated weights/buffers" if rec["task"] != "inference" else "outputs"
-    if rec.get("weight_outliers"):
-        what += f"; {rec['weight_outliers']} weight elements beyond the tolerance, within 2 * lr per step"
-    if rec.get("float64_checked"):
-        what += "; checked against float64: " + ", ".join(rec["float64_checked"])
+    weights = rec.get("weights") or {}
+    if weights.get("outliers"):
+        what += f"; {weights['outliers']} weight elements beyond the tolerance, within 2 * lr per step"
+    if weights.get("float64_checked"):
+        what += "; checked against float64: " + ", ".join(weights["float64_checked"])
     lines += [
         f"  max abs / rel diff: {_fmt(rec.get('max_abs'), '.2e')} / {_fmt(rec.get('max_rel'), '.2e')} ({what})",
         f"  first call:        {_fmt(rec.get('first_call_s'), '.2f')} s (tracing and compiling included)",
@@ -577,7 +576,7 @@ def write_docs(records: list[dict], size: str = "small") -> None:
             f"{_fmt(r.get('step_ms'), '.1f')} | {_fmt(r.get('torch_step_ms'), '.1f')} | {_fmt(r.get('ratio'), '.1f')} | "
             f"{r.get('compiles', '-')} / {r.get('compiles_steady', '-')} | {fb} |"
         )
-    admitted = [r for r in records if r.get("weight_outliers") or r.get("float64_checked")]
+    admitted = [r for r in records if (r.get("weights") or {}).get("outliers") or (r.get("weights") or {}).get("float64_checked")]
     if admitted:
         out += ["", "## AdamW weights beyond the float32 tolerance", "",
                 "AdamW moves a weight whose gradient is near zero by about lr * sign(grad), so a last-bit",
@@ -588,8 +587,9 @@ def write_docs(records: list[dict], size: str = "small") -> None:
                 "exact arithmetic, such as an attention key bias's, is rounding noise that AdamW amplifies);",
                 "Note [AdamW weight check] in `scripts/run_model.py`. Rows with such tensors:", ""]
         for r in admitted:
-            parts = [f"{r['weight_outliers']} elements beyond the tolerance"] if r.get("weight_outliers") else []
-            parts += [f"`{c}`" for c in r.get("float64_checked") or []]
+            weights = r["weights"]
+            parts = [f"{weights['outliers']} elements beyond the tolerance"] if weights.get("outliers") else []
+            parts += [f"`{c}`" for c in weights.get("float64_checked") or []]
             out.append(f"- `{_key(r)}`: " + "; ".join(parts))
     errors = [r for r in records if r["status"] in ("error", "mismatch")]
     if errors:
