@@ -2,7 +2,8 @@
 clamp and activations (with their backward ops).
 
 Each op casts its operands with promote_operands (Note [Type promotion]), computes,
-and casts to the result dtype. Scalar arguments are traced values, never branched on.
+and casts to the result dtype. Scalar arguments are traced values, never branched on in
+Python (Note [Branching on a Scalar] in common.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from .common import opmath, promote_operands
+from .common import opmath, promote_operands, switch_on_scalar
 
 
 def _unary(op, fn, self):
@@ -153,11 +154,29 @@ def _pow(x, e, out):
     return jnp.power(opmath(x), opmath(e)).astype(out)
 
 
+# The exponents PyTorch's CPU kernel computes without pow(), chosen at run time (Note
+# [Branching on a Scalar]). Its results bitwise, except where its own sqrt is not
+# correctly rounded; bfloat16 rounds after each operation, as PyTorch's does.
+_POW_BY_ARITHMETIC = {
+    0.0: jnp.ones_like,
+    1.0: lambda x: x,
+    2.0: lambda x: x * x,
+    3.0: lambda x: x * x * x,
+    0.5: jnp.sqrt,
+    -1.0: lambda x: 1 / x,
+    -2.0: lambda x: 1 / (x * x),
+}
+
+
 def lower_pow_Tensor_Scalar(self, exponent):
     # PyTorch raises for an integer tensor to a negative integer Scalar power; the
     # Scalar is a runtime value here, so such a call gets int_pow's values instead.
     (x, e), out = promote_operands("pow_Tensor_Scalar", self, exponent)
-    return _pow(x, e, out)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return _pow(x, e, out)
+    cases = {v: (lambda x, f=f: f(x).astype(out)) for v, f in _POW_BY_ARITHMETIC.items()}
+    base = x if x.dtype == jnp.bfloat16 else opmath(x)
+    return switch_on_scalar(e, cases, lambda x: _pow(x, e, out), base)
 
 
 def lower_pow_Tensor_Tensor(self, exponent):

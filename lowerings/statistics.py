@@ -19,7 +19,7 @@ from ..shape_fns.common import (
     to_torch_dtype,
 )
 from ..shape_fns.statistics import float_result_dtype, logical_reduction_dtype, norm_result_dtype
-from .common import opmath
+from .common import opmath, switch_on_scalar
 
 
 def _axis(dim, ndim):
@@ -160,28 +160,27 @@ def _default_float():
 def _vector_norm(x, ord, axes, keepdim):
     a = jnp.abs(x)
     ordf = jnp.asarray(ord, a.dtype)
-    count = jnp.sum((a != 0).astype(a.dtype), axis=axes, keepdims=keepdim)
+
+    def total(v):
+        return jnp.sum(v, axis=axes, keepdims=keepdim)
+
     if x.size == 0:
         # Empty reductions: max/min have no identity (the shape function raises for
         # +-inf); the other orders reduce to 0.
-        zero = jnp.zeros(count.shape, a.dtype)
-        return zero
-    big = jnp.max(a, axis=axes, keepdims=keepdim)
-    small = jnp.min(a, axis=axes, keepdims=keepdim)
-    # Generic p, unscaled like PyTorch's kernel (it overflows where PyTorch does).
-    safe_p = jnp.where((ordf == 0) | jnp.isinf(ordf), jnp.ones((), a.dtype), ordf)
-    general = jnp.sum(a**safe_p, axis=axes, keepdims=keepdim) ** (1 / safe_p)
-    two = jnp.sqrt(jnp.sum(a * a, axis=axes, keepdims=keepdim))
-    one = jnp.sum(a, axis=axes, keepdims=keepdim)
-    return jnp.where(
-        ordf == 0,
-        count,
-        jnp.where(
-            ordf == jnp.inf,
-            big,
-            jnp.where(ordf == -jnp.inf, small, jnp.where(ordf == 1, one, jnp.where(ordf == 2, two, general))),
-        ),
-    )
+        return jnp.zeros_like(total(a))
+
+    def general(a):
+        # Generic p, unscaled like PyTorch's kernel (it overflows where PyTorch does).
+        return total(a**ordf) ** (1 / ordf)
+
+    cases = {
+        0.0: lambda a: total((a != 0).astype(a.dtype)),
+        math.inf: lambda a: jnp.max(a, axis=axes, keepdims=keepdim),
+        -math.inf: lambda a: jnp.min(a, axis=axes, keepdims=keepdim),
+        1.0: total,
+        2.0: lambda a: jnp.sqrt(total(a * a)),
+    }
+    return switch_on_scalar(ordf, cases, general, a)
 
 
 def lower_linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):

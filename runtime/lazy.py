@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
+from collections import Counter
 from typing import Any, Callable
 
 import jax
@@ -333,7 +334,7 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             results.append(lower(*[get(r) for r in refs]))
         return [get(r) for r in outputs]
 
-    return jax.jit(fold_sparse_updates(run), compiler_options=graph_compiler_options({type(n).name for n in order}))
+    return jax.jit(fold_sparse_updates(run), compiler_options=graph_compiler_options(Counter(type(n).name for n in order)))
 
 
 def sync() -> None:

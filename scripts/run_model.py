@@ -700,7 +700,8 @@ def main(argv: list[str] | None = None) -> int:
                         "docs/models-<size>.md otherwise")
     parser.add_argument("--steps", type=int, default=6, help="steps compared with PyTorch CPU (training; "
                         "inference in compiled mode, whose calls from the fourth on are replayed)")
-    parser.add_argument("--timed", type=int, default=5, help="timed turns after the comparison, each about 20 ms and at least two steady-state steps (median per step reported)")
+    parser.add_argument("--timed", type=int, default=5, help=f"timed turns after the comparison, each about {TURN_SECONDS * 1000:.0f} ms and at least "
+                        f"{MIN_CALLS_PER_TURN} steady-state steps (median per step reported)")
     parser.add_argument("--attn", choices=("eager", "sdpa"), default=None,
                         help="attn_implementation of transformers models (default: the library's)")
     parser.add_argument("--no-fallback", action="store_true", help="raise on ops that are not lowered")

@@ -609,3 +609,60 @@ def test_gradients_match_cpu(name, fn):
     finally:
         xnf.config.allow_cpu_fallback = previous
     torch.testing.assert_close(xnf.to_torch(ours.grad), ref.grad)
+
+
+def _specials(dtype):
+    values = torch.cat([T(2000, dtype=torch.float64, low=-30, high=30),
+                        torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e-30, -1e-30, 3e12, -3e12])])
+    return values.to(dtype)
+
+
+def _assert_bitwise(ours, ref):
+    assert ours.dtype == ref.dtype
+    same = (ours == ref) | (ours.isnan() & ref.isnan())
+    assert same.all(), f"{int((~same).sum())} elements differ, e.g. {ours[~same][:3]} against {ref[~same][:3]}"
+    assert torch.equal(ours.signbit()[~ref.isnan()], ref.signbit()[~ref.isnan()])
+
+
+# 0.5 is left out: PyTorch takes sqrt there, and its float32 sqrt is not correctly rounded.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("exponent", [0, 1, 2, 3, 3.0, -1, -2.0, True])
+def test_pow_of_special_exponents_is_pytorchs_arithmetic(exponent, dtype):
+    """PyTorch's CPU kernel computes x**2 as x*x, x**3 as x*x*x, x**-2 as 1/(x*x) (and
+    bfloat16 rounds after each product); pow() rounds once and differs in the last bit."""
+    x = _specials(dtype)
+    _assert_bitwise(xnf.to_torch(torch.pow(xnf.to_xla(x), exponent)), torch.pow(x, exponent))
+
+
+def _primitives(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn.primitive.name
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                if isinstance(sub, jax.extend.core.ClosedJaxpr):
+                    yield from _primitives(sub.jaxpr)
+
+
+def test_pow_runs_pow_only_for_other_exponents():
+    """The exponent is a runtime operand: one conditional picks the branch, and pow() is
+    in the general branch only (Note [Branching on a Scalar])."""
+    with xnf.runtime.dispatch.X64:
+        jaxpr = jax.make_jaxpr(lower_pointwise.lower_pow_Tensor_Scalar)(jax.numpy.ones((4,), "float32"), 3.0).jaxpr
+    (cond,) = [e for e in jaxpr.eqns if e.primitive.name == "cond"]
+    with_pow = [i for i, branch in enumerate(cond.params["branches"]) if "pow" in _primitives(branch.jaxpr)]
+    assert with_pow == [0] and len(cond.params["branches"]) == 1 + len(lower_pointwise._POW_BY_ARITHMETIC)
+    for exponent in (3.0, 2.5):
+        x = T(50, dtype=torch.float32)
+        torch.testing.assert_close(xnf.to_torch(xnf.to_xla(x) ** exponent), x**exponent, equal_nan=True)
+
+
+@pytest.mark.parametrize("ord", [0, 1, 2, 3, 0.5, math.inf, -math.inf])
+def test_vector_norm_orders_match_cpu_and_compute_one(ord):
+    x = T(6, 7, dtype=torch.float32)
+    torch.testing.assert_close(xnf.to_torch(torch.linalg.vector_norm(xnf.to_xla(x), ord, dim=1)),
+                               torch.linalg.vector_norm(x, ord, dim=1))
+    from xla_native_functions.lowerings import statistics as lower_statistics
+
+    with xnf.runtime.dispatch.X64:
+        jaxpr = jax.make_jaxpr(lambda a: lower_statistics.lower_linalg_vector_norm(a, ord, [1]))(to_jax(x)).jaxpr
+    assert "pow" not in [e.primitive.name for e in jaxpr.eqns], "only the conditional's general branch may run pow()"

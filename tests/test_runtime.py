@@ -1004,3 +1004,29 @@ def test_jax_caches_are_cleared_near_the_limit_of_memory_mappings(monkeypatch):
     assert compiled_code_guard.clears >= 1
     torch.testing.assert_close(cpu(ours.sin() * 3), x.sin() * 3)  # recompiled after the clear
     assert "JAX caches cleared" in xnf.metrics_report()
+
+
+@pytest.mark.parametrize("convs,linears,library", [(3, 1, True), (1, 3, False), (0, 2, False)])
+def test_library_fusions_go_to_graphs_with_more_convolutions_than_products(convs, linears, library, monkeypatch):
+    """Note [XLA CPU library fusions]: a ResNet-like graph gets them, a vision transformer's
+    (one patch convolution, many matrix products) and an MLP's do not."""
+    from xla_native_functions.runtime import backend
+
+    chosen = []
+
+    def record(op_counts):
+        chosen.append(backend.graph_compiler_options(op_counts))
+        return chosen[-1]
+
+    monkeypatch.setattr(lazy, "graph_compiler_options", record)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        *[torch.nn.Conv2d(2, 2, 3, padding=1) for _ in range(convs)],
+        torch.nn.Flatten(1),
+        *[torch.nn.Linear(2 * 4 * 4 if i == 0 else 8, 8) for i in range(linears)],
+    )
+    x = torch.randn(2, 2, 4, 4)
+    ours = xnf.to_xla(copy.deepcopy(model))
+    out = xnf.compile(lambda m, a: m(a))(ours, xnf.to_xla(x))
+    torch.testing.assert_close(xnf.to_torch(out), model(x), rtol=1e-5, atol=1e-5)
+    assert chosen and all(bool(options) == library for options in chosen)
