@@ -21,19 +21,23 @@ the setting is fixed for the process; `metrics_report()` says which one is in fo
 Note [Host allocator]
 ~~~~~~~~~~~~~~~~~~~~~
 XLA CPU takes every output and temporary buffer of an execution from the C allocator.
-glibc's defaults return freed memory to the OS eagerly: it trims the top of the heap
-once more than M_TRIM_THRESHOLD bytes are free there (twice the largest chunk freed so
-far, at most 64 MB) and maps requests above M_MMAP_THRESHOLD afresh. A compiled
-training step frees its old parameters, gradients and temporaries together, more than
-that threshold, so the next step takes the same memory back from the kernel one page
-fault at a time: 277 faults per step in the medium zoo MLP's SGD step, whose 2.25 ms
-became 1.55 ms (PyTorch: 2.1 ms) once the memory stayed with the process. PyTorch
-updates its parameters and gradients in place and does not notice.
+glibc's defaults return freed memory to the OS eagerly: it maps requests above
+M_MMAP_THRESHOLD (at most 32 MB) afresh and unmaps them when freed, and it trims the top
+of the heap once more than M_TRIM_THRESHOLD bytes are free there (twice the largest
+chunk freed so far, at most 64 MB). A compiled training step frees its old parameters,
+gradients and temporaries together, so the next step takes the same memory back from
+the kernel one page fault at a time: 277 faults per step in the medium zoo MLP's SGD
+step, whose 2.25 ms became 1.55 ms (PyTorch: 2.1 ms) once the memory stayed with the
+process. A larger program's temporaries come as one buffer above 32 MB: the medium zoo
+BERT's training step faulted 22,000 pages (87 MB) per step with mapped requests up to
+32 MB and trimming above 64 MB, and took 187-201 ms; with neither, 159-173 ms (PyTorch:
+150-160 ms). PyTorch updates its parameters and gradients in place and does not notice.
 
-So on glibc, importing xla_native_functions sets M_MMAP_THRESHOLD to glibc's largest
-value (32 MB) and M_TRIM_THRESHOLD to twice that, for the whole process: up to 64 MB of
-freed memory stays mapped for reuse. XLA_NATIVE_FUNCTIONS_MALLOC_DEFAULTS=1 keeps
-glibc's own settings.
+So on glibc, importing xla_native_functions turns off mapping requests afresh
+(M_MMAP_MAX = 0: every request comes from the heap) and sets M_TRIM_THRESHOLD to 1 GB,
+for the whole process: freed memory stays with the process for reuse, as in a caching
+allocator, and is returned to the OS only beyond 1 GB free at the top of the heap.
+XLA_NATIVE_FUNCTIONS_MALLOC_DEFAULTS=1 keeps glibc's own settings.
 
 Note [Mappings of compiled code]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -63,8 +67,8 @@ from jax._src import xla_bridge
 
 ASYNC_DISPATCH_ENV = "JAX_CPU_ENABLE_ASYNC_DISPATCH"
 MALLOC_DEFAULTS_ENV = "XLA_NATIVE_FUNCTIONS_MALLOC_DEFAULTS"
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
-MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's maximum on 64-bit systems
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
+KEEP_FREED_BYTES = 1 << 30
 _allocator = ["glibc's defaults"]
 
 
@@ -86,8 +90,8 @@ def keep_freed_memory_mapped() -> None:
     except (OSError, AttributeError, TypeError):  # not glibc
         _allocator[0] = "the C library's defaults (no mallopt)"
         return
-    if mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD):
-        _allocator[0] = "freed memory kept mapped up to 64 MB"
+    if mallopt(_M_MMAP_MAX, 0) and mallopt(_M_TRIM_THRESHOLD, KEEP_FREED_BYTES):
+        _allocator[0] = "freed memory kept mapped up to 1 GB"
 
 
 def _mapping_count() -> int:
