@@ -228,10 +228,14 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         autoescape=False,
     )
     primary = [s for s in specs if s.functional is None]
+    by_name = {s.name: s for s in primary}
+    donating = {s.name: by_name[s.functional] for s in specs
+                if s.functional is not None and s.donating_form_of(by_name[s.functional])}
     context = dict(
         header=header,
         header_txt=header,
         ops=specs,
+        donating=donating,
         imports=sorted((m, sorted(n)) for m, n in imports.items()),
         api=PUBLIC_API,
     )

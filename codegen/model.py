@@ -178,6 +178,23 @@ class OpSpec:
             parts.append(f"dtype={self.outs[0].name}.dtype")
         return ", ".join(parts)
 
+    def donating_form_of(self, functional: "OpSpec") -> bool:
+        """Whether this in-place form may run `functional`'s lowering with self's buffer
+        donated (Note [Donated in-place updates] in runtime/dispatch.py): `functional` is
+        lowered, returns one tensor, and takes this op's inputs, `self` first."""
+        return (
+            self.kind == "inplace" and not self.is_view and functional.section == "full_codegen"
+            and functional.returns_kind == "tensor" and bool(functional.inputs)
+            and functional.inputs[0].name == "self" and functional.inputs[0].kind == TENSOR
+            and [a.name for a in self.inputs] == [a.name for a in functional.inputs]
+        )
+
+    @property
+    def other_tensor_inputs(self) -> str:
+        """The tensor-valued inputs after the first, as a tuple expression."""
+        names = [a.name for a in self.inputs[1:] if a.kind in (TENSOR, OPT_TENSOR, TENSOR_LIST)]
+        return "(" + "".join(f"{n}, " for n in names).rstrip(" ") + ")"
+
     @property
     def functional_ref(self) -> str:
         """How a derived variant's stub calls its functional stub (see dispatch.py.j2)."""

@@ -20,6 +20,10 @@ class Config:
     # nll_loss) and raises as PyTorch does, at one read to the host per such op
     # (runtime/index_checks.py). Compiled programs cannot raise.
     check_index_values: bool = True
+    # Eager in-place ops on a tensor of at least this many bytes write into its own
+    # buffer when nothing else can see the old value (Note [Donated in-place updates]
+    # in runtime/dispatch.py); below it a fresh buffer costs no more.
+    donate_min_bytes: int = 1 << 20
 
 
 config = Config()

@@ -149,11 +149,13 @@ def ir_block(text: str, cls: str) -> str:
 
 
 def stub(text: str, name: str) -> str:
-    """The `def <name>(...)` block of dispatch.py, with its `_eager_<name> = ...` line if any."""
+    """The `def <name>(...)` block of dispatch.py, with its `_eager_<name> = ...` or
+    `_donating_<name> = ...` line if any."""
     chunks = text.split("\n\n\n")
     for i, chunk in enumerate(chunks):
         if chunk.startswith(f"def {name}("):
-            pre = chunks[i - 1] + "\n\n\n" if chunks[i - 1].startswith(f"_eager_{name} = ") else ""
+            executable = chunks[i - 1].startswith((f"_eager_{name} = ", f"_donating_{name} = "))
+            pre = chunks[i - 1] + "\n\n\n" if executable else ""
             return pre + chunk.rstrip("\n") + "\n"
     raise KeyError(name)
 
@@ -992,11 +994,39 @@ def native_layer_norm_out(input, normalized_shape, weight, bias, eps, *, out0, o
         )
 
     def test_derived_inplace(self):
+        # The in-place form of a lowered op may donate self's buffer (Note [Donated
+        # in-place updates]); that of a handwritten one writes the functional's result.
         self.assertExpectedInline(
             self.stub("add__Tensor"),
             """\
+_donating_add__Tensor = _rt_eager_executable(ir.AddTensor, in_place=True)
+
+
 def add__Tensor(self, other, *, alpha=1):
+    if _rt_donatable(self, (other,)):
+        with _rt_x64:
+            return _rt_update_in_place(self, _donating_add__Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
     return _rt_write_inplace(self, add_Tensor(self, other, alpha=alpha))
+""",
+        )
+        self.assertExpectedInline(
+            self.stub("uniform_"),
+            """\
+def uniform_(self, from_=0, to=1, *, generator=None):
+    return _rt_write_inplace(self, uniform(self, from_, to, generator=generator))
+""",
+        )
+
+    def test_derived_inplace_of_a_list(self):
+        # Note [Foreach ops]: when the lists alias, PyTorch's tensor-by-tensor loop runs;
+        # otherwise the functional form runs knowing which tensors it writes.
+        self.assertExpectedInline(
+            self.stub("_foreach_add__List"),
+            """\
+def _foreach_add__List(self, other, *, alpha=1):
+    if _rt_lists_alias(self, (other,)):
+        return _rt_per_tensor_loop(torch.ops.aten._foreach_add_.List, (self, other,), {"alpha": alpha})
+    return _rt_write_list_inplace(self, lambda: _foreach_add_List(self, other, alpha=alpha))
 """,
         )
 

@@ -1,0 +1,328 @@
+"""Foreach ops (torch._foreach_add_(params, grads, alpha=-lr) and the like): a
+pointwise op over lists of tensors, which is how torch.optim updates parameters.
+
+Note [Foreach ops]
+torch.optim runs its multi-tensor ("foreach") implementation only for tensors whose
+exact type it lists (torch.Tensor, nn.Parameter) on devices with foreach kernels; an
+XlaTensor would take the single-tensor path, one op per parameter and update (AdamW:
+about ten per parameter, each a separate executable). `enable_foreach_optimizers`
+lists XlaTensor, so optimizers and clip_grad_norm_ take the foreach path.
+
+The ops listed in the manifest run one executable per call, over every tensor of the
+lists: each element goes through the element op's own lowering and shape function
+(`_foreach_add.List` is add.Tensor per element), inside one jax.jit. While tracing
+they record one node per element, as the element op would. Every other foreach op
+(unlisted ones: _foreach_erf, _foreach_frac, ...) runs PyTorch's per-tensor loop, whose
+per-element ops come back here (`per_tensor_loop` in runtime/dispatch.py): correct, one
+op per element. So does an in-place foreach op whose lists alias (`lists_alias`).
+An in-place foreach op otherwise runs its functional form with the tensors it writes in
+`state.foreach_into`, and the executable writes each result into its tensor, donating
+the buffer when nothing else holds it (Note [Donated in-place updates] in
+runtime/dispatch.py): an optimizer step updates its large parameters in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from ...shape_fns.common import NUMPY_TO_TORCH
+from .. import state
+from ..dispatch import (
+    X64, _check_output, _read_operand, _trace_time_meta, attr_list, check_in_place_result, donatable, operand,
+    operand_opt, run_node, scalar_operand, update_in_place, write_inplace,
+)
+from ..ir import ATTR_LIST, OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR
+from ..tensor import XlaTensor, from_array
+
+_UNWRAP = {TENSOR: operand, OPT_TENSOR: operand_opt, SCALAR: scalar_operand}
+
+
+def enable_foreach_optimizers() -> None:
+    """Let torch.optim and clip_grad_norm_ take their foreach path for XlaTensors."""
+    from torch.optim import optimizer
+    from torch.utils import _foreach_utils
+
+    for types in (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types):
+        if XlaTensor not in types:
+            types.append(XlaTensor)
+
+
+# ---------------------------------------------------------------- one executable per call
+
+
+def _ir(name: str) -> Any:
+    from ... import ir  # the generated IR classes (ir.py imports this module)
+
+    return getattr(ir, name)
+
+
+_EXECUTABLES: dict[tuple[str, bool], Any] = {}
+
+
+def _executable(cls: Any, in_place: bool) -> Any:
+    """jit(run)(donated, dynamic, static): per element, its dynamic arguments, and its
+    static ones with whether its `self` is among the donated arrays. In place, each
+    result is checked and cast as a write into `self` (trace time, before any
+    donation)."""
+    exe = _EXECUTABLES.get((cls.name, in_place))
+    if exe is None:
+        kinds = cls.arg_kinds
+
+        def run(donated, dynamic, static):
+            donated = iter(donated)
+            outs = []
+            for dyn, (stat, donates) in zip(dynamic, static):
+                dyn, stat = iter(dyn), iter(stat)
+                args = [
+                    _read_operand(k, next(stat) if k in STATIC_KINDS else next(donated) if i == 0 and donates else next(dyn))
+                    for i, k in enumerate(kinds)
+                ]
+                metas = cls.output_shape(*[_trace_time_meta(k, a) for k, a in zip(kinds, args)])
+                out = cls.lower(*args)
+                _check_output(cls, out, metas)
+                if in_place:
+                    check_in_place_result(tuple(args[0].shape), NUMPY_TO_TORCH[args[0].dtype], tuple(out.shape),
+                                          NUMPY_TO_TORCH[out.dtype])
+                    out = out.astype(args[0].dtype)
+                outs.append(out)
+            return outs
+
+        run.__name__ = f"foreach_{cls.name}"
+        exe = jax.jit(run, static_argnums=2, donate_argnums=0 if in_place else ())
+        _EXECUTABLES[(cls.name, in_place)] = exe
+    return exe
+
+
+def _each(cls_name: str, per_element: list[tuple]) -> list[Any]:
+    """The element op `cls_name` on each argument tuple: one executable eagerly, one
+    node per element while tracing. Inside an in-place foreach op on these tensors
+    (state.foreach_into), the results are written into each element's `self` here, its
+    buffer donated where nothing else holds it, and `self` itself is returned."""
+    cls = _ir(cls_name)
+    if state.tracing:
+        return [run_node(cls, args) for args in per_element]
+    into = state.foreach_into
+    in_place = into is not None and len(into) == len(per_element) and all(
+        t is args[0] for t, args in zip(into, per_element))
+    kinds = cls.arg_kinds
+    donated, dynamic, static = [], [], []
+    for args in per_element:
+        donates = in_place and donatable(args[0], args[1:])
+        if donates:
+            donated.append(operand(args[0]))
+        dynamic.append([_UNWRAP[k](a) for i, (k, a) in enumerate(zip(kinds, args))
+                        if k not in STATIC_KINDS and not (i == 0 and donates)])
+        static.append((tuple(attr_list(a) if k == ATTR_LIST else a for k, a in zip(kinds, args) if k in STATIC_KINDS),
+                       donates))
+    with X64:
+        outs = _executable(cls, in_place)(donated, dynamic, tuple(static))
+    results = []
+    for args, (_, donates), out in zip(per_element, static, outs):
+        results.append(update_in_place(args[0], out) if donates else from_array(out))
+    return results
+
+
+def _check_lists(*lists: Any) -> None:
+    """PyTorch's checks on foreach arguments (check_foreach_api_restrictions)."""
+    if not lists[0]:
+        raise RuntimeError("Tensor list must have at least one tensor.")
+    for other in lists[1:]:
+        if len(other) != len(lists[0]):
+            raise RuntimeError(f"Tensor lists must have the same number of tensors, got {len(lists[0])} and {len(other)}")
+
+
+def _check_scalars(tensors: Any, scalars: Any) -> None:
+    _check_lists(tensors)
+    if len(scalars) != len(tensors):
+        raise RuntimeError("Tensor list must have same number of elements as scalar list.")
+
+
+def _binary(list_cls: str, scalar_cls: str):
+    """The List, Scalar, ScalarList and Tensor forms of a binary op."""
+
+    def on_list(self, other, alpha=None):
+        _check_lists(self, other)
+        extra = () if alpha is None else (alpha,)
+        return _each(list_cls, [(a, b, *extra) for a, b in zip(self, other)])
+
+    def on_scalar(self, scalar, alpha=None):
+        _check_lists(self)
+        extra = () if alpha is None else (alpha,)
+        return _each(scalar_cls, [(a, scalar, *extra) for a in self])
+
+    def on_scalars(self, scalars, alpha=None):
+        _check_scalars(self, scalars)
+        extra = () if alpha is None else (alpha,)
+        return _each(scalar_cls, [(a, s, *extra) for a, s in zip(self, scalars)])
+
+    def on_tensor(self, other, alpha=None):
+        _check_lists(self)
+        extra = () if alpha is None else (alpha,)
+        return _each(list_cls, [(a, other, *extra) for a in self])
+
+    return on_list, on_scalar, on_scalars, on_tensor
+
+
+_add = _binary("AddTensor", "AddScalar")
+_sub = _binary("SubTensor", "SubScalar")
+_mul = _binary("MulTensor", "MulScalar")
+_div = _binary("DivTensor", "DivScalar")
+
+
+def impl__foreach_add_List(self, other, *, alpha=1):
+    return _add[0](self, other, alpha)
+
+
+def impl__foreach_add_Scalar(self, scalar):
+    return _add[1](self, scalar, 1)
+
+
+def impl__foreach_add_ScalarList(self, scalars):
+    return _add[2](self, scalars, 1)
+
+
+def impl__foreach_add_Tensor(self, other, *, alpha=1):
+    return _add[3](self, other, alpha)
+
+
+def impl__foreach_sub_List(self, other, *, alpha=1):
+    return _sub[0](self, other, alpha)
+
+
+def impl__foreach_sub_Scalar(self, scalar):
+    return _sub[1](self, scalar, 1)
+
+
+def impl__foreach_sub_ScalarList(self, scalars):
+    return _sub[2](self, scalars, 1)
+
+
+def impl__foreach_mul_List(self, other):
+    return _mul[0](self, other)
+
+
+def impl__foreach_mul_Scalar(self, scalar):
+    return _mul[1](self, scalar)
+
+
+def impl__foreach_mul_ScalarList(self, scalars):
+    return _mul[2](self, scalars)
+
+
+def impl__foreach_mul_Tensor(self, other):
+    return _mul[3](self, other)
+
+
+def impl__foreach_div_List(self, other):
+    return _div[0](self, other)
+
+
+def impl__foreach_div_Scalar(self, scalar):
+    return _div[1](self, scalar)
+
+
+def impl__foreach_div_ScalarList(self, scalars):
+    return _div[2](self, scalars)
+
+
+def impl__foreach_div_Tensor(self, other):
+    return _div[3](self, other)
+
+
+def impl__foreach_maximum_List(self, other):
+    _check_lists(self, other)
+    return _each("Maximum", list(zip(self, other)))
+
+
+def impl__foreach_minimum_List(self, other):
+    _check_lists(self, other)
+    return _each("Minimum", list(zip(self, other)))
+
+
+def impl__foreach_addcmul_Scalar(self, tensor1, tensor2, value=1):
+    _check_lists(self, tensor1, tensor2)
+    return _each("Addcmul", [(a, b, c, value) for a, b, c in zip(self, tensor1, tensor2)])
+
+
+def impl__foreach_addcmul_ScalarList(self, tensor1, tensor2, scalars):
+    _check_lists(self, tensor1, tensor2)
+    _check_scalars(self, scalars)
+    return _each("Addcmul", [(a, b, c, s) for a, b, c, s in zip(self, tensor1, tensor2, scalars)])
+
+
+def impl__foreach_addcdiv_Scalar(self, tensor1, tensor2, value=1):
+    _check_lists(self, tensor1, tensor2)
+    return _each("Addcdiv", [(a, b, c, value) for a, b, c in zip(self, tensor1, tensor2)])
+
+
+def impl__foreach_addcdiv_ScalarList(self, tensor1, tensor2, scalars):
+    _check_lists(self, tensor1, tensor2)
+    _check_scalars(self, scalars)
+    return _each("Addcdiv", [(a, b, c, s) for a, b, c, s in zip(self, tensor1, tensor2, scalars)])
+
+
+def impl__foreach_lerp_Scalar(self, tensors1, weight):
+    _check_lists(self, tensors1)
+    return _each("LerpScalar", [(a, b, weight) for a, b in zip(self, tensors1)])
+
+
+def impl__foreach_lerp_ScalarList(self, tensors1, weight):
+    _check_lists(self, tensors1)
+    _check_scalars(self, weight)
+    return _each("LerpScalar", [(a, b, w) for a, b, w in zip(self, tensors1, weight)])
+
+
+def impl__foreach_lerp_List(self, tensors1, weights):
+    _check_lists(self, tensors1, weights)
+    return _each("LerpTensor", list(zip(self, tensors1, weights)))
+
+
+def impl__foreach_pow_List(self, exponent):
+    _check_lists(self, exponent)
+    return _each("PowTensorTensor", list(zip(self, exponent)))
+
+
+def impl__foreach_pow_Scalar(self, exponent):
+    _check_lists(self)
+    return _each("PowTensorScalar", [(a, exponent) for a in self])
+
+
+def impl__foreach_pow_ScalarAndTensor(self, exponent):
+    _check_lists(exponent)
+    return _each("PowScalar", [(self, e) for e in exponent])
+
+
+def impl__foreach_norm_Scalar(self, ord=2, dtype=None):
+    _check_lists(self)
+    return _each("LinalgVectorNorm", [(a, ord, None, False, dtype) for a in self])
+
+
+def _unary(cls_name: str, self: Any) -> list[Any]:
+    _check_lists(self)
+    return _each(cls_name, [(a,) for a in self])
+
+
+def impl__foreach_abs(self):
+    return _unary("Abs", self)
+
+
+def impl__foreach_neg(self):
+    return _unary("Neg", self)
+
+
+def impl__foreach_reciprocal(self):
+    return _unary("Reciprocal", self)
+
+
+def impl__foreach_sign(self):
+    return _unary("Sign", self)
+
+
+def impl__foreach_sqrt(self):
+    return _unary("Sqrt", self)
+
+
+def impl__foreach_zero_(self):
+    write_inplace(self, _unary("Zero", self))

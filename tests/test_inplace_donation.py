@@ -1,0 +1,202 @@
+"""In-place ops on large tensors write into the tensor's own buffer (Note [Donated
+in-place updates] in runtime/dispatch.py): results against PyTorch CPU, the buffer
+reused when nothing else can see it, and every owner of the old array (a JAX array
+handed out, another tensor after copy_ or clone, an operand reading the same storage,
+a view) seeing what PyTorch's semantics say it sees."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+import xla_native_functions as xnf
+N = xnf.config.donate_min_bytes // 4  # float32 elements of the smallest donated tensor
+
+
+def big(seed=0, dtype=torch.float32, n=N):
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def buffer(t):
+    return t._store.value.unsafe_buffer_pointer()
+
+
+def same(ours, ref):
+    got = xnf.to_torch(ours)
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("update", [
+    lambda p, g, h: p.add_(g, alpha=-0.05),
+    lambda p, g, h: p.mul_(0.9),
+    lambda p, g, h: p.lerp_(g, 0.1),
+    lambda p, g, h: p.addcmul_(g, h, value=0.5),
+    lambda p, g, h: p.addcdiv_(g, h.abs() + 1, value=-0.01),
+    lambda p, g, h: p.sqrt_(),
+    lambda p, g, h: p.clamp_(min=-0.5, max=0.5),
+], ids=["add_", "mul_", "lerp_", "addcmul_", "addcdiv_", "sqrt_", "clamp_"])
+def test_optimizer_updates_reuse_the_buffer(update):
+    ref = [big(0).abs(), big(1), big(2)]
+    ours = [xnf.to_xla(t) for t in ref]
+    before = buffer(ours[0])
+    out = update(*ours)
+    assert out is ours[0]
+    assert buffer(ours[0]) == before
+    same(ours[0], update(*ref))
+
+
+def test_views_read_the_updated_value():
+    ref = big()
+    x = xnf.to_xla(ref)
+    strided, reshaped = x[::2], x.view(64, -1)
+    xnf.to_torch(strided)  # a cached read of the view, to be invalidated
+    before = buffer(x)
+    x.add_(1.0)
+    ref.add_(1.0)
+    assert buffer(x) == before
+    same(strided, ref[::2])
+    same(reshaped, ref.view(64, -1))
+
+
+def test_an_update_through_a_whole_view_reaches_the_base():
+    ref = big()
+    x = xnf.to_xla(ref)
+    v = x.view(64, -1)
+    v.mul_(3.0)
+    ref.view(64, -1).mul_(3.0)
+    same(x, ref)
+
+
+def test_a_jax_array_handed_out_keeps_its_values():
+    x = xnf.to_xla(big())
+    held = xnf.to_jax(x)
+    expected = np.asarray(held).copy()
+    x.add_(1.0)
+    assert not held.is_deleted()
+    np.testing.assert_array_equal(np.asarray(held), expected)
+    same(x, torch.from_numpy(expected) + 1.0)
+
+
+def test_a_tensor_made_from_a_jax_array_leaves_the_array_alone():
+    a = jnp.ones(N, dtype=jnp.float32)
+    t = xnf.to_torch_tensor(a)
+    t.mul_(2.0)
+    assert not a.is_deleted()
+    np.testing.assert_array_equal(np.asarray(a), np.ones(N, np.float32))
+    same(t, torch.full((N,), 2.0))
+
+
+@pytest.mark.parametrize("share", [
+    lambda x: torch.zeros_like(x).copy_(x),
+    lambda x: x.clone(),
+    lambda x: x.detach(),
+    lambda x: x.contiguous(),
+], ids=["copy_", "clone", "detach", "contiguous"])
+def test_other_tensors_keep_their_semantics(share):
+    ref = big()
+    x = xnf.to_xla(ref)
+    y = share(x)
+    ref_y = share(ref)
+    x.add_(1.0)
+    ref.add_(1.0)
+    same(x, ref)
+    same(y, ref_y)  # detach aliases x (sees the write), copy_ and clone do not
+
+
+@pytest.mark.parametrize("update", [
+    lambda x: x.add_(x),
+    lambda x: x.mul_(x.view(64, -1).view(-1)),
+    lambda x: x.addcmul_(x.view(64, -1).t().reshape(-1), x.detach()),
+], ids=["self", "alias", "copy of a transposed view"])
+def test_an_operand_reading_the_same_storage(update):
+    ref = big()
+    x = xnf.to_xla(ref)
+    update(x)
+    update(ref)
+    same(x, ref)
+
+
+def test_a_result_of_another_dtype_is_cast_into_self():
+    ref = big()
+    x = xnf.to_xla(ref)
+    other = big(1, torch.float64)
+    x.add_(xnf.to_xla(other))
+    ref.add_(other)
+    same(x, ref)
+
+
+def test_errors_leave_self_intact():
+    ref = big()
+    x = xnf.to_xla(ref)
+    with pytest.raises(RuntimeError, match=r"doesn't match the broadcast shape \[2, "):
+        x.add_(xnf.to_xla(torch.ones(2, N)))
+    same(x, ref)
+    i = xnf.to_xla(torch.arange(N, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Int"):
+        i.add_(0.5)
+    same(i, torch.arange(N, dtype=torch.int32))
+
+
+def test_sgd_on_a_large_embedding_matches_pytorch():
+    torch.manual_seed(0)
+    ref = torch.nn.EmbeddingBag(N // 128, 128, mode="sum")
+    ours = xnf.to_xla(torch.nn.EmbeddingBag(N // 128, 128, mode="sum"))
+    ours.load_state_dict(xnf.to_xla(ref.state_dict()))
+    idx, offsets = torch.tensor([1, 5, 7, 5]), torch.tensor([0, 2])
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt_ours = torch.optim.SGD(ours.parameters(), lr=0.1)
+    for _ in range(3):
+        for model, opt, dev in ((ref, opt_ref, lambda t: t), (ours, opt_ours, xnf.to_xla)):
+            opt.zero_grad()
+            model(dev(idx), dev(offsets)).square().sum().backward()
+            opt.step()
+    same(ours.weight.detach(), ref.weight.detach())
+
+
+@pytest.mark.parametrize("key", ["add", "mul", "lerp", "addcdiv", "clamp", "index_add", "scatter_add", "masked_fill", "pow"])
+def test_every_size_donated_matches_opinfo(key, monkeypatch):
+    """OpInfo's in-place samples (small tensors) with donation at every size: the
+    donating executables agree with PyTorch as the undonated path does."""
+    import opinfo_harness as h
+
+    monkeypatch.setattr(xnf.config, "donate_min_bytes", 0)
+    with warnings.catch_warnings():  # the harness silences warnings process-wide
+        h._setup_worker()
+        for dtype in ("float32", "int64"):
+            if not h.plan_units([key], (dtype,), ("inplace",)):
+                continue
+            res = h.run_unit(key, dtype, "inplace")
+            assert res["status"] == "done" and res["passed"] and not res["failed"] and not res["errored"], res["messages"][:2]
+
+
+def test_foreach_updates_reuse_the_buffers_they_may():
+    """An in-place foreach op (an optimizer step) writes each tensor in place when
+    nothing else holds its array; a small tensor, or one whose array is held, gets a
+    new buffer, and the holder keeps the old values."""
+    ref = [big(0), big(1), torch.randn(10), big(2)]
+    grads = [big(3), big(4), torch.randn(10), big(5)]
+    params = [xnf.to_xla(t) for t in ref]
+    held = xnf.to_jax(params[3])
+    before = [buffer(p) for p in params]
+    torch._foreach_add_(params, [xnf.to_xla(g) for g in grads], alpha=-0.1)
+    torch._foreach_add_(ref, grads, alpha=-0.1)
+    for p, r in zip(params, ref):
+        same(p, r)
+    assert [buffer(p) == b for p, b in zip(params, before)] == [True, True, False, False]
+    np.testing.assert_array_equal(np.asarray(held), big(2).numpy())
+
+
+def test_foreach_errors_leave_the_tensors_intact():
+    """Raised before anything is written or donated (PyTorch's loop has updated the
+    tensors before the failing one: docs/semantics.md)."""
+    ref = [big(0), big(1)]
+    params = [xnf.to_xla(t) for t in ref]
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        torch._foreach_add_(params, [xnf.to_xla(torch.ones(N)), xnf.to_xla(torch.ones(2, N))])
+    for p, r in zip(params, ref):
+        same(p, r)
