@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
+
 N = xnf.config.donate_min_bytes // 4  # float32 elements of the smallest donated tensor
 
 
