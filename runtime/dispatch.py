@@ -292,24 +292,31 @@ def eager_executable(cls: type[Node], in_place: bool = False):
     buffer it may reuse (Note [Donated in-place updates]): it returns the result cast to
     self's dtype, and raises PyTorch's errors for a result that cannot be written into
     self at trace time, before anything is donated."""
-    kinds = cls.arg_kinds
-    static = tuple(i for i, k in enumerate(kinds) if k in STATIC_KINDS)
+    static = tuple(i for i, k in enumerate(cls.arg_kinds) if k in STATIC_KINDS)
 
     def run(*args):
-        args = [_read_operand(k, a) for k, a in zip(kinds, args)]
-        metas = cls.output_shape(*[_trace_time_meta(k, a) for k, a in zip(kinds, args)])
-        out = cls.lower(*args)
-        _check_output(cls, out, metas)
-        if in_place:
-            self_dtype = NUMPY_TO_TORCH[args[0].dtype]
-            check_in_place_result(tuple(args[0].shape), self_dtype, tuple(out.shape), NUMPY_TO_TORCH[out.dtype])
-            out = out.astype(args[0].dtype)
-        return out
+        return lower_checked(cls, args, in_place)
 
     run.__name__ = f"{'donating' if in_place else 'eager'}_{cls.name}"
     if in_place:
         return jax.jit(run, static_argnums=static, donate_argnums=0)
     return jax.jit(run, static_argnums=static)
+
+
+def lower_checked(cls: type[Node], args: Any, in_place: bool = False) -> Any:
+    """The body of an op's executable, at trace time: read view operands, run the shape
+    function (PyTorch's errors), lower, check the lowering against the shape function;
+    `in_place`, check and cast the result as a write into args[0]."""
+    kinds = cls.arg_kinds
+    args = [_read_operand(k, a) for k, a in zip(kinds, args)]
+    metas = cls.output_shape(*[_trace_time_meta(k, a) for k, a in zip(kinds, args)])
+    out = cls.lower(*args)
+    _check_output(cls, out, metas)
+    if in_place:
+        self_dtype = NUMPY_TO_TORCH[args[0].dtype]
+        check_in_place_result(tuple(args[0].shape), self_dtype, tuple(out.shape), NUMPY_TO_TORCH[out.dtype])
+        out = out.astype(args[0].dtype)
+    return out
 
 
 def _trace_time_meta(kind: str, a: Any) -> Any:

@@ -27,11 +27,10 @@ from typing import Any
 
 import jax
 
-from ...shape_fns.common import NUMPY_TO_TORCH
 from .. import state
 from ..dispatch import (
-    X64, _check_output, _read_operand, _trace_time_meta, attr_list, check_in_place_result, donatable, operand,
-    operand_opt, run_node, scalar_operand, update_in_place, write_inplace,
+    X64, attr_list, donatable, lower_checked, operand, operand_opt, run_node, scalar_operand, update_in_place,
+    write_inplace,
 )
 from ..ir import ATTR_LIST, OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR
 from ..tensor import XlaTensor, from_array
@@ -75,18 +74,9 @@ def _executable(cls: Any, in_place: bool) -> Any:
             outs = []
             for dyn, (stat, donates) in zip(dynamic, static):
                 dyn, stat = iter(dyn), iter(stat)
-                args = [
-                    _read_operand(k, next(stat) if k in STATIC_KINDS else next(donated) if i == 0 and donates else next(dyn))
-                    for i, k in enumerate(kinds)
-                ]
-                metas = cls.output_shape(*[_trace_time_meta(k, a) for k, a in zip(kinds, args)])
-                out = cls.lower(*args)
-                _check_output(cls, out, metas)
-                if in_place:
-                    check_in_place_result(tuple(args[0].shape), NUMPY_TO_TORCH[args[0].dtype], tuple(out.shape),
-                                          NUMPY_TO_TORCH[out.dtype])
-                    out = out.astype(args[0].dtype)
-                outs.append(out)
+                args = [next(stat) if k in STATIC_KINDS else next(donated) if i == 0 and donates else next(dyn)
+                        for i, k in enumerate(kinds)]
+                outs.append(lower_checked(cls, args, in_place))
             return outs
 
         run.__name__ = f"foreach_{cls.name}"
