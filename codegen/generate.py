@@ -22,7 +22,7 @@ import jinja2
 
 from .manifest import SECTIONS, Manifest, ManifestEntry, ManifestError, lint_order, load_manifest
 from .model import ATTR, ATTR_LIST, OpSpec, make_op_spec, unambiguous_name
-from .schemas import SchemaDatabase, load_schema_database
+from .schemas import SchemaDatabase, SchemaRecord, load_schema_database
 from .sources import FunctionSource, scan_functions, signature_problems
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,6 +68,27 @@ def _suggest(name: str, db: SchemaDatabase) -> str:
     elif close:
         hints.append("did you mean " + ", ".join(close) + "?")
     return "; ".join(hints)
+
+
+# In-place forms whose PyTorch kernels reject an operand sharing memory with `self`
+# (ATen's assert_no_partial_overlap / assert_no_overlap), by functional base name.
+# TensorIterator ops, those tagged pointwise and these, reject a partial overlap
+# (x.add_(x[0]), x.copy_(x.t())) and accept a full one (x.add_(x)):
+PARTIAL_OVERLAP_CHECKED = frozenset({"addr", "copy", "floor_divide"})
+# scatter-like ops reject any overlap of self with their index or source:
+ANY_OVERLAP_CHECKED = frozenset({
+    "index_add", "index_copy", "index_put", "index_reduce", "put", "scatter", "scatter_add", "scatter_reduce",
+})
+# Other in-place ops (addmm_, masked_scatter_) do not check.
+
+
+def _overlap_check(functional: SchemaRecord) -> str:
+    base = functional.name.split(".")[0]
+    if base in ANY_OVERLAP_CHECKED:
+        return "any"
+    if "pointwise" in functional.tags or base in PARTIAL_OVERLAP_CHECKED:
+        return "partial"
+    return ""
 
 
 def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
@@ -121,6 +142,8 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
             vspec = make_op_spec(variant.name, variant.schema, entry.section, rec.is_view, variant.kind, functional=spec.name)
             if variant.kind == "out" and len(vspec.outs) != len(spec.returns):
                 continue
+            if variant.kind == "inplace" and not rec.is_view:
+                vspec = dataclasses.replace(vspec, overlap_check=_overlap_check(rec))
             names, vnames = {a.name for a in spec.inputs}, {a.name for a in vspec.inputs}
             # A factory (no `self`) writes in the out tensor's dtype; ops derived from a
             # tensor (full_like.out) compute in their own dtype, then cast into out.

@@ -145,6 +145,9 @@ class OpSpec:
     # an out= form of a factory (arange.start_out): PyTorch computes in the out tensor's
     # dtype, which the functional op takes as its `dtype` argument (see generate.py)
     dtype_from_out: bool = False
+    # an in-place form: which operands sharing memory with `self` PyTorch rejects
+    # ("partial" or "any" overlap; see PARTIAL_OVERLAP_CHECKED in generate.py), or ""
+    overlap_check: str = ""
 
     @property
     def inputs(self) -> tuple[ArgSpec, ...]:

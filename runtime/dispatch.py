@@ -22,7 +22,7 @@ from .config import config
 from .ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node, Value
 from .metrics import metrics
 from .tensor import Storage, XlaTensor, from_array, tensor_on
-from .views import is_whole, overlapping, strided_read, strided_read_jit, strided_write_jit, view_meta
+from .views import is_whole, non_overlapping_and_dense, overlapping, strided_read, strided_read_jit, strided_write_jit, view_meta
 
 
 class _X64:
@@ -555,12 +555,40 @@ def write_list_inplace(self: list, compute: Callable[[], Any]) -> None:
 OUT_MUST_NOT_BE_AN_INPUT = frozenset({"cat", "gather", "index_select", "kthvalue", "masked_select", "take"})
 
 
-def _memory_range(t: XlaTensor) -> tuple[int, int] | None:
-    """[start, end) element range of a contiguous view in its storage, else None."""
-    if not t.is_contiguous():
-        return None
-    start = t.storage_offset()
-    return start, start + t.numel()
+NO_OVERLAP, FULL_OVERLAP, PARTIAL_OVERLAP, TOO_HARD = range(4)
+
+
+def overlap_status(a: XlaTensor, b: XlaTensor) -> int:
+    """How the memory of two tensors overlaps, as ATen's get_overlap_status decides it:
+    the same memory in the same layout is a full overlap; layouts that do not fill a
+    block of memory (a column, an expanded view) are too hard to compare."""
+    if a is b:
+        return FULL_OVERLAP
+    if a._store is not b._store or not a.numel() or not b.numel():
+        return NO_OVERLAP
+    size_a, stride_a, size_b, stride_b = tuple(a.shape), a.stride(), tuple(b.shape), b.stride()
+    if not non_overlapping_and_dense(size_a, stride_a) or not non_overlapping_and_dense(size_b, stride_b):
+        return TOO_HARD
+    start_a, start_b = a.storage_offset() * a.element_size(), b.storage_offset() * b.element_size()
+    end_a, end_b = start_a + a.numel() * a.element_size(), start_b + b.numel() * b.element_size()
+    if (start_a, end_a) == (start_b, end_b):
+        return FULL_OVERLAP if stride_a == stride_b else PARTIAL_OVERLAP
+    return PARTIAL_OVERLAP if start_a < end_b and start_b < end_a else NO_OVERLAP
+
+
+def check_in_place_overlap(self: Any, others: tuple[Any, ...], any_overlap: bool) -> None:
+    """PyTorch's errors for an in-place op reading memory it writes: its TensorIterator
+    ops reject a partial overlap with `self` (x.add_(x[0])), its scatter-like ops
+    (`any_overlap`) any overlap. Only operands on self's storage are compared."""
+    if self.__class__ is not XlaTensor:
+        return
+    store = self._store
+    for t in others:
+        for x in (t if isinstance(t, (list, tuple)) else (t,)):
+            if x.__class__ is XlaTensor and x._store is store:
+                status = overlap_status(self, x)
+                if status == PARTIAL_OVERLAP or (any_overlap and status == FULL_OVERLAP):
+                    raise RuntimeError(_OVERLAP_MESSAGE)
 
 
 def check_out_overlap(outs: tuple[Any, ...], inputs: tuple[Any, ...], op: str) -> None:
@@ -575,14 +603,8 @@ def check_out_overlap(outs: tuple[Any, ...], inputs: tuple[Any, ...], op: str) -
             # these kernels check before resizing the output (assert_no_internal_overlap)
             raise RuntimeError(_INTERNAL_OVERLAP_MESSAGE)
         for t in flat:
-            if t._store is not o._store or not t.numel():
-                continue
-            if t is o or (t.shape == o.shape and t.stride() == o.stride() and t.storage_offset() == o.storage_offset()):
-                if op in OUT_MUST_NOT_BE_AN_INPUT:
-                    raise RuntimeError(_OVERLAP_MESSAGE)
-                continue
-            a, b = _memory_range(o), _memory_range(t)
-            if a is not None and b is not None and a[0] < b[1] and b[0] < a[1]:
+            status = overlap_status(o, t)
+            if status == PARTIAL_OVERLAP or (status == FULL_OVERLAP and op in OUT_MUST_NOT_BE_AN_INPUT):
                 raise RuntimeError(_OVERLAP_MESSAGE)
 
 

@@ -186,3 +186,16 @@ def is_whole(size, stride, offset, storage_shape) -> bool:
 def overlapping(size, stride) -> bool:
     """True when two elements of the view share memory (an expanded dim)."""
     return any(s == 0 and n > 1 for n, s in zip(size, stride))
+
+
+def non_overlapping_and_dense(size, stride) -> bool:
+    """Whether the view's elements fill a block of memory exactly, in some order of its
+    dims (c10's is_non_overlapping_and_dense: contiguous or permuted)."""
+    if len(size) == 1:
+        return size[0] < 2 or stride[0] == 1
+    expected = 1
+    for s, n in sorted((s, n) for n, s in zip(size, stride) if n >= 2):  # smallest stride first
+        if s != expected:
+            return False
+        expected *= n
+    return True

@@ -996,6 +996,10 @@ def native_layer_norm_out(input, normalized_shape, weight, bias, eps, *, out0, o
     def test_derived_inplace(self):
         # The in-place form of a lowered op may donate self's buffer (Note [Donated
         # in-place updates]); that of a handwritten one writes the functional's result.
+        # Either first rejects the operands sharing self's memory that PyTorch rejects
+        # (PARTIAL_OVERLAP_CHECKED and ANY_OVERLAP_CHECKED in
+        # generate.py): a partial overlap for elementwise ops, any
+        # overlap for scatter-like ones, none checked for BLAS ops.
         self.assertExpectedInline(
             self.stub("add__Tensor"),
             """\
@@ -1006,9 +1010,13 @@ def add__Tensor(self, other, *, alpha=1):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_add__Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, add_Tensor(self, other, alpha=alpha))
 """,
         )
+        self.assertIn("    _rt_check_in_place_overlap(self, (index, source,), True)\n", self.stub("index_add_"))
+        self.assertIn("    _rt_check_in_place_overlap(self, (src,), False)\n", self.stub("copy_"))
+        self.assertNotIn("_rt_check_in_place_overlap", self.stub("addmm_"))
         self.assertExpectedInline(
             self.stub("uniform_"),
             """\

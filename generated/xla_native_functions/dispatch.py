@@ -16,6 +16,7 @@ from .runtime import state as _rt_state
 from .runtime.dispatch import (
     X64 as _rt_x64,
     attr_list as _rt_attr_list,
+    check_in_place_overlap as _rt_check_in_place_overlap,
     donatable as _rt_donatable,
     eager_executable as _rt_eager_executable,
     fallback as _rt_fallback,
@@ -1476,6 +1477,7 @@ def add__Tensor(self, other, *, alpha=1):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_add__Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, add_Tensor(self, other, alpha=alpha))
 
 
@@ -1524,6 +1526,7 @@ def addcdiv_(self, tensor1, tensor2, *, value=1):
     if _rt_donatable(self, (tensor1, tensor2,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_addcdiv_(_rt_operand(self), _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value)))
+    _rt_check_in_place_overlap(self, (tensor1, tensor2,), False)
     return _rt_write_inplace(self, addcdiv(self, tensor1, tensor2, value=value))
 
 
@@ -1548,6 +1551,7 @@ def addcmul_(self, tensor1, tensor2, *, value=1):
     if _rt_donatable(self, (tensor1, tensor2,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_addcmul_(_rt_operand(self), _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value)))
+    _rt_check_in_place_overlap(self, (tensor1, tensor2,), False)
     return _rt_write_inplace(self, addcmul(self, tensor1, tensor2, value=value))
 
 
@@ -1620,6 +1624,7 @@ def addr_(self, vec1, vec2, *, beta=1, alpha=1):
     if _rt_donatable(self, (vec1, vec2,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_addr_(_rt_operand(self), _rt_operand(vec1), _rt_operand(vec2), _rt_scalar(beta), _rt_scalar(alpha)))
+    _rt_check_in_place_overlap(self, (vec1, vec2,), False)
     return _rt_write_inplace(self, addr(self, vec1, vec2, beta=beta, alpha=alpha))
 
 
@@ -1952,6 +1957,7 @@ def atan2_(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_atan2_(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, atan2(self, other))
 
 
@@ -2220,6 +2226,7 @@ def bitwise_and__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_bitwise_and__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, bitwise_and_Tensor(self, other))
 
 
@@ -2272,6 +2279,7 @@ def bitwise_left_shift__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_bitwise_left_shift__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, bitwise_left_shift_Tensor(self, other))
 
 
@@ -2368,6 +2376,7 @@ def bitwise_or__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_bitwise_or__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, bitwise_or_Tensor(self, other))
 
 
@@ -2420,6 +2429,7 @@ def bitwise_right_shift__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_bitwise_right_shift__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, bitwise_right_shift_Tensor(self, other))
 
 
@@ -2492,6 +2502,7 @@ def bitwise_xor__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_bitwise_xor__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, bitwise_xor_Tensor(self, other))
 
 
@@ -2706,6 +2717,7 @@ def clamp__Tensor(self, min=None, max=None):
     if _rt_donatable(self, (min, max,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_clamp__Tensor(_rt_operand(self), _rt_operand_opt(min), _rt_operand_opt(max)))
+    _rt_check_in_place_overlap(self, (min, max,), False)
     return _rt_write_inplace(self, clamp_Tensor(self, min, max))
 
 
@@ -2754,6 +2766,7 @@ def clamp_max__Tensor(self, max):
     if _rt_donatable(self, (max,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_clamp_max__Tensor(_rt_operand(self), _rt_operand(max)))
+    _rt_check_in_place_overlap(self, (max,), False)
     return _rt_write_inplace(self, clamp_max_Tensor(self, max))
 
 
@@ -2802,6 +2815,7 @@ def clamp_min__Tensor(self, min):
     if _rt_donatable(self, (min,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_clamp_min__Tensor(_rt_operand(self), _rt_operand(min)))
+    _rt_check_in_place_overlap(self, (min,), False)
     return _rt_write_inplace(self, clamp_min_Tensor(self, min))
 
 
@@ -2902,6 +2916,7 @@ def copy_out(self, src, non_blocking=False, *, out):
 
 
 def copy_(self, src, non_blocking=False):
+    _rt_check_in_place_overlap(self, (src,), False)
     return _rt_write_inplace(self, copy(self, src, non_blocking))
 
 
@@ -2950,6 +2965,7 @@ def copysign__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_copysign__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, copysign_Tensor(self, other))
 
 
@@ -3318,6 +3334,7 @@ def div__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_div__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, div_Tensor(self, other))
 
 
@@ -3328,6 +3345,7 @@ def div__Tensor_mode(self, other, *, rounding_mode):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_div__Tensor_mode(_rt_operand(self), _rt_operand(other), rounding_mode))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, div_Tensor_mode(self, other, rounding_mode=rounding_mode))
 
 
@@ -3524,6 +3542,7 @@ def eq__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_eq__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, eq_Tensor(self, other))
 
 
@@ -3840,6 +3859,7 @@ def floor_divide__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_floor_divide__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, floor_divide(self, other))
 
 
@@ -3916,6 +3936,7 @@ def fmod__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_fmod__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, fmod_Tensor(self, other))
 
 
@@ -4076,6 +4097,7 @@ def gcd_(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_gcd_(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, gcd(self, other))
 
 
@@ -4124,6 +4146,7 @@ def ge__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_ge__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, ge_Tensor(self, other))
 
 
@@ -4320,6 +4343,7 @@ def gt__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_gt__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, gt_Tensor(self, other))
 
 
@@ -4500,6 +4524,7 @@ def heaviside_(self, values):
     if _rt_donatable(self, (values,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_heaviside_(_rt_operand(self), _rt_operand(values)))
+    _rt_check_in_place_overlap(self, (values,), False)
     return _rt_write_inplace(self, heaviside(self, values))
 
 
@@ -4594,6 +4619,7 @@ def hypot_(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_hypot_(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, hypot(self, other))
 
 
@@ -4642,6 +4668,7 @@ def igamma_(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_igamma_(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, igamma(self, other))
 
 
@@ -4666,6 +4693,7 @@ def igammac_(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_igammac_(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, igammac(self, other))
 
 
@@ -4712,6 +4740,7 @@ def index_add_(self, dim, index, source, *, alpha=1):
     if _rt_donatable(self, (index, source,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_index_add_(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source), _rt_scalar(alpha)))
+    _rt_check_in_place_overlap(self, (index, source,), True)
     return _rt_write_inplace(self, index_add(self, dim, index, source, alpha=alpha))
 
 
@@ -4736,6 +4765,7 @@ def index_copy_(self, dim, index, source):
     if _rt_donatable(self, (index, source,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_index_copy_(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source)))
+    _rt_check_in_place_overlap(self, (index, source,), True)
     return _rt_write_inplace(self, index_copy(self, dim, index, source))
 
 
@@ -4796,6 +4826,7 @@ def index_put_out(self, indices, values, accumulate=False, *, out):
 
 
 def index_put_(self, indices, values, accumulate=False):
+    _rt_check_in_place_overlap(self, (indices, values,), True)
     return _rt_write_inplace(self, index_put(self, indices, values, accumulate))
 
 
@@ -4820,6 +4851,7 @@ def index_reduce_(self, dim, index, source, reduce, *, include_self=True):
     if _rt_donatable(self, (index, source,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_index_reduce_(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source), reduce, include_self))
+    _rt_check_in_place_overlap(self, (index, source,), True)
     return _rt_write_inplace(self, index_reduce(self, dim, index, source, reduce, include_self=include_self))
 
 
@@ -4942,6 +4974,7 @@ def lcm_(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_lcm_(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, lcm(self, other))
 
 
@@ -4966,6 +4999,7 @@ def ldexp_(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_ldexp_(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, ldexp_Tensor(self, other))
 
 
@@ -5014,6 +5048,7 @@ def le__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_le__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, le_Tensor(self, other))
 
 
@@ -5090,6 +5125,7 @@ def lerp__Scalar(self, end, weight):
     if _rt_donatable(self, (end,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_lerp__Scalar(_rt_operand(self), _rt_operand(end), _rt_scalar(weight)))
+    _rt_check_in_place_overlap(self, (end,), False)
     return _rt_write_inplace(self, lerp_Scalar(self, end, weight))
 
 
@@ -5100,6 +5136,7 @@ def lerp__Tensor(self, end, weight):
     if _rt_donatable(self, (end, weight,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_lerp__Tensor(_rt_operand(self), _rt_operand(end), _rt_operand(weight)))
+    _rt_check_in_place_overlap(self, (end, weight,), False)
     return _rt_write_inplace(self, lerp_Tensor(self, end, weight))
 
 
@@ -5604,6 +5641,7 @@ def logical_and_(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_logical_and_(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, logical_and(self, other))
 
 
@@ -5652,6 +5690,7 @@ def logical_or_(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_logical_or_(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, logical_or(self, other))
 
 
@@ -5676,6 +5715,7 @@ def logical_xor_(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_logical_xor_(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, logical_xor(self, other))
 
 
@@ -5832,6 +5872,7 @@ def lt__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_lt__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, lt_Tensor(self, other))
 
 
@@ -5884,6 +5925,7 @@ def masked_fill__Scalar(self, mask, value):
     if _rt_donatable(self, (mask,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_masked_fill__Scalar(_rt_operand(self), _rt_operand(mask), _rt_scalar(value)))
+    _rt_check_in_place_overlap(self, (mask,), False)
     return _rt_write_inplace(self, masked_fill_Scalar(self, mask, value))
 
 
@@ -6288,6 +6330,7 @@ def mul__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_mul__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, mul_Tensor(self, other))
 
 
@@ -6618,6 +6661,7 @@ def ne__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_ne__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, ne_Tensor(self, other))
 
 
@@ -6736,6 +6780,7 @@ def nextafter_(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_nextafter_(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, nextafter(self, other))
 
 
@@ -7054,6 +7099,7 @@ def pow__Tensor(self, exponent):
     if _rt_donatable(self, (exponent,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_pow__Tensor(_rt_operand(self), _rt_operand(exponent)))
+    _rt_check_in_place_overlap(self, (exponent,), False)
     return _rt_write_inplace(self, pow_Tensor_Tensor(self, exponent))
 
 
@@ -7106,6 +7152,7 @@ def put_(self, index, source, accumulate=False):
     if _rt_donatable(self, (index, source,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_put_(_rt_operand(self), _rt_operand(index), _rt_operand(source), accumulate))
+    _rt_check_in_place_overlap(self, (index, source,), True)
     return _rt_write_inplace(self, put(self, index, source, accumulate))
 
 
@@ -7420,6 +7467,7 @@ def remainder__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_remainder__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, remainder_Tensor(self, other))
 
 
@@ -7788,6 +7836,7 @@ def scatter__reduce(self, dim, index, src, *, reduce):
     if _rt_donatable(self, (index, src,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_scatter__reduce(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src), reduce))
+    _rt_check_in_place_overlap(self, (index, src,), True)
     return _rt_write_inplace(self, scatter_reduce(self, dim, index, src, reduce=reduce))
 
 
@@ -7798,6 +7847,7 @@ def scatter__src(self, dim, index, src):
     if _rt_donatable(self, (index, src,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_scatter__src(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src)))
+    _rt_check_in_place_overlap(self, (index, src,), True)
     return _rt_write_inplace(self, scatter_src(self, dim, index, src))
 
 
@@ -7808,6 +7858,7 @@ def scatter__value(self, dim, index, value):
     if _rt_donatable(self, (index,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_scatter__value(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value)))
+    _rt_check_in_place_overlap(self, (index,), True)
     return _rt_write_inplace(self, scatter_value(self, dim, index, value))
 
 
@@ -7818,6 +7869,7 @@ def scatter__value_reduce(self, dim, index, value, *, reduce):
     if _rt_donatable(self, (index,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_scatter__value_reduce(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value), reduce))
+    _rt_check_in_place_overlap(self, (index,), True)
     return _rt_write_inplace(self, scatter_value_reduce(self, dim, index, value, reduce=reduce))
 
 
@@ -7842,6 +7894,7 @@ def scatter_add_(self, dim, index, src):
     if _rt_donatable(self, (index, src,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_scatter_add_(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src)))
+    _rt_check_in_place_overlap(self, (index, src,), True)
     return _rt_write_inplace(self, scatter_add(self, dim, index, src))
 
 
@@ -7866,6 +7919,7 @@ def scatter_reduce__two(self, dim, index, src, reduce, *, include_self=True):
     if _rt_donatable(self, (index, src,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_scatter_reduce__two(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src), reduce, include_self))
+    _rt_check_in_place_overlap(self, (index, src,), True)
     return _rt_write_inplace(self, scatter_reduce_two(self, dim, index, src, reduce, include_self=include_self))
 
 
@@ -9378,6 +9432,7 @@ def sub__Tensor(self, other, *, alpha=1):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_sub__Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, sub_Tensor(self, other, alpha=alpha))
 
 
@@ -10156,6 +10211,7 @@ def xlogy__Tensor(self, other):
     if _rt_donatable(self, (other,)):
         with _rt_x64:
             return _rt_update_in_place(self, _donating_xlogy__Tensor(_rt_operand(self), _rt_operand(other)))
+    _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, xlogy_Tensor(self, other))
 
 
