@@ -1,9 +1,12 @@
 """The handwritten runtime: tensor, environment, eager and traced execution, views,
 CPU fallback and metrics. The generated package calls `install` at import."""
 
-from .backend import guard_compiled_code, keep_freed_memory_mapped, prefer_inline_cpu_execution
+from .backend import (guard_compiled_code, keep_freed_memory_mapped, prefer_inline_cpu_execution,
+                      prefer_sequential_schedule)
 
-prefer_inline_cpu_execution()  # before anything creates JAX's CPU client: Note [Inline CPU execution]
+# both before anything creates JAX's CPU client
+prefer_inline_cpu_execution()  # Note [Inline CPU execution]
+prefer_sequential_schedule()  # Note [Sequential XLA CPU schedule]
 keep_freed_memory_mapped()  # Note [Host allocator]
 guard_compiled_code()  # Note [Mappings of compiled code]
 

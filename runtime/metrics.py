@@ -6,7 +6,7 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backend import allocator_description, compiled_code_guard, cpu_dispatch_description
+from .backend import allocator_description, compiled_code_guard, cpu_dispatch_description, schedule_description
 
 
 @dataclass
@@ -54,6 +54,7 @@ def metrics_report() -> str:
         f"  compile() calls replayed without tracing: {m.replays}",
         f"  sparse updates applied as scatters when compiling: {m.sparse_updates_folded}",
         f"  JAX CPU executions: {cpu_dispatch_description()}",
+        f"  XLA CPU schedule: {schedule_description()}",
         f"  host allocator: {allocator_description()}",
     ]
     if compiled_code_guard.clears:

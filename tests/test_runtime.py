@@ -15,7 +15,7 @@ import torch
 
 import xla_native_functions as xnf
 from xla_native_functions.runtime import dispatch, lazy
-from xla_native_functions.runtime.backend import ASYNC_DISPATCH_ENV, MALLOC_DEFAULTS_ENV
+from xla_native_functions.runtime.backend import ASYNC_DISPATCH_ENV, MALLOC_DEFAULTS_ENV, SCHEDULER_FLAG
 from xla_native_functions.runtime.metrics import metrics
 from xla_native_functions.runtime.tensor import DEVICE, XlaTensor
 
@@ -969,6 +969,26 @@ def test_import_runs_cpu_executions_inline_unless_told_or_too_late():
     assert kept == "True" and f"{ASYNC_DISPATCH_ENV} is set" in line
     late, line = _cpu_dispatch_after_import("import jax.numpy as jnp; jnp.zeros(1)", {})
     assert late == "True" and "existed before import" in line
+
+
+def _schedule_after_import(prelude: str, env: dict) -> list[str]:
+    code = (
+        f"{prelude}\nimport os, xla_native_functions as xnf\n"
+        "print(os.environ.get('XLA_FLAGS', ''))\n"
+        "print([l for l in xnf.metrics_report().splitlines() if 'XLA CPU schedule' in l][0])"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | env
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.splitlines()
+
+
+def test_import_prefers_the_sequential_schedule_unless_told_or_too_late():
+    # Note [Sequential XLA CPU schedule]: an XLA flag, read when JAX's CPU client is made.
+    assert _schedule_after_import("", {}) == [f"{SCHEDULER_FLAG}=false", "  XLA CPU schedule: memory-optimized, run in order"]
+    flags, line = _schedule_after_import("", {"XLA_FLAGS": f"{SCHEDULER_FLAG}=true"})
+    assert flags == f"{SCHEDULER_FLAG}=true" and "as XLA_FLAGS sets it" in line
+    flags, line = _schedule_after_import("import jax.numpy as jnp; jnp.zeros(1)", {})
+    assert flags == "" and "existed before import" in line
 
 
 _FAULTS_OF_TRAINING_STEPS = """
