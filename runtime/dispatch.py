@@ -22,7 +22,8 @@ from .config import config
 from .ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node, Value
 from .metrics import metrics
 from .tensor import Storage, XlaTensor, from_array, tensor_on
-from .views import is_whole, non_overlapping_and_dense, overlapping, strided_read, strided_read_jit, strided_write_jit, view_meta
+from .views import (is_whole, non_overlapping_and_dense, overlapping, strided_read, strided_read_jit, strided_write_jit,
+                    view_meta)
 
 
 class _X64:

@@ -997,9 +997,8 @@ def native_layer_norm_out(input, normalized_shape, weight, bias, eps, *, out0, o
         # The in-place form of a lowered op may donate self's buffer (Note [Donated
         # in-place updates]); that of a handwritten one writes the functional's result.
         # Either first rejects the operands sharing self's memory that PyTorch rejects
-        # (PARTIAL_OVERLAP_CHECKED and ANY_OVERLAP_CHECKED in
-        # generate.py): a partial overlap for elementwise ops, any
-        # overlap for scatter-like ones, none checked for BLAS ops.
+        # (PARTIAL_OVERLAP_CHECKED and ANY_OVERLAP_CHECKED in generate.py): a partial
+        # overlap for elementwise ops, any overlap for scatter-like ones, none for BLAS ops.
         self.assertExpectedInline(
             self.stub("add__Tensor"),
             """\
