@@ -24,6 +24,10 @@ class Config:
     # buffer when nothing else can see the old value (Note [Donated in-place updates]
     # in runtime/dispatch.py); below it a fresh buffer costs no more.
     donate_min_bytes: int = 1 << 20
+    # Compiled graphs take a weight that they multiply only transposed, by a few rows, as
+    # a transposed copy kept per weight (Note [Transposed weights] in runtime/lazy.py):
+    # faster products in small-batch inference, at the cost of those weights' memory.
+    transposed_weight_copies: bool = True
 
 
 config = Config()

@@ -291,12 +291,86 @@ def _graph_key(order: list[Node], inputs: list[Value], scalars: list[ScalarInput
     return body, signature, tuple(ref(r) for r in roots)
 
 
-def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], roots: list[Value]) -> Callable:
+# Note [Transposed weights]
+# nn.Linear multiplies by its weight's transpose (x @ W.t()), and XLA CPU's product
+# kernel reads a transposed right operand slowly when the left one has few rows: on the
+# 2-core machine of docs/performance.md, 16x1024 @ (1024x1024).t() took 0.31-0.35 ms
+# and 0.21-0.24 ms with the weight stored transposed (PyTorch: 0.38-0.51 ms), 4x512 @
+# (2048x512).t() 0.17 against 0.08 ms, 64 rows 0.92 against 0.75 ms. With one row, with
+# 128 rows or more, or with weights of up to 512x256 elements, the two are about the
+# same. So an input the graph reads only through that transpose, as the right operand
+# of mm or addmm with 2 to 64 rows on the left, with at least 2**18 elements, and does
+# not write, is given to the executable as a transposed copy. The copy is made once per
+# array and kept while the array lives: once per parameter in inference, at the cost of
+# its memory again (`config.transposed_weight_copies = False` turns this off). Training
+# graphs also read the weight untransposed (the input's gradient), so they take their
+# inputs as they are.
+TRANSPOSED_WEIGHT_ROWS = range(2, 65)
+TRANSPOSED_WEIGHT_MIN_ELEMENTS = 1 << 18
+_PRODUCT_RIGHT_OPERAND = {"mm": (1, 0), "addmm": (2, 1)}  # op -> (right, left) positions
+
+
+def _transposed_inputs(order: list[Node], in_pos: dict[int, int], read_only: set[int], roots: list[Value]) -> set[int]:
+    """Positions of the inputs to pass transposed (Note [Transposed weights])."""
+    reads: dict[int, int] = {}  # id(StridedRead node) -> position of the input it transposes
+    for n in order:
+        if n.__class__ is StridedRead:
+            base, size, stride, offset = n.args
+            shape = base.meta.shape
+            if (id(base) in read_only and len(shape) == 2 and shape[0] * shape[1] >= TRANSPOSED_WEIGHT_MIN_ELEMENTS
+                    and offset == 0 and tuple(size) == shape[::-1] and tuple(stride) == (1, shape[1])):
+                reads[id(n)] = in_pos[id(base)]
+    chosen = set(reads.values())
+
+    def use(a: Any, node: Node | None, position: int) -> None:
+        if a.__class__ is list:
+            for x in a:
+                use(x, None, -1)
+        elif a.__class__ is Value:
+            if a.node is None:
+                if not (node.__class__ is StridedRead and id(node) in reads):
+                    chosen.discard(in_pos.get(id(a)))
+            elif id(a.node) in reads:
+                right, left = _PRODUCT_RIGHT_OPERAND.get(getattr(node, "name", None), (None, None))
+                if position != right or node.args[left].meta.shape[0] not in TRANSPOSED_WEIGHT_ROWS:
+                    chosen.discard(reads[id(a.node)])
+
+    for n in order:
+        for i, a in enumerate(n.args):
+            use(a, n, i)
+    for r in roots:
+        use(r, None, -1)
+    return chosen
+
+
+_TRANSPOSED_COPIES: dict[int, tuple[weakref.ref, Any]] = {}  # id(array) -> (weak reference to it, its transpose)
+_transpose = jax.jit(jax.numpy.transpose)
+
+
+def transposed_copy(a: Any) -> Any:
+    """`a`'s transpose, made once for as long as `a` lives (Note [Transposed weights])."""
+    entry = _TRANSPOSED_COPIES.get(id(a))
+    if entry is not None and entry[0]() is a:
+        return entry[1]
+    out = _transpose(a)
+    if isinstance(a, jax.core.Tracer):
+        return out
+    key = id(a)
+    _TRANSPOSED_COPIES[key] = (weakref.ref(a, lambda _: _TRANSPOSED_COPIES.pop(key, None)), out)
+    return out
+
+
+def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], roots: list[Value],
+           read_only: set[int]) -> Callable:
+    """The graph as a function of its inputs' arrays and its scalars. `read_only`: the
+    ids of the inputs whose storages the graph does not write."""
+    from .config import config
     from .dispatch import scalar_operand
 
     # The function closes over the recorded nodes' structure only through positions, so
     # a cached executable is valid for any graph with the same key.
     in_pos = {id(v): i for i, v in enumerate(inputs)}
+    transposed = _transposed_inputs(order, in_pos, read_only, roots) if config.transposed_weight_copies else set()
     sc_pos = {id(s): i for i, s in enumerate(scalars)}
     node_pos = {id(n): i for i, n in enumerate(order)}
 
@@ -311,7 +385,12 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             return ("list", [None if x is None else ref(x) for x in a])
         return ("const", a)
 
-    program = [(type(n).lower, [ref(a) for a in n.args]) for n in order]
+    def step(n: Node) -> tuple:
+        if n.__class__ is StridedRead and in_pos.get(id(n.args[0])) in transposed:
+            return _same, [ref(n.args[0])]  # the input arrives transposed
+        return type(n).lower, [ref(a) for a in n.args]
+
+    program = [step(n) for n in order]
     outputs = [ref(r) for r in roots]
 
     def run(arrays, scalar_values):
@@ -334,7 +413,22 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             results.append(lower(*[get(r) for r in refs]))
         return [get(r) for r in outputs]
 
-    return jax.jit(fold_sparse_updates(run), compiler_options=graph_compiler_options(Counter(type(n).name for n in order)))
+    executable = jax.jit(fold_sparse_updates(run), compiler_options=graph_compiler_options(Counter(type(n).name for n in order)))
+    if not transposed:
+        return executable
+    positions = sorted(transposed)
+
+    def with_transposed_inputs(arrays, scalar_values):
+        arrays = list(arrays)
+        for i in positions:
+            arrays[i] = transposed_copy(arrays[i])
+        return executable(arrays, scalar_values)
+
+    return with_transposed_inputs
+
+
+def _same(x: Any) -> Any:
+    return x
 
 
 def sync() -> None:
@@ -351,6 +445,7 @@ def sync() -> None:
             stores.append(s)
     trace.storages = []
     pending = [s for s in stores if s.value.node is not None]
+    read_only = {id(s.value) for s in stores if s.value.node is None}
     for s in stores:
         if s.value.node is None:  # an input that was read but never written
             s.value = s.value.data
@@ -370,7 +465,7 @@ def sync() -> None:
                 f"graph {trace.segment + 1} of one trace: a host read (.item(), printing, a data-dependent "
                 "shape) ran the graph recorded so far, and the trace continued in a new graph"
             )
-        fn = _build(order, inputs, scalars, roots)
+        fn = _build(order, inputs, scalars, roots, read_only)
         _GRAPH_CACHE[key] = fn
         compiling = True
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import gc
 
 import pytest
 import torch
@@ -25,6 +26,7 @@ def cpu(t):
 def fresh_state(monkeypatch):
     monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})
     monkeypatch.setattr(lazy, "_LAST_KEYS", {})
+    monkeypatch.setattr(lazy, "_TRANSPOSED_COPIES", {})
     xnf.reset_metrics()
 
 
@@ -326,3 +328,77 @@ def test_nested_arguments_are_replayed_and_keyed_by_structure():
         torch.testing.assert_close(cpu(out), a * 2 + b - c)
     assert len(combine.signatures) == 3
     assert all(entry.plan is not None for entry in combine.signatures.values())
+
+
+def _linear_stack(d_in=512, hidden=512):
+    torch.manual_seed(2)
+    return torch.nn.Sequential(torch.nn.Linear(d_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
+
+
+@pytest.mark.parametrize("batch, copied", [(16, True), (1, False), (128, False)])
+def test_inference_weights_multiplied_transposed_by_few_rows_are_passed_as_copies(batch, copied):
+    """Note [Transposed weights]: the first layer's 512x512 weight, read only as the
+    right operand of addmm, goes in transposed for 2 to 64 rows; the last (10x512) is
+    too small to gain. Results match PyTorch before and after an eager write to the
+    weight, which replaces its array and so its copy."""
+    ref = _linear_stack()
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    forward = xnf.compile(lambda x: ours(x))
+    x = torch.randn(batch, 512)
+    with torch.no_grad():
+        for _ in range(5):
+            torch.testing.assert_close(cpu(forward(xnf.to_xla(x))), ref(x), atol=1e-5, rtol=1e-5)
+        first, last = (id(m.weight._store.value) for m in (ours[0], ours[2]))
+        assert (first in lazy._TRANSPOSED_COPIES) is copied
+        assert last not in lazy._TRANSPOSED_COPIES
+        ours[0].weight.mul_(-2.0)
+        ref[0].weight.mul_(-2.0)
+        for _ in range(3):
+            torch.testing.assert_close(cpu(forward(xnf.to_xla(x))), ref(x), atol=1e-5, rtol=1e-5)
+        assert (id(ours[0].weight._store.value) in lazy._TRANSPOSED_COPIES) is copied
+    assert metrics.replays > 0
+    del ours, forward
+    gc.collect()
+    assert not lazy._TRANSPOSED_COPIES  # each copy is dropped with the array it copies
+
+
+def test_weights_also_read_untransposed_or_written_are_passed_as_they_are(monkeypatch):
+    ref = _linear_stack()
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    opt, ref_opt = torch.optim.SGD(ours.parameters(), lr=0.01), torch.optim.SGD(ref.parameters(), lr=0.01)
+    x, y = torch.randn(16, 512), torch.randn(16, 10)
+
+    def step(model, optimizer, x, y):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    compiled = xnf.compile(lambda x, y: step(ours, opt, x, y))
+    read_twice = xnf.compile(lambda x: x @ ours[0].weight.t() + ours[0].weight.sum())
+
+    def then_written(model, x):
+        out = x @ model[0].weight.t()
+        model[0].weight.copy_(x[:1].expand_as(model[0].weight))  # a write that does not read it
+        return out
+
+    ref_written = _linear_stack()
+    ours_written = xnf.to_xla(copy.deepcopy(ref_written))
+    compiled_then_written = xnf.compile(lambda x: then_written(ours_written, x))
+    for _ in range(5):
+        torch.testing.assert_close(cpu(compiled(xnf.to_xla(x), xnf.to_xla(y))), step(ref, ref_opt, x, y))
+        with torch.no_grad():
+            torch.testing.assert_close(cpu(read_twice(xnf.to_xla(x))), x @ ref[0].weight.t() + ref[0].weight.sum(),
+                                       atol=1e-4, rtol=1e-5)
+            torch.testing.assert_close(cpu(compiled_then_written(xnf.to_xla(x))), then_written(ref_written, x),
+                                       atol=1e-5, rtol=1e-5)
+    _assert_same_weights(ours, ref)
+    assert not lazy._TRANSPOSED_COPIES
+
+    monkeypatch.setattr(xnf.config, "transposed_weight_copies", False)
+    monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})
+    inference = xnf.compile(lambda x: ours(x))
+    with torch.no_grad():
+        torch.testing.assert_close(cpu(inference(xnf.to_xla(x))), ref(x), atol=1e-5, rtol=1e-5)
+    assert not lazy._TRANSPOSED_COPIES
