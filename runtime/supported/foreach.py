@@ -18,7 +18,10 @@ op per element. So does an in-place foreach op whose lists alias (`lists_alias`)
 An in-place foreach op otherwise runs its functional form with the tensors it writes in
 `state.foreach_into`, and the executable writes each result into its tensor, donating
 the buffer when nothing else holds it (Note [Donated in-place updates] in
-runtime/dispatch.py): an optimizer step updates its large parameters in place.
+runtime/dispatch.py): an optimizer step updates its large parameters in place. A whole
+tensor whose buffer is not donated takes its result directly too, without a result
+tensor to unwrap (about 10 us less per parameter and op: the small zoo MLP's AdamW
+step, six parameters, took 3.6-3.9 ms instead of 4.2-6.9).
 """
 
 from __future__ import annotations
@@ -110,7 +113,12 @@ def _each(cls_name: str, per_element: list[tuple]) -> list[Any]:
         outs = _executable(cls, in_place)(donated, dynamic, tuple(static))
     results = []
     for args, (_, donates), out in zip(per_element, static, outs):
-        results.append(update_in_place(args[0], out) if donates else from_array(out))
+        # In place, each result is already checked and cast as a write into its `self`:
+        # a whole tensor takes it as it is, and only a view needs write_inplace's path.
+        if donates or (in_place and args[0].__class__ is XlaTensor and args[0]._whole):
+            results.append(update_in_place(args[0], out))
+        else:
+            results.append(from_array(out))
     return results
 
 
