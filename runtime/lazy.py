@@ -347,7 +347,7 @@ _TRANSPOSED_COPIES: dict[int, tuple[weakref.ref, Any]] = {}  # id(array) -> (wea
 _transpose = jax.jit(jax.numpy.transpose)
 
 
-def transposed_copy(a: Any) -> Any:
+def _transposed_copy(a: Any) -> Any:
     """`a`'s transpose, made once for as long as `a` lives (Note [Transposed weights])."""
     entry = _TRANSPOSED_COPIES.get(id(a))
     if entry is not None and entry[0]() is a:
@@ -421,7 +421,7 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
     def with_transposed_inputs(arrays, scalar_values):
         arrays = list(arrays)
         for i in positions:
-            arrays[i] = transposed_copy(arrays[i])
+            arrays[i] = _transposed_copy(arrays[i])
         return executable(arrays, scalar_values)
 
     return with_transposed_inputs
@@ -445,9 +445,10 @@ def sync() -> None:
             stores.append(s)
     trace.storages = []
     pending = [s for s in stores if s.value.node is not None]
-    read_only = {id(s.value) for s in stores if s.value.node is None}
+    read_only: set[int] = set()  # ids of the input values no root replaces
     for s in stores:
         if s.value.node is None:  # an input that was read but never written
+            read_only.add(id(s.value))
             s.value = s.value.data
     if not pending:
         return
