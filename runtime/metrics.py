@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backend import allocator_description, compiled_code_guard, cpu_dispatch_description, schedule_description
+from .device_guard import guard_description
 
 
 @dataclass
@@ -56,6 +57,7 @@ def metrics_report() -> str:
         f"  JAX CPU executions: {cpu_dispatch_description()}",
         f"  XLA CPU schedule: {schedule_description()}",
         f"  host allocator: {allocator_description()}",
+        f"  device guard: {guard_description()}",
     ]
     if compiled_code_guard.clears:
         lines.append(f"  JAX caches cleared {compiled_code_guard.clears} times near the process's limit of memory mappings "

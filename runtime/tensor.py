@@ -35,6 +35,9 @@ def _register_device() -> torch.device:
         from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
         _setup_privateuseone_for_python_backend(DEVICE_NAME)
+        from .device_guard import install_native_device_guard
+
+        install_native_device_guard()  # Note [Native device guard]
     return torch.device(DEVICE_NAME, 0)
 
 
@@ -97,6 +100,11 @@ class XlaTensor(torch.Tensor):
 
     def __init__(self, *args, **kwargs):
         pass
+
+    # Every op reaches __torch_dispatch__, which returns XlaTensors itself. The default
+    # __torch_function__, run in Python ahead of dispatch for every torch call, would
+    # only re-wrap those results: 3-5 us per call (x.sum(1): 31 against 14 us).
+    __torch_function__ = torch._C._disabled_torch_function_impl
 
     @property
     def data(self):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -15,7 +16,9 @@ import torch
 
 import xla_native_functions as xnf
 from xla_native_functions.runtime import dispatch, lazy
+from xla_native_functions.runtime import tensor as xla_tensor_module
 from xla_native_functions.runtime.backend import ASYNC_DISPATCH_ENV, MALLOC_DEFAULTS_ENV, SCHEDULER_FLAG
+from xla_native_functions.runtime.device_guard import CACHE_DIR_ENV, PYTHON_GUARD_ENV
 from xla_native_functions.runtime.metrics import metrics
 from xla_native_functions.runtime.tensor import DEVICE, XlaTensor
 
@@ -880,6 +883,38 @@ def test_error_during_backward_raises_from_backward(monkeypatch, mode):
     torch.testing.assert_close(cpu(x.grad), (cpu(x) > 0).float())
 
 
+def test_backward_runs_on_the_calling_thread(monkeypatch):
+    """Note [Backward on the calling thread]: every backward op runs on the caller's
+    thread, gradients match PyTorch, and the thread's multithreading switch is restored
+    after a pass and after a failed one."""
+    import threading
+
+    threads = []
+    original = dispatch.dispatch
+
+    def recording(func, args, kwargs):
+        threads.append(threading.get_ident())
+        return original(func, args, kwargs)
+
+    ref = torch.randn(4, 3, requires_grad=True)
+    x = xnf.to_xla(ref.detach()).requires_grad_()
+    monkeypatch.setattr(xla_tensor_module, "_dispatch", recording)
+    (x.tanh() * 2).sum().backward()
+    monkeypatch.undo()
+    (ref.tanh() * 2).sum().backward()
+    assert threads and set(threads) == {threading.get_ident()}
+    torch.testing.assert_close(cpu(x.grad), ref.grad)
+    assert torch._C._is_multithreading_enabled()
+
+    y = xnf.to_xla(torch.randn(3)).requires_grad_()
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        torch.autograd.grad(y.detach().sum(), y)
+    assert torch._C._is_multithreading_enabled()
+    with torch.autograd.set_multithreading_enabled(False):
+        y.sum().backward()
+        assert not torch._C._is_multithreading_enabled()
+
+
 def test_debug_print_each_op(monkeypatch, capsys):
     monkeypatch.setattr(xnf.config, "debug_print_each_op", True)
     xnf.to_xla(torch.ones(2, 3)) + 1
@@ -1099,3 +1134,44 @@ def test_library_fusions_go_to_graphs_with_more_convolutions_than_products(convs
     out = xnf.compile(lambda m, a: m(a))(ours, xnf.to_xla(x))
     torch.testing.assert_close(xnf.to_torch(out), model(x), rtol=1e-5, atol=1e-5)
     assert chosen and all(bool(options) == library for options in chosen)
+
+
+_GUARD_CALLS_OF_A_BACKWARD = """
+import torch, xla_native_functions as xnf
+from torch.utils.backend_registration import _DummyDeviceGuard
+calls = []
+device_type = _DummyDeviceGuard.type_
+_DummyDeviceGuard.type_ = lambda self: calls.append(1) or device_type(self)
+ref = torch.randn(4, 3, requires_grad=True)
+x = xnf.to_xla(ref.detach()).requires_grad_()
+(x.sin() @ x.t()).sum().backward()
+(ref.sin() @ ref.t()).sum().backward()
+torch.testing.assert_close(xnf.to_torch(x.grad), ref.grad)
+print(len(calls))
+print([l for l in xnf.metrics_report().splitlines() if 'device guard' in l][0])
+"""
+
+
+def _guard_after_import(env: dict) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (PYTHON_GUARD_ENV, "CXX")} | env
+    out = subprocess.run([sys.executable, "-c", _GUARD_CALLS_OF_A_BACKWARD], env=env, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    return int(out[0]), out[1]
+
+
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler to build the guard")
+def test_native_device_guard_replaces_python_calls(tmp_path):
+    # Note [Native device guard]: built into an empty cache, then PyTorch never asks the
+    # Python guard during a backward pass; without it, it does, and the answer is the same.
+    calls, line = _guard_after_import({CACHE_DIR_ENV: str(tmp_path)})
+    assert calls == 0 and line == "  device guard: C++ (Note [Native device guard])"
+    assert [p.suffix for p in tmp_path.iterdir()] == [".so"]  # no partial file left behind
+    calls, line = _guard_after_import({PYTHON_GUARD_ENV: "1", CACHE_DIR_ENV: str(tmp_path)})
+    assert calls > 0 and f"Python ({PYTHON_GUARD_ENV} is set)" in line
+
+
+def test_python_device_guard_stays_when_the_native_one_cannot_be_built(tmp_path):
+    missing = str(tmp_path / "no-such-compiler")
+    calls, line = _guard_after_import({"CXX": missing, CACHE_DIR_ENV: str(tmp_path / "cache")})
+    assert calls > 0
+    assert "device guard: Python: the C++ guard was not built" in line and "no-such-compiler" in line
