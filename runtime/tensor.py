@@ -18,6 +18,7 @@ replay guards a storage's identity, not its array's shape.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import jax
@@ -28,13 +29,51 @@ from ..shape_fns.common import NUMPY_TO_TORCH
 DEVICE_NAME = "jax"
 
 
+class _DeviceModule:
+    """`torch.jax`, what PyTorch asks of a device's module: activation checkpointing
+    saves and restores each device's random state and re-enters its autocast state
+    (off: autocast has no kernels here).
+    One device; our random numbers are drawn from PyTorch's CPU generator
+    (runtime/supported/random.py), so the device has no random state of its own."""
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def is_available(self) -> bool:
+        return True
+
+    def current_device(self) -> int:
+        return 0
+
+    def device_count(self) -> int:
+        return 1
+
+    def _is_in_bad_fork(self) -> bool:
+        return False
+
+    def manual_seed_all(self, seed: int) -> None:
+        pass
+
+    def device(self, index: Any) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def get_rng_state(self, device: Any = None) -> torch.Tensor:
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_rng_state(self, new_state: torch.Tensor, device: Any = None) -> None:
+        pass
+
+    def get_amp_supported_dtype(self) -> list[torch.dtype]:
+        return []  # no autocast kernels: torch.autocast("jax") warns and stays off
+
+
 def _register_device() -> torch.device:
     # A renamed PrivateUse1 device must also be registered as a Python backend, or
     # autograd aborts the process on backward() (shared/FACTS.md).
     if torch._C._get_privateuse1_backend_name() != DEVICE_NAME:
         from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-        _setup_privateuseone_for_python_backend(DEVICE_NAME)
+        _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_DeviceModule())
         from .device_guard import install_native_device_guard
 
         install_native_device_guard()  # Note [Native device guard]

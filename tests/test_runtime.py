@@ -915,6 +915,46 @@ def test_backward_runs_on_the_calling_thread(monkeypatch):
         assert not torch._C._is_multithreading_enabled()
 
 
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_activation_checkpointing(reentrant):
+    """torch.utils.checkpoint recomputes the segment on our device: gradients match
+    PyTorch CPU, and a dropout mask is recomputed the same (random keys come from the
+    CPU generator, whose state checkpointing restores)."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    model = xnf.to_xla(copy.deepcopy(ref))
+    x = torch.randn(4, 8)
+    checkpoint(ref, x.clone().requires_grad_(), use_reentrant=reentrant).sum().backward()
+    checkpoint(model, xnf.to_xla(x).requires_grad_(), use_reentrant=reentrant).sum().backward()
+    for ours, theirs in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(cpu(ours.grad), theirs.grad)
+
+    dropped = xnf.to_xla(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1)))
+    grads = []
+    for checkpointed in (False, True):
+        dropped.zero_grad()
+        torch.manual_seed(1)
+        inp = xnf.to_xla(x).requires_grad_()
+        out = checkpoint(dropped, inp, use_reentrant=reentrant) if checkpointed else dropped(inp)
+        out.sum().backward()
+        grads.append(cpu(dropped[0].weight.grad))
+    assert grads[0].count_nonzero() > 0
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_autocast_on_our_device_warns_and_stays_off():
+    model = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    expected = model(x)
+    with pytest.warns(UserWarning, match="Disabling autocast"):
+        with torch.autocast("jax", dtype=torch.bfloat16):
+            out = xnf.to_xla(model)(xnf.to_xla(x))
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(cpu(out), expected)
+
+
 def test_debug_print_each_op(monkeypatch, capsys):
     monkeypatch.setattr(xnf.config, "debug_print_each_op", True)
     xnf.to_xla(torch.ones(2, 3)) + 1
