@@ -192,6 +192,24 @@ def test_foreach_updates_reuse_the_buffers_they_may():
     np.testing.assert_array_equal(np.asarray(held), big(2).numpy())
 
 
+def test_foreach_updates_of_many_tensors_donate_across_executables():
+    """A foreach op over more than ELEMENTS_PER_EXECUTABLE tensors runs several
+    executables (Note [Foreach ops]); each gets the donated buffers of its own elements."""
+    from xla_native_functions.runtime.supported.foreach import ELEMENTS_PER_EXECUTABLE
+
+    n = 2 * ELEMENTS_PER_EXECUTABLE + 3
+    donors = [i % 3 != 1 for i in range(n)]  # large tensors, with small ones between
+    ref = [big(i) if d else torch.randn(10) for i, d in enumerate(donors)]
+    grads = [big(100 + i) if d else torch.randn(10) for i, d in enumerate(donors)]
+    params = [xnf.to_xla(t) for t in ref]
+    before = [buffer(p) for p in params]
+    torch._foreach_add_(params, [xnf.to_xla(g) for g in grads], alpha=-0.1)
+    torch._foreach_add_(ref, grads, alpha=-0.1)
+    for p, r in zip(params, ref):
+        same(p, r)
+    assert [buffer(p) == b for p, b in zip(params, before)] == donors
+
+
 def test_foreach_errors_leave_the_tensors_intact():
     """Raised before anything is written or donated (PyTorch's loop has updated the
     tensors before the failing one: docs/semantics.md)."""
