@@ -96,10 +96,10 @@ def _executable(cls: Any, in_place: bool) -> Any:
 
 
 def _each(cls_name: str, per_element: list[tuple]) -> list[Any]:
-    """The element op `cls_name` on each argument tuple: one executable eagerly, one
-    node per element while tracing. Inside an in-place foreach op on these tensors
-    (state.foreach_into), the results are written into each element's `self` here, its
-    buffer donated where nothing else holds it, and `self` itself is returned."""
+    """The element op `cls_name` on each argument tuple: one executable per 8 elements
+    eagerly, one node per element while tracing. Inside an in-place foreach op on these
+    tensors (state.foreach_into), the results are written into each element's `self`
+    here, its buffer donated where nothing else holds it, and `self` itself is returned."""
     cls = _ir(cls_name)
     if state.tracing:
         return [run_node(cls, args) for args in per_element]
