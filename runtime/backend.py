@@ -92,11 +92,15 @@ KEEP_FREED_BYTES = 1 << 30
 _allocator = ["glibc's defaults"]
 
 
+def env_flag(name: str) -> bool:
+    """Whether environment variable `name` is set to 1, true, yes or on."""
+    return os.environ.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
+
+
 def prefer_inline_cpu_execution() -> None:
     if xla_bridge.backends_are_initialized():
         return
-    chosen = os.environ.get(ASYNC_DISPATCH_ENV, "0").strip().lower()
-    jax.config.update("jax_cpu_enable_async_dispatch", chosen in ("1", "true", "yes", "on"))
+    jax.config.update("jax_cpu_enable_async_dispatch", env_flag(ASYNC_DISPATCH_ENV))
 
 
 SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler"
@@ -122,7 +126,7 @@ def schedule_description() -> str:
 
 def keep_freed_memory_mapped() -> None:
     """Note [Host allocator]."""
-    if os.environ.get(MALLOC_DEFAULTS_ENV, "0").strip().lower() in ("1", "true", "yes", "on"):
+    if env_flag(MALLOC_DEFAULTS_ENV):
         _allocator[0] = f"glibc's defaults ({MALLOC_DEFAULTS_ENV} is set)"
         return
     try:

@@ -12,7 +12,7 @@ and from 29.8 to 25.4 ms in two paired runs (the small MLP's and ResNet's steps 
 within this machine's noise).
 
 So importing xla_native_functions compiles `device_guard.cpp` (about 2 s, once per
-torch installation; the library is kept in XLA_NATIVE_FUNCTIONS_CACHE_DIR, else
+torch installation; the library is kept in XLA_NATIVE_FUNCTIONS_CACHE, else
 $XDG_CACHE_HOME/xla_native_functions or ~/.cache/xla_native_functions) with the C++
 compiler in $CXX, or c++ or g++ from PATH, and registers it in place of the Python
 guard. Without a compiler, or if the build fails, the Python guard stays: everything
@@ -32,8 +32,10 @@ from pathlib import Path
 
 import torch
 
+from .backend import env_flag
+
 PYTHON_GUARD_ENV = "XLA_NATIVE_FUNCTIONS_PYTHON_DEVICE_GUARD"
-CACHE_DIR_ENV = "XLA_NATIVE_FUNCTIONS_CACHE_DIR"
+CACHE_DIR_ENV = "XLA_NATIVE_FUNCTIONS_CACHE"  # the generator's cache too (codegen/schemas.py)
 SOURCE = Path(__file__).with_name("device_guard.cpp")
 
 _description = ["Python (PyTorch's guard for a Python-registered device)"]
@@ -46,7 +48,7 @@ class GuardBuildError(RuntimeError):
 
 def install_native_device_guard() -> None:
     """Register the C++ guard for our device (Note [Native device guard])."""
-    if os.environ.get(PYTHON_GUARD_ENV, "0").strip().lower() in ("1", "true", "yes", "on"):
+    if env_flag(PYTHON_GUARD_ENV):
         _description[0] = f"Python ({PYTHON_GUARD_ENV} is set)"
         return
     try:

@@ -821,10 +821,10 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 # [Native device guard]), an exception raised from __torch_dispatch__ inside the
 # autograd engine kills the process: while it unwinds, the stream guard calls back
 # into Python with the error still pending, which throws inside a noexcept destructor
-# (std::terminate). So during backward an error is kept, the op
-# returns placeholder zeros of the right shape (the engine runs on to its end, on
-# values nobody will see), and the autograd engine wrapper below raises the kept
-# error from backward() on the caller's thread.
+# (std::terminate). So during backward an error is kept, the op returns placeholder
+# zeros of the right shape (the engine runs on to its end, on values nobody will see),
+# and the autograd engine wrapper below raises the kept error from backward() on the
+# caller's thread.
 _backward_errors: list[BaseException] = []
 
 

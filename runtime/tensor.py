@@ -23,36 +23,20 @@ from typing import Any
 
 import jax
 import torch
+from torch.utils.backend_registration import _DummyBackendModule, _setup_privateuseone_for_python_backend
 
 from ..shape_fns.common import NUMPY_TO_TORCH
+from .device_guard import install_native_device_guard
 
 DEVICE_NAME = "jax"
 
 
-class _DeviceModule:
-    """`torch.jax`, what PyTorch asks of a device's module: activation checkpointing
-    saves and restores each device's random state and re-enters its autocast state
-    (off: autocast has no kernels here).
-    One device; our random numbers are drawn from PyTorch's CPU generator
-    (runtime/supported/random.py), so the device has no random state of its own."""
-
-    def is_initialized(self) -> bool:
-        return True
-
-    def is_available(self) -> bool:
-        return True
-
-    def current_device(self) -> int:
-        return 0
-
-    def device_count(self) -> int:
-        return 1
-
-    def _is_in_bad_fork(self) -> bool:
-        return False
-
-    def manual_seed_all(self, seed: int) -> None:
-        pass
+class _DeviceModule(_DummyBackendModule):
+    """`torch.jax`: PyTorch's placeholder device module, plus what activation
+    checkpointing asks of it: it saves and restores each device's random state and
+    re-enters its autocast state (off: autocast has no kernels here). Our random numbers
+    are drawn from PyTorch's CPU generator (runtime/supported/random.py), so the device
+    has no random state of its own."""
 
     def device(self, index: Any) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
@@ -71,11 +55,7 @@ def _register_device() -> torch.device:
     # A renamed PrivateUse1 device must also be registered as a Python backend, or
     # autograd aborts the process on backward() (shared/FACTS.md).
     if torch._C._get_privateuse1_backend_name() != DEVICE_NAME:
-        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-
         _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_DeviceModule())
-        from .device_guard import install_native_device_guard
-
         install_native_device_guard()  # Note [Native device guard]
     return torch.device(DEVICE_NAME, 0)
 
