@@ -12,6 +12,7 @@ alive are its outputs, written back to their storages.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 import weakref
 from collections import Counter
@@ -360,10 +361,30 @@ def _transposed_copy(a: Any) -> Any:
     return out
 
 
+# Note [Donated graph inputs]
+# A compiled training step writes its parameters and optimizer state back into their
+# storages. Given as plain inputs, each is read and written to a new buffer every step:
+# for an embedding table updated in a few rows (Note [Sparse updates]) that is two
+# passes over the table where the update touches a few rows. So a graph takes over
+# (jax.jit's donation) the buffers of the inputs whose storages it writes, from
+# config.donate_min_bytes (1 MB) up, and XLA updates them in place: the medium zoo
+# DLRM's compiled SGD step went from 3.5-4.0 to 1.9-2.0 ms (PyTorch: 4.0-5.4 ms).
+# Below that size donation costs more than it saves (docs/performance.md).
+# A donated array must have no other owner: the storage (or, while tracing, the graph
+# input) and the argument list hold it, nothing else, which the executable checks by
+# reference count before each run; an array also held elsewhere (handed out by to_jax,
+# shared by another storage, kept by compile() while it learns a replay plan) is
+# donated as a copy instead. A replay donates only arrays of storages it writes back
+# from that graph, and only when no guard can fail after the graph ran (one graph, no
+# values read back): a failed guard traces the call again from the storages as they
+# were.
+
+
 def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], roots: list[Value],
-           read_only: set[int]) -> Callable:
+           read_only: set[int], donated: tuple[int, ...]) -> Callable:
     """The graph as a function of its inputs' arrays and its scalars. `read_only`: the
-    ids of the inputs whose storages the graph does not write."""
+    ids of the inputs whose storages the graph does not write; `donated`: the positions
+    of the inputs whose buffers it takes over (Note [Donated graph inputs])."""
     from .config import config
     from .dispatch import scalar_operand
 
@@ -392,8 +413,14 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
 
     program = [step(n) for n in order]
     outputs = [ref(r) for r in roots]
+    kept = tuple(i for i in range(len(inputs)) if i not in donated)
 
-    def run(arrays, scalar_values):
+    def run(donated_arrays, kept_arrays, scalar_values):
+        arrays = [None] * (len(donated_arrays) + len(kept_arrays))
+        for i, a in zip(donated, donated_arrays):
+            arrays[i] = a
+        for i, a in zip(kept, kept_arrays):
+            arrays[i] = a
         results: list[Any] = []
 
         def get(r):
@@ -413,18 +440,44 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             results.append(lower(*[get(r) for r in refs]))
         return [get(r) for r in outputs]
 
-    executable = jax.jit(fold_sparse_updates(run), compiler_options=graph_compiler_options(Counter(type(n).name for n in order)))
-    if not transposed:
-        return executable
-    positions = sorted(transposed)
+    executable = jax.jit(fold_sparse_updates(run), donate_argnums=0 if donated else (),
+                         compiler_options=graph_compiler_options(Counter(type(n).name for n in order)))
+    transposed_kept = tuple(k for k, i in enumerate(kept) if i in transposed)
 
-    def with_transposed_inputs(arrays, scalar_values):
-        arrays = list(arrays)
-        for i in positions:
-            arrays[i] = _transposed_copy(arrays[i])
-        return executable(arrays, scalar_values)
+    def call(arrays: list, scalar_values: list, donate: bool = True) -> Any:
+        """Run the graph on `arrays`, a list the caller made for this call, each donated
+        one held besides only by its storage or graph input (Note [Donated graph inputs])."""
+        if not donated and not transposed_kept:
+            return executable([], arrays, scalar_values)
+        given = []
+        for i in donated:
+            # references: `arrays`, the storage or input Value, getrefcount's argument
+            if not donate or sys.getrefcount(arrays[i]) > 3:
+                given.append(copy_array(arrays[i]))
+            else:
+                given.append(arrays[i])
+        rest = [arrays[i] for i in kept]
+        for k in transposed_kept:
+            rest[k] = _transposed_copy(rest[k])
+        return executable(given, rest, scalar_values)
 
-    return with_transposed_inputs
+    call.donated = donated
+    return call
+
+
+def _donated_inputs(inputs: list[Value], read_only: set[int]) -> tuple[int, ...]:
+    """Positions of the inputs whose buffers a graph takes over: the storages it writes,
+    when large enough (Note [Donated graph inputs])."""
+    from .config import config
+
+    return tuple(
+        i for i, v in enumerate(inputs)
+        if id(v) not in read_only and isinstance(v.data, jax.Array) and not isinstance(v.data, jax.core.Tracer)
+        and v.data.nbytes >= config.donate_min_bytes
+    )
+
+
+copy_array = jax.jit(lambda a: jax.numpy.array(a, copy=True))
 
 
 def _same(x: Any) -> Any:
@@ -454,7 +507,8 @@ def sync() -> None:
         return
     roots = [s.value for s in pending]
     order, inputs, scalars = _collect(roots)
-    key = _graph_key(order, inputs, scalars, roots)
+    donated = _donated_inputs(inputs, read_only)
+    key = _graph_key(order, inputs, scalars, roots) + (donated,)
     fn = _GRAPH_CACHE.get(key)
     if fn is None:
         metrics.cache_misses += 1
@@ -466,7 +520,7 @@ def sync() -> None:
                 f"graph {trace.segment + 1} of one trace: a host read (.item(), printing, a data-dependent "
                 "shape) ran the graph recorded so far, and the trace continued in a new graph"
             )
-        fn = _build(order, inputs, scalars, roots, read_only)
+        fn = _build(order, inputs, scalars, roots, read_only, donated)
         _GRAPH_CACHE[key] = fn
         compiling = True
     else:
@@ -481,7 +535,8 @@ def sync() -> None:
     start = time.perf_counter()
     with X64:
         # numbers as cached JAX scalars: jit would convert each Python number per call
-        outs = fn([v.data for v in inputs], [scalar_operand(s.value) for s in scalars])
+        # compile() learning a replay plan keeps the inputs it saw (Note [Donated graph inputs])
+        outs = fn([v.data for v in inputs], [scalar_operand(s.value) for s in scalars], trace.probe is None)
         if compiling:
             jax.block_until_ready(outs)
     elapsed = time.perf_counter() - start
@@ -497,8 +552,8 @@ def sync() -> None:
 
 
 def _why(old: tuple, new: tuple) -> str:
-    old_body, old_sig, _ = old
-    new_body, new_sig, _ = new
+    old_body, old_sig, _, old_donated = old
+    new_body, new_sig, _, new_donated = new
     if old_sig != new_sig:
         for i, (a, b) in enumerate(zip(old_sig, new_sig)):
             if a != b:
@@ -509,6 +564,8 @@ def _why(old: tuple, new: tuple) -> str:
     for i, (a, b) in enumerate(zip(old_body, new_body)):
         if a != b:
             return f"op {i} ({b[0][0].op}) changed: {a[0][1:]} -> {b[0][1:]}"
+    if old_donated != new_donated:
+        return f"the graph writes other inputs: it takes over inputs {list(new_donated)} instead of {list(old_donated)}"
     return "the graph's outputs changed"
 
 

@@ -463,11 +463,12 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     lists costs more than the executable call on small models. It returns _GUARD_FAILED,
     before any effect on tensors, when a guard does not hold."""
     from .dispatch import X64
+    from .lazy import copy_array
     from .supported.random import key_array
 
     env: dict[str, Any] = {
         "FAILED": _GUARD_FAILED, "grad_enabled": torch.is_grad_enabled, "hyper": _hyperparameters, "X64": X64,
-        "key_array": key_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
+        "key_array": key_array, "copy": copy_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
         "Storage": Storage, "tensor_on": tensor_on, "unflatten": tree_unflatten,
     }
     lines: list[str] = []
@@ -531,9 +532,20 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
             # argument's array has the shape and dtype its signature key holds.
             if src[0] is ARG and src[1] not in plan.whole_args:
                 emit(f"if a{j}_{k}.shape != {shape!r} or a{j}_{k}.dtype != {const(dtype)}: return FAILED")
+        # Note [Donated graph inputs]: a buffer is handed over only from a storage this
+        # graph writes back, and only where no guard can fail after it ran.
+        written = {src for (jj, _), src in plan.writebacks if jj == j}
+        final = len(plan.segments) == 1 and not seg.reads and not plan.late_reads
+        donated = getattr(seg.fn, "donated", ())
+        for k in donated:
+            if not (final and seg.sources[k] in written):
+                emit(f"a{j}_{k} = copy(a{j}_{k})")
+        emit(f"args = [{', '.join(names)}]")
+        if donated:
+            emit(" = ".join(f"a{j}_{k}" for k in donated) + " = None")  # the list holds them alone
         emit("start = perf()")
         emit("with X64:")
-        emit(f"r{j} = {const(seg.fn)}([{', '.join(names)}], {const(seg.scalars)})", 2)
+        emit(f"r{j} = {const(seg.fn)}(args, {const(seg.scalars)})", 2)
         emit("metrics.execute_seconds += perf() - start")
         for k, expected in seg.reads:
             emit(f"if not same(r{j}[{k}], {const(expected)}): return FAILED")

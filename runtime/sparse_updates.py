@@ -4,19 +4,21 @@ the backward of indexing) is a scatter-add of a few rows into a table of zeros, 
 SGD step then adds it, scaled by -lr, to the parameter: `p + c * scatter(0, I, U)`. XLA
 folds `p + scatter(0, I, U)` into one scatter onto a copy of `p`, but not through the
 multiplication, so it writes the zero table, scatters into it, and reads both tables
-again for the update: three passes over the table where one does. `fold_sparse_updates`
-rewrites a compiled graph's JAX program so that
+again for the update: three passes over the table where one does, and none where the
+graph updates a donated table in place (Note [Donated graph inputs] in
+runtime/lazy.py). `fold_sparse_updates` rewrites a compiled graph's JAX program so that
 
-    p + c * scatter(0, I, U)  becomes  scatter(p + 0 * c, I, c * U)
-    p - c * scatter(0, I, U)  becomes  scatter(p - 0 * c, I, -(c * U))
+    p + c * scatter(0, I, U)  becomes  scatter(p, I, c * U)
+    p - c * scatter(0, I, U)  becomes  scatter(p, I, -(c * U))
 
 (with any negations of the scatter on the way, as SGD's `maximize` adds)
-for a scalar `c`. Where no row lands, the dense form adds `0 * c` (+-0, or NaN for an
-infinite or NaN `c`), and so does the rewrite, to `p` before the scatter. Where rows
-land the values agree up to rounding: several updates of one row are scaled before
-they are summed, and XLA may fuse the dense form's multiply and add into one rounding.
-One difference remains: with an infinite `c` the rows updates land on are NaN, where
-the dense form gives +-inf (or NaN); the same entries are non-finite either way.
+for a scalar `c`, followed by a select: for a non-finite `c` the result plus `0 * c`
+(NaN), as the dense form adds `0 * c` where no row lands. Where rows land the values
+agree up to rounding: several updates of one row are scaled before they are summed, and
+XLA may fuse the dense form's multiply and add into one rounding. Two differences
+remain: with an infinite `c` the rows updates land on are NaN, where the dense form
+gives +-inf (or NaN), the same entries being non-finite either way; and an entry of
+-0.0 where no row lands may stay -0.0 where the dense form gives +0.0.
 
 The rewrite works on the program's jaxpr: an interpreter binds every equation as JAX's
 own `eval_jaxpr` does, and remembers which values are scatter-adds into zeros (and
@@ -120,11 +122,14 @@ def _scatter_operand(atom, scatters: dict) -> _ZeroScatter | None:
 
 
 def _apply(dense, s: _ZeroScatter, negate: bool):
-    updates, base = s.updates, dense
-    if s.scale is not None:
-        updates = updates * s.scale
-        # 0 * c is what the dense form adds where no row lands: NaN for an infinite c
-        zero = np.zeros((), dense.dtype) * s.scale
-        base = dense - zero if negate else dense + zero
+    updates = s.updates if s.scale is None else s.updates * s.scale
     params = lax.scatter_add_p.get_bind_params(s.params)
-    return lax.scatter_add_p.bind(base, s.indices, -updates if negate else updates, **params)
+    out = lax.scatter_add_p.bind(dense, s.indices, -updates if negate else updates, **params)
+    if s.scale is None:
+        return out
+    # Where no row lands the dense form adds 0 * c: NaN for a non-finite c, else a zero.
+    # The pass over the table that adds it comes after the scatter: before it, the pass
+    # would keep XLA from updating a donated table in place (Note [Donated graph inputs]
+    # in runtime/lazy.py).
+    zero = np.zeros((), dense.dtype) * s.scale
+    return lax.select(lax.is_finite(s.scale), out, out - zero if negate else out + zero)

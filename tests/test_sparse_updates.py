@@ -67,10 +67,12 @@ def test_folded_program_applies_one_scatter_to_the_dense_operand():
     args = _inputs(-0.1, unique=True)
     jaxpr = jax.make_jaxpr(fold_sparse_updates(PROGRAMS["p + c * g"]))(*args).jaxpr
     producer = {v: e for e in jaxpr.eqns for v in e.outvars}
-    scatter = producer[jaxpr.outvars[0]]
-    assert scatter.primitive is jax.lax.scatter_add_p
-    base = producer[scatter.invars[0]]  # p + 0 * c
-    assert base.primitive is jax.lax.add_p and base.invars[0] is jaxpr.invars[0]
+    # select(c is finite, scatter, scatter + 0 * c): the scatter applies to p itself,
+    # no pass over p comes before it, so XLA can update a donated p in place
+    select = producer[jaxpr.outvars[0]]
+    assert select.primitive is jax.lax.select_n_p
+    scatter = producer[select.invars[2]]  # select_n(finite, on_false, on_true)
+    assert scatter.primitive is jax.lax.scatter_add_p and scatter.invars[0] is jaxpr.invars[0]
 
 
 NOT_FOLDED = {
