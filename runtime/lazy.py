@@ -86,6 +86,8 @@ class Trace:
         self.storages: list[weakref.ref[Storage]] = []  # created or mutated while tracing
         self.segment = 0  # graphs run so far by this trace
         self.probe = None  # a runtime.replay.Probe while compile() learns a replay plan
+        # graph inputs holding a storage's value when it was written: id -> Value
+        self.overwritten: dict[int, Value] = {}
 
     def track(self, store: Storage) -> None:
         self.storages.append(weakref.ref(store))
@@ -189,16 +191,19 @@ def record_write(t: XlaTensor, new: Value) -> None:
         probe.note_owner(store, t, None)
     if new.meta.dtype != t.dtype:
         new = _emit(Convert((new, t.dtype)), TensorMeta(new.meta.shape, t.dtype))
+    old = store.value
     if t._whole:
         store.value = new
     else:
         base = store.value
         if base.__class__ is not Value:
-            base = store.value = _input(base)
+            base = old = store.value = _input(base)
             if probe is not None:
                 probe.note_owner(store, t, base)
         layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
         store.value = _emit(StridedWrite((base, new) + layout), base.meta)
+    if old.__class__ is Value and old.node is None:
+        state.trace.overwritten[id(old)] = old
     state.trace.track(store)
     store.version += 1
     t._cache = None
@@ -465,14 +470,16 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
     return call
 
 
-def _donated_inputs(inputs: list[Value], read_only: set[int]) -> tuple[int, ...]:
-    """Positions of the inputs whose buffers a graph takes over: the storages it writes,
-    when large enough (Note [Donated graph inputs])."""
+def _donated_inputs(inputs: list[Value], overwritten: dict[int, Value], read_only: set[int]) -> tuple[int, ...]:
+    """Positions of the inputs whose buffers a graph takes over: the values of storages
+    it writes, when large enough (Note [Donated graph inputs]). `overwritten`: inputs
+    that held a storage's value when the trace wrote it; `read_only`: inputs a storage
+    still holds."""
     from .config import config
 
     return tuple(
         i for i, v in enumerate(inputs)
-        if id(v) not in read_only and isinstance(v.data, jax.Array) and not isinstance(v.data, jax.core.Tracer)
+        if id(v) in overwritten and id(v) not in read_only and not isinstance(v.data, jax.core.Tracer)
         and v.data.nbytes >= config.donate_min_bytes
     )
 
@@ -497,6 +504,7 @@ def sync() -> None:
             seen.add(id(s))
             stores.append(s)
     trace.storages = []
+    overwritten, trace.overwritten = trace.overwritten, {}
     pending = [s for s in stores if s.value.node is not None]
     read_only: set[int] = set()  # ids of the input values no root replaces
     for s in stores:
@@ -507,7 +515,7 @@ def sync() -> None:
         return
     roots = [s.value for s in pending]
     order, inputs, scalars = _collect(roots)
-    donated = _donated_inputs(inputs, read_only)
+    donated = _donated_inputs(inputs, overwritten, read_only)
     key = _graph_key(order, inputs, scalars, roots) + (donated,)
     fn = _GRAPH_CACHE.get(key)
     if fn is None:

@@ -305,3 +305,21 @@ def test_a_replay_whose_guard_fails_after_a_graph_ran_keeps_its_inputs():
         expected_x, expected_y = expected_x + 1.0, expected_y * (2.0 if sign > 0 else 3.0)
         same(x, expected_x)
         same(y, expected_y)
+
+
+def test_a_compiled_call_leaves_inputs_it_only_reads_to_their_owners():
+    """A large tensor read by the graph and dropped during the call is not written: its
+    buffer is not the graph's to take (JAX would warn that it cannot use it)."""
+    pending = [xnf.to_xla(big(seed)) for seed in range(4)]
+    kept = xnf.to_xla(big(9))
+
+    def read_and_drop():
+        t = pending.pop()
+        return t[:8] * 2.0 + kept[:8]
+
+    step = xnf.compile(read_and_drop, replay=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for seed in (3, 2, 1, 0):
+            same(step(), big(seed)[:8] * 2.0 + big(9)[:8])
+    same(kept, big(9))
