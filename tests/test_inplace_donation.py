@@ -269,7 +269,7 @@ def test_a_compiled_step_leaves_an_array_handed_out_alone(mode):
 
     step = xnf.compile(update) if mode == "compile" else None
     expected = xnf.to_torch(x)
-    for i in range(5):
+    for _ in range(5):
         held = xnf.to_jax(x)
         before = np.asarray(held).copy()
         if step is None:
