@@ -15,6 +15,7 @@ from .interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x
 from .lazy import lazy_mode, mark_step
 from .metrics import metrics_report, reset_metrics
 from .replay import compile
+from .supported.tensor_ops import host_array
 from .tensor import XlaTensor, from_array
 
 __all__ = [
@@ -70,8 +71,6 @@ def _tensor_to_xla(t: torch.Tensor) -> XlaTensor:
 def _tensor_to_torch(t: torch.Tensor) -> torch.Tensor:
     if not isinstance(t, XlaTensor):
         return t
-    from .supported.tensor_ops import host_array
-
     with X64:
         out = jax_to_cpu(host_array(t))
     if t.requires_grad:

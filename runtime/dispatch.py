@@ -269,13 +269,18 @@ def cpu_to_jax(t: torch.Tensor) -> jax.Array:
 def host_tensor(arr: np.ndarray) -> torch.Tensor:
     """A CPU tensor sharing `arr`'s memory, also inside the environment (which moves the
     tensors torch.tensor and torch.from_numpy create to our device)."""
+    if not torch._C._len_torch_dispatch_stack():
+        return torch.from_numpy(arr)
     with torch._C._DisableTorchDispatch():
         return torch.from_numpy(arr)
 
 
+_NUMPY_BFLOAT16 = TORCH_TO_NUMPY[torch.bfloat16]
+
+
 def jax_to_cpu(a: jax.Array) -> torch.Tensor:
     arr = np.asarray(a)
-    if arr.dtype == TORCH_TO_NUMPY[torch.bfloat16]:
+    if arr.dtype == _NUMPY_BFLOAT16:
         return host_tensor(arr.view(np.int16).copy()).view(torch.bfloat16)
     return host_tensor(arr.copy())
 
