@@ -748,6 +748,17 @@ def test_factories_in_environment_and_seeded_rng():
     assert abs(cpu(r1).mean().item()) < 0.15 and abs(cpu(r1).std().item() - 1) < 0.1
 
 
+def test_to_torch_gives_a_cpu_tensor_inside_and_outside_the_environment():
+    # inside, torch.from_numpy would make an XlaTensor: the copy to the CPU must not
+    x = xnf.to_xla(torch.arange(6.0).reshape(2, 3))
+    outside = xnf.to_torch(x)
+    with xnf.default_env():
+        inside, inside_cpu = xnf.to_torch(x), x.cpu()
+    for t in (outside, inside, inside_cpu):
+        assert type(t) is torch.Tensor and t.device.type == "cpu"
+        assert torch.equal(t, torch.arange(6.0).reshape(2, 3))
+
+
 def test_environment_enabled_globally_until_disabled():
     env = xnf.default_env()
     env.enable_globally()
