@@ -143,19 +143,32 @@ def test_errors_leave_self_intact():
     same(i, torch.arange(N, dtype=torch.int32))
 
 
-def test_sgd_on_a_large_embedding_matches_pytorch():
+def _embedding_sgd():
+    """A 1 MB EmbeddingBag and its SGD on PyTorch CPU and on ours, with the same weights."""
     torch.manual_seed(0)
     ref = torch.nn.EmbeddingBag(N // 128, 128, mode="sum")
     ours = xnf.to_xla(torch.nn.EmbeddingBag(N // 128, 128, mode="sum"))
     ours.load_state_dict(xnf.to_xla(ref.state_dict()))
-    idx, offsets = torch.tensor([1, 5, 7, 5]), torch.tensor([0, 2])
-    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
-    opt_ours = torch.optim.SGD(ours.parameters(), lr=0.1)
+    return ref, torch.optim.SGD(ref.parameters(), lr=0.1), ours, torch.optim.SGD(ours.parameters(), lr=0.1)
+
+
+def _embedding_step(model, opt, idx, offsets):
+    opt.zero_grad()
+    loss = model(idx, offsets).square().sum()
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
+EMBEDDING_BAGS = torch.tensor([1, 5, 7, 5]), torch.tensor([0, 2])  # indices, offsets
+
+
+def test_sgd_on_a_large_embedding_matches_pytorch():
+    ref, opt_ref, ours, opt_ours = _embedding_sgd()
+    idx, offsets = EMBEDDING_BAGS
     for _ in range(3):
-        for model, opt, dev in ((ref, opt_ref, lambda t: t), (ours, opt_ours, xnf.to_xla)):
-            opt.zero_grad()
-            model(dev(idx), dev(offsets)).square().sum().backward()
-            opt.step()
+        _embedding_step(ref, opt_ref, idx, offsets)
+        _embedding_step(ours, opt_ours, xnf.to_xla(idx), xnf.to_xla(offsets))
     same(ours.weight.detach(), ref.weight.detach())
 
 
@@ -225,23 +238,10 @@ def test_foreach_errors_leave_the_tensors_intact():
 # graph inputs] in runtime/lazy.py).
 
 
-def _embedding_step(model, opt, idx, offsets):
-    opt.zero_grad()
-    loss = model(idx, offsets).square().sum()
-    loss.backward()
-    opt.step()
-    return loss.detach()
-
-
 @pytest.mark.parametrize("mode", ["compile", "replay=False", "lazy"])
 def test_a_compiled_step_updates_a_large_table_in_its_buffer(mode):
-    torch.manual_seed(0)
-    ref = torch.nn.EmbeddingBag(N // 128, 128, mode="sum")
-    ours = xnf.to_xla(torch.nn.EmbeddingBag(N // 128, 128, mode="sum"))
-    ours.load_state_dict(xnf.to_xla(ref.state_dict()))
-    idx, offsets = torch.tensor([1, 5, 7, 5]), torch.tensor([0, 2])
-    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
-    opt_ours = torch.optim.SGD(ours.parameters(), lr=0.1)
+    ref, opt_ref, ours, opt_ours = _embedding_sgd()
+    idx, offsets = EMBEDDING_BAGS
     args = (ours, opt_ours, xnf.to_xla(idx), xnf.to_xla(offsets))
     if mode == "lazy":
         def step():
