@@ -108,14 +108,19 @@ def test_adamw_weight_check_admits_few_elements_or_float64_accuracy():
     """Note [AdamW weight check] in scripts/run_model.py."""
     ref = torch.linspace(-1, 1, 2000)
     exact = ref.double() + 1e-4 * torch.sin(torch.arange(2000.0)).double()  # PyTorch float32 is 1e-4 off
-    float64_calls = []
+    float64_calls, nudged_calls = [], []
+    nudged = [ref]
 
     def float64_weights():
         float64_calls.append(1)
         return [exact]
 
+    def nudged_weights():
+        nudged_calls.append(1)
+        return nudged
+
     def check(ours, bound=0.01):
-        return run_model.compare([ours], [ref], 1e-5, 1e-5, names=["w"], adamw=(bound, float64_weights))
+        return run_model.compare([ours], [ref], 1e-5, 1e-5, names=["w"], adamw=(bound, float64_weights, nudged_weights))
 
     two_flipped = ref.clone()
     two_flipped[[3, 700]] += 0.005
@@ -127,10 +132,32 @@ def test_adamw_weight_check_admits_few_elements_or_float64_accuracy():
     everywhere = ref + 0.005  # a wrong update moves every element
     assert not check(everywhere)["close"] and float64_calls
     as_exact = exact.float() + 5e-5 * torch.cos(torch.arange(2000.0))  # noisy, but nearer exact than PyTorch
+    nudged_calls.clear()
     admitted = check(as_exact)
     assert admitted["close"] and admitted["outliers"] == 0 and admitted["float64_checked"][0].startswith("w:")
+    assert not nudged_calls  # the second PyTorch training runs only when the first bound fails
     assert not check(exact.float() + 3e-4)["close"]  # 3x farther from exact than PyTorch's float32
     assert not check(torch.where(ref > 0.99, float("nan"), ref))["close"]
+
+    # Rows switched by a ReLU input near zero: PyTorch's float32 training from weights one
+    # ulp apart lands as far from exact as ours.
+    switched = ref.clone()
+    switched[100:110] += 0.004
+    assert not check(switched)["close"] and nudged_calls
+    nudged[0] = ref.clone()
+    nudged[0][100:110] += 0.004
+    admitted = check(switched)
+    assert admitted["close"] and "one ulp apart 4.1e-03" in admitted["float64_checked"][0]
+
+
+def test_one_ulp_apart_moves_every_parameter_by_one_ulp():
+    model = torch.nn.Linear(4, 3)
+    nudged = run_model._one_ulp_apart(model)
+    for p, q in zip(model.parameters(), nudged.parameters()):
+        step = torch.nextafter(p, torch.full_like(p, torch.inf)) - p
+        moved = (q - p).abs()
+        assert torch.equal(moved <= step * 1.01, torch.ones_like(p, dtype=torch.bool)) and (moved > 0).all()
+    assert not any(torch.equal(p, q) for p, q in zip(model.parameters(), nudged.parameters()))
 
 
 def test_dynamo_mode_without_backend(monkeypatch):
