@@ -37,6 +37,7 @@ from typing import Any
 import jax
 
 from .. import state
+from ..config import config
 from ..dispatch import (
     X64, attr_list, donatable, lower_checked, operand, operand_opt, run_node, scalar_operand, update_in_place,
     write_inplace,
@@ -95,6 +96,21 @@ def _executable(cls: Any, in_place: bool) -> Any:
     return exe
 
 
+_LAYOUTS: dict[str, tuple] = {}
+
+
+def _layout(cls: Any) -> tuple:
+    """(positions of the dynamic arguments with their unwrapping, positions of the
+    static ones with whether each is an attribute list) of an element op."""
+    layout = _LAYOUTS.get(cls.name)
+    if layout is None:
+        kinds = cls.arg_kinds
+        dynamic = tuple((i, _UNWRAP[k]) for i, k in enumerate(kinds) if k not in STATIC_KINDS)
+        static = tuple((i, k == ATTR_LIST) for i, k in enumerate(kinds) if k in STATIC_KINDS)
+        layout = _LAYOUTS[cls.name] = (dynamic, static)
+    return layout
+
+
 def _each(cls_name: str, per_element: list[tuple]) -> list[Any]:
     """The element op `cls_name` on each argument tuple: one executable per 8 elements
     eagerly, one node per element while tracing. Inside an in-place foreach op on these
@@ -106,16 +122,23 @@ def _each(cls_name: str, per_element: list[tuple]) -> list[Any]:
     into = state.foreach_into
     in_place = into is not None and len(into) == len(per_element) and all(
         t is args[0] for t, args in zip(into, per_element))
-    kinds = cls.arg_kinds
+    dynamic_at, static_at = _layout(cls)
+    min_bytes = config.donate_min_bytes
     donated, dynamic, static = [], [], []
     for args in per_element:
-        donates = in_place and donatable(args[0], args[1:])
+        self = args[0]
+        # donatable() rules out most elements by size; asking it only for large ones
+        # keeps this loop short (it runs for every parameter in every optimizer op).
+        donates = in_place and self.__class__ is XlaTensor and self.nbytes >= min_bytes and donatable(self, args[1:])
         if donates:
-            donated.append(operand(args[0]))
-        dynamic.append([_UNWRAP[k](a) for i, (k, a) in enumerate(zip(kinds, args))
-                        if k not in STATIC_KINDS and not (i == 0 and donates)])
-        static.append((tuple(attr_list(a) if k == ATTR_LIST else a for k, a in zip(kinds, args) if k in STATIC_KINDS),
-                       donates))
+            donated.append(operand(self))
+            dynamic.append([unwrap(args[i]) for i, unwrap in dynamic_at if i])
+        else:
+            dynamic.append([unwrap(args[i]) for i, unwrap in dynamic_at])
+        if static_at:
+            static.append((tuple(attr_list(args[i]) if is_list else args[i] for i, is_list in static_at), donates))
+        else:
+            static.append(((), donates))
     exe = _executable(cls, in_place)
     outs, used = [], 0
     with X64:
@@ -124,12 +147,15 @@ def _each(cls_name: str, per_element: list[tuple]) -> list[Any]:
             donors = sum(donates for _, donates in part)
             outs += exe(donated[used:used + donors], dynamic[start:start + ELEMENTS_PER_EXECUTABLE], tuple(part))
             used += donors
+    if not in_place:
+        return [from_array(out) for out in outs]
     results = []
     for args, (_, donates), out in zip(per_element, static, outs):
         # In place, each result is already checked and cast as a write into its `self`:
         # a whole tensor takes it as it is, and only a view needs write_inplace's path.
-        if donates or (in_place and args[0].__class__ is XlaTensor and args[0]._whole):
-            results.append(update_in_place(args[0], out))
+        self = args[0]
+        if donates or (self.__class__ is XlaTensor and self._whole):
+            results.append(update_in_place(self, out))
         else:
             results.append(from_array(out))
     return results
