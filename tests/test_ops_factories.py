@@ -132,7 +132,62 @@ def test_range_errors(call, exc):
         call(DEVICE)
 
 
+# ------------------------------------------------------------ arange
+
+# Integer ranges run on the device (IntegerRange in runtime/supported/tensor_ops.py);
+# the others are PyTorch's CPU result. Both must give PyTorch's values and dtype.
+ARANGE_CASES = [
+    ((8,), {}),
+    ((0,), {}),
+    ((2, 9), {}),
+    ((5, 5), {}),
+    ((10, -5, -3), {}),
+    ((-7, 7, 4), {}),
+    ((0, 7, 2), {"dtype": torch.int32}),
+    ((0, 300, 7), {"dtype": torch.uint8}),  # wraps past 255, as PyTorch's cast does
+    ((1, 6), {"dtype": torch.int8}),
+    ((2**40, 2**40 + 5), {}),
+    ((2**60, 2**60 + 3), {}),  # beyond 2**53: PyTorch's CPU path
+    ((0, 5), {"dtype": torch.float32}),
+    ((0.5, 3), {}),
+    ((0, 1, 0.1), {"dtype": torch.float64}),
+    ((3,), {"dtype": torch.bfloat16}),
+]
+
+
+@pytest.mark.parametrize("args,kwargs", ARANGE_CASES, ids=[f"{a}-{k}" for a, k in ARANGE_CASES])
+def test_arange_matches_cpu(args, kwargs):
+    expected = torch.arange(*args, **kwargs)
+    eager = xnf.to_torch(torch.arange(*args, **kwargs, device=DEVICE))
+    compiled = xnf.to_torch(xnf.compile(lambda: torch.arange(*args, **kwargs, device=DEVICE))())
+    for ours in (eager, compiled):
+        assert ours.dtype == expected.dtype and torch.equal(ours, expected)
+
+
+def test_arange_from_a_tensor_size_in_a_compiled_step():
+    f = xnf.compile(lambda x: x + torch.arange(x.shape[0], device=DEVICE))
+    for n in (3, 5):
+        x = torch.ones(n, dtype=torch.int64)
+        assert torch.equal(xnf.to_torch(f(xnf.to_xla(x))), x + torch.arange(n))
+
+
+@pytest.mark.parametrize("args", [(0, 5, 0), (5, 0, 1), (0, 5, -1)])
+def test_arange_errors(args):
+    with pytest.raises(RuntimeError) as cpu:
+        torch.arange(*args)
+    with pytest.raises(RuntimeError) as ours:
+        torch.arange(*args, device=DEVICE)
+    assert str(ours.value) == str(cpu.value)
+
+
 # ------------------------------------------------------------ empty_permuted
+
+
+def test_empty_gives_the_requested_shape_and_dtype():
+    for size, dtype in (((2, 3), None), ((0,), torch.uint8), ((4,), torch.int64), ((), torch.bfloat16)):
+        out = torch.empty(size, dtype=dtype, device=DEVICE)
+        assert out.shape == size and out.dtype == (dtype or torch.get_default_dtype())
+        assert xnf.to_torch(out).shape == size
 
 
 def test_empty_permuted():
