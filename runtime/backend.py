@@ -194,15 +194,22 @@ def cpu_dispatch_description() -> str:
 
 
 # Note [XLA CPU library fusions]
-# XLA CPU can hand elementwise ops and reductions to its YNNPACK library fusions instead
-# of its own emitted loops. For convolutional graphs that wins: the medium zoo ResNet's
-# compiled SGD step went from 9.5-11.5 ms to 7.0-7.7 ms (PyTorch: about 9 ms), mostly
-# BatchNorm's batch statistics and the elementwise work around each convolution. For
-# the MLP and the transformer blocks of scripts/bench_runtime.py it loses (1.12x and
-# 1.26x pure JAX instead of 1.05x and 1.10x), and so it does for a vision transformer,
-# whose only convolution cuts the image into patches: the medium zoo ViT's compiled
-# inference took 62-76 ms with it and 52-60 ms without (PyTorch: 52-55 ms). So a graph
-# gets it when it has more convolutions than matrix products.
+# XLA CPU can hand reductions (and elementwise ops) to its YNNPACK library fusions
+# instead of its own emitted loops. For convolutional graphs the reductions win:
+# BatchNorm's batch statistics. The medium zoo ResNet's compiled SGD step went from
+# 9.5-11.5 ms to 7.0-7.7 ms (PyTorch: about 9 ms) with both kinds. The elementwise kind
+# was dropped later, measured in pairs on the same graphs: without it the medium
+# ResNet's inference took 0.72x to 0.75x the time (4.2-4.4 against 5.9-6.2 ms; XLA's
+# own loops fuse eval BatchNorm's scale and shift, the ReLU and the residual add into
+# one pass), its AdamW step 0.93x and 0.94x (AdamW's elementwise chain), its SGD step
+# 1.02x to 1.05x; small ResNet rows 0.85x to 1.0x. For the MLP and the transformer
+# blocks of scripts/bench_runtime.py the library fusions lose (1.12x and 1.26x pure JAX
+# instead of 1.05x and 1.10x), and so they do for a vision transformer, whose only
+# convolution cuts the image into patches: the medium zoo ViT's compiled inference took
+# 62-76 ms with them and 52-60 ms without (PyTorch: 52-55 ms). So a graph gets them when
+# it has more convolutions than matrix products. Handing its matrix products to a
+# library (XNNPACK, YNNPACK or oneDNN dot fusions) gained nothing measurable on the
+# medium MLP's SGD step, Llama's SGD step or BERT's inference.
 # jax.jit takes these options only at the top level, so per-op eager executables (also
 # called inside the user's jax.jit by the interop functions) keep XLA's defaults, as
 # does the user's own JAX code.
@@ -211,7 +218,7 @@ MATRIX_PRODUCT_OPS = frozenset({
     "mm", "bmm", "addmm", "baddbmm", "addbmm",
     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
 })
-_LIBRARY_FUSIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_ELTWISE,LIBRARY_FUSION_TYPE_REDUCE"}
+_LIBRARY_FUSIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE"}
 
 
 def graph_compiler_options(op_counts: Mapping[str, int]) -> dict:
