@@ -108,7 +108,7 @@ F64_FACTOR = 2.0
 
 
 def compare(ours: list[torch.Tensor], ref: list[torch.Tensor], rtol: float, atol: float,
-            names: list[str] | None = None, adamw: tuple[float, Any] | None = None) -> dict:
+            names: list[str] | None = None, adamw: tuple[float, Any, Any] | None = None) -> dict:
     """max |ours - ref|, max |ours - ref| / (|ref| + atol), and whether every element is
     within atol + rtol * |ref| (torch.testing.assert_close's rule) with equal shapes and
     dtypes. `adamw` = (2 * lr * steps, functions giving PyTorch's float64 weights and its

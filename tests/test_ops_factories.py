@@ -180,7 +180,7 @@ def test_arange_errors(args):
     assert str(ours.value) == str(cpu.value)
 
 
-# ------------------------------------------------------------ empty_permuted
+# ------------------------------------------------------------ empty, empty_permuted
 
 
 def test_empty_gives_the_requested_shape_and_dtype():
