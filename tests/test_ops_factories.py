@@ -164,11 +164,14 @@ def test_arange_matches_cpu(args, kwargs):
         assert ours.dtype == expected.dtype and torch.equal(ours, expected)
 
 
-def test_arange_from_a_tensor_size_in_a_compiled_step():
-    f = xnf.compile(lambda x: x + torch.arange(x.shape[0], device=DEVICE))
-    for n in (3, 5):
+def test_arange_in_a_compiled_step_follows_its_arguments():
+    # The length is part of the graph; start and step are its scalar inputs, so a graph
+    # compiled for one start must not give its values to another.
+    f = xnf.compile(lambda x, start, step: x + torch.arange(start, start + step * x.shape[0], step, device=DEVICE))
+    for n, start, step in ((3, 0, 1), (5, 0, 1), (5, 7, 1), (5, 7, 3), (5, -2, 3), (3, 0, 1)):
         x = torch.ones(n, dtype=torch.int64)
-        assert torch.equal(xnf.to_torch(f(xnf.to_xla(x))), x + torch.arange(n))
+        expected = x + torch.arange(start, start + step * n, step)
+        assert torch.equal(xnf.to_torch(f(xnf.to_xla(x), start, step)), expected)
 
 
 @pytest.mark.parametrize("args", [(0, 5, 0), (5, 0, 1), (0, 5, -1)])
