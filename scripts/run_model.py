@@ -366,21 +366,15 @@ def run(
                 ours_state = ours_model.state_dict()
                 adamw = None
                 if optimizer == "adamw":
-                    @functools.cache
-                    def float64_weights():
-                        model64 = copy.deepcopy(initial_model).double()
-                        step64 = make_step(model64, tree_map(_as_float64, ref_in))
-                        for _ in range(n_calls):
-                            step64()
-                        return [model64.state_dict()[k] for k in ref_state]
-
-                    @functools.cache
-                    def nudged_weights():
-                        model = _one_ulp_apart(initial_model)
-                        step = make_step(model, ref_in)
+                    def trained_weights(model, inputs):
+                        step = make_step(model, inputs)
                         for _ in range(n_calls):
                             step()
                         return [model.state_dict()[k] for k in ref_state]
+
+                    float64_weights = functools.cache(
+                        lambda: trained_weights(copy.deepcopy(initial_model).double(), tree_map(_as_float64, ref_in)))
+                    nudged_weights = functools.cache(lambda: trained_weights(_one_ulp_apart(initial_model), ref_in))
                     adamw = (2 * ADAMW_LR * n_calls, float64_weights, nudged_weights)
                 rec["weights"] = compare([ours_state[k] for k in ref_state], list(ref_state.values()), rtol, atol,
                                          names=list(ref_state), adamw=adamw)

@@ -132,13 +132,8 @@ def _each(cls_name: str, per_element: list[tuple]) -> list[Any]:
         donates = in_place and self.__class__ is XlaTensor and self.nbytes >= min_bytes and donatable(self, args[1:])
         if donates:
             donated.append(operand(self))
-            dynamic.append([unwrap(args[i]) for i, unwrap in dynamic_at if i])
-        else:
-            dynamic.append([unwrap(args[i]) for i, unwrap in dynamic_at])
-        if static_at:
-            static.append((tuple(attr_list(args[i]) if is_list else args[i] for i, is_list in static_at), donates))
-        else:
-            static.append(((), donates))
+        dynamic.append([unwrap(args[i]) for i, unwrap in dynamic_at if i or not donates])
+        static.append((tuple(attr_list(args[i]) if is_list else args[i] for i, is_list in static_at), donates))
     exe = _executable(cls, in_place)
     outs, used = [], 0
     with X64:
