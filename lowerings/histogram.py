@@ -9,6 +9,15 @@ search among the neighbouring edges (histogram with a bin count), or found by bi
 search among given edges; elements outside [lo, hi] and NaN are skipped, and the last
 bin includes its right edge. Edges follow torch.linspace in the input's dtype.
 
+Note [Integer histc]
+PyTorch's CPU kernel raises for integer input ("histogram_cpu" not implemented for
+'Int'), its CUDA kernel counts it, and libraries written for accelerators call it on
+any device that is not the CPU: Hugging Face's mixture-of-experts layers count tokens
+per expert with `torch.histc(expert_ids.int(), ...)` when the device type is not
+"cpu". Integer histc therefore runs here as on CUDA: the bounds are truncated to
+integers, an element lands in bin `(x - lo) * bins // (hi - lo)` in integer
+arithmetic (the last bin includes `hi`), and the result has the input's dtype.
+
 Note [Data-dependent histogram checks]
 PyTorch raises when an edge taken from the data is not finite (NaN or inf in the
 input with no explicit range), and for histc when min > max: those values are known
@@ -111,6 +120,8 @@ def _histogramdd(x2d, edges, weight, density, algorithm):
 
 
 def lower_histc(self, bins=100, min=0, max=0):
+    if jnp.issubdtype(self.dtype, jnp.integer):
+        return _integer_histc(self.reshape(-1), bins, min, max)
     x = self.reshape(-1)
     lo = jnp.asarray(min).astype(jnp.float64)
     hi = jnp.asarray(max).astype(jnp.float64)
@@ -125,6 +136,24 @@ def lower_histc(self, bins=100, min=0, max=0):
     lo, hi = jnp.where(bad, jnp.nan, lo), jnp.where(bad, jnp.nan, hi)
     edges = _linspace(lo, hi, bins + 1, self.dtype)
     return _histogramdd(x.reshape(-1, 1), [edges], None, False, "linear")
+
+
+def _integer_histc(x, bins, min, max):
+    """histc of integers, which PyTorch's CUDA kernel computes and its CPU kernel refuses
+    (Note [Integer histc]): integer range and bin arithmetic, counts in the input's type."""
+    lo = jnp.asarray(min).astype(jnp.int64)  # truncates a float bound, as Scalar::to does
+    hi = jnp.asarray(max).astype(jnp.int64)
+    if x.size:
+        from_data = lo == hi
+        lo = jnp.where(from_data, jnp.min(x).astype(jnp.int64), lo)
+        hi = jnp.where(from_data, jnp.max(x).astype(jnp.int64), hi)
+    same = lo == hi
+    lo, hi = jnp.where(same, lo - 1, lo), jnp.where(same, hi + 1, hi)
+    wide = x.astype(jnp.int64)
+    inside = (wide >= lo) & (wide <= hi) & (lo < hi)  # Note [Data-dependent histogram checks]
+    pos = (wide - lo) * bins // jnp.maximum(hi - lo, 1)
+    pos = jnp.clip(jnp.where(pos == bins, bins - 1, pos), 0, bins - 1)
+    return jnp.zeros(bins, x.dtype).at[pos].add(inside.astype(x.dtype))
 
 
 def lower_histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):

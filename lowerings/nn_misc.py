@@ -1,5 +1,7 @@
 """Lowerings of assorted nn ops: _trilinear (nn.functional.bilinear), _euclidean_dist
-(cdist's matrix-product path) and embedding_renorm (embedding with max_norm)."""
+(cdist's matrix-product path), embedding_renorm (embedding with max_norm) and the fused
+weight norm (_weight_norm_interface, which torch._weight_norm and weight_norm
+parametrizations call for the first or last dim) with its backward."""
 
 from __future__ import annotations
 
@@ -60,3 +62,29 @@ def lower_embedding_renorm(self, indices, max_norm, norm_type):
     norms = _row_norms(x, norm_type)
     scale = jnp.where(named & (norms > max_norm), max_norm / (norms + 1e-7), 1)
     return (x * scale[:, None].astype(x.dtype)).astype(self.dtype)
+
+
+def _other_dims(x, dim):
+    return tuple(d for d in range(x.ndim) if d != dim)
+
+
+def lower__weight_norm_interface(v, g, dim=0):
+    # w = v * (g / |v|), the norm over every dim but `dim`, in float32 for
+    # float16/bfloat16 as PyTorch CPU computes it; the norms keep g's shape.
+    x = opmath(v)
+    norms = jnp.sqrt(jnp.sum(x * x, axis=_other_dims(x, dim), keepdims=True))
+    w = x * (opmath(g).reshape(norms.shape) / norms)
+    return w.astype(v.dtype), norms.reshape(g.shape)
+
+
+def lower__weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    # With s = sum(grad_w * v) over every dim but `dim`: grad_g = s / |v| and
+    # grad_v = (g / |v|) * grad_w - (g / |v|) * s / |v|^2 * v.
+    gw, v = opmath(grad_w), opmath(saved_v)
+    norms = saved_norms.reshape(tuple(-1 if d == dim else 1 for d in range(v.ndim)))
+    g = opmath(saved_g).reshape(norms.shape)
+    s = jnp.sum(gw * v, axis=_other_dims(v, dim), keepdims=True)
+    a = g / norms
+    grad_v = a * gw - (a * s / (norms * norms)) * v
+    grad_g = s / norms
+    return grad_v.astype(saved_v.dtype), grad_g.reshape(saved_g.shape).astype(saved_g.dtype)

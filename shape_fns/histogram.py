@@ -99,7 +99,7 @@ def _numel(shape):
 
 
 def histc_output_shape(self, bins=100, min=0, max=0):
-    require_kernel_dtype("histogram_cpu", self.dtype, "float")
+    require_kernel_dtype("histogram_cpu", self.dtype, "float int")  # Note [Integer histc]
     _check_bin_ct([bins])
     # min/max are runtime values (Note [Argument kinds]): PyTorch's checks on them
     # (finite, min < max) cannot run here; see lower_histc.

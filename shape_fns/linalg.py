@@ -1,10 +1,11 @@
-"""Shape functions of matrix products: mm, addmm, bmm."""
+"""Shape functions of matrix products: mm, addmm, bmm, _grouped_mm."""
 
 from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, expand_shape
+from .common import TensorMeta, expand_shape, scalar_type_name
+from .histogram import _name as caffe2_name
 
 
 def _check_dtypes(a: TensorMeta, b: TensorMeta, what: str) -> None:
@@ -49,3 +50,47 @@ def bmm_output_shape(self, mat2):
         )
     _check_dtypes(self, mat2, "batch1 and batch2")
     return TensorMeta((b, n, mat2.shape[2]), self.dtype)
+
+
+_GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _grouped_mm_output_shape(self, mat2, offs=None, bias=None, out_dtype=None):
+    """PyTorch CPU's checks, in its order, except its 16-byte stride rule, a limit of its
+    kernels' memory access that our tensors do not share."""
+    for name, m in (("mat_a", self), ("mat_b", mat2)):
+        if m.dtype not in _GROUPED_MM_DTYPES:
+            raise RuntimeError(f"Expected {name} to be Float32, BFloat16 or Float16 matrix, got {scalar_type_name(m.dtype)}")
+    for name, m in (("mat_a", self), ("mat_b", mat2)):
+        if m.ndim not in (2, 3):
+            raise RuntimeError(f"{name} has to be 2 or 3d")
+    a_2d, b_2d = self.ndim == 2, mat2.ndim == 2
+    if not (a_2d and b_2d) and self.shape[-1] != mat2.shape[-2]:
+        raise RuntimeError("contraction dimension of mat_a and mat_b must match")
+    if (offs is not None) != (a_2d or b_2d):
+        raise RuntimeError("Have to provide offsets if there is a 2d matrix, or no offset if both matrices are 3d")
+    if offs is not None:
+        if offs.ndim != 1:
+            raise RuntimeError("offs has to be 1D")
+        if offs.dtype != torch.int32:
+            raise RuntimeError("Offsets have to be int32")
+    if bias is not None:
+        raise RuntimeError("Bias not supported yet")
+    if out_dtype is not None and out_dtype != self.dtype:
+        raise RuntimeError("Grouped gemm output dtype must match `mat_a` dtype")
+    if a_2d and b_2d:
+        shape = (offs.shape[0], self.shape[0], mat2.shape[1])
+    elif a_2d or b_2d:
+        if offs.shape[0] != (mat2 if a_2d else self).shape[0]:
+            raise RuntimeError("matrix batch sizes have to match")
+        shape = (self.shape[0], mat2.shape[-1]) if a_2d else (self.shape[1], mat2.shape[1])
+    else:
+        if self.shape[0] != mat2.shape[0]:
+            raise RuntimeError("batched dimension has to match")
+        shape = (self.shape[0], self.shape[1], mat2.shape[2])
+    if self.dtype != mat2.dtype:
+        a, b = caffe2_name(self.dtype), caffe2_name(mat2.dtype)
+        if a_2d or b_2d:
+            raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a} != {b}")
+        raise RuntimeError(f"Expected out tensor to have dtype {b}, but got {a} instead")
+    return TensorMeta(shape, self.dtype)

@@ -1,10 +1,11 @@
-"""Shape functions of _trilinear, _euclidean_dist and embedding_renorm."""
+"""Shape functions of _trilinear, _euclidean_dist, embedding_renorm and the fused weight
+norm (_weight_norm_interface) with its backward."""
 
 from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes, scalar_type_name
+from .common import TensorMeta, broadcast_shapes, require_kernel_dtype, scalar_type_name
 
 
 def _trilinear_output_shape(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
@@ -50,3 +51,42 @@ def embedding_renorm_output_shape(self, indices, max_norm, norm_type):
             f"types: Long, Int; but got {indices.dtype} instead"
         )
     return TensorMeta(tuple(self.shape), self.dtype)
+
+
+def _weight_norm_checks(v, dim, kernel, dtyped):
+    """PyTorch CPU's checks of the fused weight norm, in its order; `dtyped`: (tensor,
+    dtype it must have) pairs, checked after the kernel's dtype dispatch."""
+    if v.ndim == 0:
+        raise IndexError(f"Dimension specified as {dim} but tensor has no dimensions")
+    if dim not in (0, v.ndim - 1):
+        raise RuntimeError("fused kernels can only be applied for first or last dim (dim == 0 || dim == v.dim() - 1)")
+    require_kernel_dtype(kernel, v.dtype, "float")
+    for t, dtype in dtyped:
+        if t.dtype != dtype:
+            raise RuntimeError(f"expected scalar type {scalar_type_name(dtype)} but found {scalar_type_name(t.dtype)}")
+
+
+def _norms_dtype(dtype):
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _check_per_dim(v, dim, **per_dim):
+    # PyTorch CPU does not check these sizes: its kernel reads and writes out of bounds.
+    for name, t in per_dim.items():
+        if t.numel() != v.shape[dim]:
+            raise RuntimeError(f"{name} has {t.numel()} elements, but v has {v.shape[dim]} along dim {dim}")
+
+
+def _weight_norm_interface_output_shape(v, g, dim=0):
+    _weight_norm_checks(v, dim, "weight_norm_kernel", [(g, v.dtype)])
+    _check_per_dim(v, dim, g=g)
+    return TensorMeta(v.shape, v.dtype), TensorMeta(g.shape, _norms_dtype(v.dtype))
+
+
+def _weight_norm_interface_backward_output_shape(grad_w, saved_v, saved_g, saved_norms, dim):
+    _weight_norm_checks(saved_v, dim, "weight_norm_backward_kernel",
+                        [(grad_w, saved_v.dtype), (saved_g, saved_v.dtype), (saved_norms, _norms_dtype(saved_v.dtype))])
+    if grad_w.shape != saved_v.shape:
+        raise RuntimeError(f"grad_w has shape {list(grad_w.shape)}, but saved_v has {list(saved_v.shape)}")
+    _check_per_dim(saved_v, dim, saved_g=saved_g, saved_norms=saved_norms)
+    return TensorMeta(saved_v.shape, saved_v.dtype), TensorMeta(saved_g.shape, saved_g.dtype)

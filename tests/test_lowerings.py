@@ -196,6 +196,12 @@ def ints(*shape, low=-9, high=10, dtype=torch.int64):
 
 
 f23, f3, f0d = T(2, 3), T(3), T()
+TOL32 = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def _offs(*ends):
+    return torch.tensor(ends, dtype=torch.int32)
+
 pos23 = T(2, 3, low=0.1, high=5)
 i23, i3 = ints(2, 3), ints(3)
 b23 = T(2, 3, dtype=torch.bool)
@@ -338,6 +344,13 @@ CASES = [
     Case("addmm_beta0_nan", aten.addmm.default, (torch.full((4, 1), float("nan")), T(4, 5), T(5, 3)), {"beta": 0}),
     Case("addmm_int", aten.addmm.default, (ints(4, 3), ints(4, 5), ints(5, 3)), {"beta": 2, "alpha": 3}),
     Case("bmm_f32", aten.bmm.default, (T(2, 4, 5), T(2, 5, 3))),
+    # _grouped_mm: groups cover every row (column), since PyTorch leaves the rest unset;
+    # the middle group is empty. Its meta kernel accepts bfloat16 only (CUDA's rule).
+    Case("grouped_mm_2d_3d", aten._grouped_mm.default, (T(8, 4), T(3, 4, 8), _offs(2, 2, 8)), tol=TOL32, meta_agrees=False),
+    Case("grouped_mm_3d_2d", aten._grouped_mm.default, (T(3, 8, 4), T(4, 12), _offs(4, 4, 12)), tol=TOL32, meta_agrees=False),
+    Case("grouped_mm_2d_2d", aten._grouped_mm.default, (T(8, 12), T(12, 8), _offs(4, 4, 12)), tol=TOL32, meta_agrees=False),
+    Case("grouped_mm_3d_3d", aten._grouped_mm.default, (T(3, 8, 4), T(3, 4, 8)), tol=TOL32, meta_agrees=False),
+    Case("grouped_mm_2d_3d_bf16", aten._grouped_mm.default, (T(8, 8, dtype=torch.bfloat16), T(3, 8, 8, dtype=torch.bfloat16), _offs(3, 5, 8))),
     # shape ops
     Case("view_infer", aten.view.default, (T(2, 3, 4), [4, -1])),
     Case("view_to_0d", aten.view.default, (T(1, 1), [])),
@@ -519,6 +532,25 @@ class ErrorCase:
     kwargs: dict = field(default_factory=dict)
 
 
+# PyTorch CPU's _grouped_mm refusals (the messages are compared in test_ops_linalg.py).
+GROUPED_MM_ERRORS = {
+    "float64": ((T(8, 4, dtype=torch.float64), T(3, 4, 8, dtype=torch.float64), _offs(2, 4, 8)), {}),
+    "int32": ((T(8, 4, dtype=torch.int32), T(3, 4, 8, dtype=torch.int32), _offs(2, 4, 8)), {}),
+    "4d": ((T(2, 3, 8, 4), T(3, 4, 8), _offs(2, 4, 8)), {}),
+    "contraction": ((T(8, 4), T(3, 8, 8), _offs(2, 4, 8)), {}),
+    "offsets_missing": ((T(8, 4), T(3, 4, 8)), {}),
+    "offsets_with_3d_3d": ((T(3, 8, 4), T(3, 4, 8), _offs(2, 4, 8)), {}),
+    "offsets_2d": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8).reshape(3, 1)), {}),
+    "offsets_int64": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8).long()), {}),
+    "bias": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8)), {"bias": T(3, 8)}),
+    "out_dtype": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8)), {"out_dtype": torch.bfloat16}),
+    "group_count": ((T(8, 4), T(3, 4, 8), _offs(2, 8)), {}),
+    "group_count_3d_2d": ((T(2, 8, 4), T(4, 8), _offs(2, 4, 8)), {}),
+    "batch_3d_3d": ((T(2, 8, 4), T(3, 4, 8)), {}),
+    "mixed_dtypes": ((T(8, 4), T(3, 4, 8, dtype=torch.bfloat16), _offs(2, 4, 8)), {}),
+    "mixed_dtypes_3d_3d": ((T(3, 8, 4), T(3, 4, 8, dtype=torch.bfloat16)), {}),
+}
+
 ERROR_CASES = [
     ErrorCase("mm_inner_mismatch", aten.mm.default, (T(2, 3), T(4, 5))),
     ErrorCase("mm_not_matrix", aten.mm.default, (T(3), T(3, 5))),
@@ -528,6 +560,7 @@ ERROR_CASES = [
     ErrorCase("addmm_dtype_mismatch", aten.addmm.default, (T(5, dtype=torch.float64), T(2, 3), T(3, 5))),
     ErrorCase("bmm_batch_mismatch", aten.bmm.default, (T(2, 2, 3), T(3, 3, 5))),
     ErrorCase("bmm_not_3d", aten.bmm.default, (T(2, 3), T(3, 5))),
+    *[ErrorCase(f"grouped_mm_{name}", aten._grouped_mm.default, args, kwargs) for name, (args, kwargs) in GROUPED_MM_ERRORS.items()],
     ErrorCase("select_out_of_range", aten.select.int, (T(2, 3), 0, 5)),
     ErrorCase("select_negative_out_of_range", aten.select.int, (T(2, 3), 1, -4)),
     ErrorCase("select_0d", aten.select.int, (f0d, 0, 0)),

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import xla_native_functions as xnf
-from test_lowerings import Case, ErrorCase, T, _collect, as_meta, assert_same, ints, on_device, run_lowering, run_shape_fn, unambiguous_name
+from test_lowerings import GROUPED_MM_ERRORS, Case, ErrorCase, T, _collect, as_meta, assert_same, ints, on_device, run_lowering, run_shape_fn, unambiguous_name
 from xla_native_functions.lowerings import fft as lower_fft
 from xla_native_functions.lowerings import linalg_decomp as lower_decomp
 from xla_native_functions.lowerings import matmul as lower_matmul
@@ -466,3 +466,101 @@ def test_solve_and_eigh_on_xla_tensors():
     torch.testing.assert_close(xnf.to_torch(x), torch.linalg.solve(a, b))
     w = torch.linalg.eigvalsh(xnf.to_xla(a))
     torch.testing.assert_close(xnf.to_torch(w), torch.linalg.eigvalsh(a))
+
+
+# ---------------------------------------------------------------- grouped products (Note [Grouped matrix products])
+
+
+@pytest.mark.parametrize("name", sorted(GROUPED_MM_ERRORS))
+def test_grouped_mm_errors_match_cpu_messages(name):
+    args, kwargs = GROUPED_MM_ERRORS[name]
+    with pytest.raises(RuntimeError) as expected:
+        torch._grouped_mm(*args, **kwargs)
+    on_xla = [xnf.to_xla(a) for a in args]
+    with pytest.raises(RuntimeError) as ours:
+        torch._grouped_mm(*on_xla, **{k: xnf.to_xla(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
+    assert str(ours.value) == str(expected.value)
+
+
+GROUPED_LAYOUTS = {
+    # experts' rows of tokens (mat_a 2-D, mat_b 3-D), as mixture-of-experts layers call it
+    "2d_3d": ((12, 8), (3, 8, 4), (5, 5, 12)),
+    "3d_2d": ((3, 4, 8), (8, 12), (4, 8, 12)),
+    "2d_2d": ((4, 12), (12, 8), (0, 8, 12)),
+    "3d_3d": ((3, 4, 8), (3, 8, 4), None),
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("layout", sorted(GROUPED_LAYOUTS))
+def test_grouped_mm_forward_backward_matches_cpu(layout, mode):
+    # PyTorch's own backward formula calls _grouped_mm in the other layouts, on views.
+    a_shape, b_shape, ends = GROUPED_LAYOUTS[layout]
+    a, b = torch.randn(*a_shape), torch.randn(*b_shape)
+    offs = None if ends is None else torch.tensor(ends, dtype=torch.int32)
+    weight = torch.randn(torch._grouped_mm(a, b, offs).shape)
+
+    def step(a, b, offs, weight):
+        a, b = a.detach().requires_grad_(), b.detach().requires_grad_()
+        out = torch.nn.functional.grouped_mm(a, b, offs=offs)
+        (out * weight).sum().backward()
+        return out.detach(), a.grad, b.grad
+
+    expected = step(a, b, offs, weight)
+    run = xnf.compile(step) if mode == "compiled" else step
+    ours = run(*[None if t is None else xnf.to_xla(t) for t in (a, b, offs, weight)])
+    torch.testing.assert_close([xnf.to_torch(t) for t in ours], list(expected), **TOL32)
+
+
+def _grouped_reference(a, b, offs, layout):
+    """Note [Grouped matrix products]'s rule in plain PyTorch: group g is
+    [offs[g-1], offs[g]), later groups overwrite earlier ones, the rest stays zero."""
+    ends = offs.tolist()
+    starts = [0] + ends[:-1]
+    if layout == "2d_2d":
+        out = torch.zeros(len(ends), a.shape[0], b.shape[1], dtype=torch.float64)
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            out[g] = a[:, s:e].double() @ b[s:e].double()
+        return out
+    rows = layout == "2d_3d"
+    out = torch.zeros(a.shape[0] if rows else a.shape[1], b.shape[-1], dtype=torch.float64)
+    for g, (s, e) in enumerate(zip(starts, ends)):
+        if rows:
+            out[s:e] = a[s:e].double() @ b[g].double()
+        else:
+            out[:, s:e] = a[g].double() @ b[:, s:e].double()
+    return out
+
+
+# Sizes on both sides of the tiled loop's threshold (small: every group's full product).
+GROUPED_SIZES = {
+    "2d_3d_small": ("2d_3d", (20, 8), (4, 8, 8)),
+    "2d_3d_tiled": ("2d_3d", (200, 64, ), (6, 64, 96)),
+    "3d_2d_tiled": ("3d_2d", (6, 64, 96), (96, 200)),
+    "2d_2d_small": ("2d_2d", (8, 20), (20, 8)),
+    "2d_2d_tiled": ("2d_2d", (64, 200), (200, 96)),
+}
+
+
+@pytest.mark.parametrize("ends", [(0, 37, 37, 90, 150, 180), (50, 20, 120, 120, 190, 200)], ids=["uneven_with_tail", "decreasing"])
+@pytest.mark.parametrize("case", sorted(GROUPED_SIZES))
+def test_grouped_mm_follows_its_rule(case, ends):
+    layout, a_shape, b_shape = GROUPED_SIZES[case]
+    groups = b_shape[0] if layout == "2d_3d" else a_shape[0] if layout == "3d_2d" else 6
+    length = a_shape[0] if layout == "2d_3d" else b_shape[1] if layout == "3d_2d" else a_shape[1]
+    offs = torch.tensor([min(e * length // 200, length) for e in ends][:groups], dtype=torch.int32)
+    a, b = torch.randn(*a_shape), torch.randn(*b_shape)
+    got = xnf.to_torch(torch._grouped_mm(*map(xnf.to_xla, (a, b, offs))))
+    torch.testing.assert_close(got.double(), _grouped_reference(a, b, offs, layout), rtol=1e-4, atol=1e-4)
+
+
+def test_grouped_mm_rows_outside_groups_and_other_experts():
+    # Rows past the last offset are zeros (PyTorch leaves them unset), and one expert's
+    # NaN weight stays out of the other experts' rows.
+    a, b = torch.randn(6, 4), torch.randn(2, 4, 4)
+    b[1, 0, 0] = float("nan")
+    offs = torch.tensor([3, 5], dtype=torch.int32)
+    ours = xnf.to_torch(torch._grouped_mm(*map(xnf.to_xla, (a, b, offs))))
+    torch.testing.assert_close(ours[:3], a[:3] @ b[0], **TOL32)
+    assert ours[3:5].isnan().any() and (a[3:5] @ b[1]).isnan().any()
+    assert torch.equal(ours[5], torch.zeros(4))

@@ -1,10 +1,12 @@
 """Max unpooling, grid sampling, bicubic / nearest-exact / antialiased (bilinear, bicubic) upsampling,
-adaptive max pooling in 3-D, _trilinear, _euclidean_dist and embedding_renorm against
+adaptive max pooling in 3-D, _trilinear, _euclidean_dist, embedding_renorm and the fused
+weight norm against
 PyTorch CPU (values), meta or CPU (shapes, dtypes) and CPU errors; OpInfo samples on the
 backend, eagerly and compiled, with float64 gradients."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +41,7 @@ OPS_UNDER_TEST = {
     "_upsample_bicubic2d_aa", "_upsample_bicubic2d_aa_backward",
     "adaptive_max_pool3d", "adaptive_max_pool3d_backward",
     "_trilinear", "_euclidean_dist", "embedding_renorm",
+    "_weight_norm_interface", "_weight_norm_interface_backward",
 }  # fmt: skip
 
 
@@ -223,7 +226,25 @@ def misc_cases():
         idx = torch.tensor([[0, 2], [2, 5]])
         for p in (2.0, 1.0, 3.0, float("inf")):
             cases.append(Case(f"embedding_renorm_p{p}{sfx}", aten.embedding_renorm.default, (table, idx, 1.5, p), tol=tol))
+    cases += weight_norm_cases()
     cases.append(Case("trilinear_int64", aten._trilinear.default, (T(4, 3, dtype=torch.int64), T(5, 3, 2, dtype=torch.int64), T(4, 2, dtype=torch.int64), [1, 3], [0], [1, 2], [2, 3])))
+    return cases
+
+
+def weight_norm_cases():
+    cases = []
+    for dtype in (torch.float32, D, torch.bfloat16):
+        sfx = {torch.float32: "", D: "_f64", torch.bfloat16: "_bf16"}[dtype]
+        tol = {torch.float32: F32_TOL, D: {}, torch.bfloat16: {"atol": 1e-2, "rtol": 1e-2}}[dtype]
+        v = T(6, 3, 5, dtype=dtype)
+        for dim, g_shape in ((0, (6, 1, 1)), (2, (1, 1, 5))):
+            g = T(*g_shape, dtype=dtype)
+            cases.append(Case(f"weight_norm_dim{dim}{sfx}", aten._weight_norm_interface.default, (v, g, dim), tol=tol))
+            _, norms = aten._weight_norm_interface(v, g, dim)
+            cases.append(Case(f"weight_norm_backward_dim{dim}{sfx}", aten._weight_norm_interface_backward.default,
+                              (T(6, 3, 5, dtype=dtype), v, g, norms, dim), tol=tol))
+    # A 1-D weight normalised over its only dim. The norms take g's shape on CPU; meta says (1,).
+    cases.append(Case("weight_norm_1d", aten._weight_norm_interface.default, (T(5), T(5), 0), tol=F32_TOL, meta_agrees=False))
     return cases
 
 
@@ -313,6 +334,17 @@ ERROR_CASES = [
     ErrorCase("euclidean_dist_columns", aten._euclidean_dist.default, (T(4, 3), T(5, 2))),
     ErrorCase("embedding_renorm_float_indices", aten.embedding_renorm.default, (T(4, 3), T(2), 1.0, 2.0)),
     ErrorCase("embedding_renorm_1d", aten.embedding_renorm.default, (T(4), torch.tensor([1]), 1.0, 2.0)),
+    ErrorCase("weight_norm_middle_dim", aten._weight_norm_interface.default, (T(4, 3, 5), T(1, 3, 1), 1)),
+    ErrorCase("weight_norm_negative_dim", aten._weight_norm_interface.default, (T(4, 3, 5), T(1, 1, 5), -1)),
+    ErrorCase("weight_norm_0d", aten._weight_norm_interface.default, (T(), T(), 0)),
+    ErrorCase("weight_norm_int64", aten._weight_norm_interface.default, (T(4, 3, dtype=torch.int64), T(4, 1, dtype=torch.int64), 0)),
+    ErrorCase("weight_norm_g_dtype", aten._weight_norm_interface.default, (T(4, 3), T(4, 1, dtype=D), 0)),
+    ErrorCase("weight_norm_backward_middle_dim", aten._weight_norm_interface_backward.default, (T(4, 3, 5), T(4, 3, 5), T(1, 3, 1), T(1, 3, 1), 1)),
+    ErrorCase("weight_norm_backward_grad_dtype", aten._weight_norm_interface_backward.default, (T(4, 3, dtype=D), T(4, 3), T(4, 1), T(4, 1), 0)),
+    ErrorCase("weight_norm_backward_norms_bf16", aten._weight_norm_interface_backward.default,
+              (T(4, 8, dtype=torch.bfloat16), T(4, 8, dtype=torch.bfloat16), T(4, 1, dtype=torch.bfloat16), T(4, 1, dtype=torch.bfloat16), 0)),
+    ErrorCase("weight_norm_backward_int64", aten._weight_norm_interface_backward.default,
+              (T(4, 3, dtype=torch.int64), T(4, 3, dtype=torch.int64), T(4, 1, dtype=torch.int64), T(4, 1, dtype=torch.int64), 0)),
 ]
 
 
@@ -410,3 +442,22 @@ def test_embedding_max_norm_renormalizes_the_table_in_place():
     got = torch.nn.functional.embedding(xnf.to_xla(ids), ours, max_norm=1.0)
     torch.testing.assert_close(xnf.to_torch(got), expected)
     torch.testing.assert_close(xnf.to_torch(ours), weight)  # the table itself was renormalized
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_norm_parametrization_trains_like_cpu(dim, mode):
+    # wav2vec2's positional convolution: weight_norm over the kernel dim (the last one).
+    torch.manual_seed(0)
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 6, 3), dim=dim)
+    ours = xnf.to_xla(copy.deepcopy(conv))
+    x = torch.randn(2, 4, 10)
+
+    def step(module, x):
+        out = module(x)
+        out.square().sum().backward()
+        return [out.detach()] + [p.grad for p in module.parameters()]
+
+    expected = step(conv, x)
+    got = (xnf.compile(step) if mode == "compiled" else step)(ours, xnf.to_xla(x))
+    torch.testing.assert_close([xnf.to_torch(t) for t in got], expected, **F32_TOL)
