@@ -119,18 +119,23 @@ def _histogramdd(x2d, edges, weight, density, algorithm):
     return hist.astype(dtype)
 
 
-def lower_histc(self, bins=100, min=0, max=0):
-    if jnp.issubdtype(self.dtype, jnp.integer):
-        return _integer_histc(self.reshape(-1), bins, min, max)
-    x = self.reshape(-1)
-    lo = jnp.asarray(min).astype(jnp.float64)
-    hi = jnp.asarray(max).astype(jnp.float64)
+def _histc_range(x, min, max, dtype):
+    """histc's (lo, hi) in `dtype`: min and max, the data's extremes where they are
+    equal, widened by one each way where those are equal too."""
+    lo, hi = jnp.asarray(min).astype(dtype), jnp.asarray(max).astype(dtype)
     if x.size:
         from_data = lo == hi
-        lo = jnp.where(from_data, jnp.min(x).astype(jnp.float64), lo)
-        hi = jnp.where(from_data, jnp.max(x).astype(jnp.float64), hi)
+        lo = jnp.where(from_data, jnp.min(x).astype(dtype), lo)
+        hi = jnp.where(from_data, jnp.max(x).astype(dtype), hi)
     same = lo == hi
-    lo, hi = jnp.where(same, lo - 1, lo), jnp.where(same, hi + 1, hi)
+    return jnp.where(same, lo - 1, lo), jnp.where(same, hi + 1, hi)
+
+
+def lower_histc(self, bins=100, min=0, max=0):
+    x = self.reshape(-1)
+    if jnp.issubdtype(self.dtype, jnp.integer):
+        return _integer_histc(x, bins, min, max)
+    lo, hi = _histc_range(x, min, max, jnp.float64)
     # Note [Data-dependent histogram checks]
     bad = ~(jnp.isfinite(lo) & jnp.isfinite(hi) & (lo < hi))
     lo, hi = jnp.where(bad, jnp.nan, lo), jnp.where(bad, jnp.nan, hi)
@@ -140,15 +145,9 @@ def lower_histc(self, bins=100, min=0, max=0):
 
 def _integer_histc(x, bins, min, max):
     """histc of integers, which PyTorch's CUDA kernel computes and its CPU kernel refuses
-    (Note [Integer histc]): integer range and bin arithmetic, counts in the input's type."""
-    lo = jnp.asarray(min).astype(jnp.int64)  # truncates a float bound, as Scalar::to does
-    hi = jnp.asarray(max).astype(jnp.int64)
-    if x.size:
-        from_data = lo == hi
-        lo = jnp.where(from_data, jnp.min(x).astype(jnp.int64), lo)
-        hi = jnp.where(from_data, jnp.max(x).astype(jnp.int64), hi)
-    same = lo == hi
-    lo, hi = jnp.where(same, lo - 1, lo), jnp.where(same, hi + 1, hi)
+    (Note [Integer histc]): integer range and bin arithmetic, counts in the input's type.
+    A float bound is truncated, as PyTorch's Scalar::to truncates it."""
+    lo, hi = _histc_range(x, min, max, jnp.int64)
     wide = x.astype(jnp.int64)
     inside = (wide >= lo) & (wide <= hi) & (lo < hi)  # Note [Data-dependent histogram checks]
     pos = (wide - lo) * bins // jnp.maximum(hi - lo, 1)

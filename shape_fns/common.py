@@ -445,6 +445,18 @@ def scalar_type_name(dtype: torch.dtype) -> str:
     return _SCALAR_TYPE_NAMES.get(dtype, str(dtype))
 
 
+_CPP_TYPE_NAMES = {
+    torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16",
+    torch.int64: "long int", torch.int32: "int", torch.int16: "short int", torch.int8: "signed char",
+    torch.uint8: "unsigned char", torch.bool: "bool",
+}
+
+
+def cpp_type_name(dtype: torch.dtype) -> str:
+    """The C++ type of a dtype, as the messages that print one spell it ('float', 'c10::BFloat16')."""
+    return _CPP_TYPE_NAMES.get(dtype, str(dtype))
+
+
 def dtype_category(dtype: torch.dtype) -> str:
     """'bool', 'int', 'float' or 'complex': the kernels' dispatch categories."""
     if dtype is torch.bool:

@@ -9,20 +9,10 @@ import math
 import numpy as np
 import torch
 
-from .common import TensorMeta, normalize_dim, require_kernel_dtype, scalar_type_name
+from .common import TensorMeta, cpp_type_name, normalize_dim, require_kernel_dtype, scalar_type_name
 from .indexing import type_name
 from .scatter import scatter_src_output_shape, scatter_value_output_shape
 
-# ATen's spelling of dtypes inside histogramdd's messages (caffe2 type names).
-_CAFFE2_NAMES = {
-    torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16",
-    torch.int64: "long int", torch.int32: "int", torch.int16: "short int", torch.int8: "signed char",
-    torch.uint8: "unsigned char", torch.bool: "bool",
-}
-
-
-def _name(dtype):
-    return _CAFFE2_NAMES.get(dtype, str(dtype))
 
 
 def _check_bin_ct(bins):
@@ -80,7 +70,7 @@ def _check_bin_tensors(self, bins):
         if b.dtype != self.dtype:
             raise RuntimeError(
                 "torch.histogramdd: input tensor and bins tensors should have the same dtype, but got input with "
-                f"dtype {_name(self.dtype)} and bins for dimension {dim} with dtype {_name(b.dtype)}"
+                f"dtype {cpp_type_name(self.dtype)} and bins for dimension {dim} with dtype {cpp_type_name(b.dtype)}"
             )
         if len(b.shape) != 1:
             raise RuntimeError(

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, expand_shape, scalar_type_name
-from .histogram import _name as caffe2_name
+from .common import TensorMeta, cpp_type_name, expand_shape, scalar_type_name
 
 
 def _check_dtypes(a: TensorMeta, b: TensorMeta, what: str) -> None:
@@ -89,7 +88,7 @@ def _grouped_mm_output_shape(self, mat2, offs=None, bias=None, out_dtype=None):
             raise RuntimeError("batched dimension has to match")
         shape = (self.shape[0], self.shape[1], mat2.shape[2])
     if self.dtype != mat2.dtype:
-        a, b = caffe2_name(self.dtype), caffe2_name(mat2.dtype)
+        a, b = cpp_type_name(self.dtype), cpp_type_name(mat2.dtype)
         if a_2d or b_2d:
             raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a} != {b}")
         raise RuntimeError(f"Expected out tensor to have dtype {b}, but got {a} instead")
