@@ -37,6 +37,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from . import state
 from .dispatch import _REGISTRY, _SECTIONS, X64, cpu_to_jax, dispatch, value
 from .tensor import DEVICE, XlaTensor, from_array
+from .views import non_overlapping_and_dense
 
 BACKEND_NAME = "xla_native"
 
@@ -57,6 +58,18 @@ _RANDOM = {_aten.native_dropout.default, _aten.rand.default, _aten.randn.default
 # permute followed by a view can be invalid on our side though valid on the original).
 _RESHAPE_VIEWS = {_aten.view.default: _aten._unsafe_view.default}
 
+# Note [as_strided in AOT graphs]
+# as_strided (and its copy and scatter forms) addresses its input's storage, so its
+# result depends on the layout PyTorch gave the input: Longformer cuts overlapping
+# chunks out of a transposed tensor that way. Here views run as reshapes and results
+# are contiguous, so the input's storage order can differ from PyTorch's. The graph
+# records PyTorch's layout of every value (node.meta["val"]); the input is first laid
+# out as PyTorch laid it out (its values in PyTorch's memory order, one flat storage),
+# and the op then addresses that storage relative to the input's first element. A
+# layout with gaps or overlaps, or an address outside the input's own elements, has
+# no such storage and raises. An input laid out as in PyTorch (a view of a graph
+# input, say) is addressed as it is.
+_STORAGE_ADDRESSED = {_aten.as_strided.default, _aten.as_strided_copy.default, _aten.as_strided_scatter.default}
 # Python-level functions FX graphs use on sizes (symbolic ints are concrete while we
 # trace, so these just compute).
 _SIZE_OPS = {_aten.sym_size.int, _aten.sym_stride.int, _aten.sym_numel.default, _aten.sym_storage_offset.default}
@@ -279,6 +292,8 @@ class JaxGraph:
             if target in _RANDOM:
                 env[node] = _random(target, jax.random.fold_in(jax.random.PRNGKey(seed), random_index), args, kwargs)
                 random_index += 1
+            elif target in _STORAGE_ADDRESSED:
+                env[node] = _with_pytorch_layout(target, node, args, kwargs)
             elif isinstance(target, torch._ops.OpOverload):
                 if "device" in kwargs and kwargs["device"] is not None:
                     kwargs = dict(kwargs, device=DEVICE)  # AOT graphs name the CPU device of the fake inputs
@@ -388,6 +403,33 @@ class JaxGraph:
                 with torch.no_grad():
                     args[i].copy_(_jax_to_cpu(outs[k]))
         return tree_unflatten(results, spec)
+
+
+def _with_pytorch_layout(target: Any, node: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
+    """as_strided, as_strided_copy or as_strided_scatter of args[0] addressed as PyTorch
+    stored it (Note [as_strided in AOT graphs])."""
+    scatter = target is _aten.as_strided_scatter.default
+    x, rest = args[0], dict(zip(("size", "stride", "storage_offset"), args[2:] if scatter else args[1:]), **kwargs)
+    meta = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or (tuple(x.stride()), x.storage_offset()) == (meta.stride(), meta.storage_offset()):
+        return dispatch(target, args, kwargs)  # laid out as in PyTorch, on a storage made the same way
+    shape, strides, first = tuple(meta.shape), tuple(meta.stride()), meta.storage_offset()
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))  # outermost dim first
+    size, stride = list(rest["size"]), list(rest["stride"])
+    offset = (first if rest.get("storage_offset") is None else rest["storage_offset"]) - first
+    last = offset + sum((n - 1) * st for n, st in zip(size, stride)) if all(n > 0 for n in size) else offset
+    if not non_overlapping_and_dense(shape, strides) or offset < 0 or min(stride, default=0) < 0 or last >= max(x.numel(), 1):
+        raise NotImplementedError(
+            f"{_op_name(target)} at {node.name}: its input's PyTorch layout (strides {list(strides)}) or the addresses it "
+            f"reads (size {size}, stride {stride}) reach memory outside the input's elements, which the {BACKEND_NAME} "
+            "backend cannot reproduce; run the model eagerly or with xla_native_functions.compile"
+        )
+    flat = x.permute(order).reshape(-1)  # x's values in PyTorch's memory order
+    if not scatter:
+        return dispatch(target, (flat, size, stride, offset), {})
+    written = dispatch(target, (flat, args[1], size, stride, offset), {})
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    return written.reshape([shape[d] for d in order]).permute(inverse)
 
 
 def _expected_strides(gm: torch.fx.GraphModule) -> dict[int, tuple[int, ...]]:

@@ -1,8 +1,8 @@
 """A representative part of the architecture sweep (scripts/architectures.py) against
 PyTorch CPU: a mixture of experts (grouped products, integer histc), a speech encoder
 (weight-normalised convolution), a state-space model, an audio encoder-decoder and a
-windowed vision transformer, eagerly and compiled, inference and training. The whole
-sweep writes docs/architectures.md."""
+windowed vision transformer, in every mode, inference and training. The whole sweep
+writes docs/architectures.md."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ REPRESENTATIVE = ("mixtral", "wav2vec2", "mamba", "whisper", "swin")
 def test_architecture_matches_cpu(name, mode, task):
     record = architectures.check(name, mode, task)
     assert record["ok"], record.get("traceback") or record["why"]
-    # Only wav2vec2's training is ill-conditioned enough at this size to need the float64 bound.
-    if not (name == "wav2vec2" and task == "train-sgd"):
-        assert record["float64_bound"] == 0, record
+    assert record["float64_bound"] == 0, record  # these match PyTorch's float32 results directly
+    if mode == "dynamo" and name != "mixtral":  # transformers runs its own grouped-product op under Dynamo
+        assert record["cpu_ops"] == [], record
 
 
 def test_compare_admits_float32_rounding_only():

@@ -256,6 +256,43 @@ def test_views_and_input_mutation():
         torch.testing.assert_close(a, b)
 
 
+def _transposed_chunks(x):
+    # Longformer's chunking: as_strided addresses the storage of a tensor that PyTorch
+    # keeps transposed (the product of a transposed view keeps its layout).
+    y = x.t() * 2
+    return torch.as_strided(y, (3, 4, 2), (2, 8, 1))
+
+
+def _transposed_scatter(x, src):
+    return torch.as_strided_scatter(x.t() * 2, src, (2, 3), (1, 8), 1)
+
+
+@pytest.mark.parametrize("fn,shapes", [(_transposed_chunks, [(8, 4)]), (_transposed_scatter, [(8, 4), (2, 3)])],
+                         ids=["as_strided", "as_strided_scatter"])
+def test_as_strided_addresses_pytorch_layout(fn, shapes):
+    # Note [as_strided in AOT graphs]
+    args = [torch.randn(*s) for s in shapes]
+    expected = fn(*args)
+    out = torch.compile(fn, backend=BACKEND_NAME)(*args)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_as_strided_of_a_view_of_an_input_reads_the_input():
+    def f(x):
+        return torch.as_strided(x[2:], (4,), (1,), 0) * 2  # x[0:4], before the slice's start
+
+    x = torch.randn(8)
+    torch.testing.assert_close(torch.compile(f, backend=BACKEND_NAME)(x), f(x))
+
+
+def test_as_strided_outside_a_relaid_input_raises():
+    def f(x):
+        return torch.as_strided((x.t() * 2)[1:], (4,), (1,), 0) * 2  # before the slice's start
+
+    with pytest.raises(Exception, match="cannot reproduce"):
+        torch.compile(f, backend=BACKEND_NAME)(torch.randn(4, 8))
+
+
 def test_output_that_is_an_input_keeps_identity():
     def f(x, y):
         return x, y + 1
