@@ -514,7 +514,8 @@ def test_grouped_mm_forward_backward_matches_cpu(layout, mode):
 
 def _grouped_reference(a, b, offs, layout):
     """Note [Grouped matrix products]'s rule in plain PyTorch: group g is
-    [offs[g-1], offs[g]), later groups overwrite earlier ones, the rest stays zero."""
+    [offs[g-1], offs[g]); a later group's rows (columns) overwrite an earlier one's, each
+    group of the contraction sums its own range, and the rest stays zero."""
     ends = offs.tolist()
     starts = [0] + ends[:-1]
     if layout == "2d_2d":
@@ -535,7 +536,7 @@ def _grouped_reference(a, b, offs, layout):
 # Sizes on both sides of the tiled loop's threshold (small: every group's full product).
 GROUPED_SIZES = {
     "2d_3d_small": ("2d_3d", (20, 8), (4, 8, 8)),
-    "2d_3d_tiled": ("2d_3d", (200, 64, ), (6, 64, 96)),
+    "2d_3d_tiled": ("2d_3d", (200, 64), (6, 64, 96)),
     "3d_2d_tiled": ("3d_2d", (6, 64, 96), (96, 200)),
     "2d_2d_small": ("2d_2d", (8, 20), (20, 8)),
     "2d_2d_tiled": ("2d_2d", (64, 200), (200, 96)),
