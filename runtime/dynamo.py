@@ -30,8 +30,10 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import state
@@ -52,11 +54,15 @@ _HOST_ONLY = {_aten._local_scalar_dense.default, _aten.nonzero.default}
 # inside a trace would freeze one key into the executable).
 _RANDOM = {_aten.native_dropout.default, _aten.rand.default, _aten.randn.default}
 
-# AOT graphs are functionalized, so a view's aliasing is never observed: `view` may
-# run as a reshape. It has to where the graph relied on a layout we do not reproduce
-# (a tensor from a PyTorch CPU partition arrives contiguous in its logical shape, so a
-# permute followed by a view can be invalid on our side though valid on the original).
-_RESHAPE_VIEWS = {_aten.view.default: _aten._unsafe_view.default}
+# Ops run as other ops inside our graphs. AOT graphs are functionalized, so a view's
+# aliasing is never observed: `view` may run as a reshape. It has to where the graph
+# relied on a layout we do not reproduce (a tensor from a PyTorch CPU partition arrives
+# contiguous in its logical shape, so a permute followed by a view can be invalid on
+# our side though valid on the original). `lift_fresh_copy` copies a constant the model
+# made (`torch.tensor([...])` in its forward) into the graph; the constant is already
+# a graph value here, and the registry's own entry, which expects a CPU tensor, would
+# be called with one of ours.
+_SUBSTITUTES = {_aten.view.default: _aten._unsafe_view.default, _aten.lift_fresh_copy.default: _aten.clone.default}
 
 # Note [as_strided in AOT graphs]
 # as_strided (and its copy and scatter forms) addresses its input's storage, so its
@@ -130,7 +136,7 @@ def _op_name(target: Any) -> str:
 def is_supported(target: Any) -> bool:
     """Whether an FX node's target can run inside a jitted graph."""
     if isinstance(target, torch._ops.OpOverload):
-        if target in _RANDOM or target in _SIZE_OPS:
+        if target in _RANDOM or target in _SIZE_OPS or target in _SUBSTITUTES:
             return True
         if target not in _REGISTRY or target in _HOST_ONLY:
             return False
@@ -153,9 +159,20 @@ _FAST_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int64, torch.
                 torch.uint8, torch.bool, torch.complex64, torch.complex128}
 
 
-# From this size on, sharing the CPU buffer through DLPack (tens of microseconds,
-# whatever the size) beats copying it (about 0.6 ms per MB here).
+# From this size on, sharing a buffer through DLPack (5 to 30 microseconds, whatever
+# the size) beats copying it (about 0.6 ms per MB here).
 _SHARE_BYTES = 1 << 16
+
+
+def _host_operand(t: torch.Tensor) -> np.ndarray | jax.Array:
+    """What a jitted call takes for a CPU tensor seen for the first time at its
+    version: a NumPy view of its memory where NumPy has its dtype. `jax.jit` reads
+    such an argument in place, for 2 to 3 us; making a JAX array of it first costs
+    18 to 60 us, which parameters updated by every optimizer step used to pay on
+    every call."""
+    if t.dtype in _FAST_DTYPES and not t.is_conj() and not t.is_neg():
+        return t.detach().numpy()
+    return cpu_to_jax(t)
 
 
 def _cpu_to_jax(t: torch.Tensor) -> jax.Array:
@@ -174,16 +191,25 @@ def _cpu_to_jax(t: torch.Tensor) -> jax.Array:
     return cpu_to_jax(t)
 
 
+_NUMPY_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float64, np.float16, np.int64, np.int32, np.int16,
+                                                 np.int8, np.uint8, np.bool_, np.complex64, np.complex128))
+
+
 def _jax_to_cpu(a: jax.Array) -> torch.Tensor:
-    # A fresh output buffer that JAX no longer refers to: DLPack hands it over without a copy.
+    # A fresh output buffer that JAX no longer refers to. Small ones are copied through
+    # NumPy (1 to 3 us); larger ones DLPack hands over without a copy.
+    if a.dtype in _NUMPY_DTYPES and a.nbytes < _SHARE_BYTES:
+        return torch.from_numpy(np.array(a))
     return torch.from_dlpack(a)
 
 
 class _InputCache:
-    """One slot per graph input position: the JAX copy of the tensor seen there last,
-    reused while it is the same tensor at the same version. Parameters and buffers
-    (the same tensors every call) are converted once, and again only after torch
-    mutates them (optimizer.step()); per-call inputs cost one conversion each."""
+    """One slot per graph input position: what was passed for the tensor seen there
+    last, reused while it is the same tensor at the same version. A tensor seen for
+    the first time at its version goes in as a NumPy view of its memory; seen again
+    unchanged, it becomes a JAX array (a jitted call takes those a little faster).
+    So parameters and buffers of inference (the same tensors every call) are
+    converted once, and those an optimizer step updates cost no conversion at all."""
 
     __slots__ = ("refs", "versions", "arrays")
 
@@ -192,17 +218,20 @@ class _InputCache:
         self.versions = [-1] * n
         self.arrays: list[Any] = [None] * n
 
-    def get(self, i: int, t: torch.Tensor) -> jax.Array:
+    def get(self, i: int, t: torch.Tensor) -> Any:
         ref = self.refs[i]
         version = t._version
         if ref is not None and ref() is t and self.versions[i] == version:
             stats.input_cache_hits += 1
-            return self.arrays[i]
+            arr = self.arrays[i]
+            if type(arr) is np.ndarray:
+                arr = self.arrays[i] = _cpu_to_jax(t)
+            return arr
         stats.input_conversions += 1
         if isinstance(t, XlaTensor):
             arr = value(t)
         else:
-            arr = _cpu_to_jax(t)
+            arr = _host_operand(t)
         self.refs[i] = weakref.ref(t)
         self.versions[i] = version
         self.arrays[i] = arr
@@ -224,15 +253,19 @@ class JaxGraph:
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         self.has_random = any(n.op == "call_function" and n.target in _RANDOM for n in gm.graph.nodes)
         self.constants = {}
-        for n in gm.graph.nodes:
-            if n.op == "get_attr":
-                obj = _fetch_attr(gm, n.target)
-                self.constants[n.target] = _cpu_to_jax(obj) if isinstance(obj, torch.Tensor) else obj
+        # AOTAutograd calls its compilers under its fake-tensor mode; constants are real.
+        with unset_fake_temporarily():
+            for n in gm.graph.nodes:
+                if n.op == "get_attr":
+                    obj = _fetch_attr(gm, n.target)
+                    self.constants[n.target] = _cpu_to_jax(obj) if isinstance(obj, torch.Tensor) else obj
         self.kinds: tuple[int, ...] | None = None
         self.strides = _expected_strides(gm)
         # Outputs only the backward graph reads (saved activations) stay JAX arrays,
-        # wrapped as our tensors: no transfer to torch and back.
-        self.keep_on_jax = frozenset(i for i in keep_on_jax if i not in self.strides)
+        # wrapped as our tensors: no transfer to torch and back. A backward graph
+        # partitioned around a CPU op gets them in the layout PyTorch gave them
+        # (`_Partitioned`), whatever layout the forward promised.
+        self.keep_on_jax = keep_on_jax
         self.cache = _InputCache(len(self.placeholders))
         # How each trace's flat array results map back to the graph's outputs.
         self.layout: dict[Any, tuple] = {}
@@ -288,7 +321,7 @@ class JaxGraph:
             args = torch.fx.node.map_arg(node.args, env.__getitem__)
             kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
             target = node.target
-            target = _RESHAPE_VIEWS.get(target, target)
+            target = _SUBSTITUTES.get(target, target)
             if target in _RANDOM:
                 env[node] = _random(target, jax.random.fold_in(jax.random.PRNGKey(seed), random_index), args, kwargs)
                 random_index += 1

@@ -241,6 +241,70 @@ def test_unsupported_op_in_training_graph():
     assert stats.partitioned_graphs >= 1
 
 
+# A CPU kernel whose result depends on its input's memory layout, as some PyTorch
+# kernels' do (the CPU flash-attention backward's on its saved outputs).
+@torch.library.custom_op("xnf_test::storage_order_cumsum", mutates_args=())
+def storage_order_cumsum(x: torch.Tensor) -> torch.Tensor:
+    flat = torch.as_strided(x, (x.numel(),), (1,), x.storage_offset())  # x's elements in memory order
+    return torch.as_strided(flat.cumsum(0), x.shape, x.stride()).clone()
+
+
+@storage_order_cumsum.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_saved_activation_reaches_a_cpu_kernel_in_pytorch_layout():
+    # The forward keeps `h` (transposed) on our side for the backward graph; the
+    # backward's CPU partition must still see it laid out as PyTorch laid it out.
+    def f(x, w):
+        h = torch.tanh(x @ w).t()
+        return (h * storage_order_cumsum(h.detach())).sum(), h
+
+    x, w = torch.randn(3, 4), torch.randn(4, 5)
+
+    class Mul(torch.autograd.Function):  # backward: grad times a layout-dependent value of h
+        @staticmethod
+        def forward(ctx, h):
+            ctx.save_for_backward(h)
+            return h * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            (h,) = ctx.saved_tensors
+            return grad * storage_order_cumsum(h)
+
+    def g(x, w):
+        return Mul.apply(torch.tanh(x @ w).t()).sum()
+
+    for fn in (f, g):
+        wr, wo = w.clone().requires_grad_(), w.clone().requires_grad_()
+        ref = fn(x, wr)
+        ours = torch.compile(fn, backend=BACKEND_NAME)(x, wo)
+        torch.testing.assert_close(ours, ref)
+        (ref[0] if isinstance(ref, tuple) else ref).backward()
+        (ours[0] if isinstance(ours, tuple) else ours).backward()
+        torch.testing.assert_close(wo.grad, wr.grad)
+    assert stats.partitioned_graphs >= 1
+
+
+def test_constants_made_in_forward_stay_in_the_graph():
+    # torch.tensor(...) inside forward reaches AOT graphs as lift_fresh_copy of a
+    # constant, which used to split the graph and run on PyTorch CPU.
+    def f(x):
+        return torch.tanh(x) * torch.tensor([1.0, -2.0, 3.0]) + torch.tensor(2.5, dtype=torch.float64)
+
+    x = torch.randn(4, 3)
+    xr, xo = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ref, ours = f(xr), torch.compile(f, backend=BACKEND_NAME)(xo)
+    assert ours.dtype == ref.dtype == torch.float32
+    torch.testing.assert_close(ours, ref)
+    ref.sum().backward()
+    ours.sum().backward()
+    torch.testing.assert_close(xo.grad, xr.grad)
+    assert stats.partitioned_graphs == 0, stats.split_ops
+
+
 def test_views_and_input_mutation():
     def f(x, y):
         x.add_(1)  # mutates the caller's tensor
