@@ -64,6 +64,28 @@ _RANDOM = {_aten.native_dropout.default, _aten.rand.default, _aten.randn.default
 # be called with one of ours.
 _SUBSTITUTES = {_aten.view.default: _aten._unsafe_view.default, _aten.lift_fresh_copy.default: _aten.clone.default}
 
+# Custom ops that libraries register so that torch.compile leaves their Python alone,
+# and whose results are those of ops we lower; named by their qualified names, so the
+# libraries need not be imported. transformers' mixture-of-experts layers call their
+# grouped-product fallback under torch.compile (weights not in bfloat16): a loop of
+# `mm`s over each expert's rows, zeros elsewhere, which is `_grouped_mm`.
+
+
+def _transformers_grouped_mm(input: Any, weight: Any, offs: Any) -> Any:
+    return torch._grouped_mm(input, weight, offs=offs.to(torch.int32))
+
+
+def _transformers_grouped_mm_backward(input: Any, weight: Any, offs: Any, grad_output: Any) -> Any:
+    offs = offs.to(torch.int32)
+    return (torch._grouped_mm(grad_output, weight.transpose(1, 2), offs=offs),
+            torch._grouped_mm(input.t(), grad_output, offs=offs))
+
+
+_LIBRARY_OPS: dict[str, Callable] = {
+    "transformers::grouped_mm_fallback": _transformers_grouped_mm,
+    "transformers::grouped_mm_fallback_backward": _transformers_grouped_mm_backward,
+}
+
 # Note [as_strided in AOT graphs]
 # as_strided (and its copy and scatter forms) addresses its input's storage, so its
 # result depends on the layout PyTorch gave the input: Longformer cuts overlapping
@@ -137,6 +159,8 @@ def is_supported(target: Any) -> bool:
     """Whether an FX node's target can run inside a jitted graph."""
     if isinstance(target, torch._ops.OpOverload):
         if target in _RANDOM or target in _SIZE_OPS or target in _SUBSTITUTES:
+            return True
+        if target._schema.name in _LIBRARY_OPS:
             return True
         if target not in _REGISTRY or target in _HOST_ONLY:
             return False
@@ -327,6 +351,8 @@ class JaxGraph:
                 random_index += 1
             elif target in _STORAGE_ADDRESSED:
                 env[node] = _with_pytorch_layout(target, node, args, kwargs)
+            elif isinstance(target, torch._ops.OpOverload) and target._schema.name in _LIBRARY_OPS:
+                env[node] = _LIBRARY_OPS[target._schema.name](*args, **kwargs)
             elif isinstance(target, torch._ops.OpOverload):
                 if "device" in kwargs and kwargs["device"] is not None:
                     kwargs = dict(kwargs, device=DEVICE)  # AOT graphs name the CPU device of the fake inputs

@@ -305,6 +305,29 @@ def test_constants_made_in_forward_stay_in_the_graph():
     assert stats.partitioned_graphs == 0, stats.split_ops
 
 
+@pytest.mark.parametrize("offs_dtype", [torch.int32, torch.int64])
+def test_transformers_grouped_mm_fallback_stays_in_the_graph(offs_dtype):
+    pytest.importorskip("transformers.integrations.moe", reason="transformers (the test extra) registers the op")
+    op = torch.ops.transformers.grouped_mm_fallback
+
+    def f(x, w, offs):
+        return op(x, w, offs).tanh()
+
+    torch.manual_seed(0)
+    x, w = torch.randn(10, 4), torch.randn(3, 4, 5)
+    offs = torch.tensor([3, 3, 8], dtype=offs_dtype)  # an empty group; rows 8 and 9 in none
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    xo, wo = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ref, ours = f(xr, wr, offs), torch.compile(f, backend=BACKEND_NAME)(xo, wo, offs)
+    torch.testing.assert_close(ours, ref)
+    grad = torch.randn(10, 5)
+    ref.backward(grad)
+    ours.backward(grad)
+    torch.testing.assert_close(xo.grad, xr.grad)
+    torch.testing.assert_close(wo.grad, wr.grad)
+    assert stats.partitioned_graphs == 0, stats.split_ops
+
+
 def test_views_and_input_mutation():
     def f(x, y):
         x.add_(1)  # mutates the caller's tensor
