@@ -37,7 +37,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import state
-from .dispatch import _REGISTRY, _SECTIONS, X64, cpu_to_jax, dispatch, value
+from .dispatch import _NUMPY_BFLOAT16, _REGISTRY, _SECTIONS, X64, cpu_to_jax, dispatch, value
 from .tensor import DEVICE, XlaTensor, from_array
 from .views import non_overlapping_and_dense
 
@@ -183,34 +183,40 @@ _FAST_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int64, torch.
                 torch.uint8, torch.bool, torch.complex64, torch.complex128}
 
 
-# From this size on, sharing a buffer through DLPack (5 to 30 microseconds, whatever
-# the size) beats copying it (about 0.6 ms per MB here).
+# From this size on, handing a result buffer to torch through DLPack (5 to 30 us,
+# whatever the size) beats copying it (about 0.6 ms per MB here).
 _SHARE_BYTES = 1 << 16
 
 
-def _host_operand(t: torch.Tensor) -> np.ndarray | jax.Array:
-    """What a jitted call takes for a CPU tensor seen for the first time at its
-    version: a NumPy view of its memory where NumPy has its dtype. `jax.jit` reads
-    such an argument in place, for 2 to 3 us; making a JAX array of it first costs
-    18 to 60 us, which parameters updated by every optimizer step used to pay on
-    every call."""
-    if t.dtype in _FAST_DTYPES and not t.is_conj() and not t.is_neg():
-        return t.detach().numpy()
-    return cpu_to_jax(t)
+def _host_view(t: torch.Tensor) -> np.ndarray | None:
+    """A NumPy view of a CPU tensor's memory, or None where NumPy cannot show it as it
+    is (conjugate or negative bits, dtypes NumPy lacks). `jax.jit` reads such an
+    argument in place, for 2 to 3 us whatever its size; making a JAX array of it first
+    costs 18 to 60 us."""
+    if t.is_conj() or t.is_neg():
+        return None
+    t = t.detach()
+    if t.dtype in _FAST_DTYPES:
+        return t.numpy()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_NUMPY_BFLOAT16)
+    return None
+
+
+def _shared_array(t: torch.Tensor) -> jax.Array | None:
+    """A JAX array on the tensor's own memory (DLPack), or None where XLA would copy it
+    (DLPack copies a buffer XLA cannot use in place, an unaligned one, say)."""
+    try:
+        arr = jax.dlpack.from_dlpack(t.detach())
+    except Exception:
+        return None
+    return arr if arr.unsafe_buffer_pointer() == t.data_ptr() else None
 
 
 def _cpu_to_jax(t: torch.Tensor) -> jax.Array:
-    # Small tensors are copied; large ones shared. A shared array changes if torch
-    # writes into the tensor, which is safe here: the version counter makes the input
-    # cache convert again after any write, and each call waits for its results before
-    # handing control back to torch code that could write.
-    if t.dtype in _FAST_DTYPES and t.is_contiguous() and not t.is_conj() and not t.is_neg():
-        t = t.detach()
-        if t.numel() * t.element_size() >= _SHARE_BYTES:
-            try:
-                return jax.dlpack.from_dlpack(t)
-            except Exception:  # a buffer XLA cannot use in place (alignment): copy
-                pass
+    """A JAX copy of a tensor (graph constants, which nothing outside the graph writes)."""
+    t = t.detach()
+    if t.dtype in _FAST_DTYPES and not t.is_conj() and not t.is_neg():
         return jnp.asarray(t.numpy())
     return cpu_to_jax(t)
 
@@ -228,38 +234,54 @@ def _jax_to_cpu(a: jax.Array) -> torch.Tensor:
 
 
 class _InputCache:
-    """One slot per graph input position: what was passed for the tensor seen there
-    last, reused while it is the same tensor at the same version. A tensor seen for
-    the first time at its version goes in as a NumPy view of its memory; seen again
-    unchanged, it becomes a JAX array (a jitted call takes those a little faster).
-    So parameters and buffers of inference (the same tensors every call) are
-    converted once, and those an optimizer step updates cost no conversion at all."""
+    """One slot per graph input position: what was passed for the CPU tensor seen
+    there last, reused while it is the same tensor on the same memory at the same
+    version. What is passed always reads the tensor's memory at call time, never a
+    copy: writes through `.data` (`p.data.add_(...)`, as EMA updates and old
+    optimizers do) bump no version counter, and a copy would silently keep the old
+    values. A tensor seen for the first time goes in as a NumPy view of its memory;
+    seen again unchanged, as a JAX array sharing that memory, which a jitted call
+    takes about 1 us faster (inference parameters). Parameters an optimizer step
+    updates cost no conversion at all. Tensors NumPy cannot show are copied on every
+    call."""
 
-    __slots__ = ("refs", "versions", "arrays")
+    __slots__ = ("refs", "keys", "arrays")
 
     def __init__(self, n: int):
         self.refs: list[Any] = [None] * n
-        self.versions = [-1] * n
+        self.keys: list[Any] = [None] * n
         self.arrays: list[Any] = [None] * n
 
     def get(self, i: int, t: torch.Tensor) -> Any:
+        if isinstance(t, XlaTensor):
+            return value(t)
         ref = self.refs[i]
-        version = t._version
-        if ref is not None and ref() is t and self.versions[i] == version:
+        key = (t._version, t.data_ptr())
+        if ref is not None and ref() is t and self.keys[i] == key:
             stats.input_cache_hits += 1
             arr = self.arrays[i]
-            if type(arr) is np.ndarray:
-                arr = self.arrays[i] = _cpu_to_jax(t)
-            return arr
+            if type(arr) is np.ndarray:  # seen unchanged twice: share it, once
+                shared = _shared_array(t)
+                arr = self.arrays[i] = _Unshareable(arr) if shared is None else shared
+            return arr.view if type(arr) is _Unshareable else arr
         stats.input_conversions += 1
-        if isinstance(t, XlaTensor):
-            arr = value(t)
-        else:
-            arr = _host_operand(t)
+        arr = _host_view(t)
+        if arr is None:
+            self.refs[i] = None
+            return cpu_to_jax(t)
         self.refs[i] = weakref.ref(t)
-        self.versions[i] = version
+        self.keys[i] = key
         self.arrays[i] = arr
         return arr
+
+
+class _Unshareable:
+    """A NumPy view whose memory XLA could not take in place: passed as it is."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view: np.ndarray):
+        self.view = view
 
 
 # ---------------------------------------------------------------- one graph as one jax.jit

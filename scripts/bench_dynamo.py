@@ -110,14 +110,14 @@ def training(number: int, repeat: int) -> dict[str, float]:
 def transfer(number: int, repeat: int) -> dict[str, float]:
     """Per call: the MLP's 6 parameters and one batch into a jitted function, one result
     out. After an optimizer step the backend passes parameters as NumPy views of their
-    memory, which the jitted call reads in place; unchanged ones as the JAX arrays made
-    for them before. The difference is what the changed parameters cost."""
+    memory, which the jitted call reads in place; unchanged ones as JAX arrays sharing
+    that memory. The difference is what the changed parameters cost."""
     import jax
 
     model = make_mlp()
     tensors = [p.detach() for p in model.parameters()] + [torch.randn(64, 256)]
     fn = jax.jit(lambda *xs: sum(x.reshape(-1)[0] for x in xs))
-    out = fn(*[dynamo._cpu_to_jax(t) for t in tensors])
+    out = fn(*[dynamo._host_view(t) for t in tensors])
 
     def call(arrays):
         def run():
@@ -126,8 +126,8 @@ def transfer(number: int, repeat: int) -> dict[str, float]:
             dynamo._jax_to_cpu(out + 0)
         return run
 
-    host = [dynamo._host_operand(t) for t in tensors]
-    cached = [dynamo._cpu_to_jax(t) for t in tensors]
+    host = [dynamo._host_view(t) for t in tensors]
+    cached = [dynamo._shared_array(t) for t in tensors]
     return medians_ms({"changed": call(host), "cached": call(cached)}, number, repeat)
 
 

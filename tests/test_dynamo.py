@@ -328,6 +328,37 @@ def test_transformers_grouped_mm_fallback_stays_in_the_graph(offs_dtype):
     assert stats.partitioned_graphs == 0, stats.split_ops
 
 
+@pytest.mark.parametrize("size,dtype", [(4, torch.float32), (256, torch.float32), (4, torch.bfloat16)])
+def test_writes_through_data_reach_the_graph(size, dtype):
+    # `.data` writes bump no version counter: the backend must read the parameters'
+    # memory at each call, not a copy made at an earlier one.
+    torch.manual_seed(0)
+    m = nn.Linear(size, size).to(dtype)
+    c = torch.compile(m, backend=BACKEND_NAME)
+    x = torch.randn(2, size, dtype=dtype)
+    with torch.no_grad():
+        for _ in range(3):  # from the second call on, inputs come from the cache
+            c(x)
+        m.weight.data.add_(1.0)
+        torch.testing.assert_close(c(x), m(x))
+        m.bias.data = torch.randn(size, dtype=dtype)  # new memory, same version
+        torch.testing.assert_close(c(x), m(x))
+        c(x)
+        m.weight.data.mul_(0.5)
+        torch.testing.assert_close(c(x), m(x))
+    assert stats.input_cache_hits > 0
+
+
+def test_unaligned_input_memory_is_read_at_each_call():
+    base = torch.zeros(17)
+    v = base[1:]  # 4 bytes past the allocation's start: XLA cannot share it
+    f = torch.compile(lambda t: t * 2, backend=BACKEND_NAME)
+    for _ in range(3):
+        f(v)
+    base.data[1:].add_(1.0)  # no version bump on v
+    torch.testing.assert_close(f(v), torch.full((16,), 2.0))
+
+
 def test_views_and_input_mutation():
     def f(x, y):
         x.add_(1)  # mutates the caller's tensor
