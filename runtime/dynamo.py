@@ -59,9 +59,8 @@ _RANDOM = {_aten.native_dropout.default, _aten.rand.default, _aten.randn.default
 # relied on a layout we do not reproduce (a tensor from a PyTorch CPU partition arrives
 # contiguous in its logical shape, so a permute followed by a view can be invalid on
 # our side though valid on the original). `lift_fresh_copy` copies a constant the model
-# made (`torch.tensor([...])` in its forward) into the graph; the constant is already
-# a graph value here, and the registry's own entry, which expects a CPU tensor, would
-# be called with one of ours.
+# made (`torch.tensor([...])` in its forward) into the graph; here the constant is
+# already a graph value, so the copy is a clone.
 _SUBSTITUTES = {_aten.view.default: _aten._unsafe_view.default, _aten.lift_fresh_copy.default: _aten.clone.default}
 
 # Custom ops that libraries register so that torch.compile leaves their Python alone,
