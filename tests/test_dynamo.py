@@ -359,6 +359,18 @@ def test_unaligned_input_memory_is_read_at_each_call():
     torch.testing.assert_close(f(v), torch.full((16,), 2.0))
 
 
+def test_inputs_numpy_cannot_show_are_copied_at_each_call():
+    f = torch.compile(lambda t: t * 2, backend=BACKEND_NAME)
+    x = torch.tensor([1, 2, 3, 4], dtype=torch.uint32)  # no NumPy view through torch
+    for _ in range(3):
+        f(x)
+    x.data.copy_(torch.tensor([5, 6, 7, 8], dtype=torch.uint32))
+    assert torch.equal(f(x), (x.to(torch.int64) * 2).to(torch.uint32))
+    z = torch.randn(3, dtype=torch.complex64).conj()  # a conjugate bit
+    g = torch.compile(lambda t: t * 2, backend=BACKEND_NAME)
+    torch.testing.assert_close(g(z), z.resolve_conj() * 2)
+
+
 def test_views_and_input_mutation():
     def f(x, y):
         x.add_(1)  # mutates the caller's tensor
