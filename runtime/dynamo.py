@@ -254,6 +254,9 @@ class _InputCache:
     def get(self, i: int, t: torch.Tensor) -> Any:
         if isinstance(t, XlaTensor):
             return value(t)
+        if t.is_inference():  # made under torch.inference_mode(): no version counter to key on
+            arr = _host_view(t)
+            return cpu_to_jax(t) if arr is None else arr
         ref = self.refs[i]
         key = (t._version, t.data_ptr())
         if ref is not None and ref() is t and self.keys[i] == key:

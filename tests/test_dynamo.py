@@ -371,6 +371,26 @@ def test_inputs_numpy_cannot_show_are_copied_at_each_call():
     torch.testing.assert_close(g(z), z.resolve_conj() * 2)
 
 
+def test_inference_mode_tensors_as_inputs():
+    # Tensors made under torch.inference_mode() have no version counter.
+    torch.manual_seed(0)
+    m = nn.Linear(4, 4)
+    c = torch.compile(m, backend=BACKEND_NAME)
+    with torch.inference_mode():
+        x = torch.randn(2, 4)
+        for _ in range(3):
+            out = c(x)
+        torch.testing.assert_close(out, m(x))
+        x.add_(1.0)
+        torch.testing.assert_close(c(x), m(x))
+        made_here = nn.Linear(4, 4)  # parameters that are inference tensors too
+        c2 = torch.compile(made_here, backend=BACKEND_NAME)
+        for _ in range(3):
+            c2(x)
+        made_here.weight.add_(1.0)
+        torch.testing.assert_close(c2(x), made_here(x))
+
+
 def test_views_and_input_mutation():
     def f(x, y):
         x.add_(1)  # mutates the caller's tensor
