@@ -29,7 +29,6 @@ import weakref
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import torch
 import torch.fx
@@ -212,14 +211,6 @@ def _shared_array(t: torch.Tensor) -> jax.Array | None:
     return arr if arr.unsafe_buffer_pointer() == t.data_ptr() else None
 
 
-def _cpu_to_jax(t: torch.Tensor) -> jax.Array:
-    """A JAX copy of a tensor (graph constants, which nothing outside the graph writes)."""
-    t = t.detach()
-    if t.dtype in _FAST_DTYPES and not t.is_conj() and not t.is_neg():
-        return jnp.asarray(t.numpy())
-    return cpu_to_jax(t)
-
-
 _NUMPY_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float64, np.float16, np.int64, np.int32, np.int16,
                                                  np.int8, np.uint8, np.bool_, np.complex64, np.complex128))
 
@@ -299,11 +290,12 @@ class JaxGraph:
         self.has_random = any(n.op == "call_function" and n.target in _RANDOM for n in gm.graph.nodes)
         self.constants = {}
         # AOTAutograd calls its compilers under its fake-tensor mode; constants are real.
+        # They are copied (nothing outside the graph writes them), in x64 mode.
         with unset_fake_temporarily():
             for n in gm.graph.nodes:
                 if n.op == "get_attr":
                     obj = _fetch_attr(gm, n.target)
-                    self.constants[n.target] = _cpu_to_jax(obj) if isinstance(obj, torch.Tensor) else obj
+                    self.constants[n.target] = cpu_to_jax(obj) if isinstance(obj, torch.Tensor) else obj
         self.kinds: tuple[int, ...] | None = None
         self.strides = _expected_strides(gm)
         # Outputs only the backward graph reads (saved activations) stay JAX arrays,

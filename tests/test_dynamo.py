@@ -310,6 +310,9 @@ def test_constants_made_in_forward_stay_in_the_graph():
     ours.sum().backward()
     torch.testing.assert_close(xo.grad, xr.grad)
     assert stats.partitioned_graphs == 0, stats.split_ops
+    # 64-bit constants keep their values (made into JAX arrays in x64 mode)
+    g = torch.compile(lambda t: t + torch.tensor([2**40 + 1]), backend=BACKEND_NAME)
+    assert torch.equal(g(torch.tensor([1])), torch.tensor([2**40 + 2]))
 
 
 @pytest.mark.parametrize("offs_dtype", [torch.int32, torch.int64])
