@@ -36,6 +36,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import state
+from ..shape_fns.common import TORCH_TO_NUMPY
 from .dispatch import _NUMPY_BFLOAT16, _REGISTRY, _SECTIONS, X64, cpu_to_jax, dispatch, value
 from .tensor import DEVICE, XlaTensor, from_array
 from .views import non_overlapping_and_dense
@@ -211,8 +212,7 @@ def _shared_array(t: torch.Tensor) -> jax.Array | None:
     return arr if arr.unsafe_buffer_pointer() == t.data_ptr() else None
 
 
-_NUMPY_DTYPES = frozenset(np.dtype(d) for d in (np.float32, np.float64, np.float16, np.int64, np.int32, np.int16,
-                                                 np.int8, np.uint8, np.bool_, np.complex64, np.complex128))
+_NUMPY_DTYPES = frozenset(np.dtype(TORCH_TO_NUMPY[d]) for d in _FAST_DTYPES)
 
 
 def _jax_to_cpu(a: jax.Array) -> torch.Tensor:
