@@ -32,10 +32,9 @@ from pathlib import Path
 
 import torch
 
-from .backend import env_flag
+from .backend import cache_root, env_flag
 
 PYTHON_GUARD_ENV = "XLA_NATIVE_FUNCTIONS_PYTHON_DEVICE_GUARD"
-CACHE_DIR_ENV = "XLA_NATIVE_FUNCTIONS_CACHE"  # the generator's cache too (codegen/schemas.py)
 SOURCE = Path(__file__).with_name("device_guard.cpp")
 
 _description = ["Python (PyTorch's guard for a Python-registered device)"]
@@ -71,7 +70,7 @@ def built_library() -> Path:
     torch_dir = Path(torch.__file__).parent
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     key = hashlib.sha256(SOURCE.read_bytes() + f"|{torch.__version__}|{torch_dir}|{abi}".encode()).hexdigest()[:16]
-    target = _cache_dir() / f"device_guard-{key}.so"
+    target = cache_root() / f"device_guard-{key}.so"
     if target.exists():
         return target
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
@@ -94,10 +93,3 @@ def built_library() -> Path:
             os.unlink(partial)
     return target
 
-
-def _cache_dir() -> Path:
-    chosen = os.environ.get(CACHE_DIR_ENV)
-    if chosen:
-        return Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "xla_native_functions"

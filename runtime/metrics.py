@@ -6,7 +6,8 @@ import collections
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backend import allocator_description, compiled_code_guard, cpu_dispatch_description, schedule_description
+from .backend import (allocator_description, compilation_cache_description, compiled_code_guard, cpu_dispatch_description,
+                      schedule_description)
 from .device_guard import guard_description
 
 
@@ -58,6 +59,7 @@ def metrics_report() -> str:
         f"  XLA CPU schedule: {schedule_description()}",
         f"  host allocator: {allocator_description()}",
         f"  device guard: {guard_description()}",
+        f"  persistent compilation cache: {compilation_cache_description()}",
     ]
     if compiled_code_guard.clears:
         lines.append(f"  JAX caches cleared {compiled_code_guard.clears} times near the process's limit of memory mappings "

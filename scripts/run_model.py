@@ -14,7 +14,9 @@ Unlisted ops run on PyTorch CPU (config.allow_cpu_fallback) so a model runs end 
 while its ops are being added; the report names every op that fell back.
 Timings are medians of steady-state steps; the ratio against PyTorch CPU eager is the
 median over turns of the two step times measured in the same turn, so load on the
-machine shows up in both.
+machine shows up in both. First-call times are cold starts: the persistent compilation
+cache is off here (XLA_NATIVE_FUNCTIONS_NO_COMPILATION_CACHE=0 turns it on; Note
+[Persistent compilation cache] in runtime/backend.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import copy
 import functools
 import json
+import os
 import statistics
 import sys
 import time
@@ -35,8 +38,10 @@ import torch
 import torch._dynamo
 from torch.utils._pytree import tree_map
 
-import xla_native_functions as xnf
-from xla_native_functions.runtime.metrics import metrics
+if __name__ == "__main__":  # cold first calls (docstring); the tests import this module
+    os.environ.setdefault("XLA_NATIVE_FUNCTIONS_NO_COMPILATION_CACHE", "1")
+import xla_native_functions as xnf  # noqa: E402
+from xla_native_functions.runtime.metrics import metrics  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from zoo import ADAMW_LR, MODELS, SGD_LR, SIZES  # noqa: E402

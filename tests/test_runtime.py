@@ -17,8 +17,9 @@ import torch
 import xla_native_functions as xnf
 from xla_native_functions.runtime import dispatch, lazy
 from xla_native_functions.runtime import tensor as xla_tensor_module
-from xla_native_functions.runtime.backend import ASYNC_DISPATCH_ENV, MALLOC_DEFAULTS_ENV, SCHEDULER_FLAG
-from xla_native_functions.runtime.device_guard import CACHE_DIR_ENV, PYTHON_GUARD_ENV
+from xla_native_functions.runtime.backend import (ASYNC_DISPATCH_ENV, CACHE_DIR_ENV, MALLOC_DEFAULTS_ENV, NO_COMPILATION_CACHE_ENV,
+                                                   SCHEDULER_FLAG)
+from xla_native_functions.runtime.device_guard import PYTHON_GUARD_ENV
 from xla_native_functions.runtime.metrics import metrics
 from xla_native_functions.runtime.tensor import DEVICE, XlaTensor
 
@@ -1216,7 +1217,8 @@ def test_native_device_guard_replaces_python_calls(tmp_path):
     # Python guard during a backward pass; without it, it does, and the answer is the same.
     calls, line = _guard_after_import({CACHE_DIR_ENV: str(tmp_path)})
     assert calls == 0 and line == "  device guard: C++ (Note [Native device guard])"
-    assert [p.suffix for p in tmp_path.iterdir()] == [".so"]  # no partial file left behind
+    built = [p.suffix for p in tmp_path.iterdir() if p.name != "jax-compilation-cache"]
+    assert built == [".so"]  # no partial file left behind
     calls, line = _guard_after_import({PYTHON_GUARD_ENV: "1", CACHE_DIR_ENV: str(tmp_path)})
     assert calls > 0 and f"Python ({PYTHON_GUARD_ENV} is set)" in line
 
@@ -1226,3 +1228,54 @@ def test_python_device_guard_stays_when_the_native_one_cannot_be_built(tmp_path)
     calls, line = _guard_after_import({"CXX": missing, CACHE_DIR_ENV: str(tmp_path / "cache")})
     assert calls > 0
     assert "device guard: Python: the C++ guard was not built" in line and "no-such-compiler" in line
+
+
+_CACHE_HITS_OF_A_FORWARD = """
+import copy, jax, torch, xla_native_functions as xnf
+hits = []
+jax.monitoring.register_event_listener(lambda event, **kw: hits.append(event) if event.endswith("cache_hits") else None)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.GELU(), torch.nn.Linear(7, 3))
+x = torch.randn(6, 5)
+out = xnf.to_torch(xnf.to_xla(copy.deepcopy(model))(xnf.to_xla(x)))
+torch.testing.assert_close(out, model(x), rtol=1e-6, atol=1e-6)
+print(len(hits))
+print([l for l in xnf.metrics_report().splitlines() if 'compilation cache' in l][0])
+"""
+
+
+def _cache_after_import(env: dict) -> tuple[int, str]:
+    inherited = {k: v for k, v in os.environ.items() if k not in (NO_COMPILATION_CACHE_ENV, "JAX_COMPILATION_CACHE_DIR")}
+    env = inherited | {PYTHON_GUARD_ENV: "1"} | env  # no C++ build into the fresh cache directories
+    out = subprocess.run([sys.executable, "-c", _CACHE_HITS_OF_A_FORWARD], env=env, capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    return int(out[0]), out[1]
+
+
+def test_compiled_executables_are_reused_by_later_processes(tmp_path):
+    # Note [Persistent compilation cache]: the first process compiles and writes every
+    # executable, even the eager ops' fast compiles; the second loads them all.
+    hits, line = _cache_after_import({CACHE_DIR_ENV: str(tmp_path)})
+    cache = tmp_path / "jax-compilation-cache"
+    assert hits == 0 and line == f"  persistent compilation cache: {cache}"
+    written = sorted(p.name for p in cache.iterdir())
+    assert len(written) >= 4  # addmm, gelu, ... of the forward above
+    hits, _ = _cache_after_import({CACHE_DIR_ENV: str(tmp_path)})
+    assert hits == len(written) and sorted(p.name for p in cache.iterdir()) == written
+
+
+def test_compilation_cache_stays_off_when_asked_or_unwritable(tmp_path):
+    hits, line = _cache_after_import({CACHE_DIR_ENV: str(tmp_path), NO_COMPILATION_CACHE_ENV: "1"})
+    assert hits == 0 and line == f"  persistent compilation cache: off ({NO_COMPILATION_CACHE_ENV} is set)"
+    assert not (tmp_path / "jax-compilation-cache").exists()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    hits, line = _cache_after_import({CACHE_DIR_ENV: str(blocker)})
+    assert hits == 0 and line.startswith(f"  persistent compilation cache: off (cannot create {blocker}/jax-compilation-cache")
+
+
+def test_compilation_cache_directory_chosen_for_jax_is_kept(tmp_path):
+    chosen = tmp_path / "users-jax-cache"
+    _, line = _cache_after_import({CACHE_DIR_ENV: str(tmp_path), "JAX_COMPILATION_CACHE_DIR": str(chosen)})
+    assert line == f"  persistent compilation cache: {chosen} (JAX's setting, with JAX's thresholds)"
+    assert not (tmp_path / "jax-compilation-cache").exists()
