@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import copy
 import gc
+import warnings
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import torch
 import xla_native_functions as xnf
 from xla_native_functions.runtime import lazy
 from xla_native_functions.runtime.metrics import metrics
+from xla_native_functions.runtime.replay import ReplayWarning
 
 STEPS = 8
 
@@ -87,11 +89,17 @@ def test_default_adamw_is_traced_every_call_and_matches_cpu():
     would freeze it, so the function stays traced, and says why."""
     ref, ref_opt, ours, opt = _pair(lambda ps, ours: torch.optim.AdamW(ps, lr=0.01))
     ref_step, step = _train_step(ref, ref_opt), xnf.compile(_train_step(ours, opt))
-    for x, y in _batches():
-        torch.testing.assert_close(cpu(step(xnf.to_xla(x), xnf.to_xla(y))), ref_step(x, y), atol=1e-5, rtol=1e-5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for x, y in _batches():
+            torch.testing.assert_close(cpu(step(xnf.to_xla(x), xnf.to_xla(y))), ref_step(x, y), atol=1e-5, rtol=1e-5)
     _assert_same_weights(ours, ref)
     assert metrics.replays == 0
     assert any("CPU tensor" in n and "capturable=True" in n for n in metrics.replay_notes), metrics.replay_notes
+    # Said once, at the caller's line, with the fix.
+    replay_warnings = [w for w in caught if issubclass(w.category, ReplayWarning)]
+    assert len(replay_warnings) == 1 and "capturable=True" in str(replay_warnings[0].message)
+    assert replay_warnings[0].filename == __file__
 
 
 def test_learning_rate_change_is_seen():
