@@ -729,8 +729,8 @@ def _note(fn: Callable, why: str, stacklevel: int = 4) -> None:
     note = f"{name} is traced on every call: {why}"
     if note not in metrics.replay_notes:
         metrics.replay_notes.append(note)
-        # The default AdamW makes a compiled step slower than eager mode (the small zoo
-        # BERT's AdamW step: 22 to 32 ms, 1.7 ms with capturable=True), so say so at the call.
+        # Default AdamW takes a compiled step back to eager mode's time or worse (the small
+        # zoo BERT's AdamW step: 22 to 32 ms; 1.7 ms with capturable=True), so say so.
         warnings.warn(f"compile(): {note}. Each call re-runs its Python and records every op; "
                       "metrics_report() lists the reasons", ReplayWarning, stacklevel=stacklevel)
 
