@@ -248,6 +248,29 @@ def _where(e: BaseException) -> str:
 # ---------------------------------------------------------------- one run
 
 
+def zoo_step(case: Any, model: torch.nn.Module, inputs: tuple, task: str, capturable: bool = False) -> Any:
+    """One step of `task` (TASKS) on `model` with `inputs` = (args, kwargs, target):
+    inference under no_grad, or a training step returning its loss."""
+    args, kw, target = inputs
+    if task == "inference":
+        def infer():
+            with torch.no_grad():
+                return model(*args, **kw)
+        return infer
+    if task == "train-sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=SGD_LR)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=ADAMW_LR, weight_decay=0.01, capturable=capturable)
+
+    def train_step():
+        opt.zero_grad()
+        loss = case.loss_fn(model(*args, **kw), target)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return train_step
+
+
 def run(
     name: str,
     mode: str = "eager",
@@ -302,24 +325,7 @@ def run(
     tol = spec.tolerance
 
     def make_step(model, inputs, capturable=False):
-        args, kw, target = inputs
-        if not train:
-            def infer():
-                with torch.no_grad():
-                    return model(*args, **kw)
-            return infer
-        if optimizer == "sgd":
-            opt = torch.optim.SGD(model.parameters(), lr=SGD_LR)
-        else:
-            opt = torch.optim.AdamW(model.parameters(), lr=ADAMW_LR, weight_decay=0.01, capturable=capturable)
-
-        def train_step():
-            opt.zero_grad()
-            loss = case.loss_fn(model(*args, **kw), target)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return train_step
+        return zoo_step(case, model, inputs, task, capturable)
 
     ref_step = make_step(ref_model, ref_in)
     ours_model_for_step = ours_model

@@ -170,3 +170,17 @@ def test_cli_prints_a_report(capsys):
     assert run_model.main(["mlp", "--timed", "1"]) == 0
     out = capsys.readouterr().out
     assert "status:            ok" in out and "CPU fallbacks:     none" in out
+
+
+def test_eager_floor_benchmark_runs_the_pass_through_subclass():
+    import bench_eager_floor
+
+    # measure() itself checks that the pass-through step returned its subclass and
+    # PyTorch's values; a step that bypassed __torch_dispatch__ would raise there.
+    row = bench_eager_floor.measure("mlp", "train-sgd", turns=1, seconds=0.0)
+    assert row["torch_ms"] > 0 and row["pass_through"] > 0 and row["ours"] > 0
+
+    x = bench_eager_floor.pass_through(torch.randn(3, 4))
+    y = (x.t() @ x).sum(0)
+    assert type(y) is bench_eager_floor.PassThroughTensor
+    torch.testing.assert_close(y.elem, (x.elem.t() @ x.elem).sum(0))
