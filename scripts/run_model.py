@@ -605,6 +605,10 @@ def write_docs(records: list[dict], size: str = "small") -> None:
         "|---|---:|---|---:|---:|",
         *_summary_rows(records),
         "",
+        "What any `__torch_dispatch__` backend costs on these steps, measured with a pass-through",
+        "tensor subclass, and so how close eager mode can get to PyTorch:",
+        "`python scripts/bench_eager_floor.py` (`docs/performance.md`, \"What eager mode can reach\").",
+        "",
         "| model | mode | task | attn | status | max abs | max rel | first call s | step ms | torch ms | ratio | compiles | fallback ops |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
