@@ -127,7 +127,7 @@ def transfer(number: int, repeat: int) -> dict[str, float]:
         return run
 
     host = [dynamo._host_view(t) for t in tensors]
-    # A tensor DLPack cannot share (an unaligned buffer) is passed as the first way is.
+    # A tensor DLPack cannot share (an unaligned buffer, say) goes in as its NumPy view.
     shared = [dynamo._shared_array(t) for t in tensors]
     shared = [h if a is None else a for a, h in zip(shared, host)]
     return medians_ms({"first": call(host), "shared": call(shared)}, number, repeat)
