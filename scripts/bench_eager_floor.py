@@ -89,10 +89,6 @@ def pass_through_module(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
-def _first_tensor(out: Any) -> torch.Tensor:
-    return _tensors(out)[0]
-
-
 def _turn(step: Callable[[], Any], seconds: float) -> float:
     step()
     calls, start = 0, time.perf_counter()
@@ -117,10 +113,10 @@ def measure(name: str, task: str, size: str = "small", turns: int = 7, seconds: 
     thin_model = pass_through_module(copy.deepcopy(case.model))
     thin = zoo_step(case, thin_model, tree_map(wrap, inputs), task)
     ours_step = zoo_step(case, xnf.to_xla(copy.deepcopy(case.model)), xnf.to_xla(inputs), task)
-    ours = lambda: xnf.to_torch(_first_tensor(ours_step()))  # noqa: E731  (waits for the result)
+    ours = lambda: xnf.to_torch(_tensors(ours_step())[0])  # noqa: E731  (waits for the result)
     torch_step = zoo_step(case, case.model, inputs, task)
 
-    expected, got = _first_tensor(torch_step()), _first_tensor(thin())
+    expected, got = _tensors(torch_step())[0], _tensors(thin())[0]
     if not isinstance(got, PassThroughTensor):  # the step ran on plain tensors: no floor measured
         raise TypeError(f"{name} {task}: the pass-through model returned a {type(got).__name__}")
     torch.testing.assert_close(got.elem, expected, rtol=1e-5, atol=1e-6)
