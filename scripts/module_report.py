@@ -19,7 +19,8 @@ result differs from PyTorch CPU's float32 result, PyTorch CPU computes the same 
 again in float64 and ours is accepted if it is within the float32 tolerance of that;
 such samples count as passed and are listed as `cpu_wrong` in the JSON and the report
 (with whether PyTorch's float32 result is itself outside the tolerance of float64, or
-both only round differently). Example: PyTorch CPU's BatchNorm2d backward returns a
+both only round differently). A float32 failure that stands says how far each float32
+result is from float64, and its class whether ours is the closer. Example: PyTorch CPU's BatchNorm2d backward returns a
 wrong input gradient for a (1, C, H, W) grad_output with channels-last strides and
 batch stride C (which autograd produces through flatten(2).transpose(1, 2) at batch 1).
 
@@ -31,7 +32,8 @@ Results of every unit (module, dtype, setting, mode) go to a JSON file per shard
 them), so an interrupted sweep resumes, and the report is built from every results
 file there. Units run one at a time in a worker subprocess with a time limit each
 (samples past it are not run and the unit is marked truncated); a hang or a process
-abort is recorded and the sweep goes on. Compiled executables are kept in the
+abort is recorded and the sweep goes on; a worker whose memory has grown past
+--worker-max-rss-mb is replaced by a fresh one. Compiled executables are kept in the
 runtime's persistent compilation cache. When every eager sample of a (module, dtype,
 setting) stops at OperatorNotFound, its compiled unit would stop at the same operator:
 it is recorded as not lowered ("inferred") without running.
@@ -89,6 +91,7 @@ def _parse_args(argv=None):
     p.add_argument("--report-only", action="store_true", help="only rebuild docs/reports/modules.{md,json}")
     p.add_argument("--out", default=str(ROOT / "docs" / "reports"), help="where modules.md and modules.json go")
     p.add_argument("--in-process", action="store_true", help="no worker subprocess (debugging; an abort ends the sweep)")
+    p.add_argument("--worker-max-rss-mb", type=float, default=1500.0, help="start a fresh worker once the worker's resident memory exceeds this")
     return p.parse_args(argv)
 
 
@@ -98,6 +101,17 @@ def _inferable(res: dict | None) -> bool:
         res is not None and res.get("status") == "done" and res["passed"] == 0 and res["failed"] == 0
         and res["errored"] > 0 and res["errored"] == res["not_found"]
     )
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def run_sweep(args) -> None:
@@ -123,7 +137,9 @@ def run_sweep(args) -> None:
     pool = None if args.in_process else h.WorkerPool(runner="module_harness:run_unit", warm="module_harness:worker_ready")
     if args.in_process:
         h._setup_worker()
+        mh.worker_ready()
     started = time.perf_counter()
+    restarts = 0
     try:
         for u in todo:
             name, dt, setting, mode = u
@@ -136,6 +152,12 @@ def run_sweep(args) -> None:
             else:
                 res = pool.call((*u, args.time_limit), args.time_limit)
             data["units"][mh.unit_id(*u)] = res
+            if pool is not None and pool.proc is not None and _rss_mb(pool.proc.pid) > args.worker_max_rss_mb:
+                # A worker that compiled thousands of programs holds their executables and
+                # traces, and the replay's garbage collection passes over all of it on every
+                # traced call: compiled units slow down many times over. A fresh one does not.
+                pool.stop()
+                restarts += 1
             progress.step(f"{name} {dt} {setting} {mode}: {res.get('passed', 0)}p {res.get('failed', 0)}f {res.get('errored', 0)}e {res.get('status')}")
             if time.perf_counter() - last_save > 10:
                 cov._save(path, data)
@@ -145,6 +167,7 @@ def run_sweep(args) -> None:
         if pool is not None:
             pool.stop()
         data["runs"][-1]["wall_seconds"] = round(time.perf_counter() - started, 1)
+        data["runs"][-1]["worker_restarts_for_memory"] = restarts
         cov._save(path, data)
 
 
@@ -247,6 +270,13 @@ def build_report(results_dir: str, out_dir: str) -> dict:
             if uid in units and _all_pass(units[uid]):
                 passing_by_key[(dt, setting, mode)].append(m)
     modules_seen = sorted({uid.split("|")[0] for uid in units}, key=list(infos).index)
+    # per (dtype, mode): modules all of whose samples pass in every setting
+    every_setting = {}
+    for dt in mh.DTYPES:
+        for mode in mh.MODES:
+            ids = {m: [mh.unit_id(m, dt, st, mode) for st in mh.SETTINGS] for m in by_module_units}
+            if any(uid in units for v in ids.values() for uid in v):
+                every_setting[f"{dt}|{mode}"] = sorted(m for m, v in ids.items() if all(uid in units and _all_pass(units[uid]) for uid in v))
 
     summary = {
         "units": len(units),
@@ -258,6 +288,7 @@ def build_report(results_dir: str, out_dir: str) -> dict:
             for k, c in sorted(totals.items(), key=lambda kv: (mh.DTYPES.index(kv[0][0]), mh.MODES.index(kv[0][2]), mh.SETTINGS.index(kv[0][1])))
         },
         "modules_passing_everywhere": everywhere,
+        "modules_passing_every_setting": every_setting,
         "seconds_by_mode": {m: round(s, 1) for m, s in seconds.items()},
         "samples_run_by_mode": dict(samples_run),
         "seconds_per_sample_by_mode": {m: round(seconds[m] / samples_run[m], 3) for m in seconds if samples_run[m]},
@@ -369,6 +400,13 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
             f"| {c['not_found']} | {c['skipped']} | {c['not_run']} | {c['modules_all_passing']} |"
         )
     L.append("")
+    L.append("Modules all of whose samples pass in all four settings, per dtype and mode:\n")
+    L.append("| dtype | mode | modules passing every setting |")
+    L.append("|---|---|---:|")
+    for key, mods in s["modules_passing_every_setting"].items():
+        dt, mode = key.split("|")
+        L.append(f"| {dt} | {mode} | {len(mods)} of {s['modules_total']} |")
+    L.append("")
     ev = s["modules_passing_everywhere"]
     L.append(f"Modules passing every sample in every unit (both dtypes, all settings, both modes): {len(ev)} of {s['modules_total']}: "
              + (", ".join(f"`{m}`" for m in ev) or "none") + ".\n")
@@ -410,6 +448,8 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
     L.append("## Cost\n")
     for r in s["runs"]:
         wall = f", {cov._fmt_time(r['wall_seconds'])} wall" if "wall_seconds" in r else ""
+        if r.get("worker_restarts_for_memory"):
+            wall += f", worker replaced {r['worker_restarts_for_memory']} times for memory"
         L.append(f"- `{r['file']}`: `module_report.py {r['argv']}` started {r['started']}, {r['todo']} of {r['units']} units to run{wall}")
     L.append("")
     L.append(
