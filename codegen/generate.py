@@ -266,7 +266,7 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         "__init__.py": env.get_template("__init__.py.j2").render(context),
         "ir.py": env.get_template("ir.py.j2").render({**context, "ops": primary}),
         "dispatch.py": env.get_template("dispatch.py.j2").render(context),
-        "registry.py": env.get_template("registry.py.j2").render(context),
+        "registry.py": env.get_template("registry.py.j2").render({**context, "functional_ops": primary}),
         "ops.txt": env.get_template("ops.txt.j2").render(context),
     }
     return Result(files=files, warnings=warnings, ops=specs)

@@ -7,16 +7,20 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-from .config import config
-from .dispatch import X64, OperatorNotFound, cpu_to_jax, jax_to_cpu
-from .dynamo import dynamo_report
-from .env import default_env
-from .interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x64
-from .lazy import lazy_mode, mark_step
-from .metrics import metrics_report, reset_metrics
-from .replay import compile
-from .supported.tensor_ops import host_array
-from .tensor import XlaTensor, from_array
+from .core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
+from .core.ir import Node
+from .core.tensor import XlaTensor, from_array
+from .exec import index_checks
+from .exec.registry import NODES, REGISTRY, SECTIONS, OperatorNotFound
+from .frontends import dispatch
+from .frontends.dynamo import dynamo_report
+from .frontends.env import default_env
+from .frontends.interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x64
+from .frontends.lazy import lazy_mode, mark_step
+from .frontends.replay import compile
+from .platform.config import config
+from .platform.metrics import metrics_report, reset_metrics
+from .supported.foreach import enable_foreach_optimizers
 
 __all__ = [
     "OperatorNotFound",
@@ -95,3 +99,13 @@ def to_torch(obj: Any) -> Any:
     return tree_map(lambda x: _tensor_to_torch(x) if isinstance(x, torch.Tensor) else x, obj)
 
 
+
+
+def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str, type[Node]]) -> None:
+    """Called by the generated package at import: its dispatch stubs by aten overload,
+    the manifest section of each overload, and its IR classes by unambiguous name."""
+    REGISTRY.update(index_checks.install(registry))
+    SECTIONS.update(sections)
+    NODES.update(nodes)
+    dispatch.install(registry)
+    enable_foreach_optimizers()

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import torch
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime.lazy import tracing
+from xla_native_functions.runtime.exec.trace import tracing
 
 
 def median_us(fn, number: int = 2000, repeat: int = 7) -> float:

@@ -376,7 +376,7 @@ def test_good_root_renders(tmp_path, root):
     ]  # fmt: skip
     imports = result.files["ir.py"].split('"""\n\n', 1)[1].split("\n\n\n")[0]
     assert imports == (
-        "from .runtime.ir import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node\n"
+        "from .runtime.exec.stub_abi import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node\n"
         "from .lowerings.pointwise import (\n    lower_abs,\n    lower_add_Tensor,\n)\n"
         "from .runtime.ops import (\n    impl_nonzero,\n)\n"
         "from .shape_fns.pointwise import (\n    abs_output_shape,\n    add_Tensor_output_shape,\n)"
@@ -865,8 +865,9 @@ _eager_abs = _rt_eager_executable(ir.Abs)
 
 
 def abs(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Abs, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Abs, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_abs(_rt_operand(self)))
 """,
@@ -903,8 +904,9 @@ _eager_add_Tensor = _rt_eager_executable(ir.AddTensor)
 
 
 def add_Tensor(self, other, *, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AddTensor, (self, other, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AddTensor, (self, other, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_add_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
 """,
@@ -941,8 +943,9 @@ _eager_sum_dim_IntList = _rt_eager_executable(ir.SumDimIntList)
 
 
 def sum_dim_IntList(self, dim, keepdim=False, *, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SumDimIntList, (self, dim, keepdim, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SumDimIntList, (self, dim, keepdim, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager_sum_dim_IntList(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
 """,
@@ -979,8 +982,9 @@ _eager_native_layer_norm = _rt_eager_executable(ir.NativeLayerNorm)
 
 
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
     with _rt_x64:
         return _rt_wrap(_eager_native_layer_norm(_rt_operand(input), _rt_attr_list(normalized_shape), _rt_operand_opt(weight), _rt_operand_opt(bias), eps))
 """,
