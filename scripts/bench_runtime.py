@@ -1,8 +1,8 @@
 """Runtime benchmark: per-op eager overhead, tracing cost per op, and compiled steps (an
 MLP forward and training step, two transformer blocks), each as a median and a ratio
 against baselines measured in the same run (PyTorch CPU eager, plain jax.numpy, and the
-same computation written in JAX). `compile()` is measured both ways shared/DESIGN.md
-names: replaying stable calls (the default) and tracing every call (`replay=False`).
+same computation written in JAX). `compile()` is measured both ways: replaying stable
+calls (the default) and tracing every call (`replay=False`).
 
     python scripts/bench_runtime.py
 """

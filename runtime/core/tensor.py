@@ -60,7 +60,8 @@ class _DeviceModule(_DummyBackendModule):
 
 def _register_device() -> torch.device:
     # A renamed PrivateUse1 device must also be registered as a Python backend, or
-    # autograd aborts the process on backward() (shared/FACTS.md).
+    # autograd aborts the process on backward() ("PyTorch is not linked with support for
+    # jax devices").
     if torch._C._get_privateuse1_backend_name() != DEVICE_NAME:
         _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_DeviceModule())
         install_native_device_guard()  # Note [Native device guard]

@@ -8,7 +8,7 @@ lowering exactly as in eager mode, and JAX sees one traceable function, so
 
 Note [x64 in interop]
 PyTorch's int64/float64 need JAX's x64 mode, which this package enables only around
-its own JAX calls (FACTS: an int64 array used outside x64 may silently become int32).
+its own JAX calls: an int64 array used outside x64 may silently become int32.
 The functions here enter it themselves: `jax_function`'s function, `jax_jit`'s wrapper
 and the JAX function passed to `call_jax` all run under it. Arrays they return keep
 their dtypes, but JAX code of yours that goes on computing on 64-bit arrays must run
