@@ -24,6 +24,11 @@ for path in (REPO, REPO / "tests"):  # `codegen` is not installed; test_codegen 
 from codegen import generate as gen  # noqa: E402
 from test_codegen import GOOD_MANIFEST, make_root, write_manifest  # noqa: E402,F401
 
+# The test hooks of codegen/generate.py (documented in docs/reliability.md).
+PAUSE_ENV = "XLA_NATIVE_FUNCTIONS_GENERATE_PAUSE_AT"
+SWAP_ENV = "XLA_NATIVE_FUNCTIONS_GENERATE_SWAP"
+PAUSE_POINTS = ("locked", "writing", "staged", "moved-aside", "swapped")
+
 # GOOD_MANIFEST with one more fallback op: a different tree to swap in.
 NEXT_MANIFEST = GOOD_MANIFEST + "  - median\n"
 
@@ -46,7 +51,7 @@ def generator_command(root: Path | None, *args: str) -> list[str]:
 
 
 def generator_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in (gen.PAUSE_ENV, gen.SWAP_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (PAUSE_ENV, SWAP_ENV)}
     env.update(extra)
     return env
 
