@@ -580,6 +580,8 @@ def stale_diff(files: dict[str, str], target: Path) -> str:
                     a.splitlines(keepends=True), b.splitlines(keepends=True), f"generated/{PACKAGE}/{name}", f"(regenerated) {name}"
                 )
             )
+        elif name not in files:  # an extra empty file: no diff lines, but the tree differs
+            out.append(f"Only in generated/{PACKAGE}: {name} (an empty file the generator does not write)\n")
     return "".join(out)
 
 

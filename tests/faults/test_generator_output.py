@@ -12,6 +12,7 @@ directories cannot be exchanged atomically.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import random
@@ -304,18 +305,20 @@ def test_two_generators_started_together(root, trees):
 # ------------------------------------------------------------ 4. read-only output
 
 
-def _read_only_mounts_available() -> str | None:
-    if shutil.which("unshare") is None:
-        return "unshare(1) is not installed"
-    probe = subprocess.run(
-        ["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True, text=True
-    )
-    return None if probe.returncode == 0 else f"user namespaces are not available: {probe.stderr.strip()}"
+def _read_only_runner():
+    """A way to run a command with a path read-only, or the reason there is none. As
+    root a chmod stops nothing, so the path is mounted read-only in a private mount
+    namespace (unshare); other users get a plain chmod."""
+    if shutil.which("unshare"):
+        probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            return _run_on_read_only_mount
+    if os.geteuid() != 0:
+        return _run_with_chmod
+    return "running as root without user namespaces (unshare): nothing can make a directory read-only"
 
 
-def run_read_only(path: Path, command: list[str]) -> subprocess.CompletedProcess:
-    """`command` with `path` mounted read-only (a private mount namespace; as root a
-    chmod would not stop anything)."""
+def _run_on_read_only_mount(path: Path, command: list[str]) -> subprocess.CompletedProcess:
     script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
     return subprocess.run(
         ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "sh", str(path), *command],
@@ -323,11 +326,25 @@ def run_read_only(path: Path, command: list[str]) -> subprocess.CompletedProcess
     )
 
 
+def _run_with_chmod(path: Path, command: list[str]) -> subprocess.CompletedProcess:
+    mode = path.stat().st_mode
+    path.chmod(mode & ~0o222)
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
+    finally:
+        path.chmod(mode)
+
+
+@pytest.fixture
+def run_read_only():
+    runner = _read_only_runner()
+    if isinstance(runner, str):
+        pytest.skip(runner)
+    return runner
+
+
 @pytest.mark.parametrize("read_only", ["parent", "package"])
-def test_read_only_output_is_a_clear_error(root, trees, read_only):
-    skip = _read_only_mounts_available()
-    if skip:
-        pytest.skip(skip)
+def test_read_only_output_is_a_clear_error(root, trees, read_only, run_read_only):
     manifest, out, old, _ = trees
     before = tree_hash(out.parent)
     mounted = out.parent if read_only == "parent" else out
@@ -340,14 +357,36 @@ def test_read_only_output_is_a_clear_error(root, trees, read_only):
     assert tree_hash(out.parent) == before
 
 
-def test_read_only_output_that_is_up_to_date_is_fine(root, trees):
-    skip = _read_only_mounts_available()
-    if skip:
-        pytest.skip(skip)
+def test_read_only_output_that_is_up_to_date_is_fine(root, trees, run_read_only):
     manifest, out, _, new = trees
     gen.write_atomically({k: v.decode() for k, v in new.items()}, out)
     proc = run_read_only(out.parent, generator_command(root, "--manifest", manifest, "--out", out))
     assert proc.returncode == 0 and proc.stdout.startswith(f"unchanged: {out} "), proc.stderr
+
+
+@pytest.mark.parametrize("swap", ["exchange", "rename"])
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
+def test_write_failing_halfway_is_a_clear_error(trees, root, monkeypatch, capsys, swap, code):
+    """A disk that fills up (or fails) while the new tree is staged."""
+    manifest, out, old, _ = trees
+    if swap == "rename":
+        monkeypatch.setenv(SWAP_ENV, "rename")
+    real_fsync, calls = os.fsync, []
+
+    def failing_fsync(fd):
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError(code, os.strerror(code))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(gen.os, "fsync", failing_fsync)
+    assert run_main(monkeypatch, root, "--manifest", manifest, "--out", out) == 1
+    hint = "free some space and run again" if code == errno.ENOSPC else "check the path and run again"
+    assert capsys.readouterr().err == (
+        f"error: {out}: cannot write the generated package ({os.strerror(code)}); {hint}; {out} was not changed\n"
+    )
+    assert files_of(out) == old
+    assert leftovers(out.parent) == []
 
 
 # ------------------------------------------------------------ 5. a bad manifest writes nothing
