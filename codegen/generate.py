@@ -323,10 +323,12 @@ def _pause(point: str) -> None:
         sys.stdin.readline()
 
 
-def _scan_tree(target: Path) -> tuple[dict[str, bytes], list[str]]:
-    """The files of an existing output tree (bytecode caches aside) and the names of the
-    entries this generator did not write: files without the generated header, links,
-    devices. Refuses a target that is not a directory."""
+def _scan_tree(target: Path, layout: set[str] | None = None) -> tuple[dict[str, bytes], list[str]]:
+    """The files of an existing output tree (bytecode caches aside) and the entries this
+    generator did not write: files without the generated header, links, devices, and
+    directories outside `layout` (the directories the new tree has; None: any). Refuses
+    a target that is not a directory. Stops looking after a few foreign entries and
+    reads only the first bytes of a foreign file, so a wrong --out costs nothing."""
     if target.is_symlink():
         raise OutputError(
             f"{target}: is a symbolic link; refusing to replace it. Pass --out the directory itself "
@@ -346,16 +348,23 @@ def _scan_tree(target: Path) -> tuple[dict[str, bytes], list[str]]:
     def walk(directory: str, prefix: str) -> None:
         with os.scandir(directory) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
+                if len(foreign) > 3:
+                    return
                 name = prefix + entry.name
                 if entry.is_dir(follow_symlinks=False):
-                    if entry.name != "__pycache__":  # bytecode Python wrote; the swap drops it
+                    if entry.name == "__pycache__":  # bytecode Python wrote; the swap drops it
+                        continue
+                    if layout is not None and name not in layout:
+                        foreign.append(name + "/")
+                    else:
                         walk(entry.path, name + "/")
                 elif entry.is_file(follow_symlinks=False):
                     with open(entry.path, "rb") as f:
-                        data = f.read()
-                    files[name] = data
-                    if not data.startswith(mark):
-                        foreign.append(name)
+                        head = f.read(len(mark))
+                        if head != mark:
+                            foreign.append(name)
+                            continue
+                        files[name] = head + f.read()
                 else:
                     foreign.append(name)
 
@@ -366,11 +375,11 @@ def _scan_tree(target: Path) -> tuple[dict[str, bytes], list[str]]:
 def _refuse_foreign(target: Path, foreign: list[str]) -> None:
     if not foreign:
         return
-    shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    shown = ", ".join(foreign[:3]) + (" and more" if len(foreign) > 3 else "")
     raise OutputError(
-        f"{target}: refusing to replace a directory this generator did not write ({shown} "
-        f"{'lacks' if len(foreign) == 1 else 'lack'} the '# @generated' header); nothing was changed. "
-        "Pass --out a new or empty directory or one this generator wrote, or move those files out"
+        f"{target}: refusing to replace a directory this generator did not write (it holds {shown}; "
+        "only files starting with '# @generated' are replaced); nothing was changed. "
+        "Pass --out a new or empty directory or one this generator wrote, or move those out"
     )
 
 
@@ -524,7 +533,8 @@ def write_atomically(files: dict[str, str], target: Path) -> bool:
     the system has one (the package is complete at every instant), else by two renames
     (a kill between them leaves the previous tree beside the target, which recover()
     puts back). Callers that may run concurrently hold output_lock()."""
-    current, foreign = _scan_tree(target)
+    layout = {str(parent) for name in files for parent in Path(name).parents if str(parent) != "."}
+    current, foreign = _scan_tree(target, layout)
     _refuse_foreign(target, foreign)
     encoded = {name: text.encode("utf-8") for name, text in files.items()}
     if current == encoded:

@@ -84,7 +84,10 @@ def test_refuses_to_replace_the_runtime_directory(tmp_path):
     before = tree_hash(runtime)
     proc = run_generator(None, "--out", runtime)
     line = assert_clean_error(proc, f"error: {runtime}: refusing to replace a directory this generator did not write (")
-    assert "lack the '# @generated' header); nothing was changed. Pass --out" in line
+    assert line.endswith(
+        " and more; only files starting with '# @generated' are replaced); "
+        "nothing was changed. Pass --out a new or empty directory or one this generator wrote, or move those out"
+    )
     assert tree_hash(runtime) == before
     assert sorted(os.listdir(tmp_path)) == ["runtime"]
 
@@ -110,7 +113,7 @@ def test_refuses_a_generated_tree_holding_one_foreign_file(trees, root, monkeypa
     before = tree_hash(out)
     assert run_main(monkeypatch, root, "--manifest", manifest, "--out", out) == 1
     assert capsys.readouterr().err.startswith(
-        f"error: {out}: refusing to replace a directory this generator did not write (notes.md lacks the '# @generated' header)"
+        f"error: {out}: refusing to replace a directory this generator did not write (it holds notes.md; "
     )
     assert tree_hash(out) == before
     assert leftovers(out.parent) == []
@@ -130,8 +133,41 @@ def test_refuses_a_tree_holding_a_symbolic_link(trees, root, monkeypatch, capsys
     manifest, out, _, _ = trees
     (out / "elsewhere").symlink_to(REPO / "runtime")
     assert run_main(monkeypatch, root, "--manifest", manifest, "--out", out) == 1
-    assert "(elsewhere lacks the '# @generated' header)" in capsys.readouterr().err
+    assert "(it holds elsewhere; " in capsys.readouterr().err
     assert (out / "elsewhere").is_symlink()
+
+
+def test_refuses_the_parent_of_a_generated_package(tmp_path, root, monkeypatch, capsys):
+    """`--out generated` holds only generated files, but in a package the new tree does
+    not have: replacing it would delete generated/xla_native_functions."""
+    generated = copy_tree(GENERATED.parent, tmp_path / "generated")
+    before = tree_hash(generated)
+    manifest = write_manifest(tmp_path, GOOD_MANIFEST)
+    assert run_main(monkeypatch, root, "--manifest", manifest, "--out", generated) == 1
+    assert capsys.readouterr().err.startswith(
+        f"error: {generated}: refusing to replace a directory this generator did not write (it holds xla_native_functions/; "
+    )
+    assert tree_hash(generated) == before
+
+
+def test_refusing_a_huge_directory_reads_little(tmp_path, root, monkeypatch, capsys):
+    """A wrong --out is refused at its first few entries, not after reading all of it."""
+    big = tmp_path / "big"
+    for i in range(20):
+        (big / f"d{i}").mkdir(parents=True)
+        (big / f"f{i}.bin").write_bytes(b"\0" * 1_000_000)
+    opened = []
+    real_open = open
+
+    def counting_open(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    manifest = write_manifest(tmp_path, GOOD_MANIFEST)
+    assert run_main(monkeypatch, root, "--manifest", manifest, "--out", big) == 1
+    assert "(it holds d0/, d1/, d10/ and more; " in capsys.readouterr().err
+    assert not [f for f in opened if f.startswith(str(big))]
 
 
 def test_replaces_an_empty_directory_and_its_own_tree(trees, root, monkeypatch, capsys):
