@@ -567,7 +567,7 @@ def write_atomically(files: dict[str, str], target: Path) -> bool:
             _pause("moved-aside")
             try:
                 os.rename(staging, target)
-            except OSError:
+            except BaseException:  # an error or Ctrl-C: put the previous tree back now
                 os.rename(old, target)
                 raise
             _pause("swapped")
