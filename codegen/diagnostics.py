@@ -64,6 +64,8 @@ def _check_encoding(shown_as: str, data: bytes) -> None:
     """Python's import rejects a file that is not in its declared encoding (UTF-8 unless a
     `# -*- coding: -*-` line in the first two says otherwise), comments included, though
     compile() lets bytes in comments through: check as the import does."""
+    if data.isascii():  # most files, and valid in every encoding Python accepts here
+        return
     declared = "utf-8"
     for line in data.split(b"\n", 2)[:2]:
         m = _CODING.match(line)
