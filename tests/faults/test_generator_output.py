@@ -427,6 +427,19 @@ def test_write_failing_halfway_is_a_clear_error(trees, root, monkeypatch, capsys
     assert leftovers(out.parent) == []
 
 
+def test_failing_exchange_keeps_the_previous_tree(trees, root, monkeypatch, capsys):
+    manifest, out, old, _ = trees
+
+    def failing_exchange(a, b):
+        raise OSError(errno.EIO, os.strerror(errno.EIO), str(b))
+
+    monkeypatch.setattr(gen, "_exchange", failing_exchange)
+    assert run_main(monkeypatch, root, "--manifest", manifest, "--out", out) == 1
+    assert capsys.readouterr().err.startswith(f"error: {out}: cannot write the generated package (Input/output error); ")
+    assert files_of(out) == old
+    assert leftovers(out.parent) == []
+
+
 # ------------------------------------------------------------ 5. a bad manifest writes nothing
 
 
