@@ -36,8 +36,8 @@ from pathlib import Path
 import jinja2
 
 from .diagnostics import SourceError
-from .manifest import SECTIONS, Manifest, ManifestEntry, ManifestError, lint_order, load_manifest
-from .model import ATTR, ATTR_LIST, OpSpec, make_op_spec, unambiguous_name
+from .manifest import SECTIONS, Manifest, ManifestError, lint_order, load_manifest
+from .model import OpSpec, make_op_spec
 from .schemas import SchemaDatabase, SchemaRecord, load_schema_database
 from .sources import FunctionSource, scan_functions, signature_problems
 
