@@ -8,6 +8,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from .config import config
+from .custom_ops import register_lowering
 from .dispatch import X64, OperatorNotFound, cpu_to_jax, jax_to_cpu
 from .dynamo import dynamo_report
 from .env import default_env
@@ -30,6 +31,7 @@ __all__ = [
     "lazy_mode",
     "mark_step",
     "metrics_report",
+    "register_lowering",
     "reset_metrics",
     "to_jax",
     "to_torch",

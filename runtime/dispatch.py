@@ -80,7 +80,7 @@ _SECTIONS: dict[str, str] = {}
 
 
 class OperatorNotFound(NotImplementedError):
-    """An aten operator that no manifest section lists."""
+    """An operator that no manifest section lists and no run-time lowering handles."""
 
 
 # ---------------------------------------------------------------- arguments
@@ -767,6 +767,11 @@ def _device_agnostic_custom_op(func: Any) -> Callable[..., Any] | None:
 
 
 def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    from .custom_ops import library_op_handler, not_found_message
+
+    late = library_op_handler(func)  # Note [Library operators] in runtime/custom_ops.py
+    if late is not None:
+        return late(*args, **kwargs)
     if isinstance(func, torch._ops.OpOverload) and torch._C._dispatch_has_kernel_for_dispatch_key(
         func.name(), "CompositeImplicitAutograd"
     ):
@@ -790,6 +795,8 @@ def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             _warned_fallback.add(name)
             warnings.warn(f"{name} is not lowered to JAX; running it on PyTorch CPU (allow_cpu_fallback)", stacklevel=3)
         return fallback(func, args, kwargs)
+    if isinstance(func, torch._ops.OpOverload) and func.namespace != "aten":
+        raise OperatorNotFound(not_found_message(func, user_call_site()))
     base, dot, overload = name.partition(".")
     listed = base.rstrip("_") + dot + overload  # in-place forms are derived from the functional op
     hint = (

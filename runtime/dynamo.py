@@ -37,6 +37,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import state
 from ..shape_fns.common import TORCH_TO_NUMPY
+from .custom_ops import register_loaded_library_ops
 from .dispatch import _NUMPY_BFLOAT16, _REGISTRY, _SECTIONS, X64, cpu_to_jax, dispatch, value
 from .tensor import DEVICE, XlaTensor, from_array
 from .views import non_overlapping_and_dense
@@ -616,6 +617,7 @@ def _to_cpu_like(t: XlaTensor, val: Any) -> torch.Tensor:
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
     """Compile one ATen-level FX graph: one jitted function if we lower all its ops,
     otherwise supported regions as jitted functions and the rest on PyTorch CPU."""
+    register_loaded_library_ops()  # Note [Library operators] in runtime/custom_ops.py
     stats.graphs += 1
     unsupported = [n for n in gm.graph.nodes if n.op == "call_function" and not is_supported(n.target)]
     if not unsupported:
