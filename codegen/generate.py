@@ -185,8 +185,9 @@ def resolve_library_ops(manifest: Manifest, torch_version: str) -> tuple[list[Op
         schema_text = lib.schemas.get(entry.op)
         where = entry.where(manifest.path)
         if schema_text is None:
-            close = difflib.get_close_matches(entry.op, lib.schemas.keys(), n=3, cutoff=0.6)
-            hint = "; did you mean " + ", ".join(close) + "?" if close else ""
+            bare = {name.partition("::")[2]: name for name in lib.schemas}  # the shared prefix would match anything
+            close = difflib.get_close_matches(entry.op.partition("::")[2], bare, n=3, cutoff=0.6)
+            hint = "; did you mean " + ", ".join(bare[c] for c in close) + "?" if close else ""
             errors.append(f"{where}: unknown operator '{entry.op}' (after importing {lib.module}){hint}")
             continue
         try:
@@ -317,6 +318,7 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.filters["py"] = repr  # a Python literal (tojson escapes `<`, `>` and `&`)
     primary = [s for s in specs if s.functional is None]
     by_name = {s.name: s for s in primary}
     donating = {s.name: by_name[s.functional] for s in specs

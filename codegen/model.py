@@ -58,10 +58,15 @@ def split_namespace(op: str) -> tuple[str, str]:
 def torchgen_schema_text(schema_text: str) -> str:
     """A schema as torch prints it, in the form torchgen's FunctionSchema.parse reads: the
     namespace dropped from the name, list defaults without spaces (`[1, 2]` -> `[1,2]`,
-    torchgen splits arguments at `, `)."""
+    torchgen splits arguments at `, `), float defaults in their shortest form (torch
+    prints 1e-6 as `9.9999999999999995e-07`), alias sets as letters (`a0!` -> `a!`)."""
     name, paren, rest = schema_text.partition("(")
     name = name.partition("::")[2] or name
     rest = re.sub(r"=\[([^\]]*)\]", lambda m: "=[" + m.group(1).replace(", ", ",") + "]", rest)
+    rest = re.sub(r"=(-?\d+\.\d*(?:e[-+]?\d+)?|-?\d+e[-+]?\d+)(?=[,)])", lambda m: "=" + repr(float(m.group(1))), rest)
+    # alias sets: torch numbers them (`Tensor(a0!)`), torchgen reads single letters
+    sets: dict[str, str] = {}
+    rest = re.sub(r"\(([a-z]\d+)(!?)\)", lambda m: f"({sets.setdefault(m.group(1), chr(ord('a') + len(sets)))}{m.group(2)})", rest)
     return name + paren + rest
 
 

@@ -127,7 +127,6 @@ def _resolve(op: Any) -> torch._ops.OpOverload:
     if found is not None:
         return found
     if "." not in op:
-        ns, name = op.split("::")
         overloads = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith(f"{op}."))
         if overloads:
             raise ValueError(f"'{op}' has the overloads {', '.join(overloads)}: register one of them by that name")
@@ -135,6 +134,17 @@ def _resolve(op: Any) -> torch._ops.OpOverload:
         f"no operator '{op}' is registered with torch: define it first (torch.library.custom_op, or import the "
         "library that defines it), then register its lowering"
     )
+
+
+def _has_fake_kernel(op: torch._ops.OpOverload) -> bool:
+    from torch._library.custom_ops import _maybe_get_opdef
+    from torch._library.utils import can_generate_trivial_fake_impl
+
+    opdef = _maybe_get_opdef(op)
+    if opdef is not None:  # a custom_op always has a Meta kernel, which raises without a fake function
+        return opdef._abstract_fn is not None or can_generate_trivial_fake_impl(op)
+    return any(torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+               for key in ("Meta", "CompositeExplicitAutograd", "CompositeImplicitAutograd"))
 
 
 def _signature_problems(fn: Callable, positional: list[str], kwonly: list[str]) -> list[str]:
@@ -228,8 +238,10 @@ def _to_meta(out: Any, what: str) -> Any:
     raise TypeError(f"{what} returned {type(out).__name__}, where it should return tensors (meta tensors)")
 
 
-def _output_shape_fn(name: str, kinds: tuple[str, ...], returns: str, meta_fn: Callable, what: str) -> Callable:
+def _output_shape_fn(name: str, kinds: tuple[str, ...], kwonly: tuple[str, ...], returns: str, meta_fn: Callable,
+                     what: str) -> Callable:
     cache: dict[Any, Any] = {}
+    n_positional = len(kinds) - len(kwonly)
 
     def output_shape(*metas: Any) -> Any:
         try:
@@ -241,7 +253,7 @@ def _output_shape_fn(name: str, kinds: tuple[str, ...], returns: str, meta_fn: C
             return hit
         args = _meta_args(kinds, metas)
         with torch._C._DisableTorchDispatch(), torch.no_grad():
-            out = meta_fn(*args)
+            out = meta_fn(*args[:n_positional], **dict(zip(kwonly, args[n_positional:])))
         if returns == "tensor":
             result = _to_meta(out, what)
         else:
@@ -279,7 +291,9 @@ def _make_node_class(op: torch._ops.OpOverload, lowering: Callable, shape_fn: Ca
     returns = _returns_kind(op)
     what = (f"the shape function {getattr(shape_fn, '__qualname__', shape_fn)!r} of {qualname}" if shape_fn is not None
             else f"the fake (meta) kernel of {qualname}")
-    output_shape = _output_shape_fn(qualname, kinds, returns, shape_fn or op, what)
+    # the operator takes keyword arguments by their schema names, a shape function by its parameter names
+    meta_kwonly = kwonly if shape_fn is not None else tuple(a.name for a in schema_args if a.kwarg_only)
+    output_shape = _output_shape_fn(qualname, kinds, meta_kwonly, returns, shape_fn or op, what)
     lowering_name = getattr(lowering, "__qualname__", repr(lowering))
 
     def lower(*args: Any) -> Any:
@@ -405,6 +419,11 @@ def register_lowering(op: Any, lowering: Callable, *, shape_fn: Callable | None 
         raise ValueError(
             f"'{qualname}' returns {', '.join(str(r.type) for r in schema.returns) or 'nothing'} ({schema}); "
             "register_lowering takes operators that return tensors"
+        )
+    if shape_fn is None and not _has_fake_kernel(overload):
+        raise ValueError(
+            f"'{qualname}' has no fake (meta) kernel to give its output shapes: register one with "
+            f"torch.library.register_fake('{qualname}'), or pass shape_fn= to register_lowering"
         )
     positional = [_python_name(a.name) for a in schema.arguments if not a.kwarg_only]
     kwonly = [_python_name(a.name) for a in schema.arguments if a.kwarg_only]
