@@ -617,7 +617,6 @@ def _to_cpu_like(t: XlaTensor, val: Any) -> torch.Tensor:
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
     """Compile one ATen-level FX graph: one jitted function if we lower all its ops,
     otherwise supported regions as jitted functions and the rest on PyTorch CPU."""
-    register_loaded_library_ops()  # Note [Library operators] in runtime/custom_ops.py
     stats.graphs += 1
     unsupported = [n for n in gm.graph.nodes if n.op == "call_function" and not is_supported(n.target)]
     if not unsupported:
@@ -694,6 +693,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """The `torch.compile` backend function (registered as "xla_native")."""
     from torch._dynamo.backends.common import aot_autograd
 
+    register_loaded_library_ops()  # Note [Library operators] in runtime/custom_ops.py
     return aot_autograd(
         fw_compiler=_compile_forward_graph,
         bw_compiler=_compile_backward_graph,

@@ -6,6 +6,7 @@ implementations (tests/custom_op_library.py, namespace `testlib`)."""
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import re
 import shutil
@@ -31,7 +32,7 @@ from codegen import library_schemas  # noqa: E402
 from codegen.manifest import ManifestError  # noqa: E402
 
 import xla_native_functions as xnf  # noqa: E402
-from xla_native_functions.runtime import custom_ops, dynamo, lazy  # noqa: E402
+from xla_native_functions.runtime import dynamo, lazy  # noqa: E402
 from xla_native_functions.runtime.ir import Value  # noqa: E402
 from xla_native_functions.runtime.metrics import metrics  # noqa: E402
 
@@ -95,10 +96,19 @@ fallback:
 """
 
 
+@pytest.fixture(scope="module", autouse=True)
+def schema_cache(tmp_path_factory):
+    """The generator's library schema cache, in a folder of this module's (shared by its
+    tests: the cache key tells libraries and their versions apart)."""
+    folder = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(library_schemas, "cache_dir", lambda: folder)
+        yield folder
+
+
 @pytest.fixture
-def library_cache(tmp_path, monkeypatch):
-    """The library schema cache in tmp_path, and a count of schema-reading subprocesses."""
-    monkeypatch.setattr(library_schemas, "cache_dir", lambda: tmp_path / "cache")
+def library_cache(monkeypatch):
+    """A record of the schema-reading subprocesses a test starts."""
     runs = []
     real = library_schemas._run_child
 
@@ -211,7 +221,7 @@ def test_entries_of_a_library_that_does_not_import_are_skipped_with_one_warning(
                                "  - abs\n  - nolib::frob\nsupported:\nfallback:\n  - nolib::knob\n")
     root = make_root(tmp_path / "root", lowerings="def lower_abs(self):\n    return self\n",
                      shape_fns="def abs_output_shape(self):\n    return self\n", impls="")
-    monkeypatch.setattr(gen, "render", lambda path: gen_render(path, root=root))
+    monkeypatch.setattr(gen, "render", functools.partial(gen.render, root=root))
     out = tmp_path / "pkg"
     assert gen.main(["--manifest", str(manifest), "--out", str(out)]) == 0
     err = capsys.readouterr().err.replace(str(tmp_path), "<tmp>")
@@ -224,9 +234,6 @@ def test_entries_of_a_library_that_does_not_import_are_skipped_with_one_warning(
     assert f'    "nolib::frob": "importing \'no_such_module_for_tests\' failed ({error})",\n' in registry
     assert "nolib" not in (out / "dispatch.py").read_text()
     assert (len(library_cache) == 1) == (module_text is not None)  # a module not found needs no subprocess
-
-
-gen_render = gen.render
 
 
 @pytest.mark.parametrize("section, entry, message", [
