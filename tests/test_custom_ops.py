@@ -32,7 +32,7 @@ from codegen import library_schemas  # noqa: E402
 from codegen.manifest import ManifestError  # noqa: E402
 
 import xla_native_functions as xnf  # noqa: E402
-from xla_native_functions.runtime import dynamo, lazy  # noqa: E402
+from xla_native_functions.runtime import custom_ops, dynamo, lazy  # noqa: E402
 from xla_native_functions.runtime.ir import Value  # noqa: E402
 from xla_native_functions.runtime.metrics import metrics  # noqa: E402
 
@@ -630,6 +630,26 @@ def test_an_operator_without_a_lowering_raises_operator_not_found():
         r"to JAX\. Register one with xla_native_functions.register_lowering\('testlib::unlowered', lowering\) "
         r"\(docs/custom_ops.md\), or list it in native_functions.yaml with its library under `libraries:`; or set "
         r"xla_native_functions.config.allow_cpu_fallback = True to run it on CPU\.", str(info.value)), str(info.value)
+
+
+def test_a_library_operator_whose_schema_changed_is_not_registered(monkeypatch):
+    """A manifest entry generated for another schema of the operator (the library was
+    upgraded since): the package warns at import and the operator names the cause."""
+    monkeypatch.setattr(custom_ops, "_PENDING", {})
+    monkeypatch.setattr(custom_ops, "_UNAVAILABLE", {})
+
+    def stub(*args, **kwargs):
+        raise AssertionError("a stub generated for another schema ran")
+
+    generated_for = "testlib::unlowered(Tensor x, int n) -> Tensor"
+    with pytest.warns(UserWarning, match=re.escape(
+            "xla_native_functions: testlib::unlowered is not registered: its schema is now testlib::unlowered(Tensor x) "
+            f"-> Tensor, but the package was generated for {generated_for}; run `python -m codegen.generate` again")):
+        custom_ops.install_library_ops({"testlib::unlowered": (generated_for, stub)}, {})
+    (_,), (X,) = inputs((2,))
+    with pytest.raises(xnf.OperatorNotFound, match=r"operator 'testlib::unlowered', called from .*, is listed in "
+                                                   r"native_functions.yaml but not registered: its schema is now"):
+        lib.unlowered(X)
 
 
 # ------------------------------------------------------------ registration errors
