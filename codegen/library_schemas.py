@@ -70,19 +70,22 @@ class LibrarySchemas:
 
 
 def _find_spec(module: str) -> importlib.machinery.ModuleSpec | None:
-    """The module's spec without running any of its code: importlib.util.find_spec
-    imports the parent packages of a dotted name, this walks their search paths."""
+    """The spec of the module, or of its innermost package that can be found without
+    running any code (importlib.util.find_spec imports the parents of a dotted name;
+    this walks their search paths); None when its top-level package is not installed.
+    A submodule this walk does not find (one mapped elsewhere by an editable install)
+    is left to the import itself."""
     parts = module.split(".")
-    spec = importlib.machinery.PathFinder.find_spec(parts[0], sys.path)
-    if spec is None:
-        # a module already imported by other means (built in, frozen, a custom finder)
-        return importlib.util.find_spec(parts[0]) if parts[0] in sys.modules else None
+    # For a top-level name find_spec runs no code; it also asks the finders of editable
+    # installs, which PathFinder alone does not know.
+    spec = importlib.machinery.PathFinder.find_spec(parts[0], sys.path) or importlib.util.find_spec(parts[0])
     for i in range(1, len(parts)):
-        if not spec.submodule_search_locations:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), list(spec.submodule_search_locations))
-        if spec is None:
-            return None
+        if spec is None or not spec.submodule_search_locations:
+            break
+        child = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), list(spec.submodule_search_locations))
+        if child is None:
+            break
+        spec = child
     return spec
 
 
