@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from .diagnostics import read_text, yaml_error
+
 SECTIONS = ("full_codegen", "supported", "fallback")
 TOP_LEVEL_KEYS = ("backend",) + SECTIONS
 # Optional: namespace -> the Python module whose import registers that namespace's
@@ -70,13 +72,11 @@ def _fail(path: str, node: yaml.Node | None, message: str) -> ManifestError:
 
 def load_manifest(path: str | Path) -> Manifest:
     path = str(path)
-    text = Path(path).read_text()
+    text = read_text(path, "manifest file")
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark is not None else 1
-        raise ManifestError(f"{path}:{line}: YAML syntax error: {e.problem or e}") from None
+    except yaml.YAMLError as e:
+        raise ManifestError(str(yaml_error(path, text, e))) from None
     if root is None:
         raise ManifestError(f"{path}:1: the manifest is empty; it needs the keys {', '.join(TOP_LEVEL_KEYS)}")
     if not isinstance(root, yaml.MappingNode):

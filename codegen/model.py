@@ -18,7 +18,7 @@ from torchgen.model import (
 )
 
 # How the runtime passes each argument to a lowering (Note [Argument kinds] in
-# runtime/ir.py): tensors are unwrapped, Scalars are runtime operands, everything
+# runtime/core/ir.py): tensors are unwrapped, Scalars are runtime operands, everything
 # else is a static attribute (part of the executable's cache key).
 TENSOR = "TENSOR"
 OPT_TENSOR = "OPT_TENSOR"
@@ -206,7 +206,7 @@ class OpSpec:
 
     def donating_form_of(self, functional: "OpSpec") -> bool:
         """Whether this in-place form may run `functional`'s lowering with self's buffer
-        donated (Note [Donated in-place updates] in runtime/dispatch.py): `functional` is
+        donated (Note [Donated in-place updates] in runtime/exec/mutation.py): `functional` is
         lowered, returns one tensor, and takes this op's inputs, `self` first."""
         return (
             self.kind == "inplace" and not self.is_view and functional.section == "full_codegen"

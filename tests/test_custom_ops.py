@@ -32,9 +32,10 @@ from codegen import library_schemas  # noqa: E402
 from codegen.manifest import ManifestError  # noqa: E402
 
 import xla_native_functions as xnf  # noqa: E402
-from xla_native_functions.runtime import custom_ops, dynamo, lazy  # noqa: E402
-from xla_native_functions.runtime.ir import Value  # noqa: E402
-from xla_native_functions.runtime.metrics import metrics  # noqa: E402
+from xla_native_functions.runtime.core.ir import Value  # noqa: E402
+from xla_native_functions.runtime.exec import custom_ops, graph  # noqa: E402
+from xla_native_functions.runtime.frontends import dynamo  # noqa: E402
+from xla_native_functions.runtime.platform.metrics import metrics  # noqa: E402
 
 # ============================================================ the manifest
 
@@ -164,7 +165,7 @@ def test_library_entries_get_namespaced_names_and_are_registered_by_name(tmp_pat
             "Scalar offset) -> Tensor', dispatch.testlib_mix),\n") in registry
     assert 'UNAVAILABLE_LIBRARY_OPS = {\n}' in registry
     assert '    "testlib::rms_norm": "supported",\n' in registry
-    assert "_install_library_ops(LIBRARY_OPS, UNAVAILABLE_LIBRARY_OPS)" in files["__init__.py"]
+    assert "_install(REGISTRY, SECTIONS, NODES, LIBRARY_OPS, UNAVAILABLE_LIBRARY_OPS)" in files["__init__.py"]
     assert "full_codegen\ttestlib::halves(Tensor x, SymInt dim) -> (Tensor, Tensor)\n" in files["ops.txt"]
     for name, text in files.items():
         if name.endswith(".py"):
@@ -340,7 +341,7 @@ def test_library_loaded_after_the_package_is_picked_up_on_first_use(generated_pa
     out = run_script(generated_package, """
         import torch
         import xla_native_functions as xnf
-        from xla_native_functions.runtime import custom_ops
+        from xla_native_functions.runtime.exec import custom_ops
         assert xnf.__file__.startswith(%r), xnf.__file__
         assert "custom_op_library" not in __import__("sys").modules
         assert sorted(custom_ops._PENDING) == ["testlib::halves", "testlib::mix", "testlib::unlowered"]
@@ -359,7 +360,7 @@ def test_library_loaded_after_the_package_is_picked_up_on_first_use(generated_pa
         assert second.dtype == torch.bool
         # a `fallback` entry runs the library's CPU kernel
         assert torch.equal(xnf.to_torch(lib.unlowered(X)), x + 1)
-        from xla_native_functions.runtime.metrics import metrics
+        from xla_native_functions.runtime.platform.metrics import metrics
         assert metrics.fallback_calls == {"testlib.unlowered.default": 1}, metrics.fallback_calls
         assert not custom_ops._PENDING
 
@@ -387,8 +388,8 @@ def test_library_loaded_before_the_package_is_registered_at_import_and_compiles(
         import torch
         import custom_op_library as lib
         import xla_native_functions as xnf
-        from xla_native_functions.runtime import custom_ops
-        from xla_native_functions.runtime.metrics import metrics
+        from xla_native_functions.runtime.exec import custom_ops
+        from xla_native_functions.runtime.platform.metrics import metrics
         assert not custom_ops._PENDING
         torch.manual_seed(0)
         x, y = torch.randn(3, 5), torch.randn(3, 5)
@@ -467,8 +468,8 @@ def registered():
 
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch):
-    monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})
-    monkeypatch.setattr(lazy, "_LAST_KEYS", {})
+    monkeypatch.setattr(graph, "_GRAPH_CACHE", {})
+    monkeypatch.setattr(graph, "_LAST_KEYS", {})
     xnf.reset_metrics()
 
 
@@ -548,8 +549,9 @@ def test_lazy_mode_records_nodes_and_runs_them_as_one_graph():
     (a, b), (A, B) = inputs((3, 4), (3, 4))
     with xnf.lazy_mode():
         out = lib.mix([A, B], None, 0, 1.5, False, 2) + 1
-        node = out._store.value.node.args[0].node
-        assert isinstance(out._store.value, Value) and node.op == "testlib::mix"
+        pending = out._store.pending
+        node = pending.node.args[0].node
+        assert isinstance(pending, Value) and node.op == "testlib::mix"
         assert node.section == "registered"
         xnf.mark_step()
     torch.testing.assert_close(cpu(out), lib.mix([a, b], None, 0, 1.5, False, 2) + 1)

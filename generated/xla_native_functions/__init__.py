@@ -30,10 +30,10 @@ from .runtime.api import (
     to_xla,
     x64,
 )
-from .runtime import install as _install
-from .registry import REGISTRY, SECTIONS
+from .runtime.api import install as _install
+from .registry import NODES, REGISTRY, SECTIONS
 
-_install(REGISTRY, SECTIONS)
+_install(REGISTRY, SECTIONS, NODES)
 
 __all__ = [
     "OperatorNotFound",

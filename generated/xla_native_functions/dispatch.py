@@ -5,18 +5,19 @@
 op's cached executable eagerly or record an IR node while tracing; `supported` stubs
 call the handwritten implementation; `fallback` stubs run PyTorch on CPU. In-place
 and out= variants compute the functional op and write the result back (Note [Views
-and mutation] in runtime/tensor.py); an in-place variant of a lowered op may instead
-write into self's own buffer (Note [Donated in-place updates] in runtime/dispatch.py)."""
+and mutation] in runtime/core/tensor.py); an in-place variant of a lowered op may
+instead write into self's own buffer (Note [Donated in-place updates] in
+runtime/exec/mutation.py)."""
 
 import sys as _rt_sys
 
 import torch
 
-from .runtime import state as _rt_state
-from .runtime.dispatch import (
+from .runtime.exec.stub_abi import (
     X64 as _rt_x64,
     attr_list as _rt_attr_list,
     check_in_place_overlap as _rt_check_in_place_overlap,
+    context as _rt_context,
     donatable as _rt_donatable,
     eager_executable as _rt_eager_executable,
     fallback as _rt_fallback,
@@ -28,7 +29,6 @@ from .runtime.dispatch import (
     per_tensor_loop as _rt_per_tensor_loop,
     restride_inplace as _rt_restride_inplace,
     scalar_operand as _rt_scalar,
-    trace as _rt_trace,
     update_in_place as _rt_update_in_place,
     wrap as _rt_wrap,
     write_inplace as _rt_write_inplace,
@@ -46,8 +46,9 @@ _eager__adaptive_avg_pool2d = _rt_eager_executable(ir._AdaptiveAvgPool2d)
 
 
 def _adaptive_avg_pool2d(self, output_size):
-    if _rt_state.tracing:
-        return _rt_trace(ir._AdaptiveAvgPool2d, (self, output_size,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._AdaptiveAvgPool2d, (self, output_size,))
     with _rt_x64:
         return _rt_wrap(_eager__adaptive_avg_pool2d(_rt_operand(self), _rt_attr_list(output_size)))
 
@@ -60,8 +61,9 @@ _eager__adaptive_avg_pool2d_backward = _rt_eager_executable(ir._AdaptiveAvgPool2
 
 
 def _adaptive_avg_pool2d_backward(grad_output, self):
-    if _rt_state.tracing:
-        return _rt_trace(ir._AdaptiveAvgPool2dBackward, (grad_output, self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._AdaptiveAvgPool2dBackward, (grad_output, self,))
     with _rt_x64:
         return _rt_wrap(_eager__adaptive_avg_pool2d_backward(_rt_operand(grad_output), _rt_operand(self)))
 
@@ -74,8 +76,9 @@ _eager__adaptive_avg_pool3d = _rt_eager_executable(ir._AdaptiveAvgPool3d)
 
 
 def _adaptive_avg_pool3d(self, output_size):
-    if _rt_state.tracing:
-        return _rt_trace(ir._AdaptiveAvgPool3d, (self, output_size,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._AdaptiveAvgPool3d, (self, output_size,))
     with _rt_x64:
         return _rt_wrap(_eager__adaptive_avg_pool3d(_rt_operand(self), _rt_attr_list(output_size)))
 
@@ -88,8 +91,9 @@ _eager__adaptive_avg_pool3d_backward = _rt_eager_executable(ir._AdaptiveAvgPool3
 
 
 def _adaptive_avg_pool3d_backward(grad_output, self):
-    if _rt_state.tracing:
-        return _rt_trace(ir._AdaptiveAvgPool3dBackward, (grad_output, self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._AdaptiveAvgPool3dBackward, (grad_output, self,))
     with _rt_x64:
         return _rt_wrap(_eager__adaptive_avg_pool3d_backward(_rt_operand(grad_output), _rt_operand(self)))
 
@@ -106,8 +110,9 @@ _eager__cdist_backward = _rt_eager_executable(ir._CdistBackward)
 
 
 def _cdist_backward(grad, x1, x2, p, cdist):
-    if _rt_state.tracing:
-        return _rt_trace(ir._CdistBackward, (grad, x1, x2, p, cdist,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._CdistBackward, (grad, x1, x2, p, cdist,))
     with _rt_x64:
         return _rt_wrap(_eager__cdist_backward(_rt_operand(grad), _rt_operand(x1), _rt_operand(x2), p, _rt_operand(cdist)))
 
@@ -120,8 +125,9 @@ _eager__cdist_forward = _rt_eager_executable(ir._CdistForward)
 
 
 def _cdist_forward(x1, x2, p, compute_mode):
-    if _rt_state.tracing:
-        return _rt_trace(ir._CdistForward, (x1, x2, p, compute_mode,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._CdistForward, (x1, x2, p, compute_mode,))
     with _rt_x64:
         return _rt_wrap(_eager__cdist_forward(_rt_operand(x1), _rt_operand(x2), p, compute_mode))
 
@@ -134,8 +140,9 @@ _eager__chunk_cat = _rt_eager_executable(ir._ChunkCat)
 
 
 def _chunk_cat(tensors, dim, num_chunks):
-    if _rt_state.tracing:
-        return _rt_trace(ir._ChunkCat, (tensors, dim, num_chunks,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._ChunkCat, (tensors, dim, num_chunks,))
     with _rt_x64:
         return _rt_wrap(_eager__chunk_cat(_rt_operands(tensors), dim, num_chunks))
 
@@ -152,8 +159,9 @@ _eager__conj_physical = _rt_eager_executable(ir._ConjPhysical)
 
 
 def _conj_physical(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir._ConjPhysical, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._ConjPhysical, (self,))
     with _rt_x64:
         return _rt_wrap(_eager__conj_physical(_rt_operand(self)))
 
@@ -166,8 +174,9 @@ _eager__ctc_loss = _rt_eager_executable(ir._CtcLoss)
 
 
 def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir._CtcLoss, (log_probs, targets, input_lengths, target_lengths, blank, zero_infinity,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._CtcLoss, (log_probs, targets, input_lengths, target_lengths, blank, zero_infinity,))
     with _rt_x64:
         return _rt_wrap(_eager__ctc_loss(_rt_operand(log_probs), _rt_operand(targets), _rt_attr_list(input_lengths), _rt_attr_list(target_lengths), blank, zero_infinity))
 
@@ -188,8 +197,9 @@ _eager__ctc_loss_backward = _rt_eager_executable(ir._CtcLossBackward)
 
 
 def _ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank, zero_infinity=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir._CtcLossBackward, (grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank, zero_infinity,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._CtcLossBackward, (grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank, zero_infinity,))
     with _rt_x64:
         return _rt_wrap(_eager__ctc_loss_backward(_rt_operand(grad), _rt_operand(log_probs), _rt_operand(targets), _rt_attr_list(input_lengths), _rt_attr_list(target_lengths), _rt_operand(neg_log_likelihood), _rt_operand(log_alpha), blank, zero_infinity))
 
@@ -214,8 +224,9 @@ _eager__embedding_bag = _rt_eager_executable(ir._EmbeddingBag)
 
 
 def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=-1):
-    if _rt_state.tracing:
-        return _rt_trace(ir._EmbeddingBag, (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._EmbeddingBag, (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx,))
     with _rt_x64:
         return _rt_wrap(_eager__embedding_bag(_rt_operand(weight), _rt_operand(indices), _rt_operand(offsets), scale_grad_by_freq, mode, sparse, _rt_operand_opt(per_sample_weights), include_last_offset, padding_idx))
 
@@ -228,8 +239,9 @@ _eager__embedding_bag_backward = _rt_eager_executable(ir._EmbeddingBagBackward)
 
 
 def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx=-1):
-    if _rt_state.tracing:
-        return _rt_trace(ir._EmbeddingBagBackward, (grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._EmbeddingBagBackward, (grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx,))
     with _rt_x64:
         return _rt_wrap(_eager__embedding_bag_backward(_rt_operand(grad), _rt_operand(indices), _rt_operand(offsets), _rt_operand(offset2bag), _rt_operand(bag_size), _rt_operand(maximum_indices), num_weights, scale_grad_by_freq, mode, sparse, _rt_operand_opt(per_sample_weights), padding_idx))
 
@@ -238,8 +250,9 @@ _eager__embedding_bag_dense_backward = _rt_eager_executable(ir._EmbeddingBagDens
 
 
 def _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1):
-    if _rt_state.tracing:
-        return _rt_trace(ir._EmbeddingBagDenseBackward, (grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._EmbeddingBagDenseBackward, (grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx,))
     with _rt_x64:
         return _rt_wrap(_eager__embedding_bag_dense_backward(_rt_operand(grad), _rt_operand(indices), _rt_operand(offset2bag), _rt_operand(bag_size), _rt_operand(maximum_indices), num_weights, scale_grad_by_freq, mode, _rt_operand_opt(per_sample_weights), padding_idx))
 
@@ -252,8 +265,9 @@ _eager__embedding_bag_forward_only = _rt_eager_executable(ir._EmbeddingBagForwar
 
 
 def _embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=-1):
-    if _rt_state.tracing:
-        return _rt_trace(ir._EmbeddingBagForwardOnly, (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._EmbeddingBagForwardOnly, (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx,))
     with _rt_x64:
         return _rt_wrap(_eager__embedding_bag_forward_only(_rt_operand(weight), _rt_operand(indices), _rt_operand(offsets), scale_grad_by_freq, mode, sparse, _rt_operand_opt(per_sample_weights), include_last_offset, padding_idx))
 
@@ -266,8 +280,9 @@ _eager__embedding_bag_per_sample_weights_backward = _rt_eager_executable(ir._Emb
 
 
 def _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
-    if _rt_state.tracing:
-        return _rt_trace(ir._EmbeddingBagPerSampleWeightsBackward, (grad, weight, indices, offsets, offset2bag, mode, padding_idx,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._EmbeddingBagPerSampleWeightsBackward, (grad, weight, indices, offsets, offset2bag, mode, padding_idx,))
     with _rt_x64:
         return _rt_wrap(_eager__embedding_bag_per_sample_weights_backward(_rt_operand(grad), _rt_operand(weight), _rt_operand(indices), _rt_operand(offsets), _rt_operand(offset2bag), mode, padding_idx))
 
@@ -280,8 +295,9 @@ _eager__euclidean_dist = _rt_eager_executable(ir._EuclideanDist)
 
 
 def _euclidean_dist(x1, x2):
-    if _rt_state.tracing:
-        return _rt_trace(ir._EuclideanDist, (x1, x2,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._EuclideanDist, (x1, x2,))
     with _rt_x64:
         return _rt_wrap(_eager__euclidean_dist(_rt_operand(x1), _rt_operand(x2)))
 
@@ -294,8 +310,9 @@ _eager__fft_c2c = _rt_eager_executable(ir._FftC2c)
 
 
 def _fft_c2c(self, dim, normalization, forward):
-    if _rt_state.tracing:
-        return _rt_trace(ir._FftC2c, (self, dim, normalization, forward,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._FftC2c, (self, dim, normalization, forward,))
     with _rt_x64:
         return _rt_wrap(_eager__fft_c2c(_rt_operand(self), _rt_attr_list(dim), normalization, forward))
 
@@ -308,8 +325,9 @@ _eager__fft_c2r = _rt_eager_executable(ir._FftC2r)
 
 
 def _fft_c2r(self, dim, normalization, last_dim_size):
-    if _rt_state.tracing:
-        return _rt_trace(ir._FftC2r, (self, dim, normalization, last_dim_size,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._FftC2r, (self, dim, normalization, last_dim_size,))
     with _rt_x64:
         return _rt_wrap(_eager__fft_c2r(_rt_operand(self), _rt_attr_list(dim), normalization, last_dim_size))
 
@@ -322,8 +340,9 @@ _eager__fft_r2c = _rt_eager_executable(ir._FftR2c)
 
 
 def _fft_r2c(self, dim, normalization, onesided):
-    if _rt_state.tracing:
-        return _rt_trace(ir._FftR2c, (self, dim, normalization, onesided,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._FftR2c, (self, dim, normalization, onesided,))
     with _rt_x64:
         return _rt_wrap(_eager__fft_r2c(_rt_operand(self), _rt_attr_list(dim), normalization, onesided))
 
@@ -786,8 +805,9 @@ _eager__grouped_mm = _rt_eager_executable(ir._GroupedMm)
 
 
 def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._GroupedMm, (self, mat2, offs, bias, out_dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._GroupedMm, (self, mat2, offs, bias, out_dtype,))
     with _rt_x64:
         return _rt_wrap(_eager__grouped_mm(_rt_operand(self), _rt_operand(mat2), _rt_operand_opt(offs), _rt_operand_opt(bias), out_dtype))
 
@@ -796,8 +816,9 @@ _eager__histogramdd_bin_edges = _rt_eager_executable(ir._HistogramddBinEdges)
 
 
 def _histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir._HistogramddBinEdges, (self, bins, range, weight, density,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._HistogramddBinEdges, (self, bins, range, weight, density,))
     with _rt_x64:
         return _rt_wrap(_eager__histogramdd_bin_edges(_rt_operand(self), _rt_attr_list(bins), _rt_attr_list(range), _rt_operand_opt(weight), density))
 
@@ -810,8 +831,9 @@ _eager__histogramdd_from_bin_cts = _rt_eager_executable(ir._HistogramddFromBinCt
 
 
 def _histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir._HistogramddFromBinCts, (self, bins, range, weight, density,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._HistogramddFromBinCts, (self, bins, range, weight, density,))
     with _rt_x64:
         return _rt_wrap(_eager__histogramdd_from_bin_cts(_rt_operand(self), _rt_attr_list(bins), _rt_attr_list(range), _rt_operand_opt(weight), density))
 
@@ -824,8 +846,9 @@ _eager__histogramdd_from_bin_tensors = _rt_eager_executable(ir._HistogramddFromB
 
 
 def _histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir._HistogramddFromBinTensors, (self, bins, weight, density,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._HistogramddFromBinTensors, (self, bins, weight, density,))
     with _rt_x64:
         return _rt_wrap(_eager__histogramdd_from_bin_tensors(_rt_operand(self), _rt_operands(bins), _rt_operand_opt(weight), density))
 
@@ -842,8 +865,9 @@ _eager__linalg_det = _rt_eager_executable(ir._LinalgDet)
 
 
 def _linalg_det(A):
-    if _rt_state.tracing:
-        return _rt_trace(ir._LinalgDet, (A,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._LinalgDet, (A,))
     with _rt_x64:
         return _rt_wrap(_eager__linalg_det(_rt_operand(A)))
 
@@ -856,8 +880,9 @@ _eager__linalg_eigh = _rt_eager_executable(ir._LinalgEigh)
 
 
 def _linalg_eigh(A, UPLO='L', compute_v=True):
-    if _rt_state.tracing:
-        return _rt_trace(ir._LinalgEigh, (A, UPLO, compute_v,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._LinalgEigh, (A, UPLO, compute_v,))
     with _rt_x64:
         return _rt_wrap(_eager__linalg_eigh(_rt_operand(A), UPLO, compute_v))
 
@@ -870,8 +895,9 @@ _eager__linalg_slogdet = _rt_eager_executable(ir._LinalgSlogdet)
 
 
 def _linalg_slogdet(A):
-    if _rt_state.tracing:
-        return _rt_trace(ir._LinalgSlogdet, (A,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._LinalgSlogdet, (A,))
     with _rt_x64:
         return _rt_wrap(_eager__linalg_slogdet(_rt_operand(A)))
 
@@ -884,8 +910,9 @@ _eager__linalg_solve_ex = _rt_eager_executable(ir._LinalgSolveEx)
 
 
 def _linalg_solve_ex(A, B, *, left=True, check_errors=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir._LinalgSolveEx, (A, B, left, check_errors,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._LinalgSolveEx, (A, B, left, check_errors,))
     with _rt_x64:
         return _rt_wrap(_eager__linalg_solve_ex(_rt_operand(A), _rt_operand(B), left, check_errors))
 
@@ -898,8 +925,9 @@ _eager__linalg_svd = _rt_eager_executable(ir._LinalgSvd)
 
 
 def _linalg_svd(A, full_matrices=False, compute_uv=True, *, driver=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._LinalgSvd, (A, full_matrices, compute_uv, driver,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._LinalgSvd, (A, full_matrices, compute_uv, driver,))
     with _rt_x64:
         return _rt_wrap(_eager__linalg_svd(_rt_operand(A), full_matrices, compute_uv, driver))
 
@@ -916,8 +944,9 @@ _eager__log_softmax = _rt_eager_executable(ir._LogSoftmax)
 
 
 def _log_softmax(self, dim, half_to_float):
-    if _rt_state.tracing:
-        return _rt_trace(ir._LogSoftmax, (self, dim, half_to_float,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._LogSoftmax, (self, dim, half_to_float,))
     with _rt_x64:
         return _rt_wrap(_eager__log_softmax(_rt_operand(self), dim, half_to_float))
 
@@ -930,8 +959,9 @@ _eager__log_softmax_backward_data = _rt_eager_executable(ir._LogSoftmaxBackwardD
 
 
 def _log_softmax_backward_data(grad_output, output, dim, input_dtype):
-    if _rt_state.tracing:
-        return _rt_trace(ir._LogSoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._LogSoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
     with _rt_x64:
         return _rt_wrap(_eager__log_softmax_backward_data(_rt_operand(grad_output), _rt_operand(output), dim, input_dtype))
 
@@ -948,8 +978,9 @@ _eager__native_batch_norm_legit_no_stats = _rt_eager_executable(ir._NativeBatchN
 
 
 def _native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
-    if _rt_state.tracing:
-        return _rt_trace(ir._NativeBatchNormLegitNoStats, (input, weight, bias, training, momentum, eps,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._NativeBatchNormLegitNoStats, (input, weight, bias, training, momentum, eps,))
     with _rt_x64:
         return _rt_wrap(_eager__native_batch_norm_legit_no_stats(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), training, momentum, eps))
 
@@ -962,8 +993,9 @@ _eager__native_batch_norm_legit_functional = _rt_eager_executable(ir._NativeBatc
 
 
 def _native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    if _rt_state.tracing:
-        return _rt_trace(ir._NativeBatchNormLegitFunctional, (input, weight, bias, running_mean, running_var, training, momentum, eps,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._NativeBatchNormLegitFunctional, (input, weight, bias, running_mean, running_var, training, momentum, eps,))
     with _rt_x64:
         return _rt_wrap(_eager__native_batch_norm_legit_functional(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), _rt_operand(running_mean), _rt_operand(running_var), training, momentum, eps))
 
@@ -972,8 +1004,9 @@ _eager__native_batch_norm_legit_no_training = _rt_eager_executable(ir._NativeBat
 
 
 def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
-    if _rt_state.tracing:
-        return _rt_trace(ir._NativeBatchNormLegitNoTraining, (input, weight, bias, running_mean, running_var, momentum, eps,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._NativeBatchNormLegitNoTraining, (input, weight, bias, running_mean, running_var, momentum, eps,))
     with _rt_x64:
         return _rt_wrap(_eager__native_batch_norm_legit_no_training(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), _rt_operand(running_mean), _rt_operand(running_var), momentum, eps))
 
@@ -986,8 +1019,9 @@ _eager__pdist_backward = _rt_eager_executable(ir._PdistBackward)
 
 
 def _pdist_backward(grad, self, p, pdist):
-    if _rt_state.tracing:
-        return _rt_trace(ir._PdistBackward, (grad, self, p, pdist,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._PdistBackward, (grad, self, p, pdist,))
     with _rt_x64:
         return _rt_wrap(_eager__pdist_backward(_rt_operand(grad), _rt_operand(self), p, _rt_operand(pdist)))
 
@@ -1000,8 +1034,9 @@ _eager__pdist_forward = _rt_eager_executable(ir._PdistForward)
 
 
 def _pdist_forward(self, p=2):
-    if _rt_state.tracing:
-        return _rt_trace(ir._PdistForward, (self, p,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._PdistForward, (self, p,))
     with _rt_x64:
         return _rt_wrap(_eager__pdist_forward(_rt_operand(self), p))
 
@@ -1014,8 +1049,9 @@ _eager__prelu_kernel = _rt_eager_executable(ir._PreluKernel)
 
 
 def _prelu_kernel(self, weight):
-    if _rt_state.tracing:
-        return _rt_trace(ir._PreluKernel, (self, weight,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._PreluKernel, (self, weight,))
     with _rt_x64:
         return _rt_wrap(_eager__prelu_kernel(_rt_operand(self), _rt_operand(weight)))
 
@@ -1024,8 +1060,9 @@ _eager__prelu_kernel_backward = _rt_eager_executable(ir._PreluKernelBackward)
 
 
 def _prelu_kernel_backward(grad_output, self, weight):
-    if _rt_state.tracing:
-        return _rt_trace(ir._PreluKernelBackward, (grad_output, self, weight,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._PreluKernelBackward, (grad_output, self, weight,))
     with _rt_x64:
         return _rt_wrap(_eager__prelu_kernel_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(weight)))
 
@@ -1034,8 +1071,9 @@ _eager__safe_softmax = _rt_eager_executable(ir._SafeSoftmax)
 
 
 def _safe_softmax(self, dim, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._SafeSoftmax, (self, dim, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._SafeSoftmax, (self, dim, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager__safe_softmax(_rt_operand(self), dim, dtype))
 
@@ -1044,8 +1082,9 @@ _eager__scaled_dot_product_flash_attention_for_cpu = _rt_eager_executable(ir._Sc
 
 
 def _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._ScaledDotProductFlashAttentionForCpu, (query, key, value, dropout_p, is_causal, attn_mask, scale,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._ScaledDotProductFlashAttentionForCpu, (query, key, value, dropout_p, is_causal, attn_mask, scale,))
     with _rt_x64:
         return _rt_wrap(_eager__scaled_dot_product_flash_attention_for_cpu(_rt_operand(query), _rt_operand(key), _rt_operand(value), dropout_p, is_causal, _rt_operand_opt(attn_mask), scale))
 
@@ -1054,8 +1093,9 @@ _eager__scaled_dot_product_flash_attention_for_cpu_backward = _rt_eager_executab
 
 
 def _scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._ScaledDotProductFlashAttentionForCpuBackward, (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask, scale,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._ScaledDotProductFlashAttentionForCpuBackward, (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask, scale,))
     with _rt_x64:
         return _rt_wrap(_eager__scaled_dot_product_flash_attention_for_cpu_backward(_rt_operand(grad_out), _rt_operand(query), _rt_operand(key), _rt_operand(value), _rt_operand(out), _rt_operand(logsumexp), dropout_p, is_causal, _rt_operand_opt(attn_mask), scale))
 
@@ -1064,8 +1104,9 @@ _eager__segment_reduce_backward = _rt_eager_executable(ir._SegmentReduceBackward
 
 
 def _segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._SegmentReduceBackward, (grad, output, data, reduce, lengths, offsets, axis, initial,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._SegmentReduceBackward, (grad, output, data, reduce, lengths, offsets, axis, initial,))
     with _rt_x64:
         return _rt_wrap(_eager__segment_reduce_backward(_rt_operand(grad), _rt_operand(output), _rt_operand(data), reduce, _rt_operand_opt(lengths), _rt_operand_opt(offsets), axis, _rt_scalar(initial)))
 
@@ -1078,8 +1119,9 @@ _eager__softmax = _rt_eager_executable(ir._Softmax)
 
 
 def _softmax(self, dim, half_to_float):
-    if _rt_state.tracing:
-        return _rt_trace(ir._Softmax, (self, dim, half_to_float,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._Softmax, (self, dim, half_to_float,))
     with _rt_x64:
         return _rt_wrap(_eager__softmax(_rt_operand(self), dim, half_to_float))
 
@@ -1092,8 +1134,9 @@ _eager__softmax_backward_data = _rt_eager_executable(ir._SoftmaxBackwardData)
 
 
 def _softmax_backward_data(grad_output, output, dim, input_dtype):
-    if _rt_state.tracing:
-        return _rt_trace(ir._SoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._SoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
     with _rt_x64:
         return _rt_wrap(_eager__softmax_backward_data(_rt_operand(grad_output), _rt_operand(output), dim, input_dtype))
 
@@ -1114,8 +1157,9 @@ _eager__trilinear = _rt_eager_executable(ir._Trilinear)
 
 
 def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir._Trilinear, (i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._Trilinear, (i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim,))
     with _rt_x64:
         return _rt_wrap(_eager__trilinear(_rt_operand(i1), _rt_operand(i2), _rt_operand(i3), _rt_attr_list(expand1), _rt_attr_list(expand2), _rt_attr_list(expand3), _rt_attr_list(sumdim), unroll_dim))
 
@@ -1144,8 +1188,9 @@ _eager__unsafe_masked_index = _rt_eager_executable(ir._UnsafeMaskedIndex)
 
 
 def _unsafe_masked_index(self, mask, indices, fill):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UnsafeMaskedIndex, (self, mask, indices, fill,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UnsafeMaskedIndex, (self, mask, indices, fill,))
     with _rt_x64:
         return _rt_wrap(_eager__unsafe_masked_index(_rt_operand(self), _rt_operand(mask), _rt_operands(indices), _rt_scalar(fill)))
 
@@ -1154,8 +1199,9 @@ _eager__unsafe_masked_index_put_accumulate = _rt_eager_executable(ir._UnsafeMask
 
 
 def _unsafe_masked_index_put_accumulate(self, mask, indices, values):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UnsafeMaskedIndexPutAccumulate, (self, mask, indices, values,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UnsafeMaskedIndexPutAccumulate, (self, mask, indices, values,))
     with _rt_x64:
         return _rt_wrap(_eager__unsafe_masked_index_put_accumulate(_rt_operand(self), _rt_operand(mask), _rt_operands(indices), _rt_operand(values)))
 
@@ -1164,8 +1210,9 @@ _eager__unsafe_view = _rt_eager_executable(ir._UnsafeView)
 
 
 def _unsafe_view(self, size):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UnsafeView, (self, size,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UnsafeView, (self, size,))
     with _rt_x64:
         return _rt_wrap(_eager__unsafe_view(_rt_operand(self), _rt_attr_list(size)))
 
@@ -1178,8 +1225,9 @@ _eager__upsample_bicubic2d_aa = _rt_eager_executable(ir._UpsampleBicubic2dAa)
 
 
 def _upsample_bicubic2d_aa(self, output_size, align_corners, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UpsampleBicubic2dAa, (self, output_size, align_corners, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UpsampleBicubic2dAa, (self, output_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager__upsample_bicubic2d_aa(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
 
@@ -1192,8 +1240,9 @@ _eager__upsample_bicubic2d_aa_backward = _rt_eager_executable(ir._UpsampleBicubi
 
 
 def _upsample_bicubic2d_aa_backward(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UpsampleBicubic2dAaBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UpsampleBicubic2dAaBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager__upsample_bicubic2d_aa_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
 
@@ -1206,8 +1255,9 @@ _eager__upsample_bilinear2d_aa = _rt_eager_executable(ir._UpsampleBilinear2dAa)
 
 
 def _upsample_bilinear2d_aa(self, output_size, align_corners, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UpsampleBilinear2dAa, (self, output_size, align_corners, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UpsampleBilinear2dAa, (self, output_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager__upsample_bilinear2d_aa(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
 
@@ -1220,8 +1270,9 @@ _eager__upsample_bilinear2d_aa_backward = _rt_eager_executable(ir._UpsampleBilin
 
 
 def _upsample_bilinear2d_aa_backward(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UpsampleBilinear2dAaBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UpsampleBilinear2dAaBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager__upsample_bilinear2d_aa_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
 
@@ -1234,8 +1285,9 @@ _eager__upsample_nearest_exact1d = _rt_eager_executable(ir._UpsampleNearestExact
 
 
 def _upsample_nearest_exact1d(self, output_size, scales=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UpsampleNearestExact1d, (self, output_size, scales,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UpsampleNearestExact1d, (self, output_size, scales,))
     with _rt_x64:
         return _rt_wrap(_eager__upsample_nearest_exact1d(_rt_operand(self), _rt_attr_list(output_size), scales))
 
@@ -1248,8 +1300,9 @@ _eager__upsample_nearest_exact1d_backward = _rt_eager_executable(ir._UpsampleNea
 
 
 def _upsample_nearest_exact1d_backward(grad_output, output_size, input_size, scales=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UpsampleNearestExact1dBackward, (grad_output, output_size, input_size, scales,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UpsampleNearestExact1dBackward, (grad_output, output_size, input_size, scales,))
     with _rt_x64:
         return _rt_wrap(_eager__upsample_nearest_exact1d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales))
 
@@ -1262,8 +1315,9 @@ _eager__upsample_nearest_exact2d = _rt_eager_executable(ir._UpsampleNearestExact
 
 
 def _upsample_nearest_exact2d(self, output_size, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UpsampleNearestExact2d, (self, output_size, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UpsampleNearestExact2d, (self, output_size, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager__upsample_nearest_exact2d(_rt_operand(self), _rt_attr_list(output_size), scales_h, scales_w))
 
@@ -1276,8 +1330,9 @@ _eager__upsample_nearest_exact2d_backward = _rt_eager_executable(ir._UpsampleNea
 
 
 def _upsample_nearest_exact2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UpsampleNearestExact2dBackward, (grad_output, output_size, input_size, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UpsampleNearestExact2dBackward, (grad_output, output_size, input_size, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager__upsample_nearest_exact2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_h, scales_w))
 
@@ -1290,8 +1345,9 @@ _eager__upsample_nearest_exact3d = _rt_eager_executable(ir._UpsampleNearestExact
 
 
 def _upsample_nearest_exact3d(self, output_size, scales_d=None, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UpsampleNearestExact3d, (self, output_size, scales_d, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UpsampleNearestExact3d, (self, output_size, scales_d, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager__upsample_nearest_exact3d(_rt_operand(self), _rt_attr_list(output_size), scales_d, scales_h, scales_w))
 
@@ -1304,8 +1360,9 @@ _eager__upsample_nearest_exact3d_backward = _rt_eager_executable(ir._UpsampleNea
 
 
 def _upsample_nearest_exact3d_backward(grad_output, output_size, input_size, scales_d=None, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir._UpsampleNearestExact3dBackward, (grad_output, output_size, input_size, scales_d, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._UpsampleNearestExact3dBackward, (grad_output, output_size, input_size, scales_d, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager__upsample_nearest_exact3d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_d, scales_h, scales_w))
 
@@ -1318,8 +1375,9 @@ _eager__weight_norm_interface = _rt_eager_executable(ir._WeightNormInterface)
 
 
 def _weight_norm_interface(v, g, dim=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir._WeightNormInterface, (v, g, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._WeightNormInterface, (v, g, dim,))
     with _rt_x64:
         return _rt_wrap(_eager__weight_norm_interface(_rt_operand(v), _rt_operand(g), dim))
 
@@ -1332,8 +1390,9 @@ _eager__weight_norm_interface_backward = _rt_eager_executable(ir._WeightNormInte
 
 
 def _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
-    if _rt_state.tracing:
-        return _rt_trace(ir._WeightNormInterfaceBackward, (grad_w, saved_v, saved_g, saved_norms, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir._WeightNormInterfaceBackward, (grad_w, saved_v, saved_g, saved_norms, dim,))
     with _rt_x64:
         return _rt_wrap(_eager__weight_norm_interface_backward(_rt_operand(grad_w), _rt_operand(saved_v), _rt_operand(saved_g), _rt_operand(saved_norms), dim))
 
@@ -1346,8 +1405,9 @@ _eager_abs = _rt_eager_executable(ir.Abs)
 
 
 def abs(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Abs, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Abs, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_abs(_rt_operand(self)))
 
@@ -1370,8 +1430,9 @@ _eager_acos = _rt_eager_executable(ir.Acos)
 
 
 def acos(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Acos, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Acos, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_acos(_rt_operand(self)))
 
@@ -1394,8 +1455,9 @@ _eager_acosh = _rt_eager_executable(ir.Acosh)
 
 
 def acosh(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Acosh, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Acosh, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_acosh(_rt_operand(self)))
 
@@ -1418,8 +1480,9 @@ _eager_adaptive_max_pool2d = _rt_eager_executable(ir.AdaptiveMaxPool2d)
 
 
 def adaptive_max_pool2d(self, output_size):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AdaptiveMaxPool2d, (self, output_size,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AdaptiveMaxPool2d, (self, output_size,))
     with _rt_x64:
         return _rt_wrap(_eager_adaptive_max_pool2d(_rt_operand(self), _rt_attr_list(output_size)))
 
@@ -1432,8 +1495,9 @@ _eager_adaptive_max_pool2d_backward = _rt_eager_executable(ir.AdaptiveMaxPool2dB
 
 
 def adaptive_max_pool2d_backward(grad_output, self, indices):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AdaptiveMaxPool2dBackward, (grad_output, self, indices,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AdaptiveMaxPool2dBackward, (grad_output, self, indices,))
     with _rt_x64:
         return _rt_wrap(_eager_adaptive_max_pool2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(indices)))
 
@@ -1446,8 +1510,9 @@ _eager_adaptive_max_pool3d = _rt_eager_executable(ir.AdaptiveMaxPool3d)
 
 
 def adaptive_max_pool3d(self, output_size):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AdaptiveMaxPool3d, (self, output_size,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AdaptiveMaxPool3d, (self, output_size,))
     with _rt_x64:
         return _rt_wrap(_eager_adaptive_max_pool3d(_rt_operand(self), _rt_attr_list(output_size)))
 
@@ -1460,8 +1525,9 @@ _eager_adaptive_max_pool3d_backward = _rt_eager_executable(ir.AdaptiveMaxPool3dB
 
 
 def adaptive_max_pool3d_backward(grad_output, self, indices):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AdaptiveMaxPool3dBackward, (grad_output, self, indices,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AdaptiveMaxPool3dBackward, (grad_output, self, indices,))
     with _rt_x64:
         return _rt_wrap(_eager_adaptive_max_pool3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(indices)))
 
@@ -1474,8 +1540,9 @@ _eager_add_Scalar = _rt_eager_executable(ir.AddScalar)
 
 
 def add_Scalar(self, other, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AddScalar, (self, other, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AddScalar, (self, other, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_add_Scalar(_rt_operand(self), _rt_scalar(other), _rt_scalar(alpha)))
 
@@ -1488,8 +1555,9 @@ _eager_add_Tensor = _rt_eager_executable(ir.AddTensor)
 
 
 def add_Tensor(self, other, *, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AddTensor, (self, other, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AddTensor, (self, other, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_add_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
 
@@ -1523,8 +1591,9 @@ _eager_addbmm = _rt_eager_executable(ir.Addbmm)
 
 
 def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Addbmm, (self, batch1, batch2, beta, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Addbmm, (self, batch1, batch2, beta, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_addbmm(_rt_operand(self), _rt_operand(batch1), _rt_operand(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
 
@@ -1547,8 +1616,9 @@ _eager_addcdiv = _rt_eager_executable(ir.Addcdiv)
 
 
 def addcdiv(self, tensor1, tensor2, *, value=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Addcdiv, (self, tensor1, tensor2, value,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Addcdiv, (self, tensor1, tensor2, value,))
     with _rt_x64:
         return _rt_wrap(_eager_addcdiv(_rt_operand(self), _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value)))
 
@@ -1572,8 +1642,9 @@ _eager_addcmul = _rt_eager_executable(ir.Addcmul)
 
 
 def addcmul(self, tensor1, tensor2, *, value=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Addcmul, (self, tensor1, tensor2, value,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Addcmul, (self, tensor1, tensor2, value,))
     with _rt_x64:
         return _rt_wrap(_eager_addcmul(_rt_operand(self), _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value)))
 
@@ -1597,8 +1668,9 @@ _eager_addmm = _rt_eager_executable(ir.Addmm)
 
 
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Addmm, (self, mat1, mat2, beta, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Addmm, (self, mat1, mat2, beta, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_addmm(_rt_operand(self), _rt_operand(mat1), _rt_operand(mat2), _rt_scalar(beta), _rt_scalar(alpha)))
 
@@ -1621,8 +1693,9 @@ _eager_addmv = _rt_eager_executable(ir.Addmv)
 
 
 def addmv(self, mat, vec, *, beta=1, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Addmv, (self, mat, vec, beta, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Addmv, (self, mat, vec, beta, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_addmv(_rt_operand(self), _rt_operand(mat), _rt_operand(vec), _rt_scalar(beta), _rt_scalar(alpha)))
 
@@ -1645,8 +1718,9 @@ _eager_addr = _rt_eager_executable(ir.Addr)
 
 
 def addr(self, vec1, vec2, *, beta=1, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Addr, (self, vec1, vec2, beta, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Addr, (self, vec1, vec2, beta, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_addr(_rt_operand(self), _rt_operand(vec1), _rt_operand(vec2), _rt_scalar(beta), _rt_scalar(alpha)))
 
@@ -1674,8 +1748,9 @@ _eager_alias_copy = _rt_eager_executable(ir.AliasCopy)
 
 
 def alias_copy(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AliasCopy, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AliasCopy, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_alias_copy(_rt_operand(self)))
 
@@ -1688,8 +1763,9 @@ _eager_all = _rt_eager_executable(ir.All)
 
 
 def all(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.All, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.All, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_all(_rt_operand(self)))
 
@@ -1702,8 +1778,9 @@ _eager_all_dim = _rt_eager_executable(ir.AllDim)
 
 
 def all_dim(self, dim, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AllDim, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AllDim, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_all_dim(_rt_operand(self), dim, keepdim))
 
@@ -1712,8 +1789,9 @@ _eager_all_dims = _rt_eager_executable(ir.AllDims)
 
 
 def all_dims(self, dim=None, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AllDims, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AllDims, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_all_dims(_rt_operand(self), _rt_attr_list(dim), keepdim))
 
@@ -1734,8 +1812,9 @@ _eager_amax = _rt_eager_executable(ir.Amax)
 
 
 def amax(self, dim=(), keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Amax, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Amax, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_amax(_rt_operand(self), _rt_attr_list(dim), keepdim))
 
@@ -1748,8 +1827,9 @@ _eager_amin = _rt_eager_executable(ir.Amin)
 
 
 def amin(self, dim=(), keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Amin, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Amin, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_amin(_rt_operand(self), _rt_attr_list(dim), keepdim))
 
@@ -1762,8 +1842,9 @@ _eager_aminmax = _rt_eager_executable(ir.Aminmax)
 
 
 def aminmax(self, *, dim=None, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Aminmax, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Aminmax, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_aminmax(_rt_operand(self), dim, keepdim))
 
@@ -1776,8 +1857,9 @@ _eager_angle = _rt_eager_executable(ir.Angle)
 
 
 def angle(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Angle, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Angle, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_angle(_rt_operand(self)))
 
@@ -1790,8 +1872,9 @@ _eager_any = _rt_eager_executable(ir.Any)
 
 
 def any(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Any, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Any, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_any(_rt_operand(self)))
 
@@ -1804,8 +1887,9 @@ _eager_any_dim = _rt_eager_executable(ir.AnyDim)
 
 
 def any_dim(self, dim, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AnyDim, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AnyDim, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_any_dim(_rt_operand(self), dim, keepdim))
 
@@ -1814,8 +1898,9 @@ _eager_any_dims = _rt_eager_executable(ir.AnyDims)
 
 
 def any_dims(self, dim=None, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AnyDims, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AnyDims, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_any_dims(_rt_operand(self), _rt_attr_list(dim), keepdim))
 
@@ -1852,8 +1937,9 @@ _eager_argmax = _rt_eager_executable(ir.Argmax)
 
 
 def argmax(self, dim=None, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Argmax, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Argmax, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_argmax(_rt_operand(self), dim, keepdim))
 
@@ -1866,8 +1952,9 @@ _eager_argmin = _rt_eager_executable(ir.Argmin)
 
 
 def argmin(self, dim=None, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Argmin, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Argmin, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_argmin(_rt_operand(self), dim, keepdim))
 
@@ -1888,8 +1975,9 @@ _eager_as_strided_copy = _rt_eager_executable(ir.AsStridedCopy)
 
 
 def as_strided_copy(self, size, stride, storage_offset=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AsStridedCopy, (self, size, stride, storage_offset,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AsStridedCopy, (self, size, stride, storage_offset,))
     with _rt_x64:
         return _rt_wrap(_eager_as_strided_copy(_rt_operand(self), _rt_attr_list(size), _rt_attr_list(stride), storage_offset))
 
@@ -1902,8 +1990,9 @@ _eager_as_strided_scatter = _rt_eager_executable(ir.AsStridedScatter)
 
 
 def as_strided_scatter(self, src, size, stride, storage_offset=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AsStridedScatter, (self, src, size, stride, storage_offset,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AsStridedScatter, (self, src, size, stride, storage_offset,))
     with _rt_x64:
         return _rt_wrap(_eager_as_strided_scatter(_rt_operand(self), _rt_operand(src), _rt_attr_list(size), _rt_attr_list(stride), storage_offset))
 
@@ -1916,8 +2005,9 @@ _eager_asin = _rt_eager_executable(ir.Asin)
 
 
 def asin(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Asin, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Asin, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_asin(_rt_operand(self)))
 
@@ -1940,8 +2030,9 @@ _eager_asinh = _rt_eager_executable(ir.Asinh)
 
 
 def asinh(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Asinh, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Asinh, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_asinh(_rt_operand(self)))
 
@@ -1964,8 +2055,9 @@ _eager_atan = _rt_eager_executable(ir.Atan)
 
 
 def atan(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Atan, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Atan, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_atan(_rt_operand(self)))
 
@@ -1978,8 +2070,9 @@ _eager_atan2 = _rt_eager_executable(ir.Atan2)
 
 
 def atan2(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Atan2, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Atan2, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_atan2(_rt_operand(self), _rt_operand(other)))
 
@@ -2013,8 +2106,9 @@ _eager_atanh = _rt_eager_executable(ir.Atanh)
 
 
 def atanh(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Atanh, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Atanh, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_atanh(_rt_operand(self)))
 
@@ -2037,8 +2131,9 @@ _eager_avg_pool2d = _rt_eager_executable(ir.AvgPool2d)
 
 
 def avg_pool2d(self, kernel_size, stride=(), padding=(0, 0,), ceil_mode=False, count_include_pad=True, divisor_override=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AvgPool2d, (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AvgPool2d, (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
     with _rt_x64:
         return _rt_wrap(_eager_avg_pool2d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
 
@@ -2051,8 +2146,9 @@ _eager_avg_pool2d_backward = _rt_eager_executable(ir.AvgPool2dBackward)
 
 
 def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AvgPool2dBackward, (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AvgPool2dBackward, (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
     with _rt_x64:
         return _rt_wrap(_eager_avg_pool2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
 
@@ -2065,8 +2161,9 @@ _eager_avg_pool3d = _rt_eager_executable(ir.AvgPool3d)
 
 
 def avg_pool3d(self, kernel_size, stride=(), padding=(0, 0, 0,), ceil_mode=False, count_include_pad=True, divisor_override=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AvgPool3d, (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AvgPool3d, (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
     with _rt_x64:
         return _rt_wrap(_eager_avg_pool3d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
 
@@ -2079,8 +2176,9 @@ _eager_avg_pool3d_backward = _rt_eager_executable(ir.AvgPool3dBackward)
 
 
 def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    if _rt_state.tracing:
-        return _rt_trace(ir.AvgPool3dBackward, (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.AvgPool3dBackward, (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
     with _rt_x64:
         return _rt_wrap(_eager_avg_pool3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
 
@@ -2093,8 +2191,9 @@ _eager_baddbmm = _rt_eager_executable(ir.Baddbmm)
 
 
 def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Baddbmm, (self, batch1, batch2, beta, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Baddbmm, (self, batch1, batch2, beta, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_baddbmm(_rt_operand(self), _rt_operand(batch1), _rt_operand(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
 
@@ -2117,8 +2216,9 @@ _eager_batch_norm_backward = _rt_eager_executable(ir.BatchNormBackward)
 
 
 def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps, output_mask, reserve):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BatchNormBackward, (grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps, output_mask, reserve,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BatchNormBackward, (grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps, output_mask, reserve,))
     with _rt_x64:
         return _rt_wrap(_eager_batch_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_operand(weight), _rt_operand_opt(running_mean), _rt_operand_opt(running_var), _rt_operand_opt(save_mean), _rt_operand_opt(save_var), update, eps, _rt_attr_list(output_mask), _rt_operand(reserve)))
 
@@ -2159,8 +2259,9 @@ _eager_binary_cross_entropy = _rt_eager_executable(ir.BinaryCrossEntropy)
 
 
 def binary_cross_entropy(self, target, weight=None, reduction=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BinaryCrossEntropy, (self, target, weight, reduction,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BinaryCrossEntropy, (self, target, weight, reduction,))
     with _rt_x64:
         return _rt_wrap(_eager_binary_cross_entropy(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction))
 
@@ -2173,8 +2274,9 @@ _eager_binary_cross_entropy_backward = _rt_eager_executable(ir.BinaryCrossEntrop
 
 
 def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduction=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BinaryCrossEntropyBackward, (grad_output, self, target, weight, reduction,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BinaryCrossEntropyBackward, (grad_output, self, target, weight, reduction,))
     with _rt_x64:
         return _rt_wrap(_eager_binary_cross_entropy_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction))
 
@@ -2187,8 +2289,9 @@ _eager_binary_cross_entropy_with_logits = _rt_eager_executable(ir.BinaryCrossEnt
 
 
 def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None, reduction=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BinaryCrossEntropyWithLogits, (self, target, weight, pos_weight, reduction,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BinaryCrossEntropyWithLogits, (self, target, weight, pos_weight, reduction,))
     with _rt_x64:
         return _rt_wrap(_eager_binary_cross_entropy_with_logits(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), _rt_operand_opt(pos_weight), reduction))
 
@@ -2209,8 +2312,9 @@ _eager_bitwise_and_Scalar = _rt_eager_executable(ir.BitwiseAndScalar)
 
 
 def bitwise_and_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseAndScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseAndScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_and_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -2219,8 +2323,9 @@ _eager_bitwise_and_Scalar_Tensor = _rt_eager_executable(ir.BitwiseAndScalarTenso
 
 
 def bitwise_and_Scalar_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseAndScalarTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseAndScalarTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_and_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
@@ -2237,8 +2342,9 @@ _eager_bitwise_and_Tensor = _rt_eager_executable(ir.BitwiseAndTensor)
 
 
 def bitwise_and_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseAndTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseAndTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_and_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -2272,8 +2378,9 @@ _eager_bitwise_left_shift_Scalar_Tensor = _rt_eager_executable(ir.BitwiseLeftShi
 
 
 def bitwise_left_shift_Scalar_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseLeftShiftScalarTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseLeftShiftScalarTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_left_shift_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
@@ -2286,8 +2393,9 @@ _eager_bitwise_left_shift_Tensor = _rt_eager_executable(ir.BitwiseLeftShiftTenso
 
 
 def bitwise_left_shift_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseLeftShiftTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseLeftShiftTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_left_shift_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -2296,8 +2404,9 @@ _eager_bitwise_left_shift_Tensor_Scalar = _rt_eager_executable(ir.BitwiseLeftShi
 
 
 def bitwise_left_shift_Tensor_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseLeftShiftTensorScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseLeftShiftTensorScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_left_shift_Tensor_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -2335,8 +2444,9 @@ _eager_bitwise_not = _rt_eager_executable(ir.BitwiseNot)
 
 
 def bitwise_not(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseNot, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseNot, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_not(_rt_operand(self)))
 
@@ -2359,8 +2469,9 @@ _eager_bitwise_or_Scalar = _rt_eager_executable(ir.BitwiseOrScalar)
 
 
 def bitwise_or_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseOrScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseOrScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_or_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -2369,8 +2480,9 @@ _eager_bitwise_or_Scalar_Tensor = _rt_eager_executable(ir.BitwiseOrScalarTensor)
 
 
 def bitwise_or_Scalar_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseOrScalarTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseOrScalarTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_or_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
@@ -2387,8 +2499,9 @@ _eager_bitwise_or_Tensor = _rt_eager_executable(ir.BitwiseOrTensor)
 
 
 def bitwise_or_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseOrTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseOrTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_or_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -2422,8 +2535,9 @@ _eager_bitwise_right_shift_Scalar_Tensor = _rt_eager_executable(ir.BitwiseRightS
 
 
 def bitwise_right_shift_Scalar_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseRightShiftScalarTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseRightShiftScalarTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_right_shift_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
@@ -2436,8 +2550,9 @@ _eager_bitwise_right_shift_Tensor = _rt_eager_executable(ir.BitwiseRightShiftTen
 
 
 def bitwise_right_shift_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseRightShiftTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseRightShiftTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_right_shift_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -2446,8 +2561,9 @@ _eager_bitwise_right_shift_Tensor_Scalar = _rt_eager_executable(ir.BitwiseRightS
 
 
 def bitwise_right_shift_Tensor_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseRightShiftTensorScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseRightShiftTensorScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_right_shift_Tensor_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -2485,8 +2601,9 @@ _eager_bitwise_xor_Scalar = _rt_eager_executable(ir.BitwiseXorScalar)
 
 
 def bitwise_xor_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseXorScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseXorScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_xor_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -2495,8 +2612,9 @@ _eager_bitwise_xor_Scalar_Tensor = _rt_eager_executable(ir.BitwiseXorScalarTenso
 
 
 def bitwise_xor_Scalar_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseXorScalarTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseXorScalarTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_xor_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
@@ -2513,8 +2631,9 @@ _eager_bitwise_xor_Tensor = _rt_eager_executable(ir.BitwiseXorTensor)
 
 
 def bitwise_xor_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BitwiseXorTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BitwiseXorTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_bitwise_xor_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -2548,8 +2667,9 @@ _eager_block_diag = _rt_eager_executable(ir.BlockDiag)
 
 
 def block_diag(tensors):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BlockDiag, (tensors,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BlockDiag, (tensors,))
     with _rt_x64:
         return _rt_wrap(_eager_block_diag(_rt_operands(tensors)))
 
@@ -2562,8 +2682,9 @@ _eager_bmm = _rt_eager_executable(ir.Bmm)
 
 
 def bmm(self, mat2):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Bmm, (self, mat2,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Bmm, (self, mat2,))
     with _rt_x64:
         return _rt_wrap(_eager_bmm(_rt_operand(self), _rt_operand(mat2)))
 
@@ -2576,8 +2697,9 @@ _eager_bucketize_Tensor = _rt_eager_executable(ir.BucketizeTensor)
 
 
 def bucketize_Tensor(self, boundaries, *, out_int32=False, right=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.BucketizeTensor, (self, boundaries, out_int32, right,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.BucketizeTensor, (self, boundaries, out_int32, right,))
     with _rt_x64:
         return _rt_wrap(_eager_bucketize_Tensor(_rt_operand(self), _rt_operand(boundaries), out_int32, right))
 
@@ -2590,8 +2712,9 @@ _eager_cat = _rt_eager_executable(ir.Cat)
 
 
 def cat(tensors, dim=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Cat, (tensors, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Cat, (tensors, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_cat(_rt_operands(tensors), dim))
 
@@ -2616,8 +2739,9 @@ _eager_ceil = _rt_eager_executable(ir.Ceil)
 
 
 def ceil(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Ceil, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Ceil, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_ceil(_rt_operand(self)))
 
@@ -2640,8 +2764,9 @@ _eager_celu = _rt_eager_executable(ir.Celu)
 
 
 def celu(self, alpha=1.0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Celu, (self, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Celu, (self, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_celu(_rt_operand(self), _rt_scalar(alpha)))
 
@@ -2664,8 +2789,9 @@ _eager_channel_shuffle = _rt_eager_executable(ir.ChannelShuffle)
 
 
 def channel_shuffle(self, groups):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ChannelShuffle, (self, groups,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ChannelShuffle, (self, groups,))
     with _rt_x64:
         return _rt_wrap(_eager_channel_shuffle(_rt_operand(self), groups))
 
@@ -2686,8 +2812,9 @@ _eager_cholesky_inverse = _rt_eager_executable(ir.CholeskyInverse)
 
 
 def cholesky_inverse(self, upper=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.CholeskyInverse, (self, upper,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.CholeskyInverse, (self, upper,))
     with _rt_x64:
         return _rt_wrap(_eager_cholesky_inverse(_rt_operand(self), upper))
 
@@ -2700,8 +2827,9 @@ _eager_cholesky_solve = _rt_eager_executable(ir.CholeskySolve)
 
 
 def cholesky_solve(self, input2, upper=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.CholeskySolve, (self, input2, upper,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.CholeskySolve, (self, input2, upper,))
     with _rt_x64:
         return _rt_wrap(_eager_cholesky_solve(_rt_operand(self), _rt_operand(input2), upper))
 
@@ -2714,8 +2842,9 @@ _eager_clamp = _rt_eager_executable(ir.Clamp)
 
 
 def clamp(self, min=None, max=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Clamp, (self, min, max,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Clamp, (self, min, max,))
     with _rt_x64:
         return _rt_wrap(_eager_clamp(_rt_operand(self), _rt_scalar(min), _rt_scalar(max)))
 
@@ -2724,8 +2853,9 @@ _eager_clamp_Tensor = _rt_eager_executable(ir.ClampTensor)
 
 
 def clamp_Tensor(self, min=None, max=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ClampTensor, (self, min, max,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ClampTensor, (self, min, max,))
     with _rt_x64:
         return _rt_wrap(_eager_clamp_Tensor(_rt_operand(self), _rt_operand_opt(min), _rt_operand_opt(max)))
 
@@ -2763,8 +2893,9 @@ _eager_clamp_max = _rt_eager_executable(ir.ClampMax)
 
 
 def clamp_max(self, max):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ClampMax, (self, max,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ClampMax, (self, max,))
     with _rt_x64:
         return _rt_wrap(_eager_clamp_max(_rt_operand(self), _rt_scalar(max)))
 
@@ -2773,8 +2904,9 @@ _eager_clamp_max_Tensor = _rt_eager_executable(ir.ClampMaxTensor)
 
 
 def clamp_max_Tensor(self, max):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ClampMaxTensor, (self, max,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ClampMaxTensor, (self, max,))
     with _rt_x64:
         return _rt_wrap(_eager_clamp_max_Tensor(_rt_operand(self), _rt_operand(max)))
 
@@ -2812,8 +2944,9 @@ _eager_clamp_min = _rt_eager_executable(ir.ClampMin)
 
 
 def clamp_min(self, min):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ClampMin, (self, min,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ClampMin, (self, min,))
     with _rt_x64:
         return _rt_wrap(_eager_clamp_min(_rt_operand(self), _rt_scalar(min)))
 
@@ -2822,8 +2955,9 @@ _eager_clamp_min_Tensor = _rt_eager_executable(ir.ClampMinTensor)
 
 
 def clamp_min_Tensor(self, min):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ClampMinTensor, (self, min,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ClampMinTensor, (self, min,))
     with _rt_x64:
         return _rt_wrap(_eager_clamp_min_Tensor(_rt_operand(self), _rt_operand(min)))
 
@@ -2861,8 +2995,9 @@ _eager_clone = _rt_eager_executable(ir.Clone)
 
 
 def clone(self, *, memory_format=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Clone, (self, memory_format,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Clone, (self, memory_format,))
     with _rt_x64:
         return _rt_wrap(_eager_clone(_rt_operand(self), memory_format))
 
@@ -2875,8 +3010,9 @@ _eager_col2im = _rt_eager_executable(ir.Col2im)
 
 
 def col2im(self, output_size, kernel_size, dilation, padding, stride):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Col2im, (self, output_size, kernel_size, dilation, padding, stride,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Col2im, (self, output_size, kernel_size, dilation, padding, stride,))
     with _rt_x64:
         return _rt_wrap(_eager_col2im(_rt_operand(self), _rt_attr_list(output_size), _rt_attr_list(kernel_size), _rt_attr_list(dilation), _rt_attr_list(padding), _rt_attr_list(stride)))
 
@@ -2889,8 +3025,9 @@ _eager_complex = _rt_eager_executable(ir.Complex)
 
 
 def complex(real, imag):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Complex, (real, imag,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Complex, (real, imag,))
     with _rt_x64:
         return _rt_wrap(_eager_complex(_rt_operand(real), _rt_operand(imag)))
 
@@ -2907,8 +3044,9 @@ _eager_constant_pad_nd = _rt_eager_executable(ir.ConstantPadNd)
 
 
 def constant_pad_nd(self, pad, value=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ConstantPadNd, (self, pad, value,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ConstantPadNd, (self, pad, value,))
     with _rt_x64:
         return _rt_wrap(_eager_constant_pad_nd(_rt_operand(self), _rt_attr_list(pad), _rt_scalar(value)))
 
@@ -2921,8 +3059,9 @@ _eager_convolution = _rt_eager_executable(ir.Convolution)
 
 
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Convolution, (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Convolution, (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,))
     with _rt_x64:
         return _rt_wrap(_eager_convolution(_rt_operand(input), _rt_operand(weight), _rt_operand_opt(bias), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), transposed, _rt_attr_list(output_padding), groups))
 
@@ -2935,8 +3074,9 @@ _eager_convolution_backward = _rt_eager_executable(ir.ConvolutionBackward)
 
 
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ConvolutionBackward, (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ConvolutionBackward, (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask,))
     with _rt_x64:
         return _rt_wrap(_eager_convolution_backward(_rt_operand(grad_output), _rt_operand(input), _rt_operand(weight), _rt_attr_list(bias_sizes), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), transposed, _rt_attr_list(output_padding), groups, _rt_attr_list(output_mask)))
 
@@ -2962,8 +3102,9 @@ _eager_copysign_Scalar = _rt_eager_executable(ir.CopysignScalar)
 
 
 def copysign_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.CopysignScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.CopysignScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_copysign_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -2976,8 +3117,9 @@ _eager_copysign_Tensor = _rt_eager_executable(ir.CopysignTensor)
 
 
 def copysign_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.CopysignTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.CopysignTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_copysign_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -3011,8 +3153,9 @@ _eager_cos = _rt_eager_executable(ir.Cos)
 
 
 def cos(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Cos, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Cos, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_cos(_rt_operand(self)))
 
@@ -3035,8 +3178,9 @@ _eager_cosh = _rt_eager_executable(ir.Cosh)
 
 
 def cosh(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Cosh, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Cosh, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_cosh(_rt_operand(self)))
 
@@ -3059,8 +3203,9 @@ _eager_count_nonzero = _rt_eager_executable(ir.CountNonzero)
 
 
 def count_nonzero(self, dim=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.CountNonzero, (self, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.CountNonzero, (self, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_count_nonzero(_rt_operand(self), dim))
 
@@ -3069,8 +3214,9 @@ _eager_count_nonzero_dim_IntList = _rt_eager_executable(ir.CountNonzeroDimIntLis
 
 
 def count_nonzero_dim_IntList(self, dim):
-    if _rt_state.tracing:
-        return _rt_trace(ir.CountNonzeroDimIntList, (self, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.CountNonzeroDimIntList, (self, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_count_nonzero_dim_IntList(_rt_operand(self), _rt_attr_list(dim)))
 
@@ -3087,8 +3233,9 @@ _eager_cummax = _rt_eager_executable(ir.Cummax)
 
 
 def cummax(self, dim):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Cummax, (self, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Cummax, (self, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_cummax(_rt_operand(self), dim))
 
@@ -3101,8 +3248,9 @@ _eager_cummin = _rt_eager_executable(ir.Cummin)
 
 
 def cummin(self, dim):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Cummin, (self, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Cummin, (self, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_cummin(_rt_operand(self), dim))
 
@@ -3115,8 +3263,9 @@ _eager_cumprod = _rt_eager_executable(ir.Cumprod)
 
 
 def cumprod(self, dim, *, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Cumprod, (self, dim, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Cumprod, (self, dim, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager_cumprod(_rt_operand(self), dim, dtype))
 
@@ -3139,8 +3288,9 @@ _eager_cumsum = _rt_eager_executable(ir.Cumsum)
 
 
 def cumsum(self, dim, *, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Cumsum, (self, dim, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Cumsum, (self, dim, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager_cumsum(_rt_operand(self), dim, dtype))
 
@@ -3163,8 +3313,9 @@ _eager_deg2rad = _rt_eager_executable(ir.Deg2rad)
 
 
 def deg2rad(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Deg2rad, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Deg2rad, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_deg2rad(_rt_operand(self)))
 
@@ -3195,8 +3346,9 @@ _eager_diag_embed = _rt_eager_executable(ir.DiagEmbed)
 
 
 def diag_embed(self, offset=0, dim1=-2, dim2=-1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.DiagEmbed, (self, offset, dim1, dim2,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.DiagEmbed, (self, offset, dim1, dim2,))
     with _rt_x64:
         return _rt_wrap(_eager_diag_embed(_rt_operand(self), offset, dim1, dim2))
 
@@ -3213,8 +3365,9 @@ _eager_diagonal_backward = _rt_eager_executable(ir.DiagonalBackward)
 
 
 def diagonal_backward(grad_output, input_sizes, offset, dim1, dim2):
-    if _rt_state.tracing:
-        return _rt_trace(ir.DiagonalBackward, (grad_output, input_sizes, offset, dim1, dim2,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.DiagonalBackward, (grad_output, input_sizes, offset, dim1, dim2,))
     with _rt_x64:
         return _rt_wrap(_eager_diagonal_backward(_rt_operand(grad_output), _rt_attr_list(input_sizes), offset, dim1, dim2))
 
@@ -3227,8 +3380,9 @@ _eager_diagonal_copy = _rt_eager_executable(ir.DiagonalCopy)
 
 
 def diagonal_copy(self, offset=0, dim1=0, dim2=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.DiagonalCopy, (self, offset, dim1, dim2,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.DiagonalCopy, (self, offset, dim1, dim2,))
     with _rt_x64:
         return _rt_wrap(_eager_diagonal_copy(_rt_operand(self), offset, dim1, dim2))
 
@@ -3241,8 +3395,9 @@ _eager_diagonal_scatter = _rt_eager_executable(ir.DiagonalScatter)
 
 
 def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.DiagonalScatter, (self, src, offset, dim1, dim2,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.DiagonalScatter, (self, src, offset, dim1, dim2,))
     with _rt_x64:
         return _rt_wrap(_eager_diagonal_scatter(_rt_operand(self), _rt_operand(src), offset, dim1, dim2))
 
@@ -3255,8 +3410,9 @@ _eager_digamma = _rt_eager_executable(ir.Digamma)
 
 
 def digamma(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Digamma, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Digamma, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_digamma(_rt_operand(self)))
 
@@ -3279,8 +3435,9 @@ _eager_dist = _rt_eager_executable(ir.Dist)
 
 
 def dist(self, other, p=2):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Dist, (self, other, p,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Dist, (self, other, p,))
     with _rt_x64:
         return _rt_wrap(_eager_dist(_rt_operand(self), _rt_operand(other), _rt_scalar(p)))
 
@@ -3293,8 +3450,9 @@ _eager_div_Scalar = _rt_eager_executable(ir.DivScalar)
 
 
 def div_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.DivScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.DivScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_div_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -3303,8 +3461,9 @@ _eager_div_Scalar_mode = _rt_eager_executable(ir.DivScalarMode)
 
 
 def div_Scalar_mode(self, other, *, rounding_mode):
-    if _rt_state.tracing:
-        return _rt_trace(ir.DivScalarMode, (self, other, rounding_mode,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.DivScalarMode, (self, other, rounding_mode,))
     with _rt_x64:
         return _rt_wrap(_eager_div_Scalar_mode(_rt_operand(self), _rt_scalar(other), rounding_mode))
 
@@ -3321,8 +3480,9 @@ _eager_div_Tensor = _rt_eager_executable(ir.DivTensor)
 
 
 def div_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.DivTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.DivTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_div_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -3331,8 +3491,9 @@ _eager_div_Tensor_mode = _rt_eager_executable(ir.DivTensorMode)
 
 
 def div_Tensor_mode(self, other, *, rounding_mode):
-    if _rt_state.tracing:
-        return _rt_trace(ir.DivTensorMode, (self, other, rounding_mode,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.DivTensorMode, (self, other, rounding_mode,))
     with _rt_x64:
         return _rt_wrap(_eager_div_Tensor_mode(_rt_operand(self), _rt_operand(other), rounding_mode))
 
@@ -3391,8 +3552,9 @@ _eager_dot = _rt_eager_executable(ir.Dot)
 
 
 def dot(self, tensor):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Dot, (self, tensor,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Dot, (self, tensor,))
     with _rt_x64:
         return _rt_wrap(_eager_dot(_rt_operand(self), _rt_operand(tensor)))
 
@@ -3405,8 +3567,9 @@ _eager_elu = _rt_eager_executable(ir.Elu)
 
 
 def elu(self, alpha=1, scale=1, input_scale=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Elu, (self, alpha, scale, input_scale,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Elu, (self, alpha, scale, input_scale,))
     with _rt_x64:
         return _rt_wrap(_eager_elu(_rt_operand(self), _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale)))
 
@@ -3429,8 +3592,9 @@ _eager_elu_backward = _rt_eager_executable(ir.EluBackward)
 
 
 def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result):
-    if _rt_state.tracing:
-        return _rt_trace(ir.EluBackward, (grad_output, alpha, scale, input_scale, is_result, self_or_result,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.EluBackward, (grad_output, alpha, scale, input_scale, is_result, self_or_result,))
     with _rt_x64:
         return _rt_wrap(_eager_elu_backward(_rt_operand(grad_output), _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale), is_result, _rt_operand(self_or_result)))
 
@@ -3443,8 +3607,9 @@ _eager_embedding = _rt_eager_executable(ir.Embedding)
 
 
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Embedding, (weight, indices, padding_idx, scale_grad_by_freq, sparse,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Embedding, (weight, indices, padding_idx, scale_grad_by_freq, sparse,))
     with _rt_x64:
         return _rt_wrap(_eager_embedding(_rt_operand(weight), _rt_operand(indices), padding_idx, scale_grad_by_freq, sparse))
 
@@ -3457,8 +3622,9 @@ _eager_embedding_dense_backward = _rt_eager_executable(ir.EmbeddingDenseBackward
 
 
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
-    if _rt_state.tracing:
-        return _rt_trace(ir.EmbeddingDenseBackward, (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.EmbeddingDenseBackward, (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq,))
     with _rt_x64:
         return _rt_wrap(_eager_embedding_dense_backward(_rt_operand(grad_output), _rt_operand(indices), num_weights, padding_idx, scale_grad_by_freq))
 
@@ -3471,8 +3637,9 @@ _eager_embedding_renorm = _rt_eager_executable(ir.EmbeddingRenorm)
 
 
 def embedding_renorm(self, indices, max_norm, norm_type):
-    if _rt_state.tracing:
-        return _rt_trace(ir.EmbeddingRenorm, (self, indices, max_norm, norm_type,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.EmbeddingRenorm, (self, indices, max_norm, norm_type,))
     with _rt_x64:
         return _rt_wrap(_eager_embedding_renorm(_rt_operand(self), _rt_operand(indices), max_norm, norm_type))
 
@@ -3503,8 +3670,9 @@ _eager_empty_like = _rt_eager_executable(ir.EmptyLike)
 
 
 def empty_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.EmptyLike, (self, dtype, layout, device, pin_memory, memory_format,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.EmptyLike, (self, dtype, layout, device, pin_memory, memory_format,))
     with _rt_x64:
         return _rt_wrap(_eager_empty_like(_rt_operand(self), dtype, layout, device, pin_memory, memory_format))
 
@@ -3517,8 +3685,9 @@ _eager_empty_permuted = _rt_eager_executable(ir.EmptyPermuted)
 
 
 def empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.EmptyPermuted, (size, physical_layout, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.EmptyPermuted, (size, physical_layout, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_empty_permuted(_rt_attr_list(size), _rt_attr_list(physical_layout), dtype, layout, device, pin_memory))
 
@@ -3539,8 +3708,9 @@ _eager_eq_Scalar = _rt_eager_executable(ir.EqScalar)
 
 
 def eq_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.EqScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.EqScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_eq_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -3553,8 +3723,9 @@ _eager_eq_Tensor = _rt_eager_executable(ir.EqTensor)
 
 
 def eq_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.EqTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.EqTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_eq_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -3592,8 +3763,9 @@ _eager_erf = _rt_eager_executable(ir.Erf)
 
 
 def erf(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Erf, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Erf, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_erf(_rt_operand(self)))
 
@@ -3616,8 +3788,9 @@ _eager_erfc = _rt_eager_executable(ir.Erfc)
 
 
 def erfc(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Erfc, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Erfc, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_erfc(_rt_operand(self)))
 
@@ -3640,8 +3813,9 @@ _eager_erfinv = _rt_eager_executable(ir.Erfinv)
 
 
 def erfinv(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Erfinv, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Erfinv, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_erfinv(_rt_operand(self)))
 
@@ -3664,8 +3838,9 @@ _eager_exp = _rt_eager_executable(ir.Exp)
 
 
 def exp(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Exp, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Exp, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_exp(_rt_operand(self)))
 
@@ -3678,8 +3853,9 @@ _eager_exp2 = _rt_eager_executable(ir.Exp2)
 
 
 def exp2(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Exp2, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Exp2, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_exp2(_rt_operand(self)))
 
@@ -3716,8 +3892,9 @@ _eager_expand_copy = _rt_eager_executable(ir.ExpandCopy)
 
 
 def expand_copy(self, size, *, implicit=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ExpandCopy, (self, size, implicit,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ExpandCopy, (self, size, implicit,))
     with _rt_x64:
         return _rt_wrap(_eager_expand_copy(_rt_operand(self), _rt_attr_list(size), implicit))
 
@@ -3730,8 +3907,9 @@ _eager_expm1 = _rt_eager_executable(ir.Expm1)
 
 
 def expm1(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Expm1, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Expm1, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_expm1(_rt_operand(self)))
 
@@ -3766,8 +3944,9 @@ _eager_eye = _rt_eager_executable(ir.Eye)
 
 
 def eye(n, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Eye, (n, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Eye, (n, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_eye(n, dtype, layout, device, pin_memory))
 
@@ -3776,8 +3955,9 @@ _eager_eye_m = _rt_eager_executable(ir.EyeM)
 
 
 def eye_m(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.EyeM, (n, m, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.EyeM, (n, m, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_eye_m(n, m, dtype, layout, device, pin_memory))
 
@@ -3794,8 +3974,9 @@ _eager_fill_Scalar = _rt_eager_executable(ir.FillScalar)
 
 
 def fill_Scalar(self, value):
-    if _rt_state.tracing:
-        return _rt_trace(ir.FillScalar, (self, value,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.FillScalar, (self, value,))
     with _rt_x64:
         return _rt_wrap(_eager_fill_Scalar(_rt_operand(self), _rt_scalar(value)))
 
@@ -3818,8 +3999,9 @@ _eager_flip = _rt_eager_executable(ir.Flip)
 
 
 def flip(self, dims):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Flip, (self, dims,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Flip, (self, dims,))
     with _rt_x64:
         return _rt_wrap(_eager_flip(_rt_operand(self), _rt_attr_list(dims)))
 
@@ -3832,8 +4014,9 @@ _eager_floor = _rt_eager_executable(ir.Floor)
 
 
 def floor(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Floor, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Floor, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_floor(_rt_operand(self)))
 
@@ -3856,8 +4039,9 @@ _eager_floor_divide = _rt_eager_executable(ir.FloorDivide)
 
 
 def floor_divide(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.FloorDivide, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.FloorDivide, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_floor_divide(_rt_operand(self), _rt_operand(other)))
 
@@ -3866,8 +4050,9 @@ _eager_floor_divide_Scalar = _rt_eager_executable(ir.FloorDivideScalar)
 
 
 def floor_divide_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.FloorDivideScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.FloorDivideScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_floor_divide_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -3905,8 +4090,9 @@ _eager_fmax = _rt_eager_executable(ir.Fmax)
 
 
 def fmax(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Fmax, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Fmax, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_fmax(_rt_operand(self), _rt_operand(other)))
 
@@ -3919,8 +4105,9 @@ _eager_fmin = _rt_eager_executable(ir.Fmin)
 
 
 def fmin(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Fmin, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Fmin, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_fmin(_rt_operand(self), _rt_operand(other)))
 
@@ -3933,8 +4120,9 @@ _eager_fmod_Scalar = _rt_eager_executable(ir.FmodScalar)
 
 
 def fmod_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.FmodScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.FmodScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_fmod_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -3947,8 +4135,9 @@ _eager_fmod_Tensor = _rt_eager_executable(ir.FmodTensor)
 
 
 def fmod_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.FmodTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.FmodTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_fmod_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -3982,8 +4171,9 @@ _eager_frac = _rt_eager_executable(ir.Frac)
 
 
 def frac(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Frac, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Frac, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_frac(_rt_operand(self)))
 
@@ -4006,8 +4196,9 @@ _eager_fractional_max_pool2d = _rt_eager_executable(ir.FractionalMaxPool2d)
 
 
 def fractional_max_pool2d(self, kernel_size, output_size, random_samples):
-    if _rt_state.tracing:
-        return _rt_trace(ir.FractionalMaxPool2d, (self, kernel_size, output_size, random_samples,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.FractionalMaxPool2d, (self, kernel_size, output_size, random_samples,))
     with _rt_x64:
         return _rt_wrap(_eager_fractional_max_pool2d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(random_samples)))
 
@@ -4020,8 +4211,9 @@ _eager_fractional_max_pool2d_backward = _rt_eager_executable(ir.FractionalMaxPoo
 
 
 def fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices):
-    if _rt_state.tracing:
-        return _rt_trace(ir.FractionalMaxPool2dBackward, (grad_output, self, kernel_size, output_size, indices,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.FractionalMaxPool2dBackward, (grad_output, self, kernel_size, output_size, indices,))
     with _rt_x64:
         return _rt_wrap(_eager_fractional_max_pool2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(indices)))
 
@@ -4034,8 +4226,9 @@ _eager_fractional_max_pool3d = _rt_eager_executable(ir.FractionalMaxPool3d)
 
 
 def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
-    if _rt_state.tracing:
-        return _rt_trace(ir.FractionalMaxPool3d, (self, kernel_size, output_size, random_samples,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.FractionalMaxPool3d, (self, kernel_size, output_size, random_samples,))
     with _rt_x64:
         return _rt_wrap(_eager_fractional_max_pool3d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(random_samples)))
 
@@ -4048,8 +4241,9 @@ _eager_fractional_max_pool3d_backward = _rt_eager_executable(ir.FractionalMaxPoo
 
 
 def fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
-    if _rt_state.tracing:
-        return _rt_trace(ir.FractionalMaxPool3dBackward, (grad_output, self, kernel_size, output_size, indices,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.FractionalMaxPool3dBackward, (grad_output, self, kernel_size, output_size, indices,))
     with _rt_x64:
         return _rt_wrap(_eager_fractional_max_pool3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(indices)))
 
@@ -4062,8 +4256,9 @@ _eager_frexp_Tensor = _rt_eager_executable(ir.FrexpTensor)
 
 
 def frexp_Tensor(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.FrexpTensor, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.FrexpTensor, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_frexp_Tensor(_rt_operand(self)))
 
@@ -4076,8 +4271,9 @@ _eager_full = _rt_eager_executable(ir.Full)
 
 
 def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Full, (size, fill_value, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Full, (size, fill_value, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_full(_rt_attr_list(size), _rt_scalar(fill_value), dtype, layout, device, pin_memory))
 
@@ -4090,8 +4286,9 @@ _eager_full_like = _rt_eager_executable(ir.FullLike)
 
 
 def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.FullLike, (self, fill_value, dtype, layout, device, pin_memory, memory_format,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.FullLike, (self, fill_value, dtype, layout, device, pin_memory, memory_format,))
     with _rt_x64:
         return _rt_wrap(_eager_full_like(_rt_operand(self), _rt_scalar(fill_value), dtype, layout, device, pin_memory, memory_format))
 
@@ -4104,8 +4301,9 @@ _eager_gather = _rt_eager_executable(ir.Gather)
 
 
 def gather(self, dim, index, *, sparse_grad=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Gather, (self, dim, index, sparse_grad,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Gather, (self, dim, index, sparse_grad,))
     with _rt_x64:
         return _rt_wrap(_eager_gather(_rt_operand(self), dim, _rt_operand(index), sparse_grad))
 
@@ -4118,8 +4316,9 @@ _eager_gcd = _rt_eager_executable(ir.Gcd)
 
 
 def gcd(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Gcd, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Gcd, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_gcd(_rt_operand(self), _rt_operand(other)))
 
@@ -4143,8 +4342,9 @@ _eager_ge_Scalar = _rt_eager_executable(ir.GeScalar)
 
 
 def ge_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.GeScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.GeScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_ge_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -4157,8 +4357,9 @@ _eager_ge_Tensor = _rt_eager_executable(ir.GeTensor)
 
 
 def ge_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.GeTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.GeTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_ge_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -4192,8 +4393,9 @@ _eager_gelu = _rt_eager_executable(ir.Gelu)
 
 
 def gelu(self, *, approximate='none'):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Gelu, (self, approximate,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Gelu, (self, approximate,))
     with _rt_x64:
         return _rt_wrap(_eager_gelu(_rt_operand(self), approximate))
 
@@ -4216,8 +4418,9 @@ _eager_gelu_backward = _rt_eager_executable(ir.GeluBackward)
 
 
 def gelu_backward(grad_output, self, *, approximate='none'):
-    if _rt_state.tracing:
-        return _rt_trace(ir.GeluBackward, (grad_output, self, approximate,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.GeluBackward, (grad_output, self, approximate,))
     with _rt_x64:
         return _rt_wrap(_eager_gelu_backward(_rt_operand(grad_output), _rt_operand(self), approximate))
 
@@ -4242,8 +4445,9 @@ _eager_geqrf = _rt_eager_executable(ir.Geqrf)
 
 
 def geqrf(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Geqrf, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Geqrf, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_geqrf(_rt_operand(self)))
 
@@ -4256,8 +4460,9 @@ _eager_glu = _rt_eager_executable(ir.Glu)
 
 
 def glu(self, dim=-1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Glu, (self, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Glu, (self, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_glu(_rt_operand(self), dim))
 
@@ -4270,8 +4475,9 @@ _eager_glu_backward = _rt_eager_executable(ir.GluBackward)
 
 
 def glu_backward(grad_output, self, dim):
-    if _rt_state.tracing:
-        return _rt_trace(ir.GluBackward, (grad_output, self, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.GluBackward, (grad_output, self, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_glu_backward(_rt_operand(grad_output), _rt_operand(self), dim))
 
@@ -4284,8 +4490,9 @@ _eager_grid_sampler_2d = _rt_eager_executable(ir.GridSampler2d)
 
 
 def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners):
-    if _rt_state.tracing:
-        return _rt_trace(ir.GridSampler2d, (input, grid, interpolation_mode, padding_mode, align_corners,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.GridSampler2d, (input, grid, interpolation_mode, padding_mode, align_corners,))
     with _rt_x64:
         return _rt_wrap(_eager_grid_sampler_2d(_rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners))
 
@@ -4298,8 +4505,9 @@ _eager_grid_sampler_2d_backward = _rt_eager_executable(ir.GridSampler2dBackward)
 
 
 def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
-    if _rt_state.tracing:
-        return _rt_trace(ir.GridSampler2dBackward, (grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.GridSampler2dBackward, (grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask,))
     with _rt_x64:
         return _rt_wrap(_eager_grid_sampler_2d_backward(_rt_operand(grad_output), _rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners, _rt_attr_list(output_mask)))
 
@@ -4312,8 +4520,9 @@ _eager_grid_sampler_3d = _rt_eager_executable(ir.GridSampler3d)
 
 
 def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
-    if _rt_state.tracing:
-        return _rt_trace(ir.GridSampler3d, (input, grid, interpolation_mode, padding_mode, align_corners,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.GridSampler3d, (input, grid, interpolation_mode, padding_mode, align_corners,))
     with _rt_x64:
         return _rt_wrap(_eager_grid_sampler_3d(_rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners))
 
@@ -4326,8 +4535,9 @@ _eager_grid_sampler_3d_backward = _rt_eager_executable(ir.GridSampler3dBackward)
 
 
 def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
-    if _rt_state.tracing:
-        return _rt_trace(ir.GridSampler3dBackward, (grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.GridSampler3dBackward, (grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask,))
     with _rt_x64:
         return _rt_wrap(_eager_grid_sampler_3d_backward(_rt_operand(grad_output), _rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners, _rt_attr_list(output_mask)))
 
@@ -4340,8 +4550,9 @@ _eager_gt_Scalar = _rt_eager_executable(ir.GtScalar)
 
 
 def gt_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.GtScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.GtScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_gt_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -4354,8 +4565,9 @@ _eager_gt_Tensor = _rt_eager_executable(ir.GtTensor)
 
 
 def gt_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.GtTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.GtTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_gt_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -4389,8 +4601,9 @@ _eager_hardshrink = _rt_eager_executable(ir.Hardshrink)
 
 
 def hardshrink(self, lambd=0.5):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Hardshrink, (self, lambd,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Hardshrink, (self, lambd,))
     with _rt_x64:
         return _rt_wrap(_eager_hardshrink(_rt_operand(self), _rt_scalar(lambd)))
 
@@ -4403,8 +4616,9 @@ _eager_hardshrink_backward = _rt_eager_executable(ir.HardshrinkBackward)
 
 
 def hardshrink_backward(grad_out, self, lambd):
-    if _rt_state.tracing:
-        return _rt_trace(ir.HardshrinkBackward, (grad_out, self, lambd,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.HardshrinkBackward, (grad_out, self, lambd,))
     with _rt_x64:
         return _rt_wrap(_eager_hardshrink_backward(_rt_operand(grad_out), _rt_operand(self), _rt_scalar(lambd)))
 
@@ -4417,8 +4631,9 @@ _eager_hardsigmoid = _rt_eager_executable(ir.Hardsigmoid)
 
 
 def hardsigmoid(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Hardsigmoid, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Hardsigmoid, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_hardsigmoid(_rt_operand(self)))
 
@@ -4441,8 +4656,9 @@ _eager_hardsigmoid_backward = _rt_eager_executable(ir.HardsigmoidBackward)
 
 
 def hardsigmoid_backward(grad_output, self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.HardsigmoidBackward, (grad_output, self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.HardsigmoidBackward, (grad_output, self,))
     with _rt_x64:
         return _rt_wrap(_eager_hardsigmoid_backward(_rt_operand(grad_output), _rt_operand(self)))
 
@@ -4455,8 +4671,9 @@ _eager_hardswish = _rt_eager_executable(ir.Hardswish)
 
 
 def hardswish(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Hardswish, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Hardswish, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_hardswish(_rt_operand(self)))
 
@@ -4479,8 +4696,9 @@ _eager_hardswish_backward = _rt_eager_executable(ir.HardswishBackward)
 
 
 def hardswish_backward(grad_output, self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.HardswishBackward, (grad_output, self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.HardswishBackward, (grad_output, self,))
     with _rt_x64:
         return _rt_wrap(_eager_hardswish_backward(_rt_operand(grad_output), _rt_operand(self)))
 
@@ -4493,8 +4711,9 @@ _eager_hardtanh = _rt_eager_executable(ir.Hardtanh)
 
 
 def hardtanh(self, min_val=-1, max_val=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Hardtanh, (self, min_val, max_val,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Hardtanh, (self, min_val, max_val,))
     with _rt_x64:
         return _rt_wrap(_eager_hardtanh(_rt_operand(self), _rt_scalar(min_val), _rt_scalar(max_val)))
 
@@ -4517,8 +4736,9 @@ _eager_hardtanh_backward = _rt_eager_executable(ir.HardtanhBackward)
 
 
 def hardtanh_backward(grad_output, self, min_val, max_val):
-    if _rt_state.tracing:
-        return _rt_trace(ir.HardtanhBackward, (grad_output, self, min_val, max_val,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.HardtanhBackward, (grad_output, self, min_val, max_val,))
     with _rt_x64:
         return _rt_wrap(_eager_hardtanh_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(min_val), _rt_scalar(max_val)))
 
@@ -4531,8 +4751,9 @@ _eager_hash_tensor = _rt_eager_executable(ir.HashTensor)
 
 
 def hash_tensor(self, dim=(), *, keepdim=False, mode=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.HashTensor, (self, dim, keepdim, mode,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.HashTensor, (self, dim, keepdim, mode,))
     with _rt_x64:
         return _rt_wrap(_eager_hash_tensor(_rt_operand(self), _rt_attr_list(dim), keepdim, mode))
 
@@ -4545,8 +4766,9 @@ _eager_heaviside = _rt_eager_executable(ir.Heaviside)
 
 
 def heaviside(self, values):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Heaviside, (self, values,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Heaviside, (self, values,))
     with _rt_x64:
         return _rt_wrap(_eager_heaviside(_rt_operand(self), _rt_operand(values)))
 
@@ -4570,8 +4792,9 @@ _eager_histc = _rt_eager_executable(ir.Histc)
 
 
 def histc(self, bins=100, min=0, max=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Histc, (self, bins, min, max,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Histc, (self, bins, min, max,))
     with _rt_x64:
         return _rt_wrap(_eager_histc(_rt_operand(self), bins, _rt_scalar(min), _rt_scalar(max)))
 
@@ -4584,8 +4807,9 @@ _eager_histogram_bin_ct = _rt_eager_executable(ir.HistogramBinCt)
 
 
 def histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.HistogramBinCt, (self, bins, range, weight, density,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.HistogramBinCt, (self, bins, range, weight, density,))
     with _rt_x64:
         return _rt_wrap(_eager_histogram_bin_ct(_rt_operand(self), bins, _rt_attr_list(range), _rt_operand_opt(weight), density))
 
@@ -4598,8 +4822,9 @@ _eager_histogram_bins_tensor = _rt_eager_executable(ir.HistogramBinsTensor)
 
 
 def histogram_bins_tensor(self, bins, *, weight=None, density=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.HistogramBinsTensor, (self, bins, weight, density,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.HistogramBinsTensor, (self, bins, weight, density,))
     with _rt_x64:
         return _rt_wrap(_eager_histogram_bins_tensor(_rt_operand(self), _rt_operand(bins), _rt_operand_opt(weight), density))
 
@@ -4612,8 +4837,9 @@ _eager_huber_loss = _rt_eager_executable(ir.HuberLoss)
 
 
 def huber_loss(self, target, reduction=1, delta=1.0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.HuberLoss, (self, target, reduction, delta,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.HuberLoss, (self, target, reduction, delta,))
     with _rt_x64:
         return _rt_wrap(_eager_huber_loss(_rt_operand(self), _rt_operand(target), reduction, delta))
 
@@ -4626,8 +4852,9 @@ _eager_huber_loss_backward = _rt_eager_executable(ir.HuberLossBackward)
 
 
 def huber_loss_backward(grad_output, self, target, reduction, delta):
-    if _rt_state.tracing:
-        return _rt_trace(ir.HuberLossBackward, (grad_output, self, target, reduction, delta,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.HuberLossBackward, (grad_output, self, target, reduction, delta,))
     with _rt_x64:
         return _rt_wrap(_eager_huber_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction, delta))
 
@@ -4640,8 +4867,9 @@ _eager_hypot = _rt_eager_executable(ir.Hypot)
 
 
 def hypot(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Hypot, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Hypot, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_hypot(_rt_operand(self), _rt_operand(other)))
 
@@ -4665,8 +4893,9 @@ _eager_i0 = _rt_eager_executable(ir.I0)
 
 
 def i0(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.I0, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.I0, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_i0(_rt_operand(self)))
 
@@ -4689,8 +4918,9 @@ _eager_igamma = _rt_eager_executable(ir.Igamma)
 
 
 def igamma(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Igamma, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Igamma, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_igamma(_rt_operand(self), _rt_operand(other)))
 
@@ -4714,8 +4944,9 @@ _eager_igammac = _rt_eager_executable(ir.Igammac)
 
 
 def igammac(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Igammac, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Igammac, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_igammac(_rt_operand(self), _rt_operand(other)))
 
@@ -4739,8 +4970,9 @@ _eager_im2col = _rt_eager_executable(ir.Im2col)
 
 
 def im2col(self, kernel_size, dilation, padding, stride):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Im2col, (self, kernel_size, dilation, padding, stride,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Im2col, (self, kernel_size, dilation, padding, stride,))
     with _rt_x64:
         return _rt_wrap(_eager_im2col(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(dilation), _rt_attr_list(padding), _rt_attr_list(stride)))
 
@@ -4761,8 +4993,9 @@ _eager_index_add = _rt_eager_executable(ir.IndexAdd)
 
 
 def index_add(self, dim, index, source, *, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.IndexAdd, (self, dim, index, source, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.IndexAdd, (self, dim, index, source, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_index_add(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source), _rt_scalar(alpha)))
 
@@ -4786,8 +5019,9 @@ _eager_index_copy = _rt_eager_executable(ir.IndexCopy)
 
 
 def index_copy(self, dim, index, source):
-    if _rt_state.tracing:
-        return _rt_trace(ir.IndexCopy, (self, dim, index, source,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.IndexCopy, (self, dim, index, source,))
     with _rt_x64:
         return _rt_wrap(_eager_index_copy(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source)))
 
@@ -4811,8 +5045,9 @@ _eager_index_fill_int_Scalar = _rt_eager_executable(ir.IndexFillIntScalar)
 
 
 def index_fill_int_Scalar(self, dim, index, value):
-    if _rt_state.tracing:
-        return _rt_trace(ir.IndexFillIntScalar, (self, dim, index, value,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.IndexFillIntScalar, (self, dim, index, value,))
     with _rt_x64:
         return _rt_wrap(_eager_index_fill_int_Scalar(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value)))
 
@@ -4825,8 +5060,9 @@ _eager_index_fill_int_Tensor = _rt_eager_executable(ir.IndexFillIntTensor)
 
 
 def index_fill_int_Tensor(self, dim, index, value):
-    if _rt_state.tracing:
-        return _rt_trace(ir.IndexFillIntTensor, (self, dim, index, value,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.IndexFillIntTensor, (self, dim, index, value,))
     with _rt_x64:
         return _rt_wrap(_eager_index_fill_int_Tensor(_rt_operand(self), dim, _rt_operand(index), _rt_operand(value)))
 
@@ -4872,8 +5108,9 @@ _eager_index_reduce = _rt_eager_executable(ir.IndexReduce)
 
 
 def index_reduce(self, dim, index, source, reduce, *, include_self=True):
-    if _rt_state.tracing:
-        return _rt_trace(ir.IndexReduce, (self, dim, index, source, reduce, include_self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.IndexReduce, (self, dim, index, source, reduce, include_self,))
     with _rt_x64:
         return _rt_wrap(_eager_index_reduce(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source), reduce, include_self))
 
@@ -4897,8 +5134,9 @@ _eager_index_select = _rt_eager_executable(ir.IndexSelect)
 
 
 def index_select(self, dim, index):
-    if _rt_state.tracing:
-        return _rt_trace(ir.IndexSelect, (self, dim, index,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.IndexSelect, (self, dim, index,))
     with _rt_x64:
         return _rt_wrap(_eager_index_select(_rt_operand(self), dim, _rt_operand(index)))
 
@@ -4911,8 +5149,9 @@ _eager_isin_Tensor_Tensor = _rt_eager_executable(ir.IsinTensorTensor)
 
 
 def isin_Tensor_Tensor(elements, test_elements, *, assume_unique=False, invert=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.IsinTensorTensor, (elements, test_elements, assume_unique, invert,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.IsinTensorTensor, (elements, test_elements, assume_unique, invert,))
     with _rt_x64:
         return _rt_wrap(_eager_isin_Tensor_Tensor(_rt_operand(elements), _rt_operand(test_elements), assume_unique, invert))
 
@@ -4925,8 +5164,9 @@ _eager_isinf = _rt_eager_executable(ir.Isinf)
 
 
 def isinf(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Isinf, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Isinf, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_isinf(_rt_operand(self)))
 
@@ -4939,8 +5179,9 @@ _eager_isnan = _rt_eager_executable(ir.Isnan)
 
 
 def isnan(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Isnan, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Isnan, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_isnan(_rt_operand(self)))
 
@@ -4953,8 +5194,9 @@ _eager_isneginf = _rt_eager_executable(ir.Isneginf)
 
 
 def isneginf(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Isneginf, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Isneginf, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_isneginf(_rt_operand(self)))
 
@@ -4967,8 +5209,9 @@ _eager_isposinf = _rt_eager_executable(ir.Isposinf)
 
 
 def isposinf(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Isposinf, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Isposinf, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_isposinf(_rt_operand(self)))
 
@@ -4981,8 +5224,9 @@ _eager_kthvalue = _rt_eager_executable(ir.Kthvalue)
 
 
 def kthvalue(self, k, dim=-1, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Kthvalue, (self, k, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Kthvalue, (self, k, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_kthvalue(_rt_operand(self), k, dim, keepdim))
 
@@ -4995,8 +5239,9 @@ _eager_lcm = _rt_eager_executable(ir.Lcm)
 
 
 def lcm(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Lcm, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Lcm, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_lcm(_rt_operand(self), _rt_operand(other)))
 
@@ -5020,8 +5265,9 @@ _eager_ldexp_Tensor = _rt_eager_executable(ir.LdexpTensor)
 
 
 def ldexp_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LdexpTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LdexpTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_ldexp_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -5045,8 +5291,9 @@ _eager_le_Scalar = _rt_eager_executable(ir.LeScalar)
 
 
 def le_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LeScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LeScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_le_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -5059,8 +5306,9 @@ _eager_le_Tensor = _rt_eager_executable(ir.LeTensor)
 
 
 def le_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LeTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LeTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_le_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -5094,8 +5342,9 @@ _eager_leaky_relu = _rt_eager_executable(ir.LeakyRelu)
 
 
 def leaky_relu(self, negative_slope=0.01):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LeakyRelu, (self, negative_slope,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LeakyRelu, (self, negative_slope,))
     with _rt_x64:
         return _rt_wrap(_eager_leaky_relu(_rt_operand(self), _rt_scalar(negative_slope)))
 
@@ -5118,8 +5367,9 @@ _eager_leaky_relu_backward = _rt_eager_executable(ir.LeakyReluBackward)
 
 
 def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LeakyReluBackward, (grad_output, self, negative_slope, self_is_result,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LeakyReluBackward, (grad_output, self, negative_slope, self_is_result,))
     with _rt_x64:
         return _rt_wrap(_eager_leaky_relu_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(negative_slope), self_is_result))
 
@@ -5132,8 +5382,9 @@ _eager_lerp_Scalar = _rt_eager_executable(ir.LerpScalar)
 
 
 def lerp_Scalar(self, end, weight):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LerpScalar, (self, end, weight,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LerpScalar, (self, end, weight,))
     with _rt_x64:
         return _rt_wrap(_eager_lerp_Scalar(_rt_operand(self), _rt_operand(end), _rt_scalar(weight)))
 
@@ -5146,8 +5397,9 @@ _eager_lerp_Tensor = _rt_eager_executable(ir.LerpTensor)
 
 
 def lerp_Tensor(self, end, weight):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LerpTensor, (self, end, weight,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LerpTensor, (self, end, weight,))
     with _rt_x64:
         return _rt_wrap(_eager_lerp_Tensor(_rt_operand(self), _rt_operand(end), _rt_operand(weight)))
 
@@ -5182,8 +5434,9 @@ _eager_lgamma = _rt_eager_executable(ir.Lgamma)
 
 
 def lgamma(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Lgamma, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Lgamma, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_lgamma(_rt_operand(self)))
 
@@ -5210,8 +5463,9 @@ _eager_linalg_cholesky_ex = _rt_eager_executable(ir.LinalgCholeskyEx)
 
 
 def linalg_cholesky_ex(self, *, upper=False, check_errors=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgCholeskyEx, (self, upper, check_errors,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgCholeskyEx, (self, upper, check_errors,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_cholesky_ex(_rt_operand(self), upper, check_errors))
 
@@ -5224,8 +5478,9 @@ _eager_linalg_cross = _rt_eager_executable(ir.LinalgCross)
 
 
 def linalg_cross(self, other, *, dim=-1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgCross, (self, other, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgCross, (self, other, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_cross(_rt_operand(self), _rt_operand(other), dim))
 
@@ -5238,8 +5493,9 @@ _eager_linalg_eig = _rt_eager_executable(ir.LinalgEig)
 
 
 def linalg_eig(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgEig, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgEig, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_eig(_rt_operand(self)))
 
@@ -5252,8 +5508,9 @@ _eager_linalg_householder_product = _rt_eager_executable(ir.LinalgHouseholderPro
 
 
 def linalg_householder_product(input, tau):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgHouseholderProduct, (input, tau,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgHouseholderProduct, (input, tau,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_householder_product(_rt_operand(input), _rt_operand(tau)))
 
@@ -5266,8 +5523,9 @@ _eager_linalg_inv_ex = _rt_eager_executable(ir.LinalgInvEx)
 
 
 def linalg_inv_ex(A, *, check_errors=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgInvEx, (A, check_errors,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgInvEx, (A, check_errors,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_inv_ex(_rt_operand(A), check_errors))
 
@@ -5280,8 +5538,9 @@ _eager_linalg_ldl_factor_ex = _rt_eager_executable(ir.LinalgLdlFactorEx)
 
 
 def linalg_ldl_factor_ex(self, *, hermitian=False, check_errors=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgLdlFactorEx, (self, hermitian, check_errors,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgLdlFactorEx, (self, hermitian, check_errors,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_ldl_factor_ex(_rt_operand(self), hermitian, check_errors))
 
@@ -5294,8 +5553,9 @@ _eager_linalg_ldl_solve = _rt_eager_executable(ir.LinalgLdlSolve)
 
 
 def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgLdlSolve, (LD, pivots, B, hermitian,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgLdlSolve, (LD, pivots, B, hermitian,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_ldl_solve(_rt_operand(LD), _rt_operand(pivots), _rt_operand(B), hermitian))
 
@@ -5316,8 +5576,9 @@ _eager_linalg_lu = _rt_eager_executable(ir.LinalgLu)
 
 
 def linalg_lu(A, *, pivot=True):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgLu, (A, pivot,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgLu, (A, pivot,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_lu(_rt_operand(A), pivot))
 
@@ -5330,8 +5591,9 @@ _eager_linalg_lu_factor_ex = _rt_eager_executable(ir.LinalgLuFactorEx)
 
 
 def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgLuFactorEx, (A, pivot, check_errors,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgLuFactorEx, (A, pivot, check_errors,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_lu_factor_ex(_rt_operand(A), pivot, check_errors))
 
@@ -5344,8 +5606,9 @@ _eager_linalg_lu_solve = _rt_eager_executable(ir.LinalgLuSolve)
 
 
 def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgLuSolve, (LU, pivots, B, left, adjoint,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgLuSolve, (LU, pivots, B, left, adjoint,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_lu_solve(_rt_operand(LU), _rt_operand(pivots), _rt_operand(B), left, adjoint))
 
@@ -5358,8 +5621,9 @@ _eager_linalg_matrix_exp = _rt_eager_executable(ir.LinalgMatrixExp)
 
 
 def linalg_matrix_exp(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgMatrixExp, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgMatrixExp, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_matrix_exp(_rt_operand(self)))
 
@@ -5372,8 +5636,9 @@ _eager_linalg_pinv_atol_rtol_tensor = _rt_eager_executable(ir.LinalgPinvAtolRtol
 
 
 def linalg_pinv_atol_rtol_tensor(self, *, atol=None, rtol=None, hermitian=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgPinvAtolRtolTensor, (self, atol, rtol, hermitian,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgPinvAtolRtolTensor, (self, atol, rtol, hermitian,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_pinv_atol_rtol_tensor(_rt_operand(self), _rt_operand_opt(atol), _rt_operand_opt(rtol), hermitian))
 
@@ -5386,8 +5651,9 @@ _eager_linalg_qr = _rt_eager_executable(ir.LinalgQr)
 
 
 def linalg_qr(A, mode='reduced'):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgQr, (A, mode,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgQr, (A, mode,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_qr(_rt_operand(A), mode))
 
@@ -5400,8 +5666,9 @@ _eager_linalg_solve_triangular = _rt_eager_executable(ir.LinalgSolveTriangular)
 
 
 def linalg_solve_triangular(self, B, *, upper, left=True, unitriangular=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgSolveTriangular, (self, B, upper, left, unitriangular,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgSolveTriangular, (self, B, upper, left, unitriangular,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_solve_triangular(_rt_operand(self), _rt_operand(B), upper, left, unitriangular))
 
@@ -5414,8 +5681,9 @@ _eager_linalg_vector_norm = _rt_eager_executable(ir.LinalgVectorNorm)
 
 
 def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinalgVectorNorm, (self, ord, dim, keepdim, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinalgVectorNorm, (self, ord, dim, keepdim, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager_linalg_vector_norm(_rt_operand(self), _rt_scalar(ord), _rt_attr_list(dim), keepdim, dtype))
 
@@ -5428,8 +5696,9 @@ _eager_linspace = _rt_eager_executable(ir.Linspace)
 
 
 def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Linspace, (start, end, steps, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Linspace, (start, end, steps, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_linspace(_rt_scalar(start), _rt_scalar(end), steps, dtype, layout, device, pin_memory))
 
@@ -5438,8 +5707,9 @@ _eager_linspace_Scalar_Tensor = _rt_eager_executable(ir.LinspaceScalarTensor)
 
 
 def linspace_Scalar_Tensor(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinspaceScalarTensor, (start, end, steps, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinspaceScalarTensor, (start, end, steps, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_linspace_Scalar_Tensor(_rt_scalar(start), _rt_operand(end), steps, dtype, layout, device, pin_memory))
 
@@ -5452,8 +5722,9 @@ _eager_linspace_Tensor_Scalar = _rt_eager_executable(ir.LinspaceTensorScalar)
 
 
 def linspace_Tensor_Scalar(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinspaceTensorScalar, (start, end, steps, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinspaceTensorScalar, (start, end, steps, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_linspace_Tensor_Scalar(_rt_operand(start), _rt_scalar(end), steps, dtype, layout, device, pin_memory))
 
@@ -5466,8 +5737,9 @@ _eager_linspace_Tensor_Tensor = _rt_eager_executable(ir.LinspaceTensorTensor)
 
 
 def linspace_Tensor_Tensor(start, end, steps, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LinspaceTensorTensor, (start, end, steps, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LinspaceTensorTensor, (start, end, steps, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_linspace_Tensor_Tensor(_rt_operand(start), _rt_operand(end), steps, dtype, layout, device, pin_memory))
 
@@ -5484,8 +5756,9 @@ _eager_log = _rt_eager_executable(ir.Log)
 
 
 def log(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Log, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Log, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_log(_rt_operand(self)))
 
@@ -5498,8 +5771,9 @@ _eager_log10 = _rt_eager_executable(ir.Log10)
 
 
 def log10(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Log10, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Log10, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_log10(_rt_operand(self)))
 
@@ -5522,8 +5796,9 @@ _eager_log1p = _rt_eager_executable(ir.Log1p)
 
 
 def log1p(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Log1p, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Log1p, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_log1p(_rt_operand(self)))
 
@@ -5546,8 +5821,9 @@ _eager_log2 = _rt_eager_executable(ir.Log2)
 
 
 def log2(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Log2, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Log2, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_log2(_rt_operand(self)))
 
@@ -5592,8 +5868,9 @@ _eager_log_sigmoid_backward = _rt_eager_executable(ir.LogSigmoidBackward)
 
 
 def log_sigmoid_backward(grad_output, self, buffer):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LogSigmoidBackward, (grad_output, self, buffer,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LogSigmoidBackward, (grad_output, self, buffer,))
     with _rt_x64:
         return _rt_wrap(_eager_log_sigmoid_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(buffer)))
 
@@ -5606,8 +5883,9 @@ _eager_log_sigmoid_forward = _rt_eager_executable(ir.LogSigmoidForward)
 
 
 def log_sigmoid_forward(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LogSigmoidForward, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LogSigmoidForward, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_log_sigmoid_forward(_rt_operand(self)))
 
@@ -5620,8 +5898,9 @@ _eager_logaddexp = _rt_eager_executable(ir.Logaddexp)
 
 
 def logaddexp(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Logaddexp, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Logaddexp, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_logaddexp(_rt_operand(self), _rt_operand(other)))
 
@@ -5634,8 +5913,9 @@ _eager_logaddexp2 = _rt_eager_executable(ir.Logaddexp2)
 
 
 def logaddexp2(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Logaddexp2, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Logaddexp2, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_logaddexp2(_rt_operand(self), _rt_operand(other)))
 
@@ -5648,8 +5928,9 @@ _eager_logcumsumexp = _rt_eager_executable(ir.Logcumsumexp)
 
 
 def logcumsumexp(self, dim):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Logcumsumexp, (self, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Logcumsumexp, (self, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_logcumsumexp(_rt_operand(self), dim))
 
@@ -5662,8 +5943,9 @@ _eager_logical_and = _rt_eager_executable(ir.LogicalAnd)
 
 
 def logical_and(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LogicalAnd, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LogicalAnd, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_logical_and(_rt_operand(self), _rt_operand(other)))
 
@@ -5687,8 +5969,9 @@ _eager_logical_not = _rt_eager_executable(ir.LogicalNot)
 
 
 def logical_not(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LogicalNot, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LogicalNot, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_logical_not(_rt_operand(self)))
 
@@ -5711,8 +5994,9 @@ _eager_logical_or = _rt_eager_executable(ir.LogicalOr)
 
 
 def logical_or(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LogicalOr, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LogicalOr, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_logical_or(_rt_operand(self), _rt_operand(other)))
 
@@ -5736,8 +6020,9 @@ _eager_logical_xor = _rt_eager_executable(ir.LogicalXor)
 
 
 def logical_xor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LogicalXor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LogicalXor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_logical_xor(_rt_operand(self), _rt_operand(other)))
 
@@ -5761,8 +6046,9 @@ _eager_logit = _rt_eager_executable(ir.Logit)
 
 
 def logit(self, eps=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Logit, (self, eps,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Logit, (self, eps,))
     with _rt_x64:
         return _rt_wrap(_eager_logit(_rt_operand(self), eps))
 
@@ -5785,8 +6071,9 @@ _eager_logit_backward = _rt_eager_executable(ir.LogitBackward)
 
 
 def logit_backward(grad_output, self, eps=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LogitBackward, (grad_output, self, eps,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LogitBackward, (grad_output, self, eps,))
     with _rt_x64:
         return _rt_wrap(_eager_logit_backward(_rt_operand(grad_output), _rt_operand(self), eps))
 
@@ -5799,8 +6086,9 @@ _eager_logspace = _rt_eager_executable(ir.Logspace)
 
 
 def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Logspace, (start, end, steps, base, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Logspace, (start, end, steps, base, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_logspace(_rt_scalar(start), _rt_scalar(end), steps, base, dtype, layout, device, pin_memory))
 
@@ -5809,8 +6097,9 @@ _eager_logspace_Scalar_Tensor = _rt_eager_executable(ir.LogspaceScalarTensor)
 
 
 def logspace_Scalar_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LogspaceScalarTensor, (start, end, steps, base, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LogspaceScalarTensor, (start, end, steps, base, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_logspace_Scalar_Tensor(_rt_scalar(start), _rt_operand(end), steps, base, dtype, layout, device, pin_memory))
 
@@ -5823,8 +6112,9 @@ _eager_logspace_Tensor_Scalar = _rt_eager_executable(ir.LogspaceTensorScalar)
 
 
 def logspace_Tensor_Scalar(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LogspaceTensorScalar, (start, end, steps, base, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LogspaceTensorScalar, (start, end, steps, base, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_logspace_Tensor_Scalar(_rt_operand(start), _rt_scalar(end), steps, base, dtype, layout, device, pin_memory))
 
@@ -5837,8 +6127,9 @@ _eager_logspace_Tensor_Tensor = _rt_eager_executable(ir.LogspaceTensorTensor)
 
 
 def logspace_Tensor_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LogspaceTensorTensor, (start, end, steps, base, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LogspaceTensorTensor, (start, end, steps, base, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_logspace_Tensor_Tensor(_rt_operand(start), _rt_operand(end), steps, base, dtype, layout, device, pin_memory))
 
@@ -5855,8 +6146,9 @@ _eager_logsumexp = _rt_eager_executable(ir.Logsumexp)
 
 
 def logsumexp(self, dim, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Logsumexp, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Logsumexp, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_logsumexp(_rt_operand(self), _rt_attr_list(dim), keepdim))
 
@@ -5869,8 +6161,9 @@ _eager_lt_Scalar = _rt_eager_executable(ir.LtScalar)
 
 
 def lt_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LtScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LtScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_lt_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -5883,8 +6176,9 @@ _eager_lt_Tensor = _rt_eager_executable(ir.LtTensor)
 
 
 def lt_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LtTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LtTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_lt_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -5918,8 +6212,9 @@ _eager_lu_unpack = _rt_eager_executable(ir.LuUnpack)
 
 
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
-    if _rt_state.tracing:
-        return _rt_trace(ir.LuUnpack, (LU_data, LU_pivots, unpack_data, unpack_pivots,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.LuUnpack, (LU_data, LU_pivots, unpack_data, unpack_pivots,))
     with _rt_x64:
         return _rt_wrap(_eager_lu_unpack(_rt_operand(LU_data), _rt_operand(LU_pivots), unpack_data, unpack_pivots))
 
@@ -5932,8 +6227,9 @@ _eager_masked_fill_Scalar = _rt_eager_executable(ir.MaskedFillScalar)
 
 
 def masked_fill_Scalar(self, mask, value):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MaskedFillScalar, (self, mask, value,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MaskedFillScalar, (self, mask, value,))
     with _rt_x64:
         return _rt_wrap(_eager_masked_fill_Scalar(_rt_operand(self), _rt_operand(mask), _rt_scalar(value)))
 
@@ -5946,8 +6242,9 @@ _eager_masked_fill_Tensor = _rt_eager_executable(ir.MaskedFillTensor)
 
 
 def masked_fill_Tensor(self, mask, value):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MaskedFillTensor, (self, mask, value,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MaskedFillTensor, (self, mask, value,))
     with _rt_x64:
         return _rt_wrap(_eager_masked_fill_Tensor(_rt_operand(self), _rt_operand(mask), _rt_operand(value)))
 
@@ -5981,8 +6278,9 @@ _eager_masked_scatter = _rt_eager_executable(ir.MaskedScatter)
 
 
 def masked_scatter(self, mask, source):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MaskedScatter, (self, mask, source,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MaskedScatter, (self, mask, source,))
     with _rt_x64:
         return _rt_wrap(_eager_masked_scatter(_rt_operand(self), _rt_operand(mask), _rt_operand(source)))
 
@@ -6005,8 +6303,9 @@ _eager_masked_scatter_backward = _rt_eager_executable(ir.MaskedScatterBackward)
 
 
 def masked_scatter_backward(grad_output, mask, sizes):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MaskedScatterBackward, (grad_output, mask, sizes,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MaskedScatterBackward, (grad_output, mask, sizes,))
     with _rt_x64:
         return _rt_wrap(_eager_masked_scatter_backward(_rt_operand(grad_output), _rt_operand(mask), _rt_attr_list(sizes)))
 
@@ -6023,8 +6322,9 @@ _eager_max = _rt_eager_executable(ir.Max)
 
 
 def max(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Max, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Max, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_max(_rt_operand(self)))
 
@@ -6033,8 +6333,9 @@ _eager_max_dim = _rt_eager_executable(ir.MaxDim)
 
 
 def max_dim(self, dim, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MaxDim, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MaxDim, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_max_dim(_rt_operand(self), dim, keepdim))
 
@@ -6051,8 +6352,9 @@ _eager_max_pool2d_with_indices = _rt_eager_executable(ir.MaxPool2dWithIndices)
 
 
 def max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0, 0,), dilation=(1, 1,), ceil_mode=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MaxPool2dWithIndices, (self, kernel_size, stride, padding, dilation, ceil_mode,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MaxPool2dWithIndices, (self, kernel_size, stride, padding, dilation, ceil_mode,))
     with _rt_x64:
         return _rt_wrap(_eager_max_pool2d_with_indices(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode))
 
@@ -6065,8 +6367,9 @@ _eager_max_pool2d_with_indices_backward = _rt_eager_executable(ir.MaxPool2dWithI
 
 
 def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MaxPool2dWithIndicesBackward, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MaxPool2dWithIndicesBackward, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,))
     with _rt_x64:
         return _rt_wrap(_eager_max_pool2d_with_indices_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode, _rt_operand(indices)))
 
@@ -6079,8 +6382,9 @@ _eager_max_pool3d_with_indices = _rt_eager_executable(ir.MaxPool3dWithIndices)
 
 
 def max_pool3d_with_indices(self, kernel_size, stride=(), padding=(0, 0, 0,), dilation=(1, 1, 1,), ceil_mode=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MaxPool3dWithIndices, (self, kernel_size, stride, padding, dilation, ceil_mode,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MaxPool3dWithIndices, (self, kernel_size, stride, padding, dilation, ceil_mode,))
     with _rt_x64:
         return _rt_wrap(_eager_max_pool3d_with_indices(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode))
 
@@ -6093,8 +6397,9 @@ _eager_max_pool3d_with_indices_backward = _rt_eager_executable(ir.MaxPool3dWithI
 
 
 def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MaxPool3dWithIndicesBackward, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MaxPool3dWithIndicesBackward, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,))
     with _rt_x64:
         return _rt_wrap(_eager_max_pool3d_with_indices_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode, _rt_operand(indices)))
 
@@ -6107,8 +6412,9 @@ _eager_max_unpool2d = _rt_eager_executable(ir.MaxUnpool2d)
 
 
 def max_unpool2d(self, indices, output_size):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MaxUnpool2d, (self, indices, output_size,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MaxUnpool2d, (self, indices, output_size,))
     with _rt_x64:
         return _rt_wrap(_eager_max_unpool2d(_rt_operand(self), _rt_operand(indices), _rt_attr_list(output_size)))
 
@@ -6121,8 +6427,9 @@ _eager_max_unpool3d = _rt_eager_executable(ir.MaxUnpool3d)
 
 
 def max_unpool3d(self, indices, output_size, stride, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MaxUnpool3d, (self, indices, output_size, stride, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MaxUnpool3d, (self, indices, output_size, stride, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_max_unpool3d(_rt_operand(self), _rt_operand(indices), _rt_attr_list(output_size), _rt_attr_list(stride), _rt_attr_list(padding)))
 
@@ -6135,8 +6442,9 @@ _eager_maximum = _rt_eager_executable(ir.Maximum)
 
 
 def maximum(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Maximum, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Maximum, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_maximum(_rt_operand(self), _rt_operand(other)))
 
@@ -6149,8 +6457,9 @@ _eager_mean = _rt_eager_executable(ir.Mean)
 
 
 def mean(self, *, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Mean, (self, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Mean, (self, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager_mean(_rt_operand(self), dtype))
 
@@ -6159,8 +6468,9 @@ _eager_mean_dim = _rt_eager_executable(ir.MeanDim)
 
 
 def mean_dim(self, dim, keepdim=False, *, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MeanDim, (self, dim, keepdim, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MeanDim, (self, dim, keepdim, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager_mean_dim(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
 
@@ -6177,8 +6487,9 @@ _eager_median = _rt_eager_executable(ir.Median)
 
 
 def median(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Median, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Median, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_median(_rt_operand(self)))
 
@@ -6187,8 +6498,9 @@ _eager_median_dim = _rt_eager_executable(ir.MedianDim)
 
 
 def median_dim(self, dim, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MedianDim, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MedianDim, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_median_dim(_rt_operand(self), dim, keepdim))
 
@@ -6205,8 +6517,9 @@ _eager_min = _rt_eager_executable(ir.Min)
 
 
 def min(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Min, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Min, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_min(_rt_operand(self)))
 
@@ -6215,8 +6528,9 @@ _eager_min_dim = _rt_eager_executable(ir.MinDim)
 
 
 def min_dim(self, dim, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MinDim, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MinDim, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_min_dim(_rt_operand(self), dim, keepdim))
 
@@ -6233,8 +6547,9 @@ _eager_minimum = _rt_eager_executable(ir.Minimum)
 
 
 def minimum(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Minimum, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Minimum, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_minimum(_rt_operand(self), _rt_operand(other)))
 
@@ -6247,8 +6562,9 @@ _eager_mish = _rt_eager_executable(ir.Mish)
 
 
 def mish(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Mish, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Mish, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_mish(_rt_operand(self)))
 
@@ -6271,8 +6587,9 @@ _eager_mm = _rt_eager_executable(ir.Mm)
 
 
 def mm(self, mat2):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Mm, (self, mat2,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Mm, (self, mat2,))
     with _rt_x64:
         return _rt_wrap(_eager_mm(_rt_operand(self), _rt_operand(mat2)))
 
@@ -6285,8 +6602,9 @@ _eager_mode = _rt_eager_executable(ir.Mode)
 
 
 def mode(self, dim=-1, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Mode, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Mode, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_mode(_rt_operand(self), dim, keepdim))
 
@@ -6299,8 +6617,9 @@ _eager_mse_loss = _rt_eager_executable(ir.MseLoss)
 
 
 def mse_loss(self, target, reduction=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MseLoss, (self, target, reduction,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MseLoss, (self, target, reduction,))
     with _rt_x64:
         return _rt_wrap(_eager_mse_loss(_rt_operand(self), _rt_operand(target), reduction))
 
@@ -6313,8 +6632,9 @@ _eager_mse_loss_backward = _rt_eager_executable(ir.MseLossBackward)
 
 
 def mse_loss_backward(grad_output, self, target, reduction):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MseLossBackward, (grad_output, self, target, reduction,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MseLossBackward, (grad_output, self, target, reduction,))
     with _rt_x64:
         return _rt_wrap(_eager_mse_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction))
 
@@ -6327,8 +6647,9 @@ _eager_mul_Scalar = _rt_eager_executable(ir.MulScalar)
 
 
 def mul_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MulScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MulScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_mul_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -6341,8 +6662,9 @@ _eager_mul_Tensor = _rt_eager_executable(ir.MulTensor)
 
 
 def mul_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MulTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MulTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_mul_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -6376,8 +6698,9 @@ _eager_multi_margin_loss = _rt_eager_executable(ir.MultiMarginLoss)
 
 
 def multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MultiMarginLoss, (self, target, p, margin, weight, reduction,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MultiMarginLoss, (self, target, p, margin, weight, reduction,))
     with _rt_x64:
         return _rt_wrap(_eager_multi_margin_loss(_rt_operand(self), _rt_operand(target), _rt_scalar(p), _rt_scalar(margin), _rt_operand_opt(weight), reduction))
 
@@ -6390,8 +6713,9 @@ _eager_multi_margin_loss_backward = _rt_eager_executable(ir.MultiMarginLossBackw
 
 
 def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None, reduction=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MultiMarginLossBackward, (grad_output, self, target, p, margin, weight, reduction,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MultiMarginLossBackward, (grad_output, self, target, p, margin, weight, reduction,))
     with _rt_x64:
         return _rt_wrap(_eager_multi_margin_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_scalar(p), _rt_scalar(margin), _rt_operand_opt(weight), reduction))
 
@@ -6404,8 +6728,9 @@ _eager_multilabel_margin_loss_backward = _rt_eager_executable(ir.MultilabelMargi
 
 
 def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MultilabelMarginLossBackward, (grad_output, self, target, reduction, is_target,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MultilabelMarginLossBackward, (grad_output, self, target, reduction, is_target,))
     with _rt_x64:
         return _rt_wrap(_eager_multilabel_margin_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction, _rt_operand(is_target)))
 
@@ -6418,8 +6743,9 @@ _eager_multilabel_margin_loss_forward = _rt_eager_executable(ir.MultilabelMargin
 
 
 def multilabel_margin_loss_forward(self, target, reduction):
-    if _rt_state.tracing:
-        return _rt_trace(ir.MultilabelMarginLossForward, (self, target, reduction,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.MultilabelMarginLossForward, (self, target, reduction,))
     with _rt_x64:
         return _rt_wrap(_eager_multilabel_margin_loss_forward(_rt_operand(self), _rt_operand(target), reduction))
 
@@ -6440,8 +6766,9 @@ _eager_mv = _rt_eager_executable(ir.Mv)
 
 
 def mv(self, vec):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Mv, (self, vec,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Mv, (self, vec,))
     with _rt_x64:
         return _rt_wrap(_eager_mv(_rt_operand(self), _rt_operand(vec)))
 
@@ -6454,8 +6781,9 @@ _eager_mvlgamma = _rt_eager_executable(ir.Mvlgamma)
 
 
 def mvlgamma(self, p):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Mvlgamma, (self, p,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Mvlgamma, (self, p,))
     with _rt_x64:
         return _rt_wrap(_eager_mvlgamma(_rt_operand(self), p))
 
@@ -6478,8 +6806,9 @@ _eager_nan_to_num = _rt_eager_executable(ir.NanToNum)
 
 
 def nan_to_num(self, nan=None, posinf=None, neginf=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NanToNum, (self, nan, posinf, neginf,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NanToNum, (self, nan, posinf, neginf,))
     with _rt_x64:
         return _rt_wrap(_eager_nan_to_num(_rt_operand(self), nan, posinf, neginf))
 
@@ -6502,8 +6831,9 @@ _eager_nanmedian = _rt_eager_executable(ir.Nanmedian)
 
 
 def nanmedian(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Nanmedian, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Nanmedian, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_nanmedian(_rt_operand(self)))
 
@@ -6512,8 +6842,9 @@ _eager_nanmedian_dim = _rt_eager_executable(ir.NanmedianDim)
 
 
 def nanmedian_dim(self, dim, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NanmedianDim, (self, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NanmedianDim, (self, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_nanmedian_dim(_rt_operand(self), dim, keepdim))
 
@@ -6530,8 +6861,9 @@ _eager_nansum = _rt_eager_executable(ir.Nansum)
 
 
 def nansum(self, dim=None, keepdim=False, *, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Nansum, (self, dim, keepdim, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Nansum, (self, dim, keepdim, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager_nansum(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
 
@@ -6544,8 +6876,9 @@ _eager_narrow_copy = _rt_eager_executable(ir.NarrowCopy)
 
 
 def narrow_copy(self, dim, start, length):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NarrowCopy, (self, dim, start, length,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NarrowCopy, (self, dim, start, length,))
     with _rt_x64:
         return _rt_wrap(_eager_narrow_copy(_rt_operand(self), dim, start, length))
 
@@ -6566,8 +6899,9 @@ _eager_native_batch_norm_backward = _rt_eager_executable(ir.NativeBatchNormBackw
 
 
 def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NativeBatchNormBackward, (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NativeBatchNormBackward, (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask,))
     with _rt_x64:
         return _rt_wrap(_eager_native_batch_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(running_mean), _rt_operand_opt(running_var), _rt_operand_opt(save_mean), _rt_operand_opt(save_invstd), train, eps, _rt_attr_list(output_mask)))
 
@@ -6588,8 +6922,9 @@ _eager_native_dropout_backward = _rt_eager_executable(ir.NativeDropoutBackward)
 
 
 def native_dropout_backward(grad_output, mask, scale):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NativeDropoutBackward, (grad_output, mask, scale,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NativeDropoutBackward, (grad_output, mask, scale,))
     with _rt_x64:
         return _rt_wrap(_eager_native_dropout_backward(_rt_operand(grad_output), _rt_operand(mask), scale))
 
@@ -6602,8 +6937,9 @@ _eager_native_group_norm = _rt_eager_executable(ir.NativeGroupNorm)
 
 
 def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NativeGroupNorm, (input, weight, bias, N, C, HxW, group, eps,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NativeGroupNorm, (input, weight, bias, N, C, HxW, group, eps,))
     with _rt_x64:
         return _rt_wrap(_eager_native_group_norm(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), N, C, HxW, group, eps))
 
@@ -6616,8 +6952,9 @@ _eager_native_group_norm_backward = _rt_eager_executable(ir.NativeGroupNormBackw
 
 
 def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NativeGroupNormBackward, (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NativeGroupNormBackward, (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask,))
     with _rt_x64:
         return _rt_wrap(_eager_native_group_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_operand(mean), _rt_operand(rstd), _rt_operand_opt(weight), N, C, HxW, group, _rt_attr_list(output_mask)))
 
@@ -6630,8 +6967,9 @@ _eager_native_layer_norm = _rt_eager_executable(ir.NativeLayerNorm)
 
 
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
     with _rt_x64:
         return _rt_wrap(_eager_native_layer_norm(_rt_operand(input), _rt_attr_list(normalized_shape), _rt_operand_opt(weight), _rt_operand_opt(bias), eps))
 
@@ -6644,8 +6982,9 @@ _eager_native_layer_norm_backward = _rt_eager_executable(ir.NativeLayerNormBackw
 
 
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NativeLayerNormBackward, (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NativeLayerNormBackward, (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask,))
     with _rt_x64:
         return _rt_wrap(_eager_native_layer_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_attr_list(normalized_shape), _rt_operand(mean), _rt_operand(rstd), _rt_operand_opt(weight), _rt_operand_opt(bias), _rt_attr_list(output_mask)))
 
@@ -6658,8 +6997,9 @@ _eager_ne_Scalar = _rt_eager_executable(ir.NeScalar)
 
 
 def ne_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NeScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NeScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_ne_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -6672,8 +7012,9 @@ _eager_ne_Tensor = _rt_eager_executable(ir.NeTensor)
 
 
 def ne_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NeTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NeTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_ne_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -6707,8 +7048,9 @@ _eager_neg = _rt_eager_executable(ir.Neg)
 
 
 def neg(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Neg, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Neg, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_neg(_rt_operand(self)))
 
@@ -6731,8 +7073,9 @@ _eager_new_empty = _rt_eager_executable(ir.NewEmpty)
 
 
 def new_empty(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NewEmpty, (self, size, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NewEmpty, (self, size, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_new_empty(_rt_operand(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
 
@@ -6745,8 +7088,9 @@ _eager_new_empty_strided = _rt_eager_executable(ir.NewEmptyStrided)
 
 
 def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NewEmptyStrided, (self, size, stride, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NewEmptyStrided, (self, size, stride, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_new_empty_strided(_rt_operand(self), _rt_attr_list(size), _rt_attr_list(stride), dtype, layout, device, pin_memory))
 
@@ -6759,8 +7103,9 @@ _eager_new_full = _rt_eager_executable(ir.NewFull)
 
 
 def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NewFull, (self, size, fill_value, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NewFull, (self, size, fill_value, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_new_full(_rt_operand(self), _rt_attr_list(size), _rt_scalar(fill_value), dtype, layout, device, pin_memory))
 
@@ -6773,8 +7118,9 @@ _eager_new_ones = _rt_eager_executable(ir.NewOnes)
 
 
 def new_ones(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NewOnes, (self, size, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NewOnes, (self, size, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_new_ones(_rt_operand(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
 
@@ -6787,8 +7133,9 @@ _eager_new_zeros = _rt_eager_executable(ir.NewZeros)
 
 
 def new_zeros(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NewZeros, (self, size, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NewZeros, (self, size, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_new_zeros(_rt_operand(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
 
@@ -6801,8 +7148,9 @@ _eager_nextafter = _rt_eager_executable(ir.Nextafter)
 
 
 def nextafter(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Nextafter, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Nextafter, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_nextafter(_rt_operand(self), _rt_operand(other)))
 
@@ -6826,8 +7174,9 @@ _eager_nll_loss2d_backward = _rt_eager_executable(ir.NllLoss2dBackward)
 
 
 def nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NllLoss2dBackward, (grad_output, self, target, weight, reduction, ignore_index, total_weight,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NllLoss2dBackward, (grad_output, self, target, weight, reduction, ignore_index, total_weight,))
     with _rt_x64:
         return _rt_wrap(_eager_nll_loss2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index, _rt_operand(total_weight)))
 
@@ -6840,8 +7189,9 @@ _eager_nll_loss2d_forward = _rt_eager_executable(ir.NllLoss2dForward)
 
 
 def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NllLoss2dForward, (self, target, weight, reduction, ignore_index,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NllLoss2dForward, (self, target, weight, reduction, ignore_index,))
     with _rt_x64:
         return _rt_wrap(_eager_nll_loss2d_forward(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index))
 
@@ -6854,8 +7204,9 @@ _eager_nll_loss_backward = _rt_eager_executable(ir.NllLossBackward)
 
 
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NllLossBackward, (grad_output, self, target, weight, reduction, ignore_index, total_weight,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NllLossBackward, (grad_output, self, target, weight, reduction, ignore_index, total_weight,))
     with _rt_x64:
         return _rt_wrap(_eager_nll_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index, _rt_operand(total_weight)))
 
@@ -6868,8 +7219,9 @@ _eager_nll_loss_forward = _rt_eager_executable(ir.NllLossForward)
 
 
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NllLossForward, (self, target, weight, reduction, ignore_index,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NllLossForward, (self, target, weight, reduction, ignore_index,))
     with _rt_x64:
         return _rt_wrap(_eager_nll_loss_forward(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index))
 
@@ -6890,8 +7242,9 @@ _eager_nonzero_static = _rt_eager_executable(ir.NonzeroStatic)
 
 
 def nonzero_static(self, *, size, fill_value=-1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NonzeroStatic, (self, size, fill_value,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NonzeroStatic, (self, size, fill_value,))
     with _rt_x64:
         return _rt_wrap(_eager_nonzero_static(_rt_operand(self), size, fill_value))
 
@@ -6904,8 +7257,9 @@ _eager_norm_ScalarOpt_dim = _rt_eager_executable(ir.NormScalarOptDim)
 
 
 def norm_ScalarOpt_dim(self, p, dim, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.NormScalarOptDim, (self, p, dim, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.NormScalarOptDim, (self, p, dim, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_norm_ScalarOpt_dim(_rt_operand(self), _rt_scalar(p), _rt_attr_list(dim), keepdim))
 
@@ -6962,8 +7316,9 @@ _eager_ones = _rt_eager_executable(ir.Ones)
 
 
 def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Ones, (size, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Ones, (size, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_ones(_rt_attr_list(size), dtype, layout, device, pin_memory))
 
@@ -6976,8 +7331,9 @@ _eager_ones_like = _rt_eager_executable(ir.OnesLike)
 
 
 def ones_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.OnesLike, (self, dtype, layout, device, pin_memory, memory_format,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.OnesLike, (self, dtype, layout, device, pin_memory, memory_format,))
     with _rt_x64:
         return _rt_wrap(_eager_ones_like(_rt_operand(self), dtype, layout, device, pin_memory, memory_format))
 
@@ -6990,8 +7346,9 @@ _eager_ormqr = _rt_eager_executable(ir.Ormqr)
 
 
 def ormqr(self, input2, input3, left=True, transpose=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Ormqr, (self, input2, input3, left, transpose,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Ormqr, (self, input2, input3, left, transpose,))
     with _rt_x64:
         return _rt_wrap(_eager_ormqr(_rt_operand(self), _rt_operand(input2), _rt_operand(input3), left, transpose))
 
@@ -7008,8 +7365,9 @@ _eager_permute_copy = _rt_eager_executable(ir.PermuteCopy)
 
 
 def permute_copy(self, dims):
-    if _rt_state.tracing:
-        return _rt_trace(ir.PermuteCopy, (self, dims,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.PermuteCopy, (self, dims,))
     with _rt_x64:
         return _rt_wrap(_eager_permute_copy(_rt_operand(self), _rt_attr_list(dims)))
 
@@ -7022,8 +7380,9 @@ _eager_pixel_shuffle = _rt_eager_executable(ir.PixelShuffle)
 
 
 def pixel_shuffle(self, upscale_factor):
-    if _rt_state.tracing:
-        return _rt_trace(ir.PixelShuffle, (self, upscale_factor,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.PixelShuffle, (self, upscale_factor,))
     with _rt_x64:
         return _rt_wrap(_eager_pixel_shuffle(_rt_operand(self), upscale_factor))
 
@@ -7036,8 +7395,9 @@ _eager_pixel_unshuffle = _rt_eager_executable(ir.PixelUnshuffle)
 
 
 def pixel_unshuffle(self, downscale_factor):
-    if _rt_state.tracing:
-        return _rt_trace(ir.PixelUnshuffle, (self, downscale_factor,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.PixelUnshuffle, (self, downscale_factor,))
     with _rt_x64:
         return _rt_wrap(_eager_pixel_unshuffle(_rt_operand(self), downscale_factor))
 
@@ -7050,8 +7410,9 @@ _eager_polar = _rt_eager_executable(ir.Polar)
 
 
 def polar(abs, angle):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Polar, (abs, angle,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Polar, (abs, angle,))
     with _rt_x64:
         return _rt_wrap(_eager_polar(_rt_operand(abs), _rt_operand(angle)))
 
@@ -7064,8 +7425,9 @@ _eager_polygamma = _rt_eager_executable(ir.Polygamma)
 
 
 def polygamma(n, self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Polygamma, (n, self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Polygamma, (n, self,))
     with _rt_x64:
         return _rt_wrap(_eager_polygamma(n, _rt_operand(self)))
 
@@ -7082,8 +7444,9 @@ _eager_pow_Scalar = _rt_eager_executable(ir.PowScalar)
 
 
 def pow_Scalar(self, exponent):
-    if _rt_state.tracing:
-        return _rt_trace(ir.PowScalar, (self, exponent,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.PowScalar, (self, exponent,))
     with _rt_x64:
         return _rt_wrap(_eager_pow_Scalar(_rt_scalar(self), _rt_operand(exponent)))
 
@@ -7096,8 +7459,9 @@ _eager_pow_Tensor_Scalar = _rt_eager_executable(ir.PowTensorScalar)
 
 
 def pow_Tensor_Scalar(self, exponent):
-    if _rt_state.tracing:
-        return _rt_trace(ir.PowTensorScalar, (self, exponent,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.PowTensorScalar, (self, exponent,))
     with _rt_x64:
         return _rt_wrap(_eager_pow_Tensor_Scalar(_rt_operand(self), _rt_scalar(exponent)))
 
@@ -7110,8 +7474,9 @@ _eager_pow_Tensor_Tensor = _rt_eager_executable(ir.PowTensorTensor)
 
 
 def pow_Tensor_Tensor(self, exponent):
-    if _rt_state.tracing:
-        return _rt_trace(ir.PowTensorTensor, (self, exponent,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.PowTensorTensor, (self, exponent,))
     with _rt_x64:
         return _rt_wrap(_eager_pow_Tensor_Tensor(_rt_operand(self), _rt_operand(exponent)))
 
@@ -7145,8 +7510,9 @@ _eager_prod = _rt_eager_executable(ir.Prod)
 
 
 def prod(self, *, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Prod, (self, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Prod, (self, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager_prod(_rt_operand(self), dtype))
 
@@ -7155,8 +7521,9 @@ _eager_prod_dim_int = _rt_eager_executable(ir.ProdDimInt)
 
 
 def prod_dim_int(self, dim, keepdim=False, *, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ProdDimInt, (self, dim, keepdim, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ProdDimInt, (self, dim, keepdim, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager_prod_dim_int(_rt_operand(self), dim, keepdim, dtype))
 
@@ -7173,8 +7540,9 @@ _eager_put = _rt_eager_executable(ir.Put)
 
 
 def put(self, index, source, accumulate=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Put, (self, index, source, accumulate,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Put, (self, index, source, accumulate,))
     with _rt_x64:
         return _rt_wrap(_eager_put(_rt_operand(self), _rt_operand(index), _rt_operand(source), accumulate))
 
@@ -7198,8 +7566,9 @@ _eager_rad2deg = _rt_eager_executable(ir.Rad2deg)
 
 
 def rad2deg(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Rad2deg, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Rad2deg, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_rad2deg(_rt_operand(self)))
 
@@ -7318,8 +7687,9 @@ _eager_reciprocal = _rt_eager_executable(ir.Reciprocal)
 
 
 def reciprocal(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Reciprocal, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Reciprocal, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_reciprocal(_rt_operand(self)))
 
@@ -7342,8 +7712,9 @@ _eager_reflection_pad1d = _rt_eager_executable(ir.ReflectionPad1d)
 
 
 def reflection_pad1d(self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReflectionPad1d, (self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReflectionPad1d, (self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_reflection_pad1d(_rt_operand(self), _rt_attr_list(padding)))
 
@@ -7356,8 +7727,9 @@ _eager_reflection_pad1d_backward = _rt_eager_executable(ir.ReflectionPad1dBackwa
 
 
 def reflection_pad1d_backward(grad_output, self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReflectionPad1dBackward, (grad_output, self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReflectionPad1dBackward, (grad_output, self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_reflection_pad1d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
@@ -7370,8 +7742,9 @@ _eager_reflection_pad2d = _rt_eager_executable(ir.ReflectionPad2d)
 
 
 def reflection_pad2d(self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReflectionPad2d, (self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReflectionPad2d, (self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_reflection_pad2d(_rt_operand(self), _rt_attr_list(padding)))
 
@@ -7384,8 +7757,9 @@ _eager_reflection_pad2d_backward = _rt_eager_executable(ir.ReflectionPad2dBackwa
 
 
 def reflection_pad2d_backward(grad_output, self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReflectionPad2dBackward, (grad_output, self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReflectionPad2dBackward, (grad_output, self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_reflection_pad2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
@@ -7398,8 +7772,9 @@ _eager_reflection_pad3d = _rt_eager_executable(ir.ReflectionPad3d)
 
 
 def reflection_pad3d(self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReflectionPad3d, (self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReflectionPad3d, (self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_reflection_pad3d(_rt_operand(self), _rt_attr_list(padding)))
 
@@ -7412,8 +7787,9 @@ _eager_reflection_pad3d_backward = _rt_eager_executable(ir.ReflectionPad3dBackwa
 
 
 def reflection_pad3d_backward(grad_output, self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReflectionPad3dBackward, (grad_output, self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReflectionPad3dBackward, (grad_output, self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_reflection_pad3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
@@ -7426,8 +7802,9 @@ _eager_relu = _rt_eager_executable(ir.Relu)
 
 
 def relu(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Relu, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Relu, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_relu(_rt_operand(self)))
 
@@ -7450,8 +7827,9 @@ _eager_remainder_Scalar = _rt_eager_executable(ir.RemainderScalar)
 
 
 def remainder_Scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.RemainderScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.RemainderScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_remainder_Scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -7460,8 +7838,9 @@ _eager_remainder_Scalar_Tensor = _rt_eager_executable(ir.RemainderScalarTensor)
 
 
 def remainder_Scalar_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.RemainderScalarTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.RemainderScalarTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_remainder_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
 
@@ -7478,8 +7857,9 @@ _eager_remainder_Tensor = _rt_eager_executable(ir.RemainderTensor)
 
 
 def remainder_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.RemainderTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.RemainderTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_remainder_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -7513,8 +7893,9 @@ _eager_renorm = _rt_eager_executable(ir.Renorm)
 
 
 def renorm(self, p, dim, maxnorm):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Renorm, (self, p, dim, maxnorm,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Renorm, (self, p, dim, maxnorm,))
     with _rt_x64:
         return _rt_wrap(_eager_renorm(_rt_operand(self), _rt_scalar(p), dim, _rt_scalar(maxnorm)))
 
@@ -7537,8 +7918,9 @@ _eager_repeat = _rt_eager_executable(ir.Repeat)
 
 
 def repeat(self, repeats):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Repeat, (self, repeats,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Repeat, (self, repeats,))
     with _rt_x64:
         return _rt_wrap(_eager_repeat(_rt_operand(self), _rt_attr_list(repeats)))
 
@@ -7559,8 +7941,9 @@ _eager_replication_pad1d = _rt_eager_executable(ir.ReplicationPad1d)
 
 
 def replication_pad1d(self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReplicationPad1d, (self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReplicationPad1d, (self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_replication_pad1d(_rt_operand(self), _rt_attr_list(padding)))
 
@@ -7573,8 +7956,9 @@ _eager_replication_pad1d_backward = _rt_eager_executable(ir.ReplicationPad1dBack
 
 
 def replication_pad1d_backward(grad_output, self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReplicationPad1dBackward, (grad_output, self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReplicationPad1dBackward, (grad_output, self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_replication_pad1d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
@@ -7587,8 +7971,9 @@ _eager_replication_pad2d = _rt_eager_executable(ir.ReplicationPad2d)
 
 
 def replication_pad2d(self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReplicationPad2d, (self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReplicationPad2d, (self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_replication_pad2d(_rt_operand(self), _rt_attr_list(padding)))
 
@@ -7601,8 +7986,9 @@ _eager_replication_pad2d_backward = _rt_eager_executable(ir.ReplicationPad2dBack
 
 
 def replication_pad2d_backward(grad_output, self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReplicationPad2dBackward, (grad_output, self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReplicationPad2dBackward, (grad_output, self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_replication_pad2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
@@ -7615,8 +8001,9 @@ _eager_replication_pad3d = _rt_eager_executable(ir.ReplicationPad3d)
 
 
 def replication_pad3d(self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReplicationPad3d, (self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReplicationPad3d, (self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_replication_pad3d(_rt_operand(self), _rt_attr_list(padding)))
 
@@ -7629,8 +8016,9 @@ _eager_replication_pad3d_backward = _rt_eager_executable(ir.ReplicationPad3dBack
 
 
 def replication_pad3d_backward(grad_output, self, padding):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ReplicationPad3dBackward, (grad_output, self, padding,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ReplicationPad3dBackward, (grad_output, self, padding,))
     with _rt_x64:
         return _rt_wrap(_eager_replication_pad3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
 
@@ -7651,8 +8039,9 @@ _eager_roll = _rt_eager_executable(ir.Roll)
 
 
 def roll(self, shifts, dims=()):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Roll, (self, shifts, dims,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Roll, (self, shifts, dims,))
     with _rt_x64:
         return _rt_wrap(_eager_roll(_rt_operand(self), _rt_attr_list(shifts), _rt_attr_list(dims)))
 
@@ -7665,8 +8054,9 @@ _eager_rot90 = _rt_eager_executable(ir.Rot90)
 
 
 def rot90(self, k=1, dims=(0, 1,)):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Rot90, (self, k, dims,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Rot90, (self, k, dims,))
     with _rt_x64:
         return _rt_wrap(_eager_rot90(_rt_operand(self), k, _rt_attr_list(dims)))
 
@@ -7679,8 +8069,9 @@ _eager_round = _rt_eager_executable(ir.Round)
 
 
 def round(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Round, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Round, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_round(_rt_operand(self)))
 
@@ -7689,8 +8080,9 @@ _eager_round_decimals = _rt_eager_executable(ir.RoundDecimals)
 
 
 def round_decimals(self, *, decimals):
-    if _rt_state.tracing:
-        return _rt_trace(ir.RoundDecimals, (self, decimals,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.RoundDecimals, (self, decimals,))
     with _rt_x64:
         return _rt_wrap(_eager_round_decimals(_rt_operand(self), decimals))
 
@@ -7735,8 +8127,9 @@ _eager_rrelu_with_noise_backward = _rt_eager_executable(ir.RreluWithNoiseBackwar
 
 
 def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, self_is_result):
-    if _rt_state.tracing:
-        return _rt_trace(ir.RreluWithNoiseBackward, (grad_output, self, noise, lower, upper, training, self_is_result,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.RreluWithNoiseBackward, (grad_output, self, noise, lower, upper, training, self_is_result,))
     with _rt_x64:
         return _rt_wrap(_eager_rrelu_with_noise_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(noise), _rt_scalar(lower), _rt_scalar(upper), training, self_is_result))
 
@@ -7749,8 +8142,9 @@ _eager_rsqrt = _rt_eager_executable(ir.Rsqrt)
 
 
 def rsqrt(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Rsqrt, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Rsqrt, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_rsqrt(_rt_operand(self)))
 
@@ -7773,8 +8167,9 @@ _eager_rsub_Scalar = _rt_eager_executable(ir.RsubScalar)
 
 
 def rsub_Scalar(self, other, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.RsubScalar, (self, other, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.RsubScalar, (self, other, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_rsub_Scalar(_rt_operand(self), _rt_scalar(other), _rt_scalar(alpha)))
 
@@ -7787,8 +8182,9 @@ _eager_rsub_Tensor = _rt_eager_executable(ir.RsubTensor)
 
 
 def rsub_Tensor(self, other, *, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.RsubTensor, (self, other, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.RsubTensor, (self, other, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_rsub_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
 
@@ -7801,8 +8197,9 @@ _eager_scalar_tensor = _rt_eager_executable(ir.ScalarTensor)
 
 
 def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ScalarTensor, (s, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ScalarTensor, (s, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_scalar_tensor(_rt_scalar(s), dtype, layout, device, pin_memory))
 
@@ -7815,8 +8212,9 @@ _eager_scatter_reduce = _rt_eager_executable(ir.ScatterReduce)
 
 
 def scatter_reduce(self, dim, index, src, *, reduce):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ScatterReduce, (self, dim, index, src, reduce,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ScatterReduce, (self, dim, index, src, reduce,))
     with _rt_x64:
         return _rt_wrap(_eager_scatter_reduce(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src), reduce))
 
@@ -7829,8 +8227,9 @@ _eager_scatter_src = _rt_eager_executable(ir.ScatterSrc)
 
 
 def scatter_src(self, dim, index, src):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ScatterSrc, (self, dim, index, src,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ScatterSrc, (self, dim, index, src,))
     with _rt_x64:
         return _rt_wrap(_eager_scatter_src(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src)))
 
@@ -7843,8 +8242,9 @@ _eager_scatter_value = _rt_eager_executable(ir.ScatterValue)
 
 
 def scatter_value(self, dim, index, value):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ScatterValue, (self, dim, index, value,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ScatterValue, (self, dim, index, value,))
     with _rt_x64:
         return _rt_wrap(_eager_scatter_value(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value)))
 
@@ -7857,8 +8257,9 @@ _eager_scatter_value_reduce = _rt_eager_executable(ir.ScatterValueReduce)
 
 
 def scatter_value_reduce(self, dim, index, value, *, reduce):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ScatterValueReduce, (self, dim, index, value, reduce,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ScatterValueReduce, (self, dim, index, value, reduce,))
     with _rt_x64:
         return _rt_wrap(_eager_scatter_value_reduce(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value), reduce))
 
@@ -7915,8 +8316,9 @@ _eager_scatter_add = _rt_eager_executable(ir.ScatterAdd)
 
 
 def scatter_add(self, dim, index, src):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ScatterAdd, (self, dim, index, src,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ScatterAdd, (self, dim, index, src,))
     with _rt_x64:
         return _rt_wrap(_eager_scatter_add(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src)))
 
@@ -7940,8 +8342,9 @@ _eager_scatter_reduce_two = _rt_eager_executable(ir.ScatterReduceTwo)
 
 
 def scatter_reduce_two(self, dim, index, src, reduce, *, include_self=True):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ScatterReduceTwo, (self, dim, index, src, reduce, include_self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ScatterReduceTwo, (self, dim, index, src, reduce, include_self,))
     with _rt_x64:
         return _rt_wrap(_eager_scatter_reduce_two(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src), reduce, include_self))
 
@@ -7965,8 +8368,9 @@ _eager_searchsorted_Scalar = _rt_eager_executable(ir.SearchsortedScalar)
 
 
 def searchsorted_Scalar(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SearchsortedScalar, (sorted_sequence, self, out_int32, right, side, sorter,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SearchsortedScalar, (sorted_sequence, self, out_int32, right, side, sorter,))
     with _rt_x64:
         return _rt_wrap(_eager_searchsorted_Scalar(_rt_operand(sorted_sequence), _rt_scalar(self), out_int32, right, side, _rt_operand_opt(sorter)))
 
@@ -7979,8 +8383,9 @@ _eager_searchsorted_Tensor = _rt_eager_executable(ir.SearchsortedTensor)
 
 
 def searchsorted_Tensor(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SearchsortedTensor, (sorted_sequence, self, out_int32, right, side, sorter,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SearchsortedTensor, (sorted_sequence, self, out_int32, right, side, sorter,))
     with _rt_x64:
         return _rt_wrap(_eager_searchsorted_Tensor(_rt_operand(sorted_sequence), _rt_operand(self), out_int32, right, side, _rt_operand_opt(sorter)))
 
@@ -7993,8 +8398,9 @@ _eager_segment_reduce = _rt_eager_executable(ir.SegmentReduce)
 
 
 def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SegmentReduce, (data, reduce, lengths, indices, offsets, axis, unsafe, initial,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SegmentReduce, (data, reduce, lengths, indices, offsets, axis, unsafe, initial,))
     with _rt_x64:
         return _rt_wrap(_eager_segment_reduce(_rt_operand(data), reduce, _rt_operand_opt(lengths), _rt_operand_opt(indices), _rt_operand_opt(offsets), axis, unsafe, _rt_scalar(initial)))
 
@@ -8011,8 +8417,9 @@ _eager_select_backward = _rt_eager_executable(ir.SelectBackward)
 
 
 def select_backward(grad_output, input_sizes, dim, index):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SelectBackward, (grad_output, input_sizes, dim, index,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SelectBackward, (grad_output, input_sizes, dim, index,))
     with _rt_x64:
         return _rt_wrap(_eager_select_backward(_rt_operand(grad_output), _rt_attr_list(input_sizes), dim, index))
 
@@ -8025,8 +8432,9 @@ _eager_select_scatter = _rt_eager_executable(ir.SelectScatter)
 
 
 def select_scatter(self, src, dim, index):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SelectScatter, (self, src, dim, index,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SelectScatter, (self, src, dim, index,))
     with _rt_x64:
         return _rt_wrap(_eager_select_scatter(_rt_operand(self), _rt_operand(src), dim, index))
 
@@ -8039,8 +8447,9 @@ _eager_sgn = _rt_eager_executable(ir.Sgn)
 
 
 def sgn(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Sgn, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Sgn, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_sgn(_rt_operand(self)))
 
@@ -8063,8 +8472,9 @@ _eager_sigmoid = _rt_eager_executable(ir.Sigmoid)
 
 
 def sigmoid(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Sigmoid, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Sigmoid, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_sigmoid(_rt_operand(self)))
 
@@ -8087,8 +8497,9 @@ _eager_sigmoid_backward = _rt_eager_executable(ir.SigmoidBackward)
 
 
 def sigmoid_backward(grad_output, output):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SigmoidBackward, (grad_output, output,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SigmoidBackward, (grad_output, output,))
     with _rt_x64:
         return _rt_wrap(_eager_sigmoid_backward(_rt_operand(grad_output), _rt_operand(output)))
 
@@ -8101,8 +8512,9 @@ _eager_sign = _rt_eager_executable(ir.Sign)
 
 
 def sign(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Sign, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Sign, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_sign(_rt_operand(self)))
 
@@ -8125,8 +8537,9 @@ _eager_signbit = _rt_eager_executable(ir.Signbit)
 
 
 def signbit(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Signbit, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Signbit, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_signbit(_rt_operand(self)))
 
@@ -8139,8 +8552,9 @@ _eager_silu = _rt_eager_executable(ir.Silu)
 
 
 def silu(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Silu, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Silu, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_silu(_rt_operand(self)))
 
@@ -8163,8 +8577,9 @@ _eager_sin = _rt_eager_executable(ir.Sin)
 
 
 def sin(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Sin, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Sin, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_sin(_rt_operand(self)))
 
@@ -8187,8 +8602,9 @@ _eager_sinc = _rt_eager_executable(ir.Sinc)
 
 
 def sinc(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Sinc, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Sinc, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_sinc(_rt_operand(self)))
 
@@ -8211,8 +8627,9 @@ _eager_sinh = _rt_eager_executable(ir.Sinh)
 
 
 def sinh(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Sinh, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Sinh, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_sinh(_rt_operand(self)))
 
@@ -8239,8 +8656,9 @@ _eager_slice_backward = _rt_eager_executable(ir.SliceBackward)
 
 
 def slice_backward(grad_output, input_sizes, dim, start, end, step):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SliceBackward, (grad_output, input_sizes, dim, start, end, step,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SliceBackward, (grad_output, input_sizes, dim, start, end, step,))
     with _rt_x64:
         return _rt_wrap(_eager_slice_backward(_rt_operand(grad_output), _rt_attr_list(input_sizes), dim, start, end, step))
 
@@ -8253,8 +8671,9 @@ _eager_slice_scatter = _rt_eager_executable(ir.SliceScatter)
 
 
 def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SliceScatter, (self, src, dim, start, end, step,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SliceScatter, (self, src, dim, start, end, step,))
     with _rt_x64:
         return _rt_wrap(_eager_slice_scatter(_rt_operand(self), _rt_operand(src), dim, start, end, step))
 
@@ -8267,8 +8686,9 @@ _eager_smooth_l1_loss = _rt_eager_executable(ir.SmoothL1Loss)
 
 
 def smooth_l1_loss(self, target, reduction=1, beta=1.0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SmoothL1Loss, (self, target, reduction, beta,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SmoothL1Loss, (self, target, reduction, beta,))
     with _rt_x64:
         return _rt_wrap(_eager_smooth_l1_loss(_rt_operand(self), _rt_operand(target), reduction, beta))
 
@@ -8281,8 +8701,9 @@ _eager_smooth_l1_loss_backward = _rt_eager_executable(ir.SmoothL1LossBackward)
 
 
 def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SmoothL1LossBackward, (grad_output, self, target, reduction, beta,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SmoothL1LossBackward, (grad_output, self, target, reduction, beta,))
     with _rt_x64:
         return _rt_wrap(_eager_smooth_l1_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction, beta))
 
@@ -8295,8 +8716,9 @@ _eager_soft_margin_loss = _rt_eager_executable(ir.SoftMarginLoss)
 
 
 def soft_margin_loss(self, target, reduction=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SoftMarginLoss, (self, target, reduction,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SoftMarginLoss, (self, target, reduction,))
     with _rt_x64:
         return _rt_wrap(_eager_soft_margin_loss(_rt_operand(self), _rt_operand(target), reduction))
 
@@ -8309,8 +8731,9 @@ _eager_soft_margin_loss_backward = _rt_eager_executable(ir.SoftMarginLossBackwar
 
 
 def soft_margin_loss_backward(grad_output, self, target, reduction):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SoftMarginLossBackward, (grad_output, self, target, reduction,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SoftMarginLossBackward, (grad_output, self, target, reduction,))
     with _rt_x64:
         return _rt_wrap(_eager_soft_margin_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction))
 
@@ -8323,8 +8746,9 @@ _eager_softplus = _rt_eager_executable(ir.Softplus)
 
 
 def softplus(self, beta=1, threshold=20):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Softplus, (self, beta, threshold,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Softplus, (self, beta, threshold,))
     with _rt_x64:
         return _rt_wrap(_eager_softplus(_rt_operand(self), _rt_scalar(beta), _rt_scalar(threshold)))
 
@@ -8337,8 +8761,9 @@ _eager_softplus_backward = _rt_eager_executable(ir.SoftplusBackward)
 
 
 def softplus_backward(grad_output, self, beta, threshold):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SoftplusBackward, (grad_output, self, beta, threshold,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SoftplusBackward, (grad_output, self, beta, threshold,))
     with _rt_x64:
         return _rt_wrap(_eager_softplus_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(beta), _rt_scalar(threshold)))
 
@@ -8351,8 +8776,9 @@ _eager_softshrink = _rt_eager_executable(ir.Softshrink)
 
 
 def softshrink(self, lambd=0.5):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Softshrink, (self, lambd,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Softshrink, (self, lambd,))
     with _rt_x64:
         return _rt_wrap(_eager_softshrink(_rt_operand(self), _rt_scalar(lambd)))
 
@@ -8365,8 +8791,9 @@ _eager_softshrink_backward = _rt_eager_executable(ir.SoftshrinkBackward)
 
 
 def softshrink_backward(grad_output, self, lambd):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SoftshrinkBackward, (grad_output, self, lambd,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SoftshrinkBackward, (grad_output, self, lambd,))
     with _rt_x64:
         return _rt_wrap(_eager_softshrink_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(lambd)))
 
@@ -8379,8 +8806,9 @@ _eager_sort = _rt_eager_executable(ir.Sort)
 
 
 def sort(self, dim=-1, descending=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Sort, (self, dim, descending,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Sort, (self, dim, descending,))
     with _rt_x64:
         return _rt_wrap(_eager_sort(_rt_operand(self), dim, descending))
 
@@ -8389,8 +8817,9 @@ _eager_sort_stable = _rt_eager_executable(ir.SortStable)
 
 
 def sort_stable(self, *, stable, dim=-1, descending=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SortStable, (self, stable, dim, descending,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SortStable, (self, stable, dim, descending,))
     with _rt_x64:
         return _rt_wrap(_eager_sort_stable(_rt_operand(self), stable, dim, descending))
 
@@ -8407,8 +8836,9 @@ _eager_special_airy_ai = _rt_eager_executable(ir.SpecialAiryAi)
 
 
 def special_airy_ai(x):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialAiryAi, (x,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialAiryAi, (x,))
     with _rt_x64:
         return _rt_wrap(_eager_special_airy_ai(_rt_operand(x)))
 
@@ -8421,8 +8851,9 @@ _eager_special_bessel_j0 = _rt_eager_executable(ir.SpecialBesselJ0)
 
 
 def special_bessel_j0(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialBesselJ0, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialBesselJ0, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_bessel_j0(_rt_operand(self)))
 
@@ -8435,8 +8866,9 @@ _eager_special_bessel_j1 = _rt_eager_executable(ir.SpecialBesselJ1)
 
 
 def special_bessel_j1(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialBesselJ1, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialBesselJ1, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_bessel_j1(_rt_operand(self)))
 
@@ -8449,8 +8881,9 @@ _eager_special_bessel_y0 = _rt_eager_executable(ir.SpecialBesselY0)
 
 
 def special_bessel_y0(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialBesselY0, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialBesselY0, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_bessel_y0(_rt_operand(self)))
 
@@ -8463,8 +8896,9 @@ _eager_special_bessel_y1 = _rt_eager_executable(ir.SpecialBesselY1)
 
 
 def special_bessel_y1(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialBesselY1, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialBesselY1, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_bessel_y1(_rt_operand(self)))
 
@@ -8477,8 +8911,9 @@ _eager_special_chebyshev_polynomial_t = _rt_eager_executable(ir.SpecialChebyshev
 
 
 def special_chebyshev_polynomial_t(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialT, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialT, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_t(_rt_operand(x), _rt_operand(n)))
 
@@ -8487,8 +8922,9 @@ _eager_special_chebyshev_polynomial_t_n_scalar = _rt_eager_executable(ir.Special
 
 
 def special_chebyshev_polynomial_t_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialTNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialTNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_t_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -8505,8 +8941,9 @@ _eager_special_chebyshev_polynomial_t_x_scalar = _rt_eager_executable(ir.Special
 
 
 def special_chebyshev_polynomial_t_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialTXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialTXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_t_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -8519,8 +8956,9 @@ _eager_special_chebyshev_polynomial_u = _rt_eager_executable(ir.SpecialChebyshev
 
 
 def special_chebyshev_polynomial_u(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialU, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialU, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_u(_rt_operand(x), _rt_operand(n)))
 
@@ -8529,8 +8967,9 @@ _eager_special_chebyshev_polynomial_u_n_scalar = _rt_eager_executable(ir.Special
 
 
 def special_chebyshev_polynomial_u_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialUNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialUNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_u_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -8547,8 +8986,9 @@ _eager_special_chebyshev_polynomial_u_x_scalar = _rt_eager_executable(ir.Special
 
 
 def special_chebyshev_polynomial_u_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialUXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialUXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_u_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -8561,8 +9001,9 @@ _eager_special_chebyshev_polynomial_v = _rt_eager_executable(ir.SpecialChebyshev
 
 
 def special_chebyshev_polynomial_v(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialV, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialV, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_v(_rt_operand(x), _rt_operand(n)))
 
@@ -8571,8 +9012,9 @@ _eager_special_chebyshev_polynomial_v_n_scalar = _rt_eager_executable(ir.Special
 
 
 def special_chebyshev_polynomial_v_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialVNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialVNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_v_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -8589,8 +9031,9 @@ _eager_special_chebyshev_polynomial_v_x_scalar = _rt_eager_executable(ir.Special
 
 
 def special_chebyshev_polynomial_v_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialVXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialVXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_v_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -8603,8 +9046,9 @@ _eager_special_chebyshev_polynomial_w = _rt_eager_executable(ir.SpecialChebyshev
 
 
 def special_chebyshev_polynomial_w(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialW, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialW, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_w(_rt_operand(x), _rt_operand(n)))
 
@@ -8613,8 +9057,9 @@ _eager_special_chebyshev_polynomial_w_n_scalar = _rt_eager_executable(ir.Special
 
 
 def special_chebyshev_polynomial_w_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialWNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialWNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_w_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -8631,8 +9076,9 @@ _eager_special_chebyshev_polynomial_w_x_scalar = _rt_eager_executable(ir.Special
 
 
 def special_chebyshev_polynomial_w_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialChebyshevPolynomialWXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialChebyshevPolynomialWXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_chebyshev_polynomial_w_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -8645,8 +9091,9 @@ _eager_special_entr = _rt_eager_executable(ir.SpecialEntr)
 
 
 def special_entr(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialEntr, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialEntr, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_entr(_rt_operand(self)))
 
@@ -8659,8 +9106,9 @@ _eager_special_erfcx = _rt_eager_executable(ir.SpecialErfcx)
 
 
 def special_erfcx(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialErfcx, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialErfcx, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_erfcx(_rt_operand(self)))
 
@@ -8673,8 +9121,9 @@ _eager_special_hermite_polynomial_h = _rt_eager_executable(ir.SpecialHermitePoly
 
 
 def special_hermite_polynomial_h(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialHermitePolynomialH, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialHermitePolynomialH, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_hermite_polynomial_h(_rt_operand(x), _rt_operand(n)))
 
@@ -8683,8 +9132,9 @@ _eager_special_hermite_polynomial_h_n_scalar = _rt_eager_executable(ir.SpecialHe
 
 
 def special_hermite_polynomial_h_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialHermitePolynomialHNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialHermitePolynomialHNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_hermite_polynomial_h_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -8701,8 +9151,9 @@ _eager_special_hermite_polynomial_h_x_scalar = _rt_eager_executable(ir.SpecialHe
 
 
 def special_hermite_polynomial_h_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialHermitePolynomialHXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialHermitePolynomialHXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_hermite_polynomial_h_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -8715,8 +9166,9 @@ _eager_special_hermite_polynomial_he = _rt_eager_executable(ir.SpecialHermitePol
 
 
 def special_hermite_polynomial_he(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialHermitePolynomialHe, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialHermitePolynomialHe, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_hermite_polynomial_he(_rt_operand(x), _rt_operand(n)))
 
@@ -8725,8 +9177,9 @@ _eager_special_hermite_polynomial_he_n_scalar = _rt_eager_executable(ir.SpecialH
 
 
 def special_hermite_polynomial_he_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialHermitePolynomialHeNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialHermitePolynomialHeNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_hermite_polynomial_he_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -8743,8 +9196,9 @@ _eager_special_hermite_polynomial_he_x_scalar = _rt_eager_executable(ir.SpecialH
 
 
 def special_hermite_polynomial_he_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialHermitePolynomialHeXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialHermitePolynomialHeXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_hermite_polynomial_he_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -8757,8 +9211,9 @@ _eager_special_i0e = _rt_eager_executable(ir.SpecialI0e)
 
 
 def special_i0e(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialI0e, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialI0e, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_i0e(_rt_operand(self)))
 
@@ -8771,8 +9226,9 @@ _eager_special_i1 = _rt_eager_executable(ir.SpecialI1)
 
 
 def special_i1(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialI1, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialI1, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_i1(_rt_operand(self)))
 
@@ -8785,8 +9241,9 @@ _eager_special_i1e = _rt_eager_executable(ir.SpecialI1e)
 
 
 def special_i1e(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialI1e, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialI1e, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_i1e(_rt_operand(self)))
 
@@ -8799,8 +9256,9 @@ _eager_special_laguerre_polynomial_l = _rt_eager_executable(ir.SpecialLaguerrePo
 
 
 def special_laguerre_polynomial_l(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialLaguerrePolynomialL, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialLaguerrePolynomialL, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_laguerre_polynomial_l(_rt_operand(x), _rt_operand(n)))
 
@@ -8809,8 +9267,9 @@ _eager_special_laguerre_polynomial_l_n_scalar = _rt_eager_executable(ir.SpecialL
 
 
 def special_laguerre_polynomial_l_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialLaguerrePolynomialLNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialLaguerrePolynomialLNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_laguerre_polynomial_l_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -8827,8 +9286,9 @@ _eager_special_laguerre_polynomial_l_x_scalar = _rt_eager_executable(ir.SpecialL
 
 
 def special_laguerre_polynomial_l_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialLaguerrePolynomialLXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialLaguerrePolynomialLXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_laguerre_polynomial_l_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -8841,8 +9301,9 @@ _eager_special_legendre_polynomial_p = _rt_eager_executable(ir.SpecialLegendrePo
 
 
 def special_legendre_polynomial_p(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialLegendrePolynomialP, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialLegendrePolynomialP, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_legendre_polynomial_p(_rt_operand(x), _rt_operand(n)))
 
@@ -8851,8 +9312,9 @@ _eager_special_legendre_polynomial_p_n_scalar = _rt_eager_executable(ir.SpecialL
 
 
 def special_legendre_polynomial_p_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialLegendrePolynomialPNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialLegendrePolynomialPNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_legendre_polynomial_p_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -8869,8 +9331,9 @@ _eager_special_legendre_polynomial_p_x_scalar = _rt_eager_executable(ir.SpecialL
 
 
 def special_legendre_polynomial_p_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialLegendrePolynomialPXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialLegendrePolynomialPXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_legendre_polynomial_p_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -8883,8 +9346,9 @@ _eager_special_log_ndtr = _rt_eager_executable(ir.SpecialLogNdtr)
 
 
 def special_log_ndtr(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialLogNdtr, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialLogNdtr, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_log_ndtr(_rt_operand(self)))
 
@@ -8897,8 +9361,9 @@ _eager_special_modified_bessel_i0 = _rt_eager_executable(ir.SpecialModifiedBesse
 
 
 def special_modified_bessel_i0(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialModifiedBesselI0, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialModifiedBesselI0, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_modified_bessel_i0(_rt_operand(self)))
 
@@ -8911,8 +9376,9 @@ _eager_special_modified_bessel_i1 = _rt_eager_executable(ir.SpecialModifiedBesse
 
 
 def special_modified_bessel_i1(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialModifiedBesselI1, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialModifiedBesselI1, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_modified_bessel_i1(_rt_operand(self)))
 
@@ -8925,8 +9391,9 @@ _eager_special_modified_bessel_k0 = _rt_eager_executable(ir.SpecialModifiedBesse
 
 
 def special_modified_bessel_k0(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialModifiedBesselK0, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialModifiedBesselK0, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_modified_bessel_k0(_rt_operand(self)))
 
@@ -8939,8 +9406,9 @@ _eager_special_modified_bessel_k1 = _rt_eager_executable(ir.SpecialModifiedBesse
 
 
 def special_modified_bessel_k1(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialModifiedBesselK1, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialModifiedBesselK1, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_modified_bessel_k1(_rt_operand(self)))
 
@@ -8953,8 +9421,9 @@ _eager_special_ndtri = _rt_eager_executable(ir.SpecialNdtri)
 
 
 def special_ndtri(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialNdtri, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialNdtri, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_special_ndtri(_rt_operand(self)))
 
@@ -8967,8 +9436,9 @@ _eager_special_scaled_modified_bessel_k0 = _rt_eager_executable(ir.SpecialScaled
 
 
 def special_scaled_modified_bessel_k0(x):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialScaledModifiedBesselK0, (x,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialScaledModifiedBesselK0, (x,))
     with _rt_x64:
         return _rt_wrap(_eager_special_scaled_modified_bessel_k0(_rt_operand(x)))
 
@@ -8981,8 +9451,9 @@ _eager_special_scaled_modified_bessel_k1 = _rt_eager_executable(ir.SpecialScaled
 
 
 def special_scaled_modified_bessel_k1(x):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialScaledModifiedBesselK1, (x,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialScaledModifiedBesselK1, (x,))
     with _rt_x64:
         return _rt_wrap(_eager_special_scaled_modified_bessel_k1(_rt_operand(x)))
 
@@ -8995,8 +9466,9 @@ _eager_special_shifted_chebyshev_polynomial_t = _rt_eager_executable(ir.SpecialS
 
 
 def special_shifted_chebyshev_polynomial_t(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialT, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialT, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t(_rt_operand(x), _rt_operand(n)))
 
@@ -9005,8 +9477,9 @@ _eager_special_shifted_chebyshev_polynomial_t_n_scalar = _rt_eager_executable(ir
 
 
 def special_shifted_chebyshev_polynomial_t_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialTNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialTNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -9023,8 +9496,9 @@ _eager_special_shifted_chebyshev_polynomial_t_x_scalar = _rt_eager_executable(ir
 
 
 def special_shifted_chebyshev_polynomial_t_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialTXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialTXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -9037,8 +9511,9 @@ _eager_special_shifted_chebyshev_polynomial_u = _rt_eager_executable(ir.SpecialS
 
 
 def special_shifted_chebyshev_polynomial_u(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialU, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialU, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u(_rt_operand(x), _rt_operand(n)))
 
@@ -9047,8 +9522,9 @@ _eager_special_shifted_chebyshev_polynomial_u_n_scalar = _rt_eager_executable(ir
 
 
 def special_shifted_chebyshev_polynomial_u_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialUNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialUNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -9065,8 +9541,9 @@ _eager_special_shifted_chebyshev_polynomial_u_x_scalar = _rt_eager_executable(ir
 
 
 def special_shifted_chebyshev_polynomial_u_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialUXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialUXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -9079,8 +9556,9 @@ _eager_special_shifted_chebyshev_polynomial_v = _rt_eager_executable(ir.SpecialS
 
 
 def special_shifted_chebyshev_polynomial_v(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialV, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialV, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v(_rt_operand(x), _rt_operand(n)))
 
@@ -9089,8 +9567,9 @@ _eager_special_shifted_chebyshev_polynomial_v_n_scalar = _rt_eager_executable(ir
 
 
 def special_shifted_chebyshev_polynomial_v_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialVNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialVNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -9107,8 +9586,9 @@ _eager_special_shifted_chebyshev_polynomial_v_x_scalar = _rt_eager_executable(ir
 
 
 def special_shifted_chebyshev_polynomial_v_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialVXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialVXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -9121,8 +9601,9 @@ _eager_special_shifted_chebyshev_polynomial_w = _rt_eager_executable(ir.SpecialS
 
 
 def special_shifted_chebyshev_polynomial_w(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialW, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialW, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w(_rt_operand(x), _rt_operand(n)))
 
@@ -9131,8 +9612,9 @@ _eager_special_shifted_chebyshev_polynomial_w_n_scalar = _rt_eager_executable(ir
 
 
 def special_shifted_chebyshev_polynomial_w_n_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialWNScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialWNScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_n_scalar(_rt_operand(x), _rt_scalar(n)))
 
@@ -9149,8 +9631,9 @@ _eager_special_shifted_chebyshev_polynomial_w_x_scalar = _rt_eager_executable(ir
 
 
 def special_shifted_chebyshev_polynomial_w_x_scalar(x, n):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialShiftedChebyshevPolynomialWXScalar, (x, n,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialWXScalar, (x, n,))
     with _rt_x64:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_x_scalar(_rt_scalar(x), _rt_operand(n)))
 
@@ -9163,8 +9646,9 @@ _eager_special_spherical_bessel_j0 = _rt_eager_executable(ir.SpecialSphericalBes
 
 
 def special_spherical_bessel_j0(x):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialSphericalBesselJ0, (x,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialSphericalBesselJ0, (x,))
     with _rt_x64:
         return _rt_wrap(_eager_special_spherical_bessel_j0(_rt_operand(x)))
 
@@ -9177,8 +9661,9 @@ _eager_special_xlog1py = _rt_eager_executable(ir.SpecialXlog1py)
 
 
 def special_xlog1py(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialXlog1py, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialXlog1py, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_special_xlog1py(_rt_operand(self), _rt_operand(other)))
 
@@ -9187,8 +9672,9 @@ _eager_special_xlog1py_other_scalar = _rt_eager_executable(ir.SpecialXlog1pyOthe
 
 
 def special_xlog1py_other_scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialXlog1pyOtherScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialXlog1pyOtherScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_special_xlog1py_other_scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -9205,8 +9691,9 @@ _eager_special_xlog1py_self_scalar = _rt_eager_executable(ir.SpecialXlog1pySelfS
 
 
 def special_xlog1py_self_scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialXlog1pySelfScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialXlog1pySelfScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_special_xlog1py_self_scalar(_rt_scalar(self), _rt_operand(other)))
 
@@ -9219,8 +9706,9 @@ _eager_special_zeta = _rt_eager_executable(ir.SpecialZeta)
 
 
 def special_zeta(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialZeta, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialZeta, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_special_zeta(_rt_operand(self), _rt_operand(other)))
 
@@ -9229,8 +9717,9 @@ _eager_special_zeta_other_scalar = _rt_eager_executable(ir.SpecialZetaOtherScala
 
 
 def special_zeta_other_scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialZetaOtherScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialZetaOtherScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_special_zeta_other_scalar(_rt_operand(self), _rt_scalar(other)))
 
@@ -9247,8 +9736,9 @@ _eager_special_zeta_self_scalar = _rt_eager_executable(ir.SpecialZetaSelfScalar)
 
 
 def special_zeta_self_scalar(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SpecialZetaSelfScalar, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SpecialZetaSelfScalar, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_special_zeta_self_scalar(_rt_scalar(self), _rt_operand(other)))
 
@@ -9265,8 +9755,9 @@ _eager_split_copy_Tensor = _rt_eager_executable(ir.SplitCopyTensor)
 
 
 def split_copy_Tensor(self, split_size, dim=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SplitCopyTensor, (self, split_size, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SplitCopyTensor, (self, split_size, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_split_copy_Tensor(_rt_operand(self), split_size, dim))
 
@@ -9283,8 +9774,9 @@ _eager_split_with_sizes_copy = _rt_eager_executable(ir.SplitWithSizesCopy)
 
 
 def split_with_sizes_copy(self, split_sizes, dim=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SplitWithSizesCopy, (self, split_sizes, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SplitWithSizesCopy, (self, split_sizes, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_split_with_sizes_copy(_rt_operand(self), _rt_attr_list(split_sizes), dim))
 
@@ -9297,8 +9789,9 @@ _eager_sqrt = _rt_eager_executable(ir.Sqrt)
 
 
 def sqrt(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Sqrt, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Sqrt, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_sqrt(_rt_operand(self)))
 
@@ -9345,8 +9838,9 @@ _eager_squeeze_copy = _rt_eager_executable(ir.SqueezeCopy)
 
 
 def squeeze_copy(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SqueezeCopy, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SqueezeCopy, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_squeeze_copy(_rt_operand(self)))
 
@@ -9355,8 +9849,9 @@ _eager_squeeze_copy_dim = _rt_eager_executable(ir.SqueezeCopyDim)
 
 
 def squeeze_copy_dim(self, dim):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SqueezeCopyDim, (self, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SqueezeCopyDim, (self, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_squeeze_copy_dim(_rt_operand(self), dim))
 
@@ -9369,8 +9864,9 @@ _eager_squeeze_copy_dims = _rt_eager_executable(ir.SqueezeCopyDims)
 
 
 def squeeze_copy_dims(self, dim):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SqueezeCopyDims, (self, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SqueezeCopyDims, (self, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_squeeze_copy_dims(_rt_operand(self), _rt_attr_list(dim)))
 
@@ -9387,8 +9883,9 @@ _eager_stack = _rt_eager_executable(ir.Stack)
 
 
 def stack(tensors, dim=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Stack, (tensors, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Stack, (tensors, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_stack(_rt_operands(tensors), dim))
 
@@ -9401,8 +9898,9 @@ _eager_std_correction = _rt_eager_executable(ir.StdCorrection)
 
 
 def std_correction(self, dim=None, *, correction=None, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.StdCorrection, (self, dim, correction, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.StdCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_std_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
@@ -9415,8 +9913,9 @@ _eager_std_mean_correction = _rt_eager_executable(ir.StdMeanCorrection)
 
 
 def std_mean_correction(self, dim=None, *, correction=None, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.StdMeanCorrection, (self, dim, correction, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.StdMeanCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_std_mean_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
@@ -9429,8 +9928,9 @@ _eager_sub_Scalar = _rt_eager_executable(ir.SubScalar)
 
 
 def sub_Scalar(self, other, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SubScalar, (self, other, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SubScalar, (self, other, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_sub_Scalar(_rt_operand(self), _rt_scalar(other), _rt_scalar(alpha)))
 
@@ -9443,8 +9943,9 @@ _eager_sub_Tensor = _rt_eager_executable(ir.SubTensor)
 
 
 def sub_Tensor(self, other, *, alpha=1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SubTensor, (self, other, alpha,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SubTensor, (self, other, alpha,))
     with _rt_x64:
         return _rt_wrap(_eager_sub_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
 
@@ -9478,8 +9979,9 @@ _eager_sum = _rt_eager_executable(ir.Sum)
 
 
 def sum(self, *, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Sum, (self, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Sum, (self, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager_sum(_rt_operand(self), dtype))
 
@@ -9492,8 +9994,9 @@ _eager_sum_dim_IntList = _rt_eager_executable(ir.SumDimIntList)
 
 
 def sum_dim_IntList(self, dim, keepdim=False, *, dtype=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.SumDimIntList, (self, dim, keepdim, dtype,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.SumDimIntList, (self, dim, keepdim, dtype,))
     with _rt_x64:
         return _rt_wrap(_eager_sum_dim_IntList(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
 
@@ -9514,8 +10017,9 @@ _eager_t_copy = _rt_eager_executable(ir.TCopy)
 
 
 def t_copy(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.TCopy, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.TCopy, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_t_copy(_rt_operand(self)))
 
@@ -9528,8 +10032,9 @@ _eager_take = _rt_eager_executable(ir.Take)
 
 
 def take(self, index):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Take, (self, index,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Take, (self, index,))
     with _rt_x64:
         return _rt_wrap(_eager_take(_rt_operand(self), _rt_operand(index)))
 
@@ -9542,8 +10047,9 @@ _eager_tan = _rt_eager_executable(ir.Tan)
 
 
 def tan(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Tan, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Tan, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_tan(_rt_operand(self)))
 
@@ -9566,8 +10072,9 @@ _eager_tanh = _rt_eager_executable(ir.Tanh)
 
 
 def tanh(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Tanh, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Tanh, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_tanh(_rt_operand(self)))
 
@@ -9590,8 +10097,9 @@ _eager_tanh_backward = _rt_eager_executable(ir.TanhBackward)
 
 
 def tanh_backward(grad_output, output):
-    if _rt_state.tracing:
-        return _rt_trace(ir.TanhBackward, (grad_output, output,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.TanhBackward, (grad_output, output,))
     with _rt_x64:
         return _rt_wrap(_eager_tanh_backward(_rt_operand(grad_output), _rt_operand(output)))
 
@@ -9604,8 +10112,9 @@ _eager_threshold = _rt_eager_executable(ir.Threshold)
 
 
 def threshold(self, threshold, value):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Threshold, (self, threshold, value,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Threshold, (self, threshold, value,))
     with _rt_x64:
         return _rt_wrap(_eager_threshold(_rt_operand(self), _rt_scalar(threshold), _rt_scalar(value)))
 
@@ -9628,8 +10137,9 @@ _eager_threshold_backward = _rt_eager_executable(ir.ThresholdBackward)
 
 
 def threshold_backward(grad_output, self, threshold):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ThresholdBackward, (grad_output, self, threshold,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ThresholdBackward, (grad_output, self, threshold,))
     with _rt_x64:
         return _rt_wrap(_eager_threshold_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(threshold)))
 
@@ -9642,8 +10152,9 @@ _eager_topk = _rt_eager_executable(ir.Topk)
 
 
 def topk(self, k, dim=-1, largest=True, sorted=True):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Topk, (self, k, dim, largest, sorted,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Topk, (self, k, dim, largest, sorted,))
     with _rt_x64:
         return _rt_wrap(_eager_topk(_rt_operand(self), k, dim, largest, sorted))
 
@@ -9656,8 +10167,9 @@ _eager_trace = _rt_eager_executable(ir.Trace)
 
 
 def trace(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Trace, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Trace, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_trace(_rt_operand(self)))
 
@@ -9678,8 +10190,9 @@ _eager_transpose_copy_int = _rt_eager_executable(ir.TransposeCopyInt)
 
 
 def transpose_copy_int(self, dim0, dim1):
-    if _rt_state.tracing:
-        return _rt_trace(ir.TransposeCopyInt, (self, dim0, dim1,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.TransposeCopyInt, (self, dim0, dim1,))
     with _rt_x64:
         return _rt_wrap(_eager_transpose_copy_int(_rt_operand(self), dim0, dim1))
 
@@ -9692,8 +10205,9 @@ _eager_triangular_solve = _rt_eager_executable(ir.TriangularSolve)
 
 
 def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.TriangularSolve, (self, A, upper, transpose, unitriangular,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.TriangularSolve, (self, A, upper, transpose, unitriangular,))
     with _rt_x64:
         return _rt_wrap(_eager_triangular_solve(_rt_operand(self), _rt_operand(A), upper, transpose, unitriangular))
 
@@ -9706,8 +10220,9 @@ _eager_tril = _rt_eager_executable(ir.Tril)
 
 
 def tril(self, diagonal=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Tril, (self, diagonal,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Tril, (self, diagonal,))
     with _rt_x64:
         return _rt_wrap(_eager_tril(_rt_operand(self), diagonal))
 
@@ -9738,8 +10253,9 @@ _eager_triu = _rt_eager_executable(ir.Triu)
 
 
 def triu(self, diagonal=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Triu, (self, diagonal,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Triu, (self, diagonal,))
     with _rt_x64:
         return _rt_wrap(_eager_triu(_rt_operand(self), diagonal))
 
@@ -9770,8 +10286,9 @@ _eager_trunc = _rt_eager_executable(ir.Trunc)
 
 
 def trunc(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Trunc, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Trunc, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_trunc(_rt_operand(self)))
 
@@ -9798,8 +10315,9 @@ _eager_unbind_copy_int = _rt_eager_executable(ir.UnbindCopyInt)
 
 
 def unbind_copy_int(self, dim=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UnbindCopyInt, (self, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UnbindCopyInt, (self, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_unbind_copy_int(_rt_operand(self), dim))
 
@@ -9816,8 +10334,9 @@ _eager_unfold_backward = _rt_eager_executable(ir.UnfoldBackward)
 
 
 def unfold_backward(grad_in, input_sizes, dim, size, step):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UnfoldBackward, (grad_in, input_sizes, dim, size, step,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UnfoldBackward, (grad_in, input_sizes, dim, size, step,))
     with _rt_x64:
         return _rt_wrap(_eager_unfold_backward(_rt_operand(grad_in), _rt_attr_list(input_sizes), dim, size, step))
 
@@ -9830,8 +10349,9 @@ _eager_unfold_copy = _rt_eager_executable(ir.UnfoldCopy)
 
 
 def unfold_copy(self, dimension, size, step):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UnfoldCopy, (self, dimension, size, step,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UnfoldCopy, (self, dimension, size, step,))
     with _rt_x64:
         return _rt_wrap(_eager_unfold_copy(_rt_operand(self), dimension, size, step))
 
@@ -9880,8 +10400,9 @@ _eager_unsafe_split_Tensor = _rt_eager_executable(ir.UnsafeSplitTensor)
 
 
 def unsafe_split_Tensor(self, split_size, dim=0):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UnsafeSplitTensor, (self, split_size, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UnsafeSplitTensor, (self, split_size, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_unsafe_split_Tensor(_rt_operand(self), split_size, dim))
 
@@ -9902,8 +10423,9 @@ _eager_unsqueeze_copy = _rt_eager_executable(ir.UnsqueezeCopy)
 
 
 def unsqueeze_copy(self, dim):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UnsqueezeCopy, (self, dim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UnsqueezeCopy, (self, dim,))
     with _rt_x64:
         return _rt_wrap(_eager_unsqueeze_copy(_rt_operand(self), dim))
 
@@ -9916,8 +10438,9 @@ _eager_upsample_bicubic2d = _rt_eager_executable(ir.UpsampleBicubic2d)
 
 
 def upsample_bicubic2d(self, output_size, align_corners, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleBicubic2d, (self, output_size, align_corners, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleBicubic2d, (self, output_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_bicubic2d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
 
@@ -9930,8 +10453,9 @@ _eager_upsample_bicubic2d_backward = _rt_eager_executable(ir.UpsampleBicubic2dBa
 
 
 def upsample_bicubic2d_backward(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleBicubic2dBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleBicubic2dBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_bicubic2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
 
@@ -9944,8 +10468,9 @@ _eager_upsample_bilinear2d = _rt_eager_executable(ir.UpsampleBilinear2d)
 
 
 def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleBilinear2d, (self, output_size, align_corners, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleBilinear2d, (self, output_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_bilinear2d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
 
@@ -9958,8 +10483,9 @@ _eager_upsample_bilinear2d_backward = _rt_eager_executable(ir.UpsampleBilinear2d
 
 
 def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleBilinear2dBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleBilinear2dBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_bilinear2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
 
@@ -9972,8 +10498,9 @@ _eager_upsample_linear1d = _rt_eager_executable(ir.UpsampleLinear1d)
 
 
 def upsample_linear1d(self, output_size, align_corners, scales=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleLinear1d, (self, output_size, align_corners, scales,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleLinear1d, (self, output_size, align_corners, scales,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_linear1d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales))
 
@@ -9986,8 +10513,9 @@ _eager_upsample_linear1d_backward = _rt_eager_executable(ir.UpsampleLinear1dBack
 
 
 def upsample_linear1d_backward(grad_output, output_size, input_size, align_corners, scales=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleLinear1dBackward, (grad_output, output_size, input_size, align_corners, scales,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleLinear1dBackward, (grad_output, output_size, input_size, align_corners, scales,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_linear1d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales))
 
@@ -10000,8 +10528,9 @@ _eager_upsample_nearest1d = _rt_eager_executable(ir.UpsampleNearest1d)
 
 
 def upsample_nearest1d(self, output_size, scales=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleNearest1d, (self, output_size, scales,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleNearest1d, (self, output_size, scales,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_nearest1d(_rt_operand(self), _rt_attr_list(output_size), scales))
 
@@ -10014,8 +10543,9 @@ _eager_upsample_nearest1d_backward = _rt_eager_executable(ir.UpsampleNearest1dBa
 
 
 def upsample_nearest1d_backward(grad_output, output_size, input_size, scales=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleNearest1dBackward, (grad_output, output_size, input_size, scales,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleNearest1dBackward, (grad_output, output_size, input_size, scales,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_nearest1d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales))
 
@@ -10028,8 +10558,9 @@ _eager_upsample_nearest2d = _rt_eager_executable(ir.UpsampleNearest2d)
 
 
 def upsample_nearest2d(self, output_size, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleNearest2d, (self, output_size, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleNearest2d, (self, output_size, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_nearest2d(_rt_operand(self), _rt_attr_list(output_size), scales_h, scales_w))
 
@@ -10042,8 +10573,9 @@ _eager_upsample_nearest2d_backward = _rt_eager_executable(ir.UpsampleNearest2dBa
 
 
 def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleNearest2dBackward, (grad_output, output_size, input_size, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleNearest2dBackward, (grad_output, output_size, input_size, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_nearest2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_h, scales_w))
 
@@ -10056,8 +10588,9 @@ _eager_upsample_nearest3d = _rt_eager_executable(ir.UpsampleNearest3d)
 
 
 def upsample_nearest3d(self, output_size, scales_d=None, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleNearest3d, (self, output_size, scales_d, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleNearest3d, (self, output_size, scales_d, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_nearest3d(_rt_operand(self), _rt_attr_list(output_size), scales_d, scales_h, scales_w))
 
@@ -10070,8 +10603,9 @@ _eager_upsample_nearest3d_backward = _rt_eager_executable(ir.UpsampleNearest3dBa
 
 
 def upsample_nearest3d_backward(grad_output, output_size, input_size, scales_d=None, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleNearest3dBackward, (grad_output, output_size, input_size, scales_d, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleNearest3dBackward, (grad_output, output_size, input_size, scales_d, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_nearest3d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_d, scales_h, scales_w))
 
@@ -10084,8 +10618,9 @@ _eager_upsample_trilinear3d = _rt_eager_executable(ir.UpsampleTrilinear3d)
 
 
 def upsample_trilinear3d(self, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleTrilinear3d, (self, output_size, align_corners, scales_d, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleTrilinear3d, (self, output_size, align_corners, scales_d, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_trilinear3d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_d, scales_h, scales_w))
 
@@ -10098,8 +10633,9 @@ _eager_upsample_trilinear3d_backward = _rt_eager_executable(ir.UpsampleTrilinear
 
 
 def upsample_trilinear3d_backward(grad_output, output_size, input_size, align_corners, scales_d=None, scales_h=None, scales_w=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.UpsampleTrilinear3dBackward, (grad_output, output_size, input_size, align_corners, scales_d, scales_h, scales_w,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.UpsampleTrilinear3dBackward, (grad_output, output_size, input_size, align_corners, scales_d, scales_h, scales_w,))
     with _rt_x64:
         return _rt_wrap(_eager_upsample_trilinear3d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_d, scales_h, scales_w))
 
@@ -10112,8 +10648,9 @@ _eager_var_correction = _rt_eager_executable(ir.VarCorrection)
 
 
 def var_correction(self, dim=None, *, correction=None, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.VarCorrection, (self, dim, correction, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.VarCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_var_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
@@ -10126,8 +10663,9 @@ _eager_var_mean_correction = _rt_eager_executable(ir.VarMeanCorrection)
 
 
 def var_mean_correction(self, dim=None, *, correction=None, keepdim=False):
-    if _rt_state.tracing:
-        return _rt_trace(ir.VarMeanCorrection, (self, dim, correction, keepdim,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.VarMeanCorrection, (self, dim, correction, keepdim,))
     with _rt_x64:
         return _rt_wrap(_eager_var_mean_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
 
@@ -10140,8 +10678,9 @@ _eager_vdot = _rt_eager_executable(ir.Vdot)
 
 
 def vdot(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Vdot, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Vdot, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_vdot(_rt_operand(self), _rt_operand(other)))
 
@@ -10166,8 +10705,9 @@ _eager_view_copy = _rt_eager_executable(ir.ViewCopy)
 
 
 def view_copy(self, size):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ViewCopy, (self, size,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ViewCopy, (self, size,))
     with _rt_x64:
         return _rt_wrap(_eager_view_copy(_rt_operand(self), _rt_attr_list(size)))
 
@@ -10180,8 +10720,9 @@ _eager_where_self = _rt_eager_executable(ir.WhereSelf)
 
 
 def where_self(condition, self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.WhereSelf, (condition, self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.WhereSelf, (condition, self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_where_self(_rt_operand(condition), _rt_operand(self), _rt_operand(other)))
 
@@ -10206,8 +10747,9 @@ _eager_xlogy_Scalar_Other = _rt_eager_executable(ir.XlogyScalarOther)
 
 
 def xlogy_Scalar_Other(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.XlogyScalarOther, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.XlogyScalarOther, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_xlogy_Scalar_Other(_rt_operand(self), _rt_scalar(other)))
 
@@ -10216,8 +10758,9 @@ _eager_xlogy_Scalar_Self = _rt_eager_executable(ir.XlogyScalarSelf)
 
 
 def xlogy_Scalar_Self(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.XlogyScalarSelf, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.XlogyScalarSelf, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_xlogy_Scalar_Self(_rt_scalar(self), _rt_operand(other)))
 
@@ -10226,8 +10769,9 @@ _eager_xlogy_Tensor = _rt_eager_executable(ir.XlogyTensor)
 
 
 def xlogy_Tensor(self, other):
-    if _rt_state.tracing:
-        return _rt_trace(ir.XlogyTensor, (self, other,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.XlogyTensor, (self, other,))
     with _rt_x64:
         return _rt_wrap(_eager_xlogy_Tensor(_rt_operand(self), _rt_operand(other)))
 
@@ -10257,8 +10801,9 @@ _eager_zero = _rt_eager_executable(ir.Zero)
 
 
 def zero(self):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Zero, (self,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Zero, (self,))
     with _rt_x64:
         return _rt_wrap(_eager_zero(_rt_operand(self)))
 
@@ -10281,8 +10826,9 @@ _eager_zeros = _rt_eager_executable(ir.Zeros)
 
 
 def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.Zeros, (size, dtype, layout, device, pin_memory,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.Zeros, (size, dtype, layout, device, pin_memory,))
     with _rt_x64:
         return _rt_wrap(_eager_zeros(_rt_attr_list(size), dtype, layout, device, pin_memory))
 
@@ -10295,8 +10841,9 @@ _eager_zeros_like = _rt_eager_executable(ir.ZerosLike)
 
 
 def zeros_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    if _rt_state.tracing:
-        return _rt_trace(ir.ZerosLike, (self, dtype, layout, device, pin_memory, memory_format,))
+    _rt_trace = _rt_context.trace
+    if _rt_trace is not None:
+        return _rt_trace.record(ir.ZerosLike, (self, dtype, layout, device, pin_memory, memory_format,))
     with _rt_x64:
         return _rt_wrap(_eager_zeros_like(_rt_operand(self), dtype, layout, device, pin_memory, memory_format))
 

@@ -2,10 +2,10 @@
 # torch 2.13.0+cpu. Do not edit: change the manifest, the handwritten functions
 # or codegen/templates, and regenerate.
 """IR node classes, one per manifest entry: operands and attributes in schema order,
-structural equality and hashing (runtime/ir.py), and the calls into the handwritten
+structural equality and hashing (runtime/core/ir.py), and the calls into the handwritten
 lowering and shape function."""
 
-from .runtime.ir import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node
+from .runtime.exec.stub_abi import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node
 from .lowerings.activation import (
     lower__prelu_kernel,
     lower__prelu_kernel_backward,

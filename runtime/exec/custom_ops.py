@@ -1,11 +1,12 @@
 """Operators outside aten: lowerings registered at run time (`register_lowering`), and
 the manifest's entries of other libraries (`torchvision::nms`), registered when their
-library is loaded.
+library is loaded. (Below the frontends: the dispatch entry asks it about operators
+without a handler, the api layer re-exports `register_lowering`.)
 
 Note [Run-time lowerings]
 `register_lowering("mylib::op", lowering)` makes an IR node class for the operator at
 run time, with the same argument kinds as a generated one (Note [Argument kinds] in
-runtime/ir.py), and registers a handler for its OpOverload in the dispatch registry:
+runtime/core/ir.py), and registers a handler for its OpOverload in the dispatch registry:
 eagerly it runs a cached `jax.jit` executable of the lowering (static attributes in
 the cache key, Scalars as runtime operands), while tracing (`compile()`,
 `lazy_mode()`) it records a node, which the graph lowers like any other, and the
@@ -19,7 +20,7 @@ A manifest entry of another namespace is generated like an aten one, but its
 OpOverload exists only once its library is imported, which importing this package
 does not do. At import, the entries whose operators exist are registered; the others
 wait, and are registered the first time one of their operators reaches the backend
-(`missing_op` asks `library_op_handler`), or when the `torch.compile` backend compiles
+(`missing_op` in runtime/frontends/dispatch.py asks `library_op_handler`), or when the `torch.compile` backend compiles
 a graph (`register_loaded_library_ops`), so importing the library after this package
 is enough. An operator whose schema differs from the one the package was generated
 for is not registered (calling it raises OperatorNotFound saying so).
@@ -36,11 +37,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ..shape_fns.common import NUMPY_TO_TORCH, TensorMeta
-from . import state
-from .dispatch import (X64, _REGISTRY, _SECTIONS, attr_list, eager_executable, operand, operand_opt, operands,
-                       scalar_operand, trace, user_call_site, wrap)
-from .ir import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node
+from ...shape_fns.common import NUMPY_TO_TORCH, TensorMeta
+from ..core.context import context
+from ..core.convert import X64
+from ..core.ir import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node
+from ..platform.call_site import user_call_site
+from .eager import attr_list, eager_executable, operand, operand_opt, operands, scalar_operand, wrap
+from .registry import REGISTRY, SECTIONS
 
 REGISTERED = "registered"  # the section of an operator with a run-time lowering
 
@@ -353,8 +356,9 @@ def _make_handler(op: torch._ops.OpOverload, cls: type[Node]) -> Callable:
 
     def handler(*args: Any, **kwargs: Any) -> Any:
         bound = bind(args, kwargs)
-        if state.tracing:
-            out = trace(cls, bound)
+        trace = context.trace
+        if trace is not None:
+            out = trace.record(cls, bound)
         else:
             with X64:
                 out = wrap(executable(*[a if u is None else u(a) for u, a in zip(unwraps, bound)]))
@@ -405,9 +409,9 @@ def register_lowering(op: Any, lowering: Callable, *, shape_fn: Callable | None 
                 f"a lowering of '{qualname}' is already registered (at {_REGISTERED_AT[qualname]}); "
                 "pass replace=True to replace it"
             )
-        if overload in _REGISTRY or qualname in _PENDING:
+        if overload in REGISTRY or qualname in _PENDING:
             raise ValueError(
-                f"'{qualname}' is listed in native_functions.yaml (section {_SECTIONS.get(qualname)}); "
+                f"'{qualname}' is listed in native_functions.yaml (section {SECTIONS.get(qualname)}); "
                 "pass replace=True to use this lowering instead"
             )
     if schema.is_mutable:
@@ -438,8 +442,8 @@ def register_lowering(op: Any, lowering: Callable, *, shape_fn: Callable | None 
     cls = _make_node_class(overload, lowering, shape_fn)
     _PENDING.pop(qualname, None)
     _UNAVAILABLE.pop(qualname, None)
-    _REGISTRY[overload] = _make_handler(overload, cls)
-    _SECTIONS[qualname] = REGISTERED
+    REGISTRY[overload] = _make_handler(overload, cls)
+    SECTIONS[qualname] = REGISTERED
     _REGISTERED_AT[qualname] = user_call_site()
 
 
@@ -454,7 +458,7 @@ def _register_library_op(qualname: str, op: torch._ops.OpOverload, schema: str, 
         )
         warnings.warn(f"xla_native_functions: {qualname} is not registered: {_UNAVAILABLE[qualname]}", stacklevel=3)
         return False
-    _REGISTRY[op] = handler
+    REGISTRY[op] = handler
     return True
 
 

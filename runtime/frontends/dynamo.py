@@ -35,12 +35,17 @@ import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import state
-from ..shape_fns.common import TORCH_TO_NUMPY
-from .custom_ops import register_loaded_library_ops
-from .dispatch import _NUMPY_BFLOAT16, _REGISTRY, _SECTIONS, X64, cpu_to_jax, dispatch, value
-from .tensor import DEVICE, XlaTensor, from_array
-from .views import non_overlapping_and_dense
+from ...lowerings.random import dropout, random_normal, random_uniform
+from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY
+from ..core.context import untraced
+from ..core.convert import X64, cpu_to_jax
+from ..core.tensor import DEVICE, XlaTensor, contiguous_strides, from_array
+from ..core.views import non_overlapping_and_dense
+from ..exec.custom_ops import register_loaded_library_ops
+from ..exec.eager import value
+from ..exec.registry import REGISTRY, SECTIONS
+from .dispatch import dispatch
+from .env import Environment
 
 BACKEND_NAME = "xla_native"
 
@@ -162,9 +167,9 @@ def is_supported(target: Any) -> bool:
             return True
         if target._schema.name in _LIBRARY_OPS:
             return True
-        if target not in _REGISTRY or target in _HOST_ONLY:
+        if target not in REGISTRY or target in _HOST_ONLY:
             return False
-        return _SECTIONS.get(_op_name(target)) != "fallback"
+        return SECTIONS.get(_op_name(target)) != "fallback"
     return target is operator.getitem or getattr(target, "__module__", None) in ("_operator", "math")
 
 
@@ -174,7 +179,7 @@ def decompositions() -> dict[Any, Callable]:
     logsumexp that the backward kernel AOTAutograd still calls does not expect.)"""
     from torch._decomp import core_aten_decompositions
 
-    return {op: fn for op, fn in core_aten_decompositions().items() if op not in _REGISTRY}
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in REGISTRY}
 
 
 # ---------------------------------------------------------------- conversions
@@ -199,7 +204,7 @@ def _host_view(t: torch.Tensor) -> np.ndarray | None:
     if t.dtype in _FAST_DTYPES:
         return t.numpy()
     if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(_NUMPY_BFLOAT16)
+        return t.view(torch.int16).numpy().view(TORCH_TO_NUMPY[torch.bfloat16])
     return None
 
 
@@ -314,13 +319,10 @@ class JaxGraph:
     def _trace(self, dynamic: tuple, statics: tuple):
         started = time.perf_counter()
         stats.traces += 1
-        saved = (state.tracing, state.trace)
-        state.tracing, state.trace = False, None
         try:
-            with torch.no_grad():
+            with untraced(), torch.no_grad():
                 result = self._interpret(dynamic, statics)
         finally:
-            state.tracing, state.trace = saved
             stats.trace_seconds += time.perf_counter() - started
         return result
 
@@ -403,7 +405,7 @@ class JaxGraph:
         for i, x in enumerate(inputs):
             if isinstance(x, XlaTensor) and x._store.version != versions[i]:
                 mutated.append((i, len(arrays)))
-                arrays.append(x._store.value)
+                arrays.append(x._store.array)
         # Python numbers among the outputs come from sizes, which AOT graphs take as
         # (static) int inputs: the statics identify them.
         self.layout[statics] = (tuple(plan), spec, tuple(mutated))
@@ -524,15 +526,9 @@ def _expected_strides(gm: torch.fx.GraphModule) -> dict[int, tuple[int, ...]]:
             shape = tuple(int(s) for s in val.shape)
         except Exception:  # symbolic: the layout follows the call's sizes
             continue
-        if stride != _contiguous(shape) and is_non_overlapping_and_dense_or_false(val):
+        if stride != contiguous_strides(shape) and is_non_overlapping_and_dense_or_false(val):
             strides[j] = stride
     return strides
-
-
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    from .tensor import contiguous_strides
-
-    return contiguous_strides(shape)
 
 
 def _static(a: Any) -> Any:
@@ -551,20 +547,17 @@ def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
 
 
 def _random(target: Any, key: jax.Array, args: tuple, kwargs: dict) -> Any:
-    from .supported.random import Dropout, RandomNormal, RandomUniform
-    from ..shape_fns.common import NUMPY_TO_TORCH
-
     if target is _aten.native_dropout.default:
         x, p = args[0], args[1]
         train = args[2] if len(args) > 2 else kwargs.get("train")
         if train is False:
             return dispatch(target, (x, p, train), {})
-        out, mask = Dropout.lower(key, value(x), float(p))
+        out, mask = dropout(key, value(x), float(p))
         return from_array(out), from_array(mask)
     size = tuple(args[0])
     dtype = kwargs.get("dtype") or torch.get_default_dtype()
-    cls = RandomNormal if target is _aten.randn.default else RandomUniform
-    out = cls.lower(key, size, dtype)
+    sample = random_normal if target is _aten.randn.default else random_uniform
+    out = sample(key, size, dtype)
     assert NUMPY_TO_TORCH[out.dtype] == dtype
     return from_array(out)
 
@@ -682,8 +675,6 @@ def _run_runtime_without_dynamo() -> None:
     from torch._dynamo.eval_frame import set_code_exec_strategy
     from torch._dynamo.types import FrameAction, FrameExecStrategy
 
-    from .env import Environment
-
     skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
     for fn in (XlaTensor.__torch_dispatch__, Environment.__torch_dispatch__):
         set_code_exec_strategy(getattr(fn, "__func__", fn).__code__, skip)
@@ -693,7 +684,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """The `torch.compile` backend function (registered as "xla_native")."""
     from torch._dynamo.backends.common import aot_autograd
 
-    register_loaded_library_ops()  # Note [Library operators] in runtime/custom_ops.py
+    register_loaded_library_ops()  # Note [Library operators] in runtime/exec/custom_ops.py
     return aot_autograd(
         fw_compiler=_compile_forward_graph,
         bw_compiler=_compile_backward_graph,
