@@ -41,6 +41,7 @@ from ..core.context import untraced
 from ..core.convert import X64, cpu_to_jax, jax_to_cpu_handover, numpy_view, shared_array
 from ..core.tensor import DEVICE, XlaTensor, contiguous_strides, from_array
 from ..core.views import non_overlapping_and_dense
+from ..exec.custom_ops import register_loaded_library_ops
 from ..exec.eager import value
 from ..exec.registry import REGISTRY, SECTIONS
 from .dispatch import dispatch
@@ -636,6 +637,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """The `torch.compile` backend function (registered as "xla_native")."""
     from torch._dynamo.backends.common import aot_autograd
 
+    register_loaded_library_ops()  # Note [Library operators] in runtime/exec/custom_ops.py
     return aot_autograd(
         fw_compiler=_compile_forward_graph,
         bw_compiler=_compile_backward_graph,

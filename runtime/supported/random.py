@@ -11,7 +11,7 @@ import torch
 
 from ...lowerings.random import (bernoulli_tensor, dropout, multinomial, normal_tensor, random_normal, random_sample,
                                  random_uniform)
-from ...shape_fns.common import TensorMeta, scalar_type_name
+from ...shape_fns.common import TensorMeta, broadcast_shapes, scalar_type_name
 from ..core.context import context
 from ..core.convert import X64
 from ..core.ir import ATTR, TENSOR, Node
