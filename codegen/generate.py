@@ -17,6 +17,7 @@ the fault tests and are not meant for anything else:
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import dataclasses
 import difflib
@@ -35,9 +36,9 @@ from pathlib import Path
 
 import jinja2
 
-from .diagnostics import SourceError
-from .manifest import SECTIONS, Manifest, ManifestError, lint_libraries, lint_order, load_manifest
-from .model import OpSpec, make_op_spec, torchgen_schema_text
+from .diagnostics import SourceError, parse_python
+from .manifest import INTERNAL, SECTIONS, Manifest, ManifestError, lint_libraries, lint_order, load_manifest
+from .model import OpSpec, make_op_spec, torchgen_schema_text, unambiguous_name
 from .schemas import SchemaDatabase, SchemaRecord, load_schema_database
 from .sources import FunctionSource, scan_functions, signature_problems
 
@@ -45,27 +46,20 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = "xla_native_functions"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
-# The runtime's user-facing API, re-exported by the package __init__ (runtime/api.py).
-PUBLIC_API = (
-    "OperatorNotFound",
-    "call_jax",
-    "compile",
-    "config",
-    "default_env",
-    "dynamo_report",
-    "jax_function",
-    "jax_jit",
-    "lazy_mode",
-    "mark_step",
-    "metrics_report",
-    "register_lowering",
-    "reset_metrics",
-    "to_jax",
-    "to_torch",
-    "to_torch_tensor",
-    "to_xla",
-    "x64",
-)
+def public_api(root: Path) -> tuple[str, ...]:
+    """The package's public names: runtime/api.py's `__all__`, their one list, read as
+    source (the generator never imports the runtime)."""
+    rel = Path("runtime") / "api.py"
+    path = root / rel
+    if not path.is_file():
+        return ()
+    for node in parse_python(path, str(rel)).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            try:
+                return tuple(ast.literal_eval(node.value))
+            except ValueError:
+                raise SourceError(f"{rel}:{node.lineno}: __all__ must be a literal list of names") from None
+    raise SourceError(f"{rel}:1: no __all__: list the public names there")
 
 
 # Every generated file starts with this; a tree whose files all do is one this generator
@@ -134,8 +128,8 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
     specs: list[OpSpec] = []
     errors: list[str] = []
     for entry in manifest.entries:
-        if entry.namespace != "aten":
-            continue  # resolve_library_ops
+        if entry.namespace != "aten" or entry.section == INTERNAL:
+            continue  # resolve_library_ops, resolve_internal
         rec = db.records.get(entry.op)
         if rec is None:
             hint = _suggest(entry.op, db)
@@ -253,6 +247,20 @@ def resolve_library_ops(manifest: Manifest, torch_version: str) -> tuple[list[Op
     return specs, unavailable, warnings
 
 
+def resolve_internal(manifest: Manifest) -> list[OpSpec]:
+    """The manifest's internal nodes: schemas of its own, lowered like full_codegen ops."""
+    specs = []
+    for entry in manifest.section(INTERNAL):
+        try:
+            spec = make_op_spec(entry.op, entry.schema, INTERNAL, False, "functional")
+        except Exception as e:  # torchgen's parser: AssertionError, RuntimeError
+            raise ManifestError(f"{entry.where(manifest.path)}: the schema of '{entry.op}' does not parse: {e}") from None
+        if spec.outs:
+            raise ManifestError(f"{entry.where(manifest.path)}: internal node '{entry.op}' may not have out= arguments")
+        specs.append(spec)
+    return specs
+
+
 def _schema_params(spec: OpSpec) -> tuple[list[str], list[str], dict[str, str]]:
     positional = [a.name for a in spec.handwritten_args if not a.kwarg_only]
     kwonly = [a.name for a in spec.handwritten_args if a.kwarg_only]
@@ -260,10 +268,12 @@ def _schema_params(spec: OpSpec) -> tuple[list[str], list[str], dict[str, str]]:
     return positional, kwonly, defaults
 
 
-def check_sources(manifest: Manifest, specs: list[OpSpec], root: Path) -> tuple[dict[str, FunctionSource], list[str]]:
-    """Every full_codegen op has its lowering and shape function, every supported op its
-    implementation, each with the schema's parameters. Returns the functions found and
-    warnings for orphans."""
+def check_sources(manifest: Manifest, specs: list[OpSpec],
+                  root: Path) -> tuple[dict[str, FunctionSource], list[str], set[str]]:
+    """Every full_codegen op and internal node has its lowering and shape function, every
+    supported op its implementation, each with the schema's parameters (a lowering may
+    add a keyword-only `ctx`). Returns the functions found, warnings for orphans, and the
+    names of the ops whose lowering takes `ctx`."""
     lowerings = scan_functions(root, "lowerings", prefix="lower_")
     shape_fns = scan_functions(root, "shape_fns", suffix="_output_shape")
     impls = scan_functions(root, "runtime", prefix="impl_")
@@ -271,11 +281,12 @@ def check_sources(manifest: Manifest, specs: list[OpSpec], root: Path) -> tuple[
     missing: list[str] = []
     mismatched: list[str] = []
     used: set[str] = set()
+    with_ctx: set[str] = set()
     for spec in specs:
         if spec.functional is not None:
             continue
         wanted: list[tuple[str, dict[str, FunctionSource], str]] = []
-        if spec.section == "full_codegen":
+        if spec.section in ("full_codegen", INTERNAL):
             wanted = [(spec.lowering, lowerings, "lowerings/<family>.py"), (spec.shape_fn, shape_fns, "shape_fns/<family>.py")]
         elif spec.section == "supported":
             wanted = [(spec.impl, impls, "runtime/<module>.py")]
@@ -287,6 +298,10 @@ def check_sources(manifest: Manifest, specs: list[OpSpec], root: Path) -> tuple[
             if fn is None:
                 missing.append(f"  {place}: {spec.op} needs, in {where}:\n      def {fname}({spec.handwritten_signature()}):")
                 continue
+            if table is lowerings and fn.kwonly[-1:] == ("ctx",) and "ctx" not in fn.defaults:
+                # a lowering that needs a LoweringContext (a random key) takes it last
+                fn = dataclasses.replace(fn, kwonly=fn.kwonly[:-1])
+                with_ctx.add(spec.name)
             problems = signature_problems(fn, positional, kwonly, defaults)
             if problems:
                 mismatched.append(
@@ -308,7 +323,37 @@ def check_sources(manifest: Manifest, specs: list[OpSpec], root: Path) -> tuple[
         if name not in used
     ]
     found = {**lowerings, **shape_fns, **impls}
-    return {k: v for k, v in found.items() if k in used}, warnings
+    return {k: v for k, v in found.items() if k in used}, warnings, with_ctx
+
+
+def check_type_promotion(specs: list[OpSpec], db: SchemaDatabase, root: Path) -> list[str]:
+    """Every key of shape_fns/common.py's TYPE_PROMOTION (Note [Type promotion]) names an
+    operator (a misspelt key would fail only when that op first runs); a key naming no
+    manifest entry is a warning, like an orphan lowering."""
+    path = root / "shape_fns" / "common.py"
+    if not path.is_file():
+        return []
+    rel = path.relative_to(root)
+    listed = {s.name for s in specs}
+    known = listed | {unambiguous_name(op) for op in db.records}
+    unknown, warnings = [], []
+    for node in parse_python(path, str(rel)).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(target, ast.Name) and target.id == "TYPE_PROMOTION":
+            if not isinstance(node.value, ast.Dict):
+                raise ManifestError(f"{rel}:{node.lineno}: TYPE_PROMOTION must be one dict literal")
+            for key in node.value.keys:
+                if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                    raise ManifestError(f"{rel}:{node.lineno}: TYPE_PROMOTION's keys must be op names written out")
+                if key.value not in known:
+                    unknown.append(f"{rel}:{key.lineno}: TYPE_PROMOTION names '{key.value}', which is no operator's "
+                                   "unambiguous name (`add.Tensor` -> `add_Tensor`)")
+                elif key.value not in listed:
+                    warnings.append(f"{rel}:{key.lineno}: warning: TYPE_PROMOTION names '{key.value}', which no "
+                                    "manifest entry lists (orphan)")
+    if unknown:
+        raise ManifestError("\n".join(unknown))
+    return warnings
 
 
 def _check_class_names(specs: list[OpSpec]) -> None:
@@ -330,9 +375,12 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
     library_specs, unavailable, library_warnings = resolve_library_ops(manifest, db.torch_version)
     specs += library_specs
     warnings += library_warnings
-    functions, orphan_warnings = check_sources(manifest, specs, root)
+    specs += resolve_internal(manifest)
+    functions, orphan_warnings, with_ctx = check_sources(manifest, specs, root)
     warnings += orphan_warnings
+    specs = [dataclasses.replace(s, ctx=True) if s.name in with_ctx else s for s in specs]
     _check_class_names(specs)
+    warnings += check_type_promotion(specs, db, root)
     specs.sort(key=lambda s: s.op)
 
     digest = hashlib.sha256(Path(manifest_path).read_bytes()).hexdigest()[:16]
@@ -357,16 +405,18 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
     by_name = {s.name: s for s in primary}
     donating = {s.name: by_name[s.functional] for s in specs
                 if s.functional is not None and s.donating_form_of(by_name[s.functional])}
+    operators = [s for s in specs if s.section != INTERNAL]
     context = dict(
         header=header,
         header_txt=header,
-        ops=specs,
-        aten_ops=[s for s in specs if s.namespace == "aten"],
-        library_ops=[s for s in specs if s.namespace != "aten"],
+        ops=operators,
+        aten_ops=[s for s in operators if s.namespace == "aten"],
+        library_ops=[s for s in operators if s.namespace != "aten"],
+        with_ctx=bool(with_ctx),
         unavailable=sorted(unavailable.items()),
         donating=donating,
         imports=sorted((m, sorted(n)) for m, n in imports.items()),
-        api=PUBLIC_API,
+        api=public_api(root),
     )
     files = {
         "__init__.py": env.get_template("__init__.py.j2").render(context),

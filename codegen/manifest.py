@@ -21,7 +21,12 @@ TOP_LEVEL_KEYS = ("backend",) + SECTIONS
 # Optional: namespace -> the Python module whose import registers that namespace's
 # operators with torch (`libraries: {torchvision: torchvision}`), for entries spelled
 # `ns::op.overload`.
-OPTIONAL_KEYS = ("libraries",)
+OPTIONAL_KEYS = ("libraries", "internal")
+# `internal`: IR nodes the runtime records that are not torch operators (how tensors are
+# read and written through views, what `supported` ops compute), each given by its
+# schema and lowered like a `full_codegen` entry.
+INTERNAL = "internal"
+_SCHEMA_NAME = re.compile(r"([a-z][a-z0-9_]*)\(")
 _NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -34,8 +39,9 @@ class ManifestError(Exception):
 @dataclass(frozen=True)
 class ManifestEntry:
     op: str  # "add.Tensor", as torchgen spells it
-    section: str  # one of SECTIONS
+    section: str  # one of SECTIONS, or INTERNAL
     line: int  # 1-based line in the manifest
+    schema: str | None = None  # an internal node's schema (operators' come from torch)
 
     def where(self, path: str) -> str:
         return f"{path}:{self.line}"
@@ -101,6 +107,15 @@ def load_manifest(path: str | Path) -> Manifest:
         if key == "libraries":
             libraries = _parse_libraries(path, value_node)
             continue
+        if key == INTERNAL:
+            for entry in _parse_internal(path, value_node):
+                prior = first_place.get(entry.op)
+                if prior is not None:
+                    raise ManifestError(f"{path}:{entry.line}: '{entry.op}' is listed twice (first at line {prior.line}); "
+                                        "give the internal node another name")
+                first_place[entry.op] = entry
+                entries.append(entry)
+            continue
         if key == "backend":
             if not isinstance(value_node, yaml.ScalarNode) or not value_node.value:
                 raise _fail(path, value_node, "'backend' must be a name, like 'backend: XLA'")
@@ -128,6 +143,23 @@ def load_manifest(path: str | Path) -> Manifest:
         raise ManifestError(f"{path}:1: missing key(s) {', '.join(missing)}")
     _check_namespaces(path, entries, libraries)
     return Manifest(path=path, backend=backend or "", entries=tuple(entries), libraries=libraries)
+
+
+def _parse_internal(path: str, node: yaml.Node) -> list[ManifestEntry]:
+    if isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null"):
+        return []
+    if not isinstance(node, yaml.SequenceNode):
+        raise _fail(path, node, "'internal' must be a list of schemas, like '- \"copy_to(Tensor src, int[] shape, "
+                                "ScalarType dtype) -> Tensor\"'")
+    found = []
+    for item in node.value:
+        text = item.value.strip() if isinstance(item, yaml.ScalarNode) else ""
+        match = _SCHEMA_NAME.match(text)
+        if not match or "->" not in text:
+            raise _fail(path, item, "entries of 'internal' must be schemas like 'name(Tensor self, int dim) -> Tensor' "
+                                    "(a lower-case name without an overload)")
+        found.append(ManifestEntry(op=match.group(1), section=INTERNAL, line=item.start_mark.line + 1, schema=text))
+    return found
 
 
 def _parse_libraries(path: str, node: yaml.Node) -> tuple[Library, ...]:
@@ -180,7 +212,7 @@ def lint_libraries(manifest: Manifest) -> list[str]:
 def lint_order(manifest: Manifest) -> list[str]:
     """Warnings for sections whose entries are not sorted (a sorted list keeps diffs small)."""
     warnings = []
-    for section in SECTIONS:
+    for section in SECTIONS + (INTERNAL,):
         ops = [e for e in manifest.section(section)]
         for prev, cur in zip(ops, ops[1:]):
             if cur.op < prev.op:

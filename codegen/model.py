@@ -3,9 +3,11 @@ FunctionSchema. Naming rules live here and only here (README, "Naming")."""
 
 from __future__ import annotations
 
+import importlib.util
 import keyword
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from torchgen.model import (
     Argument,
@@ -17,15 +19,21 @@ from torchgen.model import (
     Type,
 )
 
-# How the runtime passes each argument to a lowering (Note [Argument kinds] in
-# runtime/core/ir.py): tensors are unwrapped, Scalars are runtime operands, everything
-# else is a static attribute (part of the executable's cache key).
-TENSOR = "TENSOR"
-OPT_TENSOR = "OPT_TENSOR"
-TENSOR_LIST = "TENSOR_LIST"
-SCALAR = "SCALAR"
-ATTR = "ATTR"
-ATTR_LIST = "ATTR_LIST"
+
+
+def _argument_kinds():
+    """The runtime's list of how each argument reaches a lowering (Note [Argument kinds]
+    in runtime/core/kinds.py), loaded from its file: that module imports nothing."""
+    path = Path(__file__).resolve().parent.parent / "runtime" / "core" / "kinds.py"
+    spec = importlib.util.spec_from_file_location("_argument_kinds", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_KINDS = _argument_kinds()
+TENSOR, OPT_TENSOR, TENSOR_LIST = _KINDS.TENSOR, _KINDS.OPT_TENSOR, _KINDS.TENSOR_LIST
+SCALAR, ATTR, ATTR_LIST = _KINDS.SCALAR, _KINDS.ATTR, _KINDS.ATTR_LIST
 
 _SPECIAL_DEFAULTS = {
     "contiguous_format": "torch.contiguous_format",
@@ -171,6 +179,18 @@ class OpSpec:
     # an in-place form: which operands sharing memory with `self` PyTorch rejects
     # ("partial" or "any" overlap; see PARTIAL_OVERLAP_CHECKED in generate.py), or ""
     overlap_check: str = ""
+    # its lowering takes a keyword-only `ctx` (a LoweringContext: a random key) after the
+    # schema's parameters; the IR node then has one more operand, the key
+    ctx: bool = False
+
+    @property
+    def node_arg_names(self) -> tuple[str, ...]:
+        """The IR node's operands: the schema's inputs, and the key of a lowering with ctx."""
+        return tuple(a.name for a in self.inputs) + (("key",) if self.ctx else ())
+
+    @property
+    def node_arg_kinds(self) -> tuple[str, ...]:
+        return tuple(a.kind for a in self.inputs) + ((TENSOR,) if self.ctx else ())
 
     @property
     def inputs(self) -> tuple[ArgSpec, ...]:
@@ -210,7 +230,7 @@ class OpSpec:
         lowered, returns one tensor, and takes this op's inputs, `self` first."""
         return (
             self.kind == "inplace" and not self.is_view and functional.section == "full_codegen"
-            and functional.returns_kind == "tensor" and bool(functional.inputs)
+            and not functional.ctx and functional.returns_kind == "tensor" and bool(functional.inputs)
             and functional.inputs[0].name == "self" and functional.inputs[0].kind == TENSOR
             and [a.name for a in self.inputs] == [a.name for a in functional.inputs]
         )

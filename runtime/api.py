@@ -12,7 +12,7 @@ from .core.ir import Node
 from .core.tensor import XlaTensor, from_array
 from .exec import custom_ops, index_checks
 from .exec.custom_ops import register_lowering
-from .exec.registry import NODES, REGISTRY, SECTIONS, OperatorNotFound
+from .exec.registry import NODES, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
 from .frontends import dispatch
 from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
@@ -113,6 +113,7 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     REGISTRY.update(index_checks.install(registry))
     SECTIONS.update(sections)
     NODES.update(nodes)
+    check_tracer_nodes()
     dispatch.install(registry)
     enable_foreach_optimizers()
     if library_ops or unavailable:

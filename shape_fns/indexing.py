@@ -260,3 +260,15 @@ def broadcast_shapes_or_none(*shapes):
         return broadcast_shapes(*shapes)
     except RuntimeError:
         return None
+
+
+def index_gather_output_shape(self, indices):
+    return index_meta(self, indices)
+
+
+def index_put_values_output_shape(self, indices, values, accumulate):
+    return index_put_meta(self, indices, values, accumulate)
+
+
+def masked_select_positions_output_shape(self, mask, positions):
+    return masked_select_meta(self, mask, positions.shape[0])

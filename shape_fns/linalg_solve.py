@@ -45,7 +45,8 @@ def lstsq_check(A, B, driver):
     return vector
 
 
-def lstsq_values_shape(A, B, rcond, driver, residuals):
+def linalg_lstsq_values_output_shape(self, b, rcond, driver, residuals):
+    A, B = self, b
     vector = lstsq_check(A, B, driver)
     b = B.shape + (1,) if vector else B.shape
     m, n = A.shape[-2:]

@@ -305,7 +305,7 @@ full_codegen:
 supported:
 fallback:
   - testlib::unlowered
-"""
+""" + "internal:" + (REPO / "native_functions.yaml").read_text().split("\ninternal:")[1].split("\nfallback:")[0]
 
 
 @pytest.fixture(scope="module")

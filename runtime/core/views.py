@@ -4,69 +4,18 @@ See Note [Views and mutation] in tensor.py."""
 from __future__ import annotations
 
 import math
+
 import jax
-import jax.numpy as jnp
 import torch
 
+from ...lowerings.storage import lower_strided_read, lower_strided_write
 from .tensor import contiguous_strides
 
 
-def _slice_plan(numel: int, size, stride, offset):
-    """How to read a strided view with slices, reshapes and a transpose instead of a
-    gather: possible when the non-broadcast dims, ordered by stride, nest without
-    overlap (each stride a multiple of the next, each extent within the next stride),
-    which covers transposes, slices with steps, selects and diagonals."""
-    dims = [(i, n, s) for i, (n, s) in enumerate(zip(size, stride)) if n != 1 and s != 0]
-    dims.sort(key=lambda d: -d[2])
-    for (_, _, sa), (_, nb, sb) in zip(dims, dims[1:]):
-        if sb <= 0 or sa % sb or nb * sb > sa:
-            return None
-    if dims and dims[-1][2] <= 0:
-        return None
-    length = dims[0][1] * dims[0][2] if dims else 1
-    block = [dims[0][1]] if dims else [1]
-    block += [a[2] // b[2] for a, b in zip(dims, dims[1:])]
-    block += [dims[-1][2]] if dims else [1]
-    return dims, length, tuple(block), max(0, offset + length - numel)
-
-
-def strided_read(base: jax.Array, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> jax.Array:
-    flat = base.reshape(-1)
-    if math.prod(size) == 0:
-        return jnp.zeros(size, base.dtype)
-    plan = _slice_plan(flat.shape[0], size, stride, offset)
-    if plan is None:
-        index = offset + sum(
-            jnp.arange(n, dtype=jnp.int64).reshape([n if j == i else 1 for j in range(len(size))]) * s
-            for i, (n, s) in enumerate(zip(size, stride))
-        )
-        return flat[index]
-    dims, length, block, pad = plan
-    if pad:
-        flat = jnp.pad(flat, (0, pad))
-    seg = jax.lax.slice(flat, (offset,), (offset + length,)).reshape(block)
-    index = (slice(None),) + tuple(slice(0, d[1]) for d in dims[1:]) + (0,)
-    picked = seg[index] if dims else seg.reshape(())
-    order = [d[0] for d in dims]
-    picked = jnp.transpose(picked, sorted(range(len(order)), key=lambda k: order[k]))
-    kept = sorted(order)
-    shape = [size[i] if i in kept else 1 for i in range(len(size))]
-    return jnp.broadcast_to(picked.reshape(shape), size)
-
-
-def strided_write(base: jax.Array, src: jax.Array, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> jax.Array:
-    """`base` with the view (size, stride, offset) replaced by `src` (broadcast to size)."""
-    src = jnp.broadcast_to(src.astype(base.dtype), size)
-    flat = base.reshape(-1)
-    index = offset + sum(
-        jnp.arange(n, dtype=jnp.int64).reshape([n if j == i else 1 for j in range(len(size))]) * s
-        for i, (n, s) in enumerate(zip(size, stride))
-    )
-    return flat.at[jnp.asarray(index).reshape(-1)].set(src.reshape(-1)).reshape(base.shape)
-
-
-strided_read_jit = jax.jit(strided_read, static_argnums=(1, 2, 3))
-strided_write_jit = jax.jit(strided_write, static_argnums=(2, 3, 4))
+# The eager reads and writes of views (the lowerings of the internal nodes strided_read
+# and strided_write, which traced graphs record).
+strided_read_jit = jax.jit(lower_strided_read, static_argnums=(1, 2, 3))
+strided_write_jit = jax.jit(lower_strided_write, static_argnums=(2, 3, 4))
 
 
 def _fast_view_meta(name: str, size, stride, offset, args) -> tuple | None:

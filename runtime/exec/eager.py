@@ -16,7 +16,9 @@ from ..core.context import context
 from ..core.convert import X64, cpu_to_jax, current_array
 from ..core.ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node
 from ..core.tensor import XlaTensor, from_array
-from ..core.views import strided_read, strided_read_jit
+from ...lowerings.storage import lower_strided_read
+from ..core.views import strided_read_jit
+from .keys import next_key
 
 
 # ---------------------------------------------------------------- arguments
@@ -68,7 +70,7 @@ class ViewOperand:
         self.layout = layout
 
     def read(self) -> Any:
-        return strided_read(self.base, *self.layout)
+        return lower_strided_read(self.base, *self.layout)
 
 
 jax.tree_util.register_pytree_node(
@@ -257,8 +259,11 @@ def _check_output(cls: type[Node], out: Any, metas: Any) -> None:
 _EXECUTABLES: dict[type[Node], Any] = {}
 
 
-def run_node(cls: type[Node], args: tuple[Any, ...]) -> Any:
-    """Run an IR node class (used by `supported` ops) in this thread's mode."""
+def run_node(cls: type[Node], args: tuple[Any, ...], key: Any = None) -> Any:
+    """Run an IR node class (used by `supported` ops) in this thread's mode. A node whose
+    lowering takes a random key gets `key` (a key tensor), or a new one."""
+    if cls.needs_key:
+        args = args + (next_key() if key is None else key,)
     trace = context.trace
     if trace is not None:
         return trace.record(cls, args)

@@ -16,7 +16,7 @@ from ..platform.config import config
 from ..platform.metrics import metrics
 from .eager import scalar_operand
 from .sparse_updates import fold_sparse_updates
-from .strided import StridedRead
+from .registry import node
 
 _GRAPH_CACHE: dict[Any, Callable] = {}
 # The key of the graph last run at each position within a trace: a trace cut by host
@@ -125,9 +125,10 @@ _PRODUCT_RIGHT_OPERAND = {"mm": (1, 0), "addmm": (2, 1)}  # op -> (right, left) 
 
 def _transposed_inputs(order: list[Node], in_pos: dict[int, int], read_only: set[int], roots: list[Value]) -> set[int]:
     """Positions of the inputs to pass transposed (Note [Transposed weights])."""
-    reads: dict[int, int] = {}  # id(StridedRead node) -> position of the input it transposes
+    reads: dict[int, int] = {}  # id(strided_read node) -> position of the input it transposes
+    strided_read = node("strided_read")
     for n in order:
-        if n.__class__ is StridedRead:
+        if n.__class__ is strided_read:
             base, size, stride, offset = n.args
             shape = base.meta.shape
             if (id(base) in read_only and len(shape) == 2 and shape[0] * shape[1] >= TRANSPOSED_WEIGHT_MIN_ELEMENTS
@@ -135,17 +136,17 @@ def _transposed_inputs(order: list[Node], in_pos: dict[int, int], read_only: set
                 reads[id(n)] = in_pos[id(base)]
     chosen = set(reads.values())
 
-    def use(a: Any, node: Node | None, position: int) -> None:
+    def use(a: Any, consumer: Node | None, position: int) -> None:
         if a.__class__ is list:
             for x in a:
                 use(x, None, -1)
         elif a.__class__ is Value:
             if a.node is None:
-                if not (node.__class__ is StridedRead and id(node) in reads):
+                if not (consumer.__class__ is strided_read and id(consumer) in reads):
                     chosen.discard(in_pos.get(id(a)))
             elif id(a.node) in reads:
-                right, left = _PRODUCT_RIGHT_OPERAND.get(getattr(node, "name", None), (None, None))
-                if position != right or node.args[left].meta.shape[0] not in TRANSPOSED_WEIGHT_ROWS:
+                right, left = _PRODUCT_RIGHT_OPERAND.get(getattr(consumer, "name", None), (None, None))
+                if position != right or consumer.args[left].meta.shape[0] not in TRANSPOSED_WEIGHT_ROWS:
                     chosen.discard(reads[id(a.node)])
 
     for n in order:
@@ -215,8 +216,10 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             return ("list", [None if x is None else ref(x) for x in a])
         return ("const", a)
 
+    strided_read = node("strided_read")
+
     def step(n: Node) -> tuple:
-        if n.__class__ is StridedRead and in_pos.get(id(n.args[0])) in transposed:
+        if n.__class__ is strided_read and in_pos.get(id(n.args[0])) in transposed:
             return _same, [ref(n.args[0])]  # the input arrives transposed
         return type(n).lower, [ref(a) for a in n.args]
 

@@ -41,6 +41,21 @@ SECTIONS: dict[str, str] = {}
 NODES: dict[str, type[Node]] = {}
 
 
+# Internal nodes the tracer itself records (reading and writing views, casting a
+# written value): every manifest must list them.
+TRACER_NODES = ("cast_to", "strided_read", "strided_write")
+
+
+def check_tracer_nodes() -> None:
+    missing = [name for name in TRACER_NODES if name not in NODES]
+    if missing:
+        raise RuntimeError(
+            f"the generated package lacks the internal nodes {', '.join(missing)}, which the runtime records: copy "
+            "them from the `internal` section of the repository's native_functions.yaml into your manifest and "
+            "regenerate"
+        )
+
+
 def node(name: str) -> type[Node]:
     """The IR class of a manifest entry, by its unambiguous name."""
     return NODES[name]

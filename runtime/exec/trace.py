@@ -50,7 +50,7 @@ from ..core.tensor import Storage, XlaTensor
 from ..platform.metrics import metrics
 from .eager import check_in_place_result, foreign_value, scalar_operand
 from .graph import lower_graph
-from .strided import Convert, StridedRead, StridedWrite
+from .registry import node
 
 
 def _meta_of(a: Any) -> TensorMeta:
@@ -81,7 +81,7 @@ def _arg_meta(kind: str, a: Any) -> Any:
 
 
 def record_strided_read(base: Value, dtype: torch.dtype, size, stride, offset) -> Value:
-    return _emit(StridedRead((base, size, stride, offset)), TensorMeta(tuple(size), dtype))
+    return _emit(node("strided_read")((base, size, stride, offset)), TensorMeta(tuple(size), dtype))
 
 
 class Trace:
@@ -178,7 +178,7 @@ class Trace:
         if not mine and self.observer is not None:
             self.observer.note_owner(store, t, None)
         if new.meta.dtype != t.dtype:
-            new = _emit(Convert((new, t.dtype)), TensorMeta(new.meta.shape, t.dtype))
+            new = _emit(node("cast_to")((new, t.dtype)), TensorMeta(new.meta.shape, t.dtype))
         old = store.pending if mine else None
         if t._whole:
             if not mine:
@@ -188,7 +188,7 @@ class Trace:
             base = old if mine else self._enter(store, t)
             old = base
             layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
-            store.pending = _emit(StridedWrite((base, new) + layout), base.meta)
+            store.pending = _emit(node("strided_write")((base, new) + layout), base.meta)
         if old is not None and old.node is None:
             self.overwritten[id(old)] = old
         store.version += 1

@@ -35,7 +35,8 @@ import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ...lowerings.random import dropout, random_normal, random_uniform
+from ...lowerings.common import LoweringContext
+from ...lowerings.random import lower_random_dropout, lower_random_normal, lower_random_uniform
 from ...shape_fns.common import NUMPY_TO_TORCH
 from ..core.context import untraced
 from ..core.convert import X64, cpu_to_jax, jax_to_cpu_handover, numpy_view, shared_array
@@ -505,12 +506,12 @@ def _random(target: Any, key: jax.Array, args: tuple, kwargs: dict) -> Any:
         train = args[2] if len(args) > 2 else kwargs.get("train")
         if train is False:
             return dispatch(target, (x, p, train), {})
-        out, mask = dropout(key, value(x), float(p))
+        out, mask = lower_random_dropout(value(x), float(p), ctx=LoweringContext(key))
         return from_array(out), from_array(mask)
     size = tuple(args[0])
     dtype = kwargs.get("dtype") or torch.get_default_dtype()
-    sample = random_normal if target is _aten.randn.default else random_uniform
-    out = sample(key, size, dtype)
+    sample = lower_random_normal if target is _aten.randn.default else lower_random_uniform
+    out = sample(size, dtype, ctx=LoweringContext(key))
     assert NUMPY_TO_TORCH[out.dtype] == dtype
     return from_array(out)
 
