@@ -36,8 +36,8 @@ from pathlib import Path
 import jinja2
 
 from .diagnostics import SourceError
-from .manifest import SECTIONS, Manifest, ManifestEntry, ManifestError, lint_order, load_manifest
-from .model import ATTR, ATTR_LIST, OpSpec, make_op_spec, unambiguous_name
+from .manifest import SECTIONS, Manifest, ManifestError, lint_libraries, lint_order, load_manifest
+from .model import OpSpec, make_op_spec, torchgen_schema_text
 from .schemas import SchemaDatabase, SchemaRecord, load_schema_database
 from .sources import FunctionSource, scan_functions, signature_problems
 
@@ -58,6 +58,7 @@ PUBLIC_API = (
     "lazy_mode",
     "mark_step",
     "metrics_report",
+    "register_lowering",
     "reset_metrics",
     "to_jax",
     "to_torch",
@@ -89,6 +90,8 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     ops: list[OpSpec] = field(default_factory=list)
     order_problems: list[str] = field(default_factory=list)  # also in warnings; main() refuses to write
+    # manifest entries of libraries that could not be imported: op -> why
+    unavailable: dict[str, str] = field(default_factory=dict)
 
 
 def _suggest(name: str, db: SchemaDatabase) -> str:
@@ -131,6 +134,8 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
     specs: list[OpSpec] = []
     errors: list[str] = []
     for entry in manifest.entries:
+        if entry.namespace != "aten":
+            continue  # resolve_library_ops
         rec = db.records.get(entry.op)
         if rec is None:
             hint = _suggest(entry.op, db)
@@ -186,6 +191,66 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
     if errors:
         raise ManifestError("\n".join(errors))
     return specs
+
+
+def resolve_library_ops(manifest: Manifest, torch_version: str) -> tuple[list[OpSpec], dict[str, str], list[str]]:
+    """Entries of other namespaces (`torchvision::nms`) as OpSpecs, from the schemas torch's
+    dispatcher has once their library is imported (codegen/library_schemas.py). Entries
+    of a library that cannot be imported are left out, each with the reason, and named
+    in one warning per library. Their in-place and out= forms are not derived: list
+    each overload you want."""
+    entries = [e for e in manifest.entries if e.namespace != "aten"]
+    if not entries:
+        return [], {}, []
+    from .library_schemas import load_library_schemas
+    from torchgen.model import FunctionSchema
+
+    used = {e.namespace for e in entries}
+    libraries = load_library_schemas([lib for lib in manifest.libraries if lib.namespace in used], torch_version, verbose=True)
+    specs: list[OpSpec] = []
+    unavailable: dict[str, str] = {}
+    errors: list[str] = []
+    for entry in entries:
+        lib = libraries[entry.namespace]
+        if lib.error is not None:
+            unavailable[entry.op] = f"importing '{lib.module}' failed ({lib.error})"
+            continue
+        schema_text = lib.schemas.get(entry.op)
+        where = entry.where(manifest.path)
+        if schema_text is None:
+            bare = {name.partition("::")[2]: name for name in lib.schemas}  # the shared prefix would match anything
+            close = difflib.get_close_matches(entry.op.partition("::")[2], bare, n=3, cutoff=0.6)
+            hint = "; did you mean " + ", ".join(bare[c] for c in close) + "?" if close else ""
+            errors.append(f"{where}: unknown operator '{entry.op}' (after importing {lib.module}){hint}")
+            continue
+        try:
+            schema = FunctionSchema.parse(torchgen_schema_text(schema_text))
+            kind = schema.kind().name
+            is_view = any(r.annotation is not None and not r.annotation.is_write for r in schema.returns)
+            spec = make_op_spec(entry.op, schema_text, entry.section, is_view, kind)
+        except Exception as e:  # torchgen's parser raises AssertionError, among others
+            errors.append(f"{where}: the schema of '{entry.op}' ({schema_text}) cannot be read by torchgen: {e}")
+            continue
+        if entry.section == "full_codegen" and (kind != "functional" or is_view):
+            what = "returns a view of its input" if is_view else f"writes into its arguments ({kind})"
+            errors.append(
+                f"{where}: '{entry.op}' {what}; a lowering only returns new values, so list it under "
+                "`supported` (handwritten impl_*) or `fallback`"
+            )
+            continue
+        specs.append(spec)
+    if errors:
+        raise ManifestError("\n".join(errors))
+    warnings = []
+    for lib in libraries.values():
+        skipped = [e.op for e in entries if e.namespace == lib.namespace and e.op in unavailable]
+        if skipped:
+            retry = f"; delete {lib.cache_path} to try again" if lib.cache_path else ""
+            warnings.append(
+                f"warning: skipping {', '.join(skipped)}: importing '{lib.module}' failed ({lib.error}); "
+                f"they are registered only once the package is regenerated with {lib.module} importable{retry}"
+            )
+    return specs, unavailable, warnings
 
 
 def _schema_params(spec: OpSpec) -> tuple[list[str], list[str], dict[str, str]]:
@@ -259,9 +324,12 @@ def _check_class_names(specs: list[OpSpec]) -> None:
 def render(manifest_path: Path, root: Path = REPO) -> Result:
     manifest = load_manifest(manifest_path)
     order_problems = lint_order(manifest)
-    warnings = list(order_problems)
+    warnings = order_problems + lint_libraries(manifest)
     db = load_schema_database(verbose=True)
     specs = resolve(manifest, db)
+    library_specs, unavailable, library_warnings = resolve_library_ops(manifest, db.torch_version)
+    specs += library_specs
+    warnings += library_warnings
     functions, orphan_warnings = check_sources(manifest, specs, root)
     warnings += orphan_warnings
     _check_class_names(specs)
@@ -284,6 +352,7 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.filters["py"] = repr  # a Python literal (tojson escapes `<`, `>` and `&`)
     primary = [s for s in specs if s.functional is None]
     by_name = {s.name: s for s in primary}
     donating = {s.name: by_name[s.functional] for s in specs
@@ -292,6 +361,9 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         header=header,
         header_txt=header,
         ops=specs,
+        aten_ops=[s for s in specs if s.namespace == "aten"],
+        library_ops=[s for s in specs if s.namespace != "aten"],
+        unavailable=sorted(unavailable.items()),
         donating=donating,
         imports=sorted((m, sorted(n)) for m, n in imports.items()),
         api=PUBLIC_API,
@@ -303,7 +375,7 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         "registry.py": env.get_template("registry.py.j2").render({**context, "functional_ops": primary}),
         "ops.txt": env.get_template("ops.txt.j2").render(context),
     }
-    return Result(files=files, warnings=warnings, ops=specs, order_problems=order_problems)
+    return Result(files=files, warnings=warnings, ops=specs, order_problems=order_problems, unavailable=unavailable)
 
 
 def _read_tree(path: Path) -> dict[str, str]:

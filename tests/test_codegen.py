@@ -216,7 +216,8 @@ def test_duplicate_top_level_key(tmp_path):
 def test_unknown_top_level_key(tmp_path):
     text = "backend: XLA\nfull_codegen:\n  - abs\nsupported:\nfallback:\nextras:\n  - neg\n"
     assert manifest_error(tmp_path, text) == (
-        "<tmp>/manifest.yaml:6: unknown key 'extras'; the manifest's keys are backend, full_codegen, supported, fallback"
+        "<tmp>/manifest.yaml:6: unknown key 'extras'; the manifest's keys are backend, full_codegen, supported, "
+        "fallback, libraries"
     )
 
 

@@ -52,4 +52,4 @@ def handler(op: Any) -> Any:
 
 
 class OperatorNotFound(NotImplementedError):
-    """An aten operator that no manifest section lists."""
+    """An operator that no manifest section lists and no run-time lowering handles."""

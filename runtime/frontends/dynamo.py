@@ -36,11 +36,12 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ...lowerings.random import dropout, random_normal, random_uniform
-from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY
+from ...shape_fns.common import NUMPY_TO_TORCH
 from ..core.context import untraced
-from ..core.convert import X64, cpu_to_jax
+from ..core.convert import X64, cpu_to_jax, jax_to_cpu_handover, numpy_view, shared_array
 from ..core.tensor import DEVICE, XlaTensor, contiguous_strides, from_array
 from ..core.views import non_overlapping_and_dense
+from ..exec.custom_ops import register_loaded_library_ops
 from ..exec.eager import value
 from ..exec.registry import REGISTRY, SECTIONS
 from .dispatch import dispatch
@@ -181,53 +182,6 @@ def decompositions() -> dict[Any, Callable]:
     return {op: fn for op, fn in core_aten_decompositions().items() if op not in REGISTRY}
 
 
-# ---------------------------------------------------------------- conversions
-
-_FAST_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
-                torch.uint8, torch.bool, torch.complex64, torch.complex128}
-
-
-# From this size on, handing a result buffer to torch through DLPack (5 to 30 us,
-# whatever the size) beats copying it (about 0.6 ms per MB here).
-_SHARE_BYTES = 1 << 16
-
-
-def _host_view(t: torch.Tensor) -> np.ndarray | None:
-    """A NumPy view of a CPU tensor's memory, or None where NumPy cannot show it as it
-    is (conjugate or negative bits, dtypes NumPy lacks). `jax.jit` reads such an
-    argument in place, for 2 to 3 us whatever its size; making a JAX array of it first
-    costs 18 to 60 us."""
-    if t.is_conj() or t.is_neg():
-        return None
-    t = t.detach()
-    if t.dtype in _FAST_DTYPES:
-        return t.numpy()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(TORCH_TO_NUMPY[torch.bfloat16])
-    return None
-
-
-def _shared_array(t: torch.Tensor) -> jax.Array | None:
-    """A JAX array on the tensor's own memory (DLPack), or None where XLA would copy it
-    (DLPack copies a buffer XLA cannot use in place, an unaligned one, say)."""
-    try:
-        arr = jax.dlpack.from_dlpack(t.detach())
-    except Exception:
-        return None
-    return arr if arr.unsafe_buffer_pointer() == t.data_ptr() else None
-
-
-_NUMPY_DTYPES = frozenset(np.dtype(TORCH_TO_NUMPY[d]) for d in _FAST_DTYPES)
-
-
-def _jax_to_cpu(a: jax.Array) -> torch.Tensor:
-    # A fresh output buffer that JAX no longer refers to. Small ones are copied through
-    # NumPy (1 to 3 us); larger ones DLPack hands over without a copy.
-    if a.dtype in _NUMPY_DTYPES and a.nbytes < _SHARE_BYTES:
-        return torch.from_numpy(np.array(a))
-    return torch.from_dlpack(a)
-
-
 class _InputCache:
     """One slot per graph input position: what was passed for the CPU tensor seen
     there last, reused while it is the same tensor on the same memory with the same
@@ -256,11 +210,11 @@ class _InputCache:
             stats.input_cache_hits += 1
             arr = self.arrays[i]
             if type(arr) is np.ndarray:  # seen twice: share it, once
-                shared = _shared_array(t)
+                shared = shared_array(t)
                 arr = self.arrays[i] = _Unshareable(arr) if shared is None else shared
             return arr.view if type(arr) is _Unshareable else arr
         stats.input_conversions += 1
-        arr = _host_view(t)
+        arr = numpy_view(t)
         if arr is None:
             self.refs[i] = None
             return cpu_to_jax(t)
@@ -462,7 +416,7 @@ class JaxGraph:
                 if kind == "array" and len(results) in self.keep_on_jax:
                     results.append(from_array(outs[x]))
                 elif kind == "array":
-                    t = _jax_to_cpu(outs[x])
+                    t = jax_to_cpu_handover(outs[x])
                     stride = self.strides.get(len(results))
                     if stride is not None and t.stride() != stride:
                         t = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
@@ -475,7 +429,7 @@ class JaxGraph:
                     results.append(x)
             for i, k in mutated:
                 with torch.no_grad():
-                    args[i].copy_(_jax_to_cpu(outs[k]))
+                    args[i].copy_(jax_to_cpu_handover(outs[k]))
         return tree_unflatten(results, spec)
 
 
@@ -594,7 +548,7 @@ class _Partitioned:
 
 def _to_cpu_like(t: XlaTensor, val: Any) -> torch.Tensor:
     with X64:
-        out = _jax_to_cpu(value(t))
+        out = jax_to_cpu_handover(value(t))
     try:
         stride = tuple(int(s) for s in val.stride())
     except Exception:
@@ -683,6 +637,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """The `torch.compile` backend function (registered as "xla_native")."""
     from torch._dynamo.backends.common import aot_autograd
 
+    register_loaded_library_ops()  # Note [Library operators] in runtime/exec/custom_ops.py
     return aot_autograd(
         fw_compiler=_compile_forward_graph,
         bw_compiler=_compile_backward_graph,

@@ -11,7 +11,7 @@ import torch
 
 from ...lowerings.random import (bernoulli_tensor, dropout, multinomial, normal_tensor, random_normal, random_sample,
                                  random_uniform)
-from ...shape_fns.common import TensorMeta, scalar_type_name, to_numpy_dtype
+from ...shape_fns.common import TensorMeta, broadcast_shapes, scalar_type_name
 from ..core.context import context
 from ..core.convert import X64
 from ..core.ir import ATTR, TENSOR, Node
@@ -126,8 +126,6 @@ class BernoulliTensor(Node):
 
     @staticmethod
     def output_shape(key, self, p):
-        from ...shape_fns.common import broadcast_shapes
-
         if broadcast_shapes(tuple(self.shape), tuple(p.shape)) != tuple(self.shape):
             raise RuntimeError(f"expand: the shape of p {list(p.shape)} cannot be expanded to {list(self.shape)}")
         return TensorMeta(tuple(self.shape), self.dtype)
@@ -234,8 +232,6 @@ def impl_normal_float_Tensor(mean, std, *, generator=None):
 
 
 def impl_normal_Tensor_Tensor(mean, std, *, generator=None):
-    from ...shape_fns.common import broadcast_shapes, promote_dtypes
-
     shape = broadcast_shapes(tuple(mean.shape), tuple(std.shape))
     dtype = torch.promote_types(mean.dtype, std.dtype)
     return _normal(mean, std, shape, dtype, generator)

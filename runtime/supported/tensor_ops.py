@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...shape_fns.common import TensorMeta, to_numpy_dtype
+from ...lowerings.common import cast
+from ...shape_fns.common import TensorMeta, broadcast_shapes, to_numpy_dtype
 from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from ..core.ir import ATTR, SCALAR, TENSOR, Node
 from ..core.tensor import XlaTensor, from_array
@@ -26,14 +27,10 @@ class CopyTo(Node):
     def lower(src, shape, dtype):
         import jax.numpy as jnp
 
-        from ...lowerings.common import cast
-
         return jnp.broadcast_to(cast(src, to_numpy_dtype(dtype)), shape)
 
     @staticmethod
     def output_shape(src, shape, dtype):
-        from ...shape_fns.common import broadcast_shapes
-
         if broadcast_shapes(tuple(src.shape), tuple(shape)) != tuple(shape):
             raise RuntimeError(f"The size of tensor a ({shape}) must match the size of tensor b ({src.shape})")
         return TensorMeta(tuple(shape), dtype)
