@@ -1,5 +1,5 @@
 """What the templates render: one OpSpec per aten overload, derived from torchgen's
-FunctionSchema. Naming rules live here and only here (README, "Naming")."""
+FunctionSchema. Naming rules live here and only here (docs/adding_ops.md, "Naming")."""
 
 from __future__ import annotations
 

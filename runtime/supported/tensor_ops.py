@@ -145,7 +145,7 @@ def impl_lift_fresh(self):
 def impl__conj(self):
     # PyTorch returns a view with the conjugate bit set, resolved lazily. The runtime has
     # no conjugated views: the conjugate is materialised, so a write into it does not
-    # reach `self` (documented in docs/coverage.md).
+    # reach `self` (docs/semantics.md).
     return torch.ops.aten._conj_physical.default(self)
 
 
