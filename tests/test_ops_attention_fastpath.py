@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 
 import pytest
 import torch
@@ -33,8 +32,11 @@ INFERENCE_MODE_VIEWS = pytest.mark.xfail(
     strict=False,
 )
 
-warnings.filterwarnings("ignore", message=".*enable_nested_tensor is True.*")
-warnings.filterwarnings("ignore", message=".*nested tensors is in prototype stage.*")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*enable_nested_tensor is True.*"),
+    pytest.mark.filterwarnings("ignore:.*nested tensors is in prototype stage.*"),
+    pytest.mark.filterwarnings("ignore:.*mismatched key_padding_mask and attn_mask.*"),
+]
 
 
 def assert_same(ours, expected):
@@ -63,9 +65,8 @@ def params(dtype, *shapes):
 
 
 def mha_args(dtype, batch=2, length=T):
-    x = torch.randn(batch, length, E, dtype=dtype)
     w, b, pw, pb = params(dtype, (3 * E, E), (3 * E,), (E, E), (E,))
-    return x, w, b, pw, pb
+    return torch.randn(batch, length, E, dtype=dtype), w, b, pw, pb
 
 
 # ---------------------------------------------------------------- the kernels called directly
@@ -356,6 +357,11 @@ def test_nested_tensor_errors_match_cpu():
             call(ours)
         assert str(got.value) == str(expected.value)
     assert ours.to_padded_tensor(0.0, (B, 3, E)).shape == nested.to_padded_tensor(0.0, (B, 3, E)).shape
+    with pytest.raises(RuntimeError) as expected:  # out= would need the nested result's sizes
+        aten._nested_tensor_from_mask.out(t, short, out=torch.empty(0))
+    with pytest.raises(RuntimeError) as got:
+        aten._nested_tensor_from_mask.out(*xnf.to_xla([t, short]), out=xnf.to_xla(torch.empty(0)))
+    assert str(got.value) == str(expected.value)
     regular = aten._nested_tensor_from_mask(*xnf.to_xla([t, short[[0, 0, 2]]]))
     assert regular.size(1) == aten._nested_tensor_from_mask(t, short[[0, 0, 2]]).size(1) == 3
 
@@ -365,6 +371,13 @@ def test_ops_outside_the_encoder_path_raise_on_padded_nested_tensors():
     for call in (lambda n: n + 1, lambda n: n.sum(), lambda n: F.layer_norm(n, (E,)), lambda n: n.detach()):
         with pytest.raises(NotImplementedError, match="nested tensors on the jax device"):
             call(ours)
+    layer = xnf.to_xla(make_layer(batch_first=True))
+    with torch.no_grad(), pytest.raises(RuntimeError, match="NestedTensor with mask is not supported yet"):
+        aten._transformer_encoder_layer_fwd(
+            ours, E, HEADS, layer.self_attn.in_proj_weight, layer.self_attn.in_proj_bias,
+            layer.self_attn.out_proj.weight, layer.self_attn.out_proj.bias, False, False, 1e-5, layer.norm1.weight,
+            layer.norm1.bias, layer.norm2.weight, layer.norm2.bias, layer.linear1.weight, layer.linear1.bias,
+            layer.linear2.weight, layer.linear2.bias, xnf.to_xla(torch.zeros(B, T, dtype=torch.bool)), 1)
 
 
 # ---------------------------------------------------------------- the modules end to end

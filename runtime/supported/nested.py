@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import torch
 
-from ..tensor import XlaTensor
+from ...shape_fns.common import scalar_type_name
+from ..tensor import DEVICE_NAME, XlaTensor
 
 _NOT_LEFT_ALIGNED = "Mask must be left-aligned without gaps"
 
@@ -42,7 +43,7 @@ def _check_mask_args(t, mask) -> None:
             f"{t.device} and the mask on {mask.device}"
         )
     if mask.dtype is not torch.bool:
-        raise RuntimeError(f"Expected mask to be of ScalarType Bool, but got {_type_name(mask.dtype)} instead.")
+        raise RuntimeError(f"Expected mask to be of ScalarType Bool, but got {scalar_type_name(mask.dtype)} instead.")
     if mask.dim() != 2:
         raise RuntimeError("Padding mask should be 2D")
     if t.dim() != 3:
@@ -53,12 +54,6 @@ def _check_mask_args(t, mask) -> None:
         raise IndexError(
             f"select(): index -1 out of range for tensor of size {list(mask.shape)} at dimension 1"
         )
-
-
-def _type_name(dtype: torch.dtype) -> str:
-    from ...shape_fns.common import scalar_type_name
-
-    return scalar_type_name(dtype)
 
 
 def _lengths_and_valid(mask):
@@ -73,7 +68,7 @@ def _lengths_and_valid(mask):
 def impl__nested_tensor_from_mask_left_aligned(t, mask):
     _check_mask_args(t, mask)
     _, valid = _lengths_and_valid(mask)
-    return bool(torch.equal(valid, mask))
+    return torch.equal(valid, mask)
 
 
 def impl__nested_tensor_from_mask(t, mask, mask_check=True):
@@ -133,7 +128,7 @@ class PaddedNestedTensor(XlaTensor):
         handler = _NESTED_OPS.get(func)
         if handler is None:
             raise NotImplementedError(
-                f"{func} is not supported on nested tensors on the {args[0].device.type} device: they exist for "
+                f"{func} is not supported on nested tensors on the {DEVICE_NAME} device: they exist for "
                 "nn.TransformerEncoder's padding-mask fast path (_transformer_encoder_layer_fwd, to_padded_tensor, "
                 "and .cpu()); call .to_padded_tensor(0.0) to get a dense tensor"
             )
@@ -179,7 +174,7 @@ def _to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non
     target = torch.device(device) if device is not None else self.device
     if target.type != "cpu" or (dtype is not None and dtype != self.dtype) or layout not in (None, torch.strided):
         raise NotImplementedError(
-            f"nested tensors on the {self.device.type} device only copy to the CPU as they are (asked for device "
+            f"nested tensors on the {DEVICE_NAME} device only copy to the CPU as they are (asked for device "
             f"{target}, dtype {dtype}, layout {layout})"
         )
     # PyTorch's own kernel makes the CPU nested tensor from the padded batch and its mask.
