@@ -25,12 +25,9 @@ aten = torch.ops.aten
 E, HEADS, FF, B, T = 16, 4, 32, 3, 5
 GRAD_MODES = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 # Another part of the runtime is being fixed for this: under inference_mode, a view of a
-# tensor made outside it (a parameter's split in the decoder's cross-attention) fails.
-INFERENCE_MODE_VIEWS = pytest.mark.xfail(
-    reason="inference_mode: views of tensors made outside it raise 'Cannot set version_counter for inference tensor'",
-    raises=RuntimeError,
-    strict=False,
-)
+# tensor made outside it (a parameter split by PyTorch's composite attention, a float mask
+# viewed by merge_masks) fails with this error. run_modes marks exactly those runs xfail.
+INFERENCE_MODE_VIEWS = "Cannot set version_counter for inference tensor"
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*enable_nested_tensor is True.*"),
@@ -403,7 +400,12 @@ def run_modes(module, args, kwargs, grad_mode, modes=("eager", "compiled", "dyna
 
     def step(*a, **kw):
         with enter():
-            return xla_module(*a, **kw)
+            try:
+                return xla_module(*a, **kw)
+            except RuntimeError as error:
+                if grad_mode == "inference_mode" and INFERENCE_MODE_VIEWS in str(error):
+                    pytest.xfail(f"inference_mode: views of tensors made outside it raise {INFERENCE_MODE_VIEWS!r}")
+                raise
 
     if "eager" in modes:
         before = calls(fused)
@@ -441,9 +443,8 @@ def assert_same_cpu(ours, expected):
         torch.testing.assert_close(ours, expected, equal_nan=True)
 
 
-def grad_modes(*, inference_mode_xfail=False):
-    marks = [INFERENCE_MODE_VIEWS] if inference_mode_xfail else []
-    return pytest.mark.parametrize("grad_mode", ["no_grad", pytest.param("inference_mode", marks=marks)])
+def grad_modes():
+    return pytest.mark.parametrize("grad_mode", list(GRAD_MODES))
 
 
 def make_mha(dtype=torch.float32, **kw):
@@ -482,18 +483,8 @@ def mha_inputs(module, dtype):
     return q, torch.randn(*shape, module.kdim, dtype=dtype), torch.randn(*shape, module.vdim, dtype=dtype)
 
 
-def composite_path_cases(cases, fast_path):
-    """Parameters (case, grad_mode): PyTorch's composite path splits parameters, which
-    fails under inference_mode for now (INFERENCE_MODE_VIEWS)."""
-    out = []
-    for case in cases:
-        for mode in GRAD_MODES:
-            marks = [INFERENCE_MODE_VIEWS] if mode == "inference_mode" and not fast_path(case) else []
-            out.append(pytest.param(case, mode, marks=marks, id=f"{case}-{mode}"))
-    return out
-
-
-@pytest.mark.parametrize("case, grad_mode", composite_path_cases(MHA_CASES, lambda c: MHA_CASES[c][2]))
+@grad_modes()
+@pytest.mark.parametrize("case", list(MHA_CASES))
 def test_multihead_attention_eager_matches_cpu(case, grad_mode):
     module_kw, forward_kw, fast = MHA_CASES[case]
     mha = make_mha(torch.float64, **module_kw)
@@ -529,7 +520,8 @@ LAYER_CASES = [  # (activation, norm_first, batch_first)
 ]
 
 
-@pytest.mark.parametrize("case, grad_mode", composite_path_cases(LAYER_CASES, lambda c: c[0] != "callable" and c[2]))
+@grad_modes()
+@pytest.mark.parametrize("case", LAYER_CASES, ids=["-".join(map(str, c)) for c in LAYER_CASES])
 def test_encoder_layer_eager_matches_cpu(case, grad_mode):
     activation, norm_first, batch_first = case
     layer = make_layer(torch.float64, activation, norm_first=norm_first, batch_first=batch_first)
@@ -604,7 +596,7 @@ def test_encoder_with_padding_mask_compiled_matches_cpu(grad_mode):
               dynamo_module=dense_encoder(encoder))
 
 
-@grad_modes(inference_mode_xfail=True)
+@grad_modes()
 def test_encoder_with_causal_mask_matches_cpu(grad_mode):
     encoder = make_encoder(torch.float64)
     torch.manual_seed(1)
@@ -633,7 +625,7 @@ TRANSFORMER_MASKS = {
 }
 
 
-@grad_modes(inference_mode_xfail=True)
+@grad_modes()
 @pytest.mark.parametrize("masks", list(TRANSFORMER_MASKS))
 def test_transformer_with_masks_matches_cpu(masks, grad_mode):
     dtype = torch.float32
