@@ -17,12 +17,18 @@ Python cannot produce. So our device has a `PaddedNestedTensor`: the batch padde
 (`is_nested`, `size()`, `numel()` and `.cpu()` answer as a nested tensor would) and
 supports exactly the ops of that fast path:
   - `_transformer_encoder_layer_fwd` runs the dense layer with the key padding mask the
-    lengths give (every token only attends to its own sequence's tokens, as in the
+    lengths give (a token attends only to the kept tokens of its sequence, as in the
     nested kernel; layer norm and the feed-forward network act per token) and zeroes the
     padded positions again, so nothing computed there reaches the next layer;
   - `to_padded_tensor(padding, output_size)`;
   - `_to_copy` to the CPU, which gives PyTorch's own nested tensor.
-Any other op raises NotImplementedError naming it, rather than computing on the padding.
+Any other op raises NotImplementedError naming it, rather than computing on the padding;
+so does autograd through it (the encoder takes this path only without grad).
+
+Asking whether the mask is left-aligned reads a value on the host, as PyTorch does:
+inside compile() the step becomes two graphs, and under JAX's own tracing
+(`jax_function` under `jax.jit`) it cannot run; a TransformerEncoder built with
+`mask_check=False` skips that question.
 """
 
 from __future__ import annotations
