@@ -8,13 +8,22 @@ keys be caught instead of silently overwritten.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from .diagnostics import read_text, yaml_error
+
 SECTIONS = ("full_codegen", "supported", "fallback")
 TOP_LEVEL_KEYS = ("backend",) + SECTIONS
+# Optional: namespace -> the Python module whose import registers that namespace's
+# operators with torch (`libraries: {torchvision: torchvision}`), for entries spelled
+# `ns::op.overload`.
+OPTIONAL_KEYS = ("libraries",)
+_NAMESPACE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 class ManifestError(Exception):
@@ -31,12 +40,26 @@ class ManifestEntry:
     def where(self, path: str) -> str:
         return f"{path}:{self.line}"
 
+    @property
+    def namespace(self) -> str:
+        """`torchvision` for `torchvision::nms`; `aten` for an entry without one."""
+        ns, sep, _ = self.op.partition("::")
+        return ns if sep else "aten"
+
+
+@dataclass(frozen=True)
+class Library:
+    namespace: str  # "torchvision"
+    module: str  # the module to import for its operators: "torchvision"
+    line: int
+
 
 @dataclass(frozen=True)
 class Manifest:
     path: str
     backend: str
     entries: tuple[ManifestEntry, ...]
+    libraries: tuple[Library, ...] = ()
 
     def section(self, name: str) -> tuple[ManifestEntry, ...]:
         return tuple(e for e in self.entries if e.section == name)
@@ -49,13 +72,11 @@ def _fail(path: str, node: yaml.Node | None, message: str) -> ManifestError:
 
 def load_manifest(path: str | Path) -> Manifest:
     path = str(path)
-    text = Path(path).read_text()
+    text = read_text(path, "manifest file")
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark is not None else 1
-        raise ManifestError(f"{path}:{line}: YAML syntax error: {e.problem or e}") from None
+    except yaml.YAMLError as e:
+        raise ManifestError(str(yaml_error(path, text, e))) from None
     if root is None:
         raise ManifestError(f"{path}:1: the manifest is empty; it needs the keys {', '.join(TOP_LEVEL_KEYS)}")
     if not isinstance(root, yaml.MappingNode):
@@ -63,6 +84,7 @@ def load_manifest(path: str | Path) -> Manifest:
 
     seen_keys: dict[str, yaml.Node] = {}
     backend = None
+    libraries: tuple[Library, ...] = ()
     entries: list[ManifestEntry] = []
     first_place: dict[str, ManifestEntry] = {}
     for key_node, value_node in root.value:
@@ -72,8 +94,13 @@ def load_manifest(path: str | Path) -> Manifest:
                 path, key_node, f"duplicate key '{key}' (first at line {seen_keys[key].start_mark.line + 1})"
             )
         seen_keys[key] = key_node
-        if key not in TOP_LEVEL_KEYS:
-            raise _fail(path, key_node, f"unknown key '{key}'; the manifest's keys are {', '.join(TOP_LEVEL_KEYS)}")
+        if key not in TOP_LEVEL_KEYS + OPTIONAL_KEYS:
+            raise _fail(
+                path, key_node, f"unknown key '{key}'; the manifest's keys are {', '.join(TOP_LEVEL_KEYS + OPTIONAL_KEYS)}"
+            )
+        if key == "libraries":
+            libraries = _parse_libraries(path, value_node)
+            continue
         if key == "backend":
             if not isinstance(value_node, yaml.ScalarNode) or not value_node.value:
                 raise _fail(path, value_node, "'backend' must be a name, like 'backend: XLA'")
@@ -99,7 +126,55 @@ def load_manifest(path: str | Path) -> Manifest:
     missing = [k for k in TOP_LEVEL_KEYS if k not in seen_keys]
     if missing:
         raise ManifestError(f"{path}:1: missing key(s) {', '.join(missing)}")
-    return Manifest(path=path, backend=backend or "", entries=tuple(entries))
+    _check_namespaces(path, entries, libraries)
+    return Manifest(path=path, backend=backend or "", entries=tuple(entries), libraries=libraries)
+
+
+def _parse_libraries(path: str, node: yaml.Node) -> tuple[Library, ...]:
+    if isinstance(node, yaml.ScalarNode) and node.value in ("", "~", "null"):
+        return ()
+    if not isinstance(node, yaml.MappingNode):
+        raise _fail(path, node, "'libraries' must map a namespace to the module that defines it, like "
+                                "'libraries: {torchvision: torchvision}'")
+    found: dict[str, Library] = {}
+    for key_node, value_node in node.value:
+        ns = key_node.value if isinstance(key_node, yaml.ScalarNode) else ""
+        if not _NAMESPACE.fullmatch(ns) or ns == "aten":
+            raise _fail(path, key_node, f"'{ns}' is not a library namespace (a Python identifier other than aten)")
+        module = value_node.value if isinstance(value_node, yaml.ScalarNode) else ""
+        if not _MODULE.fullmatch(module):
+            raise _fail(path, value_node, f"library '{ns}' must name a Python module to import, like 'torchvision'")
+        if ns in found:
+            raise _fail(path, key_node, f"library '{ns}' is listed twice (first at line {found[ns].line})")
+        found[ns] = Library(namespace=ns, module=module, line=key_node.start_mark.line + 1)
+    return tuple(found.values())
+
+
+def _check_namespaces(path: str, entries: list[ManifestEntry], libraries: tuple[Library, ...]) -> None:
+    known = {lib.namespace for lib in libraries}
+    for e in entries:
+        ns, sep, op = e.op.partition("::")
+        if not sep:
+            continue
+        if ns == "aten":
+            raise ManifestError(f"{path}:{e.line}: write aten operators without their namespace: '{op}'")
+        if not _NAMESPACE.fullmatch(ns) or not op:
+            raise ManifestError(f"{path}:{e.line}: '{e.op}' is not an operator name like 'torchvision::nms'")
+        if ns not in known:
+            raise ManifestError(
+                f"{path}:{e.line}: '{e.op}' is in namespace '{ns}', which 'libraries' does not name; add "
+                f"'libraries: {{{ns}: <the module that registers {ns}:: operators>}}' to the manifest"
+            )
+
+
+def lint_libraries(manifest: Manifest) -> list[str]:
+    """Warnings for libraries no entry uses (they are not imported)."""
+    used = {e.namespace for e in manifest.entries}
+    return [
+        f"{manifest.path}:{lib.line}: warning: library '{lib.namespace}' is not used by any entry"
+        for lib in manifest.libraries
+        if lib.namespace not in used
+    ]
 
 
 def lint_order(manifest: Manifest) -> list[str]:

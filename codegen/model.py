@@ -18,7 +18,7 @@ from torchgen.model import (
 )
 
 # How the runtime passes each argument to a lowering (Note [Argument kinds] in
-# runtime/ir.py): tensors are unwrapped, Scalars are runtime operands, everything
+# runtime/core/ir.py): tensors are unwrapped, Scalars are runtime operands, everything
 # else is a static attribute (part of the executable's cache key).
 TENSOR = "TENSOR"
 OPT_TENSOR = "OPT_TENSOR"
@@ -43,8 +43,31 @@ _SPECIAL_DEFAULTS = {
 
 
 def unambiguous_name(op: str) -> str:
-    """`add.Tensor` -> `add_Tensor`; `abs` -> `abs` (torchgen's OperatorName.unambiguous_name)."""
-    return op.replace(".", "_")
+    """`add.Tensor` -> `add_Tensor`; `abs` -> `abs` (torchgen's OperatorName.unambiguous_name).
+    An operator of another namespace is prefixed with it: `torchvision::nms` ->
+    `torchvision_nms`, `mylib::rope.half` -> `mylib_rope_half`."""
+    return op.replace("::", "_").replace(".", "_")
+
+
+def split_namespace(op: str) -> tuple[str, str]:
+    """`torchvision::nms` -> (`torchvision`, `nms`); `add.Tensor` -> (`aten`, `add.Tensor`)."""
+    ns, sep, rest = op.partition("::")
+    return (ns, rest) if sep else ("aten", op)
+
+
+def torchgen_schema_text(schema_text: str) -> str:
+    """A schema as torch prints it, in the form torchgen's FunctionSchema.parse reads: the
+    namespace dropped from the name, list defaults without spaces (`[1, 2]` -> `[1,2]`,
+    torchgen splits arguments at `, `), float defaults in their shortest form (torch
+    prints 1e-6 as `9.9999999999999995e-07`), alias sets as letters (`a0!` -> `a!`)."""
+    name, paren, rest = schema_text.partition("(")
+    name = name.partition("::")[2] or name
+    rest = re.sub(r"=\[([^\]]*)\]", lambda m: "=[" + m.group(1).replace(", ", ",") + "]", rest)
+    rest = re.sub(r"=(-?\d+\.\d*(?:e[-+]?\d+)?|-?\d+e[-+]?\d+)(?=[,)])", lambda m: "=" + repr(float(m.group(1))), rest)
+    # alias sets: torch numbers them (`Tensor(a0!)`), torchgen reads single letters
+    sets: dict[str, str] = {}
+    rest = re.sub(r"\(([a-z]\d+)(!?)\)", lambda m: f"({sets.setdefault(m.group(1), chr(ord('a') + len(sets)))}{m.group(2)})", rest)
+    return name + paren + rest
 
 
 def class_name(name: str) -> str:
@@ -183,7 +206,7 @@ class OpSpec:
 
     def donating_form_of(self, functional: "OpSpec") -> bool:
         """Whether this in-place form may run `functional`'s lowering with self's buffer
-        donated (Note [Donated in-place updates] in runtime/dispatch.py): `functional` is
+        donated (Note [Donated in-place updates] in runtime/exec/mutation.py): `functional` is
         lowered, returns one tensor, and takes this op's inputs, `self` first."""
         return (
             self.kind == "inplace" and not self.is_view and functional.section == "full_codegen"
@@ -205,9 +228,17 @@ class OpSpec:
             return f"_rt_stubs.{self.functional}"
         return self.functional
 
+    @property
+    def namespace(self) -> str:
+        return split_namespace(self.op)[0]
+
     def aten_expr(self, aten: str) -> str:
-        """A Python expression for this overload's OpOverload, `aten` naming torch.ops.aten."""
-        name, _, overload = self.op.partition(".")
+        """A Python expression for this overload's OpOverload, `aten` naming torch.ops.aten
+        (an operator of another namespace: `torch.ops.<ns>`, looked up when called)."""
+        ns, op = split_namespace(self.op)
+        if ns != "aten":
+            aten = f"torch.ops.{ns}"
+        name, _, overload = op.partition(".")
         overload = overload or "default"
         if keyword.iskeyword(overload):  # random.from
             return f'getattr({aten}.{name}, "{overload}")'
@@ -256,7 +287,7 @@ class OpSpec:
 
 
 def make_op_spec(op: str, schema_text: str, section: str, is_view: bool, kind: str, functional: str | None = None) -> OpSpec:
-    schema = FunctionSchema.parse(schema_text)
+    schema = FunctionSchema.parse(torchgen_schema_text(schema_text) if "::" in op else schema_text)
     kwarg_only = {id(a) for a in schema.arguments.flat_kwarg_only}
     outs = {id(a) for a in schema.arguments.out}
     args = []

@@ -10,7 +10,7 @@ anything else becomes the dimension's size, which the gather reads as a fill val
 (NaN for floating point, the dtype's minimum for integers, True for bool) and the
 scatter drops. Never a clamped, plausible-looking value. In eager mode the runtime looks
 at the index values before dispatch and raises PyTorch's error (index.Tensor and
-index_put in runtime/supported/indexing.py, the others in runtime/index_checks.py); in
+index_put in runtime/supported/indexing.py, the others in runtime/exec/index_checks.py); in
 compiled programs this is the documented behaviour.
 
 Note [Few rows of a large table]

@@ -39,7 +39,7 @@ from typing import Any, Callable
 import torch
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime import dynamo
+from xla_native_functions.runtime.frontends import dynamo
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 MODES = ("eager", "compiled", "dynamo")

@@ -16,7 +16,7 @@ Timings are medians of steady-state steps; the ratio against PyTorch CPU eager i
 median over turns of the two step times measured in the same turn, so load on the
 machine shows up in both. First-call times are cold starts: the persistent compilation
 cache is off here (XLA_NATIVE_FUNCTIONS_NO_COMPILATION_CACHE=0 turns it on; Note
-[Persistent compilation cache] in runtime/backend.py).
+[Persistent compilation cache] in runtime/platform/backend.py).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from torch.utils._pytree import tree_map
 if __name__ == "__main__":  # cold first calls (docstring); the tests import this module
     os.environ.setdefault("XLA_NATIVE_FUNCTIONS_NO_COMPILATION_CACHE", "1")
 import xla_native_functions as xnf  # noqa: E402
-from xla_native_functions.runtime.metrics import metrics  # noqa: E402
+from xla_native_functions.runtime.platform.metrics import metrics  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from zoo import ADAMW_LR, MODELS, SGD_LR, SIZES  # noqa: E402
@@ -63,7 +63,7 @@ MIN_CALLS_PER_TURN = 2
 MAX_CALLS_PER_TURN = 1000
 WARMUP_CALLS = 4  # calls before the steady state: the first traces and compiles; AdamW's
 # first step also creates its state, so its second step is a different graph; compile()
-# replays a call once two consecutive traces agree (Note [Replay] in runtime/replay.py).
+# replays a call once two consecutive traces agree (Note [Replay] in runtime/frontends/replay.py).
 
 
 # ---------------------------------------------------------------- helpers
@@ -188,15 +188,16 @@ def _eager_executable_compiles() -> int:
     """Executables compiled so far by the per-op eager path (every jax.jit the generated
     stubs and the view helpers own)."""
     import xla_native_functions.dispatch as stubs
-    from xla_native_functions.runtime import dispatch as rd
+    from xla_native_functions.runtime.core import views
+    from xla_native_functions.runtime.exec import eager
 
     fns = [getattr(stubs, n) for n in dir(stubs) if n.startswith("_eager_")]
-    fns += list(rd._EXECUTABLES.values()) + [rd.strided_read_jit, rd.strided_write_jit]
+    fns += list(eager._EXECUTABLES.values()) + [views.strided_read_jit, views.strided_write_jit]
     return sum(f._cache_size() for f in fns if hasattr(f, "_cache_size"))
 
 
 def _dynamo_stats() -> Any:
-    from xla_native_functions.runtime import dynamo
+    from xla_native_functions.runtime.frontends import dynamo
 
     return dynamo.stats
 
@@ -218,11 +219,11 @@ def _fresh_caches() -> None:
     its own even when a sweep runs many models in one process."""
     import jax
 
-    from xla_native_functions.runtime import lazy
+    from xla_native_functions.runtime.exec import graph
 
     jax.clear_caches()
-    lazy._GRAPH_CACHE.clear()
-    lazy._LAST_KEYS.clear()  # or the first compile reports a "recompile" against the last run
+    graph._GRAPH_CACHE.clear()
+    graph._LAST_KEYS.clear()  # or the first compile reports a "recompile" against the last run
 
 
 def dynamo_available() -> bool:
@@ -653,7 +654,7 @@ def write_docs(records: list[dict], size: str = "small") -> None:
         out += ["", "## compile(): replayed steps", "",
                 "`xla_native_functions.compile` traces the first calls of a step and then replays the",
                 "compiled program without running the step's Python while its guards hold (Note [Replay] in",
-                "`runtime/replay.py`). Training rows build AdamW with `capturable=True` on our side: default",
+                "`runtime/frontends/replay.py`). Training rows build AdamW with `capturable=True` on our side: default",
                 "AdamW keeps its step counter on the CPU and reads it with `.item()` every step, which makes",
                 "`compile()` trace every call.",
                 "", f"Every timed step was replayed in {len(full)} of {len(compiled)} compiled rows."]

@@ -431,12 +431,18 @@ _SCALAR_TYPE_NAMES = {
     torch.int16: "Short",
     torch.int32: "Int",
     torch.int64: "Long",
+    torch.uint16: "UInt16",
+    torch.uint32: "UInt32",
+    torch.uint64: "UInt64",
     torch.float16: "Half",
     torch.bfloat16: "BFloat16",
     torch.float32: "Float",
     torch.float64: "Double",
+    torch.complex32: "ComplexHalf",
     torch.complex64: "ComplexFloat",
     torch.complex128: "ComplexDouble",
+    torch.float8_e5m2: "Float8_e5m2",
+    torch.float8_e4m3fn: "Float8_e4m3fn",
 }
 
 

@@ -18,8 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime import dynamo
-from xla_native_functions.runtime.metrics import metrics
+from xla_native_functions.runtime.frontends import dynamo
+from xla_native_functions.runtime.platform.metrics import metrics
 
 aten = torch.ops.aten
 E, HEADS, FF, B, T = 16, 4, 32, 3, 5

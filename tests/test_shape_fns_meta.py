@@ -24,7 +24,7 @@ import torch
 import opinfo_harness as h
 import xla_native_functions as xnf
 from xla_native_functions import ir
-from xla_native_functions.runtime.ir import ATTR_LIST, SCALAR, TENSOR, TENSOR_LIST, OPT_TENSOR
+from xla_native_functions.runtime.core.ir import ATTR_LIST, SCALAR, TENSOR, TENSOR_LIST, OPT_TENSOR
 from xla_native_functions.shape_fns.common import TensorMeta
 
 COVERAGE = Path(__file__).resolve().parent.parent / "docs" / "coverage.json"

@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from ...shape_fns.common import scalar_type_name
-from ..tensor import DEVICE_NAME, XlaTensor
+from ..core.tensor import DEVICE_NAME, XlaTensor
 
 _NOT_LEFT_ALIGNED = "Mask must be left-aligned without gaps"
 

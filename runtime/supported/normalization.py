@@ -9,8 +9,9 @@ import torch
 
 from ...lowerings.normalization import batch_norm_with_update
 from ...shape_fns.normalization import batch_norm_with_update_meta
-from ..dispatch import run_node, write_inplace
-from ..ir import ATTR, OPT_TENSOR, TENSOR, Node
+from ..core.ir import ATTR, OPT_TENSOR, TENSOR, Node
+from ..exec.eager import run_node
+from ..exec.mutation import write_inplace
 
 
 class NativeBatchNorm(Node):

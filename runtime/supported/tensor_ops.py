@@ -6,12 +6,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...shape_fns.common import TensorMeta, to_numpy_dtype
-from .. import state
-from ..dispatch import X64, cpu_to_jax, jax_to_cpu, run_node, value, _alias
-from ..ir import ATTR, SCALAR, TENSOR, Node, Value
-from ..lazy import materialize_value, traced_value
-from ..tensor import XlaTensor, from_array
+from ...lowerings.common import cast
+from ...shape_fns.common import TensorMeta, broadcast_shapes, to_numpy_dtype
+from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
+from ..core.ir import ATTR, SCALAR, TENSOR, Node
+from ..core.tensor import XlaTensor, from_array
+from ..exec.eager import run_node
+from ..exec.mutation import alias, write_inplace
+from ..exec.registry import node
 
 
 class CopyTo(Node):
@@ -25,47 +27,13 @@ class CopyTo(Node):
     def lower(src, shape, dtype):
         import jax.numpy as jnp
 
-        from ...lowerings.common import cast
-
         return jnp.broadcast_to(cast(src, to_numpy_dtype(dtype)), shape)
 
     @staticmethod
     def output_shape(src, shape, dtype):
-        from ...shape_fns.common import broadcast_shapes
-
         if broadcast_shapes(tuple(src.shape), tuple(shape)) != tuple(shape):
             raise RuntimeError(f"The size of tensor a ({shape}) must match the size of tensor b ({src.shape})")
         return TensorMeta(tuple(shape), dtype)
-
-
-def _host_value(t):
-    """The concrete array of a tensor, running the pending trace if needed."""
-    if state.tracing:
-        return materialize_value(traced_value(t))
-    return value(t)
-
-
-def host_array(t) -> np.ndarray:
-    """A tensor's values as a read-only NumPy array, for reads on the host (`.cpu()`,
-    `.item()`, `to_torch`, data-dependent ops). A view of a concrete storage is applied
-    to the storage's buffer with NumPy strides, as PyTorch reads a CPU view, instead of
-    running a strided read in JAX: a call into XLA costs more than the copy that follows."""
-    if state.tracing:
-        return np.asarray(materialize_value(traced_value(t)))
-    store = t._store
-    base = store.value
-    if base.__class__ is not Value:
-        host = np.asarray(base)
-        if t._whole:
-            return host
-        shape = tuple(t.shape)
-        if 0 in shape:  # PyTorch lets an empty view's offset lie past the storage's end
-            return np.empty(shape, host.dtype)
-        if host.flags.c_contiguous:
-            itemsize = host.itemsize
-            return np.ndarray(shape, host.dtype, buffer=host.reshape(-1), offset=t.storage_offset() * itemsize,
-                              strides=tuple(s * itemsize for s in t.stride()))
-    return np.asarray(value(t))
 
 
 def _on_device(t):
@@ -106,7 +74,7 @@ def _host_cpu(t):
 
 
 def impl_alias(self):
-    return _alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset())
+    return alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset())
 
 
 def impl_detach(self):
@@ -117,9 +85,7 @@ def impl_empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_
     # Zeros, from the zeros op's cached executable: jnp.zeros called eagerly runs JAX's
     # op-by-op dispatch, 75 to 113 us per torch.empty against 17 us this way, and every
     # BatchNorm call makes one (cuDNN's empty reserve space).
-    from ... import ir  # the generated IR classes (ir.py imports this module)
-
-    return run_node(ir.Zeros, (tuple(size), dtype or torch.get_default_dtype(), None, None, None))
+    return run_node(node("zeros"), (tuple(size), dtype or torch.get_default_dtype(), None, None, None))
 
 
 def impl__efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -229,8 +195,6 @@ def impl__conj(self):
 def impl_polygamma_(self, n):
     # The in-place form puts `self` first, so torchgen does not group it with the
     # functional polygamma(n, self) and nothing derives it.
-    from ..dispatch import write_inplace
-
     return write_inplace(self, torch.ops.aten.polygamma.default(n, self))
 
 
@@ -238,8 +202,6 @@ def impl_conj_physical_(self):
     # A real tensor is its own conjugate: PyTorch returns it untouched.
     if not self.is_complex():
         return self
-    from ..dispatch import write_inplace
-
     return write_inplace(self, torch.ops.aten._conj_physical.default(self))
 
 

@@ -19,11 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import state
-from .config import config
-from .dispatch import X64, value
-from .supported.tensor_ops import host_array
-from .tensor import XlaTensor
+from ..core.context import context
+from ..core.convert import X64, host_array
+from ..core.tensor import XlaTensor
+from ..platform.config import config
+from .eager import value
 
 
 @jax.jit
@@ -38,7 +38,7 @@ def _extremes(index: Any, ignore: int | None = None) -> tuple[int, int] | None:
     and two reads of their results); elsewhere only the two results leave the device."""
     if index is None or not index.numel():
         return None
-    array = index._store.value if isinstance(index, XlaTensor) else None
+    array = index._store.array if isinstance(index, XlaTensor) else None
     if isinstance(array, jax.core.Tracer):  # inside a jitted torch.compile graph: no values
         return None
     if isinstance(array, jax.Array) and array.is_fully_addressable and _on_cpu(array):
@@ -139,7 +139,7 @@ def _checked(op: Any, handler: Callable[..., Any], check: Callable[..., None]) -
     names = [a.name for a in op._schema.arguments]
 
     def run(*args, **kwargs):
-        if not state.tracing and config.check_index_values:
+        if context.trace is None and config.check_index_values:
             bound = dict(zip(names, args))
             bound.update(kwargs)
             check(**bound)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..shape_fns.common import TensorMeta
+from ...shape_fns.common import TensorMeta
 
 TENSOR = "TENSOR"
 OPT_TENSOR = "OPT_TENSOR"

@@ -13,8 +13,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .dispatch import cpu_to_jax, dispatch
-from .tensor import DEVICE, XlaTensor, from_array
+from ..core.convert import cpu_to_jax
+from ..core.tensor import DEVICE, XlaTensor, from_array
+from .dispatch import dispatch
 
 
 def _creates_on_jax(kwargs: dict[str, Any]) -> bool:

@@ -2,18 +2,25 @@
 
 Note [Views and mutation]
 Tensors share a Storage, exactly as PyTorch tensors share memory: a Storage holds
-one value (a jax.Array eagerly, an IR Value while tracing) in the shape of the tensor
-that created it, and every tensor on it has PyTorch's size, stride and storage offset
+one array (a jax.Array; a JAX tracer inside a JAX transformation) in the shape of the
+tensor that created it, and every tensor on it has PyTorch's size, stride and storage offset
 into that value read as a flat, contiguous buffer. A tensor that spans its whole
 storage contiguously (`_whole`) reads the value directly; any other view reads it
-through a strided gather (runtime/views.py; inside the consuming op's executable for
-views from offset 0, Note [Fused view reads] in runtime/dispatch.py) and writes
+through a strided gather (runtime/core/views.py; inside the consuming op's executable for
+views from offset 0, Note [Fused view reads] in runtime/exec/eager.py) and writes
 through a strided scatter, so a write through any view lands in the base and in every
 other view of it, as in PyTorch. View ops compute new sizes and strides only (no JAX
 work); mutation replaces the storage's value and bumps its version, which invalidates
 cached view values. The new value always has the old one's shape and dtype: a tensor
 that needs another (resize_ beyond the storage) gets a new Storage, so compile()'s
 replay guards a storage's identity, not its array's shape.
+
+While a trace records (Note [Per-thread trace] in core/context.py), the storages it
+reads or writes also hold their IR value (`pending`) and the trace that owns it
+(`owner`); the trace's sync writes the results into `array` and clears both. A
+storage the trace wrote has no array until then (`array` None), so nothing can read a
+value from before the write: the owning thread runs the trace to read it, any other
+thread is refused.
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ import jax
 import torch
 from torch.utils.backend_registration import _DummyBackendModule, _setup_privateuseone_for_python_backend
 
-from ..shape_fns.common import NUMPY_TO_TORCH
-from .device_guard import install_native_device_guard
+from ...shape_fns.common import NUMPY_TO_TORCH
+from ..platform.device_guard import install_native_device_guard
 
 DEVICE_NAME = "jax"
 
@@ -53,7 +60,8 @@ class _DeviceModule(_DummyBackendModule):
 
 def _register_device() -> torch.device:
     # A renamed PrivateUse1 device must also be registered as a Python backend, or
-    # autograd aborts the process on backward() (shared/FACTS.md).
+    # autograd aborts the process on backward() ("PyTorch is not linked with support for
+    # jax devices").
     if torch._C._get_privateuse1_backend_name() != DEVICE_NAME:
         _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_DeviceModule())
         install_native_device_guard()  # Note [Native device guard]
@@ -66,15 +74,28 @@ DEVICE = _register_device()
 class Storage:
     """Shared memory of a family of views; see Note [Views and mutation]."""
 
-    __slots__ = ("value", "version", "__weakref__")
+    __slots__ = ("array", "pending", "owner", "version", "__weakref__")
 
-    def __init__(self, value: Any):
-        self.value = value
+    def __init__(self, array: Any):
+        self.array = array
+        self.pending = None  # the IR Value the owning trace gave this storage
+        self.owner = None  # that trace
         self.version = 0
+
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.array.shape if self.pending is None else self.pending.meta.shape)
 
 
 _NO_KWARGS: dict[str, Any] = {}
-_dispatch: Any = None  # runtime.dispatch.dispatch, set there (it imports this module)
+_dispatch: Any = None
+
+
+def register_dispatcher(dispatch: Any) -> None:
+    """Every op on an XlaTensor goes to `dispatch(func, args, kwargs)`: the torch entry
+    of the frontends layer, which registers itself here at install (this layer cannot
+    import it)."""
+    global _dispatch
+    _dispatch = dispatch
 
 
 _CONTIGUOUS_STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
@@ -141,13 +162,9 @@ class XlaTensor(torch.Tensor):
         return _dispatch(func, args, kwargs or _NO_KWARGS)
 
     def __repr__(self, *, tensor_contents=None) -> str:
-        from .api import to_torch
-
-        value = self._store.value
-        if isinstance(value, jax.core.Tracer):  # inside jax.jit/grad/vmap (interop)
+        if isinstance(self._store.array, jax.core.Tracer):  # inside jax.jit/grad/vmap (interop)
             return f"XlaTensor(<traced by JAX>, size={tuple(self.shape)}, dtype={self.dtype}, device='{self.device}')"
-        cpu = to_torch(self.detach())
-        text = repr(cpu)
+        text = repr(self._host_copy())
         suffix = f", device='{self.device}'"
         if text.endswith(")"):
             grad = ""
@@ -158,21 +175,19 @@ class XlaTensor(torch.Tensor):
             text = text[:-1] + suffix + grad + ")"
         return text
 
-    def tolist(self):
-        from .api import to_torch
+    def _host_copy(self) -> torch.Tensor:
+        """A PyTorch CPU copy of the values (`_to_copy` to the CPU, through dispatch)."""
+        return self.detach().to("cpu")
 
-        return to_torch(self.detach()).tolist()
+    def tolist(self):
+        return self._host_copy().tolist()
 
     def numpy(self, *, force: bool = False):
-        from .api import to_torch
-
-        return to_torch(self.detach()).numpy()
+        return self._host_copy().numpy()
 
     def __reduce_ex__(self, protocol):
         # Pickling (torch.save of a moved module's state) stores a CPU copy.
-        from .api import to_torch
-
-        return to_torch(self.detach()).__reduce_ex__(protocol)
+        return self._host_copy().__reduce_ex__(protocol)
 
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass

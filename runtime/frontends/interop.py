@@ -2,13 +2,13 @@
 and call JAX functions from torch code.
 
 Torch code becomes JAX by running it on XlaTensors whose storages hold JAX tracers
-(Note [Tracer-backed tensors] in runtime/dynamo.py): every op dispatches to its
+(Note [Tracer-backed tensors] in runtime/frontends/dynamo.py): every op dispatches to its
 lowering exactly as in eager mode, and JAX sees one traceable function, so
 `jax.jit`, `jax.grad` and `jax.vmap` apply to it.
 
 Note [x64 in interop]
 PyTorch's int64/float64 need JAX's x64 mode, which this package enables only around
-its own JAX calls (FACTS: an int64 array used outside x64 may silently become int32).
+its own JAX calls: an int64 array used outside x64 may silently become int32.
 The functions here enter it themselves: `jax_function`'s function, `jax_jit`'s wrapper
 and the JAX function passed to `call_jax` all run under it. Arrays they return keep
 their dtypes, but JAX code of yours that goes on computing on 64-bit arrays must run
@@ -26,9 +26,10 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from . import state
-from .dispatch import X64, cpu_to_jax, value
-from .tensor import XlaTensor, from_array
+from ..core.context import context, untraced
+from ..core.convert import X64, cpu_to_jax, jax_to_cpu, shared_array
+from ..core.tensor import XlaTensor, from_array
+from ..exec.eager import value
 
 __all__ = ["call_jax", "jax_function", "jax_jit", "to_jax", "to_torch_tensor", "x64"]
 
@@ -47,20 +48,12 @@ def _is_array(x: Any) -> bool:
 
 def _tensor_to_jax(t: torch.Tensor) -> jax.Array:
     if isinstance(t, XlaTensor):
-        if state.tracing:
-            from .supported.tensor_ops import _host_value
-
-            return _host_value(t.detach())
+        trace = context.trace
+        if trace is not None:
+            return trace.host_value(t)
         return value(t)  # reads the storage: no op, so no autograd record to avoid
-    t = t.detach()
-    if t.is_conj() or t.is_neg():
-        return cpu_to_jax(t)
-    with X64:
-        try:
-            # Shares memory with the CPU tensor where DLPack allows it.
-            return jax.dlpack.from_dlpack(t)
-        except Exception:
-            return cpu_to_jax(t)
+    shared = shared_array(t)
+    return cpu_to_jax(t) if shared is None else shared
 
 
 def to_jax(obj: Any) -> Any:
@@ -88,19 +81,9 @@ def to_torch_tensor(obj: Any, device: str = "jax") -> Any:
             arr = jnp.asarray(x)
         if device == "jax":
             return from_array(arr)
-        return _array_to_cpu(arr)
+        return jax_to_cpu(arr)
 
     return tree_map(convert, obj)
-
-
-def _array_to_cpu(arr: jax.Array) -> torch.Tensor:
-    try:
-        # torch writes into its tensors: hand it a buffer of its own.
-        return torch.from_dlpack(arr).clone()
-    except Exception:
-        from .dispatch import jax_to_cpu
-
-        return jax_to_cpu(arr)
 
 
 def _named_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -117,15 +100,10 @@ def _named_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 def _run_on_arrays(fn: Callable, args: Any, kwargs: Any) -> Any:
     """Run torch code on tensors wrapping the given arrays (concrete or tracers) and
     return its outputs as arrays."""
-    saved = (state.tracing, state.trace)
-    state.tracing, state.trace = False, None
-    try:
-        with X64:
-            targs, tkwargs = tree_map(lambda x: from_array(jnp.asarray(x)) if _is_array(x) else x, (args, kwargs))
-            out = fn(*targs, **tkwargs)
-            return tree_map(lambda t: value(t) if isinstance(t, XlaTensor) else t, out)
-    finally:
-        state.tracing, state.trace = saved
+    with untraced(), X64:
+        targs, tkwargs = tree_map(lambda x: from_array(jnp.asarray(x)) if _is_array(x) else x, (args, kwargs))
+        out = fn(*targs, **tkwargs)
+        return tree_map(lambda t: value(t) if isinstance(t, XlaTensor) else t, out)
 
 
 def jax_function(obj: torch.nn.Module | Callable) -> tuple[Callable, dict[str, jax.Array]]:
@@ -223,12 +201,8 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
             out_arrays = tree_map(lambda t: value(t) if isinstance(t, XlaTensor) else t, out)
             return out_arrays, {i: value(tensors[i]) for i in mutated}
 
-        saved = (state.tracing, state.trace)
-        state.tracing, state.trace = False, None
-        try:
+        with untraced():
             return call()
-        finally:
-            state.tracing, state.trace = saved
 
     jitted = jax.jit(pure, static_argnums=(1,), **jit_kwargs)
 
@@ -261,8 +235,8 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
             out, mutated = jitted(arrays + module_arrays, _StaticKey(spec, tuple(static)))
         for i, new in mutated.items():
             with torch.no_grad():
-                tensor_leaves[i].copy_(_array_to_cpu(new) if not isinstance(tensor_leaves[i], XlaTensor) else from_array(new))
-        return tree_map(lambda a: (_array_to_cpu(a) if to_cpu else from_array(a)) if isinstance(a, jax.Array) else a, out)
+                tensor_leaves[i].copy_(jax_to_cpu(new) if not isinstance(tensor_leaves[i], XlaTensor) else from_array(new))
+        return tree_map(lambda a: (jax_to_cpu(a) if to_cpu else from_array(a)) if isinstance(a, jax.Array) else a, out)
 
     return wrapper
 
@@ -324,7 +298,7 @@ class _JaxCall(torch.autograd.Function):
 
 
 def _from_array(a: jax.Array, to_cpu: bool) -> torch.Tensor:
-    return _array_to_cpu(a) if to_cpu else from_array(a)
+    return jax_to_cpu(a) if to_cpu else from_array(a)
 
 
 class _Slot:

@@ -18,14 +18,14 @@ class Config:
     allow_cpu_fallback: bool = False
     # Eager mode checks index values (gather, scatter, index_*, take, embedding,
     # nll_loss) and raises as PyTorch does, at one read to the host per such op
-    # (runtime/index_checks.py). Compiled programs cannot raise.
+    # (runtime/exec/index_checks.py). Compiled programs cannot raise.
     check_index_values: bool = True
     # Eager in-place ops on a tensor of at least this many bytes write into its own
     # buffer when nothing else can see the old value (Note [Donated in-place updates]
-    # in runtime/dispatch.py); below it a fresh buffer costs no more.
+    # in runtime/exec/mutation.py); below it a fresh buffer costs no more.
     donate_min_bytes: int = 1 << 20
     # Compiled graphs take a weight that they multiply only transposed, by a few rows, as
-    # a transposed copy kept per weight (Note [Transposed weights] in runtime/lazy.py):
+    # a transposed copy kept per weight (Note [Transposed weights] in runtime/exec/graph.py):
     # faster products in small-batch inference, at the cost of those weights' memory.
     transposed_weight_copies: bool = True
 

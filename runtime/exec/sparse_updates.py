@@ -6,7 +6,7 @@ folds `p + scatter(0, I, U)` into one scatter onto a copy of `p`, but not throug
 multiplication, so it writes the zero table, scatters into it, and reads both tables
 again for the update: three passes over the table where one does, and none where the
 graph updates a donated table in place (Note [Donated graph inputs] in
-runtime/lazy.py). `fold_sparse_updates` rewrites a compiled graph's JAX program so that
+runtime/exec/graph.py). `fold_sparse_updates` rewrites a compiled graph's JAX program so that
 
     p + c * scatter(0, I, U)  becomes  scatter(p, I, c * U)
     p - c * scatter(0, I, U)  becomes  scatter(p, I, -(c * U))
@@ -38,7 +38,7 @@ import numpy as np
 from jax import lax
 from jax.extend.core import Literal
 
-from .metrics import metrics
+from ..platform.metrics import metrics
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,6 @@ def _apply(dense, s: _ZeroScatter, negate: bool):
     # Where no row lands the dense form adds 0 * c: NaN for a non-finite c, else a zero.
     # The pass over the table that adds it comes after the scatter: before it, the pass
     # would keep XLA from updating a donated table in place (Note [Donated graph inputs]
-    # in runtime/lazy.py).
+    # in runtime/exec/graph.py).
     zero = np.zeros((), dense.dtype) * s.scale
     return lax.select(lax.is_finite(s.scale), out, out - zero if negate else out + zero)

@@ -1,215 +1,22 @@
-"""Tracing mode: ops record IR nodes instead of running; a sync lowers the pending
-graph to one jax.jit function, cached by the graph's structure, and runs it.
-
-`compile(fn)` traces a call of fn and syncs at its end (runtime/replay.py then replays
-stable calls without tracing them); the lazy mode
-(`mark_step()`) syncs when the user asks, and whenever a value is needed on the host
-(`.item()`, printing), like PyTorch/XLA's lazy tensors. Tensors that existed before
-the trace enter the graph as inputs; tensors it mutates or creates and that are still
-alive are its outputs, written back to their storages.
-"""
+"""A recorded graph as one XLA program: its nodes in order, its inputs, a key by its
+structure (the cache of compiled graphs), and the jitted function that runs it."""
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import time
 import weakref
 from collections import Counter
 from typing import Any, Callable
 
 import jax
-import numpy as np
-import torch
 
-from ..shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY, TensorMeta
-from . import state
-from .backend import graph_compiler_options
-from .ir import (ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node, ScalarInput, SpecialScalar, Value,
-                 is_special_scalar)
-from .metrics import metrics
+from ..core.ir import ATTR, ATTR_LIST, Node, ScalarInput, SpecialScalar, Value
+from ..platform.backend import graph_compiler_options
+from ..platform.config import config
+from ..platform.metrics import metrics
+from .eager import scalar_operand
 from .sparse_updates import fold_sparse_updates
-from .tensor import Storage, XlaTensor
-from .views import strided_read, strided_write
-
-
-class StridedRead(Node):
-    """Reads a view of a storage (Note [Views and mutation])."""
-
-    __slots__ = ()
-    op = name = "strided_read"
-    arg_kinds = (TENSOR, ATTR, ATTR, ATTR)
-
-    @staticmethod
-    def lower(base, size, stride, offset):
-        return strided_read(base, size, stride, offset)
-
-    @staticmethod
-    def output_shape(base, size, stride, offset):
-        return TensorMeta(tuple(size), base.dtype)
-
-
-class StridedWrite(Node):
-    """Writes a view of a storage, giving the storage's new value."""
-
-    __slots__ = ()
-    op = name = "strided_write"
-    arg_kinds = (TENSOR, TENSOR, ATTR, ATTR, ATTR)
-
-    @staticmethod
-    def lower(base, src, size, stride, offset):
-        return strided_write(base, src, size, stride, offset)
-
-    @staticmethod
-    def output_shape(base, src, size, stride, offset):
-        return base
-
-
-class Convert(Node):
-    """Casts to a dtype (the write of an in-place op into a tensor of another dtype)."""
-
-    __slots__ = ()
-    op = name = "convert"
-    arg_kinds = (TENSOR, ATTR)
-
-    @staticmethod
-    def lower(x, dtype):
-        return x.astype(TORCH_TO_NUMPY[dtype])
-
-    @staticmethod
-    def output_shape(x, dtype):
-        return TensorMeta(x.shape, dtype)
-
-
-class Trace:
-    def __init__(self):
-        self.storages: list[weakref.ref[Storage]] = []  # created or mutated while tracing
-        self.segment = 0  # graphs run so far by this trace
-        self.probe = None  # a runtime.replay.Probe while compile() learns a replay plan
-        # graph inputs holding a storage's value when it was written: id -> Value
-        self.overwritten: dict[int, Value] = {}
-
-    def track(self, store: Storage) -> None:
-        self.storages.append(weakref.ref(store))
-
-
-def _meta_of(a: Any) -> TensorMeta:
-    return TensorMeta(tuple(a.shape), NUMPY_TO_TORCH[np.dtype(a.dtype)])
-
-
-def _input(array: Any) -> Value:
-    return Value(None, 0, _meta_of(array), data=array)
-
-
-def traced_value(t: Any) -> Any:
-    """The IR value of a tensor argument while tracing."""
-    if t.__class__ is XlaTensor:
-        store = t._store
-        v = store.value
-        if v.__class__ is not Value:
-            v = store.value = _input(v)
-            trace = state.trace
-            trace.track(store)
-            if trace.probe is not None:
-                trace.probe.note_owner(store, t, v)
-        if t._whole:
-            return v
-        return record_strided_read(v, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
-    if isinstance(t, torch.Tensor):
-        from .dispatch import foreign_value
-
-        return _input(foreign_value(t))
-    if isinstance(t, (bool, int, float, complex)):
-        return ScalarInput(t)
-    raise TypeError(f"unexpected tensor argument {t!r}")
-
-
-def _emit(node: Node, metas: Any) -> Any:
-    if metas.__class__ is TensorMeta:
-        v = Value(node, 0, metas)
-        node.outputs = (v,)
-        return v
-    multi = isinstance(metas, (tuple, list))
-    outs = tuple(None if m is None else Value(node, i, m) for i, m in enumerate(metas if multi else (metas,)))
-    node.outputs = outs
-    return outs if multi else outs[0]
-
-
-def record_strided_read(base: Value, dtype: torch.dtype, size, stride, offset) -> Value:
-    if base.__class__ is not Value:
-        base = _input(base)
-    node = StridedRead((base, size, stride, offset))
-    return _emit(node, TensorMeta(tuple(size), dtype))
-
-
-def _arg_meta(kind: str, a: Any) -> Any:
-    if a is None:
-        return None
-    if kind == SCALAR or (kind in (TENSOR, OPT_TENSOR) and a.__class__ is ScalarInput):
-        return a.value
-    if kind == TENSOR_LIST:
-        return [None if x is None else x.meta for x in a]
-    if kind in (TENSOR, OPT_TENSOR):
-        return a.meta
-    return a
-
-
-def record(cls: type[Node], args: tuple[Any, ...]) -> Any:
-    """Record one op; returns XlaTensors whose storages hold the node's outputs."""
-    node_args = []
-    for kind, a in zip(cls.arg_kinds, args):
-        if a is None:
-            node_args.append(None)
-        elif kind == TENSOR or kind == OPT_TENSOR:
-            node_args.append(traced_value(a))
-        elif kind == TENSOR_LIST:
-            node_args.append([None if x is None else traced_value(x) for x in a])
-        elif kind == SCALAR:
-            node_args.append(SpecialScalar(a) if is_special_scalar(a) else ScalarInput(a))
-        elif kind == ATTR_LIST:
-            node_args.append(tuple(a))
-        else:
-            node_args.append(a)
-    metas = cls.output_shape(*[_arg_meta(k, a) for k, a in zip(cls.arg_kinds, node_args)])
-    node = cls(tuple(node_args))
-    outs = _emit(node, metas)
-    if isinstance(outs, tuple):
-        return tuple(None if o is None else _new_tensor(o) for o in outs)
-    return _new_tensor(outs)
-
-
-def _new_tensor(v: Value) -> XlaTensor:
-    store = Storage(v)
-    state.trace.track(store)
-    return XlaTensor(store, v.meta.shape, v.meta.dtype)
-
-
-def record_write(t: XlaTensor, new: Value) -> None:
-    store = t._store
-    probe = state.trace.probe
-    if probe is not None and store.value.__class__ is not Value:
-        probe.note_owner(store, t, None)
-    if new.meta.dtype != t.dtype:
-        new = _emit(Convert((new, t.dtype)), TensorMeta(new.meta.shape, t.dtype))
-    old = store.value
-    if t._whole:
-        store.value = new
-    else:
-        base = store.value
-        if base.__class__ is not Value:
-            base = old = store.value = _input(base)
-            if probe is not None:
-                probe.note_owner(store, t, base)
-        layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
-        store.value = _emit(StridedWrite((base, new) + layout), base.meta)
-    if old.__class__ is Value and old.node is None:
-        state.trace.overwritten[id(old)] = old
-    state.trace.track(store)
-    store.version += 1
-    t._cache = None
-
-
-# ---------------------------------------------------------------- lowering a graph
+from .strided import StridedRead
 
 _GRAPH_CACHE: dict[Any, Callable] = {}
 # The key of the graph last run at each position within a trace: a trace cut by host
@@ -390,9 +197,6 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
     """The graph as a function of its inputs' arrays and its scalars. `read_only`: the
     ids of the inputs whose storages the graph does not write; `donated`: the positions
     of the inputs whose buffers it takes over (Note [Donated graph inputs])."""
-    from .config import config
-    from .dispatch import scalar_operand
-
     # The function closes over the recorded nodes' structure only through positions, so
     # a cached executable is valid for any graph with the same key.
     in_pos = {id(v): i for i, v in enumerate(inputs)}
@@ -475,8 +279,6 @@ def _donated_inputs(inputs: list[Value], overwritten: dict[int, Value], read_onl
     it writes, when large enough (Note [Donated graph inputs]). `overwritten`: inputs
     that held a storage's value when the trace wrote it; `read_only`: inputs a storage
     still holds."""
-    from .config import config
-
     return tuple(
         i for i, v in enumerate(inputs)
         if id(v) in overwritten and id(v) not in read_only and not isinstance(v.data, jax.core.Tracer)
@@ -489,74 +291,6 @@ copy_array = jax.jit(lambda a: jax.numpy.array(a, copy=True))
 
 def _same(x: Any) -> Any:
     return x
-
-
-def sync() -> None:
-    """Run everything recorded so far and write the results into their storages."""
-    trace = state.trace
-    if trace is None:
-        return
-    stores = []
-    seen: set[int] = set()
-    for ref in trace.storages:
-        s = ref()
-        if s is not None and id(s) not in seen and s.value.__class__ is Value:
-            seen.add(id(s))
-            stores.append(s)
-    trace.storages = []
-    overwritten, trace.overwritten = trace.overwritten, {}
-    pending = [s for s in stores if s.value.node is not None]
-    read_only: set[int] = set()  # ids of the input values no root replaces
-    for s in stores:
-        if s.value.node is None:  # an input that was read but never written
-            read_only.add(id(s.value))
-            s.value = s.value.data
-    if not pending:
-        return
-    roots = [s.value for s in pending]
-    order, inputs, scalars = _collect(roots)
-    donated = _donated_inputs(inputs, overwritten, read_only)
-    key = _graph_key(order, inputs, scalars, roots) + (donated,)
-    fn = _GRAPH_CACHE.get(key)
-    if fn is None:
-        metrics.cache_misses += 1
-        previous = _LAST_KEYS.get(trace.segment)
-        if previous is not None:
-            metrics.recompile_reasons.append(_why(previous, key))
-        elif trace.segment:
-            metrics.recompile_reasons.append(
-                f"graph {trace.segment + 1} of one trace: a host read (.item(), printing, a data-dependent "
-                "shape) ran the graph recorded so far, and the trace continued in a new graph"
-            )
-        fn = _build(order, inputs, scalars, roots, read_only, donated)
-        _GRAPH_CACHE[key] = fn
-        compiling = True
-    else:
-        metrics.cache_hits += 1
-        compiling = False
-    _LAST_KEYS[trace.segment] = key
-    trace.segment += 1
-    if trace.probe is not None:
-        trace.probe.note_graph(pending, inputs, scalars, key, fn)
-    from .dispatch import X64, scalar_operand
-
-    start = time.perf_counter()
-    with X64:
-        # numbers as cached JAX scalars: jit would convert each Python number per call
-        # compile() learning a replay plan keeps the inputs it saw (Note [Donated graph inputs])
-        outs = fn([v.data for v in inputs], [scalar_operand(s.value) for s in scalars], trace.probe is None)
-        if compiling:
-            jax.block_until_ready(outs)
-    elapsed = time.perf_counter() - start
-    if compiling:
-        metrics.compile_count += 1
-        metrics.compile_seconds += elapsed
-    else:
-        metrics.execute_count += 1
-        metrics.execute_seconds += elapsed
-    for s, out in zip(pending, outs):
-        s.value = out
-        s.version += 1
 
 
 def _why(old: tuple, new: tuple) -> str:
@@ -577,79 +311,28 @@ def _why(old: tuple, new: tuple) -> str:
     return "the graph's outputs changed"
 
 
-def _note_read(v: Value | None, store: Storage | None, array: Any) -> None:
-    trace = state.trace
-    if trace is not None and trace.probe is not None:
-        trace.probe.note_read(v, store, array)
-
-
-def materialize(store: Storage) -> Any:
-    """The concrete value of a storage whose value is still pending: runs the trace."""
-    if store.value.__class__ is Value and store.value.node is None:
-        _note_read(store.value, None, store.value.data)
-        return store.value.data
-    sync()
-    if store.value.__class__ is Value:  # created by a trace that has ended
-        raise RuntimeError("a lazy tensor outlived its trace without being computed")
-    _note_read(None, store, store.value)
-    return store.value
-
-
-def materialize_value(v: Value) -> Any:
-    """The concrete value of an IR value: makes it a temporary root of the trace."""
-    if v.node is None:
-        _note_read(v, None, v.data)
-        return v.data
-    holder = Storage(v)
-    state.trace.track(holder)
-    sync()
-    _note_read(None, holder, holder.value)
-    return holder.value
-
-
-@contextlib.contextmanager
-def tracing():
-    """Record ops into a new trace; sync and leave tracing at the end."""
-    outer = (state.tracing, state.trace)
-    state.tracing, state.trace = True, Trace()
-    try:
-        yield state.trace
-        sync()
-    finally:
-        state.tracing, state.trace = outer
-
-
-_lazy_scope: list[Any] = []
-
-
-def mark_step() -> None:
-    """Lazy mode (PyTorch/XLA style): the first call starts recording; every call runs
-    what was recorded since the last one. Ops outside a `lazy_mode()` block stay lazy
-    for the rest of the process, as on PyTorch/XLA."""
-    if not _lazy_scope:
-        cm = tracing()
-        cm.__enter__()
-        _lazy_scope.append(cm)
-        return
-    sync()
-    state.trace.segment = 0  # a step boundary: the next graph is compared with this step's first
-
-
-@contextlib.contextmanager
-def lazy_mode():
-    """Record ops lazily inside the block: `mark_step()` runs what was recorded so far,
-    the end of the block runs the rest and returns to eager execution."""
-    if _lazy_scope:
-        raise RuntimeError("lazy_mode() cannot be entered while lazy mode is already on")
-    cm = tracing()
-    cm.__enter__()
-    _lazy_scope.append(cm)
-    try:
-        yield
-    except BaseException as error:
-        _lazy_scope.pop()
-        if not cm.__exit__(type(error), error, error.__traceback__):
-            raise
+def lower_graph(roots: list[Value], overwritten: dict[int, Value], read_only: set[int], segment: int) -> tuple:
+    """The compiled function of the graph computing `roots` (from the cache, or built
+    and counted as a compilation, with the reason when it replaces the graph last run
+    at this position of a trace), and its inputs: (fn, inputs, scalars, key, built)."""
+    order, inputs, scalars = _collect(roots)
+    donated = _donated_inputs(inputs, overwritten, read_only)
+    key = _graph_key(order, inputs, scalars, roots) + (donated,)
+    fn = _GRAPH_CACHE.get(key)
+    built = fn is None
+    if built:
+        metrics.cache_misses += 1
+        previous = _LAST_KEYS.get(segment)
+        if previous is not None:
+            metrics.recompile_reasons.append(_why(previous, key))
+        elif segment:
+            metrics.recompile_reasons.append(
+                f"graph {segment + 1} of one trace: a host read (.item(), printing, a data-dependent "
+                "shape) ran the graph recorded so far, and the trace continued in a new graph"
+            )
+        fn = _build(order, inputs, scalars, roots, read_only, donated)
+        _GRAPH_CACHE[key] = fn
     else:
-        _lazy_scope.pop()
-        cm.__exit__(None, None, None)
+        metrics.cache_hits += 1
+    _LAST_KEYS[segment] = key
+    return fn, inputs, scalars, key, built

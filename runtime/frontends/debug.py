@@ -7,9 +7,10 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .config import config
-from .dispatch import X64, jax_to_cpu, user_call_site
-from .tensor import XlaTensor
+from ..core.convert import X64, host_array, jax_to_cpu
+from ..core.tensor import XlaTensor
+from ..platform.call_site import user_call_site
+from ..platform.config import config
 
 
 def _describe(x: Any) -> str:
@@ -20,8 +21,6 @@ def _describe(x: Any) -> str:
 
 def _to_cpu(x: Any) -> Any:
     if isinstance(x, XlaTensor):
-        from .supported.tensor_ops import host_array
-
         with X64:
             return jax_to_cpu(host_array(x))
     return x

@@ -35,11 +35,17 @@ import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import state
-from ..shape_fns.common import TORCH_TO_NUMPY
-from .dispatch import _NUMPY_BFLOAT16, _REGISTRY, _SECTIONS, X64, cpu_to_jax, dispatch, value
-from .tensor import DEVICE, XlaTensor, from_array
-from .views import non_overlapping_and_dense
+from ...lowerings.random import dropout, random_normal, random_uniform
+from ...shape_fns.common import NUMPY_TO_TORCH
+from ..core.context import untraced
+from ..core.convert import X64, cpu_to_jax, jax_to_cpu_handover, numpy_view, shared_array
+from ..core.tensor import DEVICE, XlaTensor, contiguous_strides, from_array
+from ..core.views import non_overlapping_and_dense
+from ..exec.custom_ops import register_loaded_library_ops
+from ..exec.eager import value
+from ..exec.registry import REGISTRY, SECTIONS
+from .dispatch import dispatch
+from .env import Environment
 
 BACKEND_NAME = "xla_native"
 
@@ -161,9 +167,9 @@ def is_supported(target: Any) -> bool:
             return True
         if target._schema.name in _LIBRARY_OPS:
             return True
-        if target not in _REGISTRY or target in _HOST_ONLY:
+        if target not in REGISTRY or target in _HOST_ONLY:
             return False
-        return _SECTIONS.get(_op_name(target)) != "fallback"
+        return SECTIONS.get(_op_name(target)) != "fallback"
     return target is operator.getitem or getattr(target, "__module__", None) in ("_operator", "math")
 
 
@@ -173,54 +179,7 @@ def decompositions() -> dict[Any, Callable]:
     logsumexp that the backward kernel AOTAutograd still calls does not expect.)"""
     from torch._decomp import core_aten_decompositions
 
-    return {op: fn for op, fn in core_aten_decompositions().items() if op not in _REGISTRY}
-
-
-# ---------------------------------------------------------------- conversions
-
-_FAST_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
-                torch.uint8, torch.bool, torch.complex64, torch.complex128}
-
-
-# From this size on, handing a result buffer to torch through DLPack (5 to 30 us,
-# whatever the size) beats copying it (about 0.6 ms per MB here).
-_SHARE_BYTES = 1 << 16
-
-
-def _host_view(t: torch.Tensor) -> np.ndarray | None:
-    """A NumPy view of a CPU tensor's memory, or None where NumPy cannot show it as it
-    is (conjugate or negative bits, dtypes NumPy lacks). `jax.jit` reads such an
-    argument in place, for 2 to 3 us whatever its size; making a JAX array of it first
-    costs 18 to 60 us."""
-    if t.is_conj() or t.is_neg():
-        return None
-    t = t.detach()
-    if t.dtype in _FAST_DTYPES:
-        return t.numpy()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(_NUMPY_BFLOAT16)
-    return None
-
-
-def _shared_array(t: torch.Tensor) -> jax.Array | None:
-    """A JAX array on the tensor's own memory (DLPack), or None where XLA would copy it
-    (DLPack copies a buffer XLA cannot use in place, an unaligned one, say)."""
-    try:
-        arr = jax.dlpack.from_dlpack(t.detach())
-    except Exception:
-        return None
-    return arr if arr.unsafe_buffer_pointer() == t.data_ptr() else None
-
-
-_NUMPY_DTYPES = frozenset(np.dtype(TORCH_TO_NUMPY[d]) for d in _FAST_DTYPES)
-
-
-def _jax_to_cpu(a: jax.Array) -> torch.Tensor:
-    # A fresh output buffer that JAX no longer refers to. Small ones are copied through
-    # NumPy (1 to 3 us); larger ones DLPack hands over without a copy.
-    if a.dtype in _NUMPY_DTYPES and a.nbytes < _SHARE_BYTES:
-        return torch.from_numpy(np.array(a))
-    return torch.from_dlpack(a)
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in REGISTRY}
 
 
 class _InputCache:
@@ -251,11 +210,11 @@ class _InputCache:
             stats.input_cache_hits += 1
             arr = self.arrays[i]
             if type(arr) is np.ndarray:  # seen twice: share it, once
-                shared = _shared_array(t)
+                shared = shared_array(t)
                 arr = self.arrays[i] = _Unshareable(arr) if shared is None else shared
             return arr.view if type(arr) is _Unshareable else arr
         stats.input_conversions += 1
-        arr = _host_view(t)
+        arr = numpy_view(t)
         if arr is None:
             self.refs[i] = None
             return cpu_to_jax(t)
@@ -313,13 +272,10 @@ class JaxGraph:
     def _trace(self, dynamic: tuple, statics: tuple):
         started = time.perf_counter()
         stats.traces += 1
-        saved = (state.tracing, state.trace)
-        state.tracing, state.trace = False, None
         try:
-            with torch.no_grad():
+            with untraced(), torch.no_grad():
                 result = self._interpret(dynamic, statics)
         finally:
-            state.tracing, state.trace = saved
             stats.trace_seconds += time.perf_counter() - started
         return result
 
@@ -402,7 +358,7 @@ class JaxGraph:
         for i, x in enumerate(inputs):
             if isinstance(x, XlaTensor) and x._store.version != versions[i]:
                 mutated.append((i, len(arrays)))
-                arrays.append(x._store.value)
+                arrays.append(x._store.array)
         # Python numbers among the outputs come from sizes, which AOT graphs take as
         # (static) int inputs: the statics identify them.
         self.layout[statics] = (tuple(plan), spec, tuple(mutated))
@@ -460,7 +416,7 @@ class JaxGraph:
                 if kind == "array" and len(results) in self.keep_on_jax:
                     results.append(from_array(outs[x]))
                 elif kind == "array":
-                    t = _jax_to_cpu(outs[x])
+                    t = jax_to_cpu_handover(outs[x])
                     stride = self.strides.get(len(results))
                     if stride is not None and t.stride() != stride:
                         t = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
@@ -473,7 +429,7 @@ class JaxGraph:
                     results.append(x)
             for i, k in mutated:
                 with torch.no_grad():
-                    args[i].copy_(_jax_to_cpu(outs[k]))
+                    args[i].copy_(jax_to_cpu_handover(outs[k]))
         return tree_unflatten(results, spec)
 
 
@@ -523,15 +479,9 @@ def _expected_strides(gm: torch.fx.GraphModule) -> dict[int, tuple[int, ...]]:
             shape = tuple(int(s) for s in val.shape)
         except Exception:  # symbolic: the layout follows the call's sizes
             continue
-        if stride != _contiguous(shape) and is_non_overlapping_and_dense_or_false(val):
+        if stride != contiguous_strides(shape) and is_non_overlapping_and_dense_or_false(val):
             strides[j] = stride
     return strides
-
-
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    from .tensor import contiguous_strides
-
-    return contiguous_strides(shape)
 
 
 def _static(a: Any) -> Any:
@@ -550,20 +500,17 @@ def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
 
 
 def _random(target: Any, key: jax.Array, args: tuple, kwargs: dict) -> Any:
-    from .supported.random import Dropout, RandomNormal, RandomUniform
-    from ..shape_fns.common import NUMPY_TO_TORCH
-
     if target is _aten.native_dropout.default:
         x, p = args[0], args[1]
         train = args[2] if len(args) > 2 else kwargs.get("train")
         if train is False:
             return dispatch(target, (x, p, train), {})
-        out, mask = Dropout.lower(key, value(x), float(p))
+        out, mask = dropout(key, value(x), float(p))
         return from_array(out), from_array(mask)
     size = tuple(args[0])
     dtype = kwargs.get("dtype") or torch.get_default_dtype()
-    cls = RandomNormal if target is _aten.randn.default else RandomUniform
-    out = cls.lower(key, size, dtype)
+    sample = random_normal if target is _aten.randn.default else random_uniform
+    out = sample(key, size, dtype)
     assert NUMPY_TO_TORCH[out.dtype] == dtype
     return from_array(out)
 
@@ -601,7 +548,7 @@ class _Partitioned:
 
 def _to_cpu_like(t: XlaTensor, val: Any) -> torch.Tensor:
     with X64:
-        out = _jax_to_cpu(value(t))
+        out = jax_to_cpu_handover(value(t))
     try:
         stride = tuple(int(s) for s in val.stride())
     except Exception:
@@ -681,8 +628,6 @@ def _run_runtime_without_dynamo() -> None:
     from torch._dynamo.eval_frame import set_code_exec_strategy
     from torch._dynamo.types import FrameAction, FrameExecStrategy
 
-    from .env import Environment
-
     skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
     for fn in (XlaTensor.__torch_dispatch__, Environment.__torch_dispatch__):
         set_code_exec_strategy(getattr(fn, "__func__", fn).__code__, skip)
@@ -692,6 +637,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """The `torch.compile` backend function (registered as "xla_native")."""
     from torch._dynamo.backends.common import aot_autograd
 
+    register_loaded_library_ops()  # Note [Library operators] in runtime/exec/custom_ops.py
     return aot_autograd(
         fw_compiler=_compile_forward_graph,
         bw_compiler=_compile_backward_graph,

@@ -14,7 +14,7 @@ from .device_guard import guard_description
 @dataclass
 class Metrics:
     # Per-op call counts are kept by id(op): hashing an OpOverload runs Python code,
-    # and the count is taken on every op (runtime/dispatch.py `dispatch`).
+    # and the count is taken on every op (runtime/frontends/dispatch.py `dispatch`).
     calls_by_id: dict[int, int] = field(default_factory=dict)
     ops_by_id: dict[int, Any] = field(default_factory=dict)
     fallback_calls: collections.Counter = field(default_factory=collections.Counter)

@@ -1,7 +1,7 @@
 """compile(): trace a call, then replay its executable without re-running the Python.
 
 Note [Replay]
-Tracing every call (runtime/lazy.py) costs about 12 us of Python per op, which on
+Tracing every call (runtime/exec/trace.py) costs about 12 us of Python per op, which on
 small models is more than the work itself. So `compile(fn)` traces the first calls of
 each call signature with a `Probe` watching, turns each trace into a `Plan` (where
 every graph input comes from, where every output goes, what the call returns, which
@@ -50,10 +50,15 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from . import state
-from .config import config
-from .metrics import metrics
-from .tensor import Storage, XlaTensor, tensor_on
+from ..core.context import context
+from ..core.convert import X64
+from ..core.tensor import Storage, XlaTensor, tensor_on
+from ..exec.eager import scalar_operand
+from ..exec.graph import copy_array
+from ..exec.keys import key_array
+from ..exec.trace import tracing
+from ..platform.config import config
+from ..platform.metrics import metrics
 
 ARG, OBJ, KEY, CONST, SEG = "arg", "obj", "key", "const", "seg"
 # Traces of one signature without two equal plans in a row, after which it is traced on
@@ -65,7 +70,8 @@ _SIMPLE = (int, float, bool, str, type(None), complex, torch.dtype, torch.device
 
 
 class Probe:
-    """What one traced call touched, noted by runtime/lazy.py while it records."""
+    """What one traced call touched: the observer of its trace (Note [Trace observers] in
+    exec/trace.py)."""
 
     def __init__(self):
         # Storages that existed before the call (or were made concrete in it) and that the
@@ -443,8 +449,6 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         tuple((id(r()), tr) for r, tr in plan.modules),
         grad_enabled,
     )
-    from .dispatch import scalar_operand
-
     for seg in plan.segments:
         seg.scalars = [scalar_operand(v) for v in seg.scalars]
     return plan
@@ -463,10 +467,6 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     every guard, input, write-back and output spelled out, since looping over the plan's
     lists costs more than the executable call on small models. It returns _GUARD_FAILED,
     before any effect on tensors, when a guard does not hold."""
-    from .dispatch import X64
-    from .lazy import copy_array
-    from .supported.random import key_array
-
     env: dict[str, Any] = {
         "FAILED": _GUARD_FAILED, "grad_enabled": torch.is_grad_enabled, "hyper": _hyperparameters, "X64": X64,
         "key_array": key_array, "copy": copy_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
@@ -513,7 +513,7 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     def array(src: tuple) -> str:
         kind, x = src
         if kind is ARG or kind is OBJ:
-            return f"{tensor(src)}._store.value"
+            return f"{tensor(src)}._store.array"
         if kind is SEG:
             return f"r{x[0]}[{x[1]}]"
         return "key_array()" if kind is KEY else const(x)
@@ -557,7 +557,7 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     emit("metrics.replays += 1")
     for (j, k), src in plan.writebacks:
         emit(f"s = {tensor(src)}._store")
-        emit(f"s.value = r{j}[{k}]")
+        emit(f"s.array = r{j}[{k}]")
         emit("s.version += 1")
     made: dict[tuple, str] = {}
 
@@ -669,8 +669,6 @@ class _Signature:
 
 
 def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signature) -> Any:
-    from .lazy import tracing
-
     probe = Probe()
     pre_grads = {}
     for ref in entry.known:
@@ -688,8 +686,7 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
              torch.nn.modules.module.register_module_forward_pre_hook(on_forward)]
     grad_enabled = torch.is_grad_enabled()
     try:
-        with tracing() as trace:
-            trace.probe = probe
+        with tracing(observer=probe):
             with _HostOpWatch(probe):
                 result = fn(*args, **kwargs)
     finally:
@@ -740,9 +737,7 @@ def compile(fn: Callable, *, replay: bool = True) -> Callable:
     XLA program per call: its ops are traced, lowered together and cached by the graph's
     structure, so a steady loop compiles once. With `replay` (the default) a call whose
     trace is stable is then replayed without running its Python (Note [Replay] in
-    runtime/replay.py); `replay=False` traces every call."""
-    from .lazy import tracing
-
+    frontends/replay.py); `replay=False` traces every call."""
     signatures: dict[Any, _Signature] = {}
 
     def traced(*args, **kwargs):
@@ -754,7 +749,7 @@ def compile(fn: Callable, *, replay: bool = True) -> Callable:
 
     @functools.wraps(fn)
     def compiled(*args, **kwargs):
-        if state.tracing or config.debug_print_each_op or config.debug_accuracy_for_each_op:
+        if context.trace is not None or config.debug_print_each_op or config.debug_accuracy_for_each_op:
             return traced(*args, **kwargs)
         sig = signature(args, kwargs)
         if sig is None:

@@ -1,0 +1,55 @@
+"""The op registry: which handler runs each operator, and the IR classes of the ops.
+The generated package fills both at import (`api.install`); everything below the
+frontends looks ops up here instead of importing generated code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.ir import Node
+from ..platform.metrics import metrics
+
+
+class _Registry(dict):
+    """aten overload -> handler. The per-op path looks handlers up by id(op) in
+    `by_id`, kept in step with the dict, because hashing an OpOverload runs Python."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_id: dict[int, Any] = {}
+
+    def __setitem__(self, op: Any, handler: Any) -> None:
+        super().__setitem__(op, handler)
+        self.by_id[id(op)] = handler
+        metrics.ops_by_id[id(op)] = op  # names the per-op call counts
+
+    def __delitem__(self, op: Any) -> None:
+        super().__delitem__(op)
+        del self.by_id[id(op)]
+
+    def update(self, other: Any = (), **kwargs: Any) -> None:
+        for op, handler in dict(other, **kwargs).items():
+            self[op] = handler
+
+
+REGISTRY = _Registry()
+HANDLERS = REGISTRY.by_id
+CALLS = metrics.calls_by_id
+# Manifest section of each overload, for metrics and error messages.
+SECTIONS: dict[str, str] = {}
+# IR class of every manifest entry by unambiguous name (`add_Tensor` -> AddTensor).
+NODES: dict[str, type[Node]] = {}
+
+
+def node(name: str) -> type[Node]:
+    """The IR class of a manifest entry, by its unambiguous name."""
+    return NODES[name]
+
+
+def handler(op: Any) -> Any:
+    """The function that runs `op` on our tensors (its dispatch stub, checks included)."""
+    return REGISTRY[op]
+
+
+class OperatorNotFound(NotImplementedError):
+    """An operator that no manifest section lists and no run-time lowering handles."""
