@@ -252,11 +252,14 @@ def _where(e: BaseException) -> str:
 
 def zoo_step(case: Any, model: torch.nn.Module, inputs: tuple, task: str, capturable: bool = False) -> Any:
     """One step of `task` (TASKS) on `model` with `inputs` = (args, kwargs, target):
-    inference under no_grad, or a training step returning its loss."""
+    inference under no_grad (inference_mode if the case asks for it), or a training step
+    returning its loss."""
     args, kw, target = inputs
     if task == "inference":
+        grad_mode = torch.inference_mode if case.inference_mode else torch.no_grad
+
         def infer():
-            with torch.no_grad():
+            with grad_mode():
                 return model(*args, **kw)
         return infer
     if task == "train-sgd":

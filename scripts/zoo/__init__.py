@@ -23,6 +23,7 @@ from .common import SIZES, Case, Size, Tolerance
 from .dlrm import build_dlrm
 from .hf import build_bert, build_gpt2, build_llama, build_t5, build_vit
 from .mlp import build_mlp
+from .nn_attention import build_attention_classifier, build_transformer
 from .vision import build_resnet
 
 # Learning rates of the training runs; the AdamW weight tolerance is read against them.
@@ -65,6 +66,8 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("llama", "transformers", build_llama, _TRANSFORMER, hf=True),
         ZooModel("t5", "transformers", build_t5, _TRANSFORMER, hf=True),
         ZooModel("vit", "transformers", build_vit, _TRANSFORMER, hf=True),
+        ZooModel("transformer", "torch.nn", build_transformer, _TRANSFORMER),
+        ZooModel("attention", "torch.nn", build_attention_classifier, _TRANSFORMER),
     ]
 }
 
