@@ -37,7 +37,7 @@ from pathlib import Path
 import jinja2
 
 from .diagnostics import SourceError, parse_python
-from .manifest import INTERNAL, SECTIONS, Manifest, ManifestError, lint_libraries, lint_order, load_manifest
+from .manifest import INTERNAL, POLICY_FACTS, SECTIONS, Manifest, ManifestError, lint_libraries, lint_order, load_manifest
 from .model import OpSpec, make_op_spec, torchgen_schema_text, unambiguous_name
 from .schemas import SchemaDatabase, SchemaRecord, load_schema_database
 from .sources import FunctionSource, scan_functions, signature_problems
@@ -102,23 +102,38 @@ def _suggest(name: str, db: SchemaDatabase) -> str:
 
 # In-place forms whose PyTorch kernels reject an operand sharing memory with `self`
 # (ATen's assert_no_partial_overlap / assert_no_overlap), by functional base name.
-# TensorIterator ops, those tagged pointwise and these, reject a partial overlap
-# (x.add_(x[0]), x.copy_(x.t())) and accept a full one (x.add_(x)):
-PARTIAL_OVERLAP_CHECKED = frozenset({"addr", "copy", "floor_divide"})
-# scatter-like ops reject any overlap of self with their index or source:
-ANY_OVERLAP_CHECKED = frozenset({
-    "index_add", "index_copy", "index_put", "index_reduce", "put", "scatter", "scatter_add", "scatter_reduce",
-})
-# Other in-place ops (addmm_, masked_scatter_) do not check.
-
-
-def _overlap_check(functional: SchemaRecord) -> str:
+def _overlap_check(functional: SchemaRecord, manifest: Manifest) -> str:
+    """Which operands sharing memory with `self` the in-place form rejects: ops tagged
+    pointwise (TensorIterator) and the policy's partial-overlap list reject a partial
+    overlap (x.add_(x[0])) and accept a full one (x.add_(x)); its any-overlap list
+    (scatter-like ops) rejects any; other in-place ops (addmm_) do not check."""
     base = functional.name.split(".")[0]
-    if base in ANY_OVERLAP_CHECKED:
+    if base in {op for op, _, _ in manifest.fact("inplace_rejects_any_overlap").ops}:
         return "any"
-    if "pointwise" in functional.tags or base in PARTIAL_OVERLAP_CHECKED:
+    if "pointwise" in functional.tags or base in {op for op, _, _ in manifest.fact("inplace_rejects_partial_overlap").ops}:
         return "partial"
     return ""
+
+
+def check_policy(manifest: Manifest, specs: list[OpSpec]) -> None:
+    """Every name in the manifest's policy names a listed op (or, for facts by base name,
+    one of a listed op's overloads), and integers index the op's arguments."""
+    by_name = {s.name: s for s in specs}
+    bases = {s.op.split(".")[0].rstrip("_") for s in specs}
+    errors = []
+    for fact in manifest.policy:
+        kind = POLICY_FACTS[fact.name][0]
+        for op, ints, line in fact.ops:
+            if kind == "base" and op not in bases:
+                errors.append(f"{manifest.path}:{line}: policy '{fact.name}' names '{op}', no listed op's base name")
+            elif kind == "op" and op not in by_name:
+                errors.append(f"{manifest.path}:{line}: policy '{fact.name}' names '{op}', which is no listed op's "
+                              "unambiguous name (`add.Tensor` -> `add_Tensor`)")
+            elif any(i >= len(by_name[op].inputs) for i in ints):
+                errors.append(f"{manifest.path}:{line}: policy '{fact.name}': {op} has {len(by_name[op].inputs)} "
+                              "arguments")
+    if errors:
+        raise ManifestError("\n".join(errors))
 
 
 def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
@@ -175,7 +190,7 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
             if variant.kind == "out" and len(vspec.outs) != len(spec.returns):
                 continue
             if variant.kind == "inplace" and not rec.is_view:
-                vspec = dataclasses.replace(vspec, overlap_check=_overlap_check(rec))
+                vspec = dataclasses.replace(vspec, overlap_check=_overlap_check(rec, manifest))
             names, vnames = {a.name for a in spec.inputs}, {a.name for a in vspec.inputs}
             # A factory (no `self`) writes in the out tensor's dtype; ops derived from a
             # tensor (full_like.out) compute in their own dtype, then cast into out.
@@ -380,6 +395,11 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
     warnings += orphan_warnings
     specs = [dataclasses.replace(s, ctx=True) if s.name in with_ctx else s for s in specs]
     _check_class_names(specs)
+    check_policy(manifest, specs)
+    exact = {op for op, _, _ in manifest.fact("out_exact_dtype").ops}
+    distinct = {op for op, _, _ in manifest.fact("out_distinct_from_inputs").ops}
+    specs = [dataclasses.replace(s, out_exact_dtype=s.functional in exact, out_distinct_from_inputs=s.functional in distinct)
+             if s.kind == "out" and s.functional is not None else s for s in specs]
     warnings += check_type_promotion(specs, db, root)
     specs.sort(key=lambda s: s.op)
 
@@ -413,6 +433,7 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         aten_ops=[s for s in operators if s.namespace == "aten"],
         library_ops=[s for s in operators if s.namespace != "aten"],
         with_ctx=bool(with_ctx),
+        policy={f.name: f.ops for f in manifest.policy if POLICY_FACTS[f.name][0] == "op"},
         unavailable=sorted(unavailable.items()),
         donating=donating,
         imports=sorted((m, sorted(n)) for m, n in imports.items()),

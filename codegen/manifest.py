@@ -21,7 +21,19 @@ TOP_LEVEL_KEYS = ("backend",) + SECTIONS
 # Optional: namespace -> the Python module whose import registers that namespace's
 # operators with torch (`libraries: {torchvision: torchvision}`), for entries spelled
 # `ns::op.overload`.
-OPTIONAL_KEYS = ("libraries", "internal")
+OPTIONAL_KEYS = ("libraries", "internal", "policy")
+# `policy`: facts about operators that generated code and the runtime act on, each a
+# list of op names (or a mapping from op name to a list of integers), with the kind of
+# name each takes: "base" (every overload of `index_add`) or "op" (an unambiguous name,
+# `add_Tensor`). The generator checks every name against the manifest.
+POLICY_FACTS = {
+    "inplace_rejects_partial_overlap": ("base", list),
+    "inplace_rejects_any_overlap": ("base", list),
+    "out_exact_dtype": ("op", list),
+    "out_distinct_from_inputs": ("op", list),
+    "host_only": ("op", list),
+    "transposed_weight_operands": ("op", dict),
+}
 # `internal`: IR nodes the runtime records that are not torch operators (how tensors are
 # read and written through views, what `supported` ops compute), each given by its
 # schema and lowered like a `full_codegen` entry.
@@ -61,11 +73,22 @@ class Library:
 
 
 @dataclass(frozen=True)
+class PolicyFact:
+    name: str  # one of POLICY_FACTS
+    line: int
+    ops: tuple[tuple[str, tuple[int, ...], int], ...]  # (op name, its integers, line)
+
+
+@dataclass(frozen=True)
 class Manifest:
     path: str
     backend: str
     entries: tuple[ManifestEntry, ...]
     libraries: tuple[Library, ...] = ()
+    policy: tuple[PolicyFact, ...] = ()
+
+    def fact(self, name: str) -> PolicyFact:
+        return next((f for f in self.policy if f.name == name), PolicyFact(name, 1, ()))
 
     def section(self, name: str) -> tuple[ManifestEntry, ...]:
         return tuple(e for e in self.entries if e.section == name)
@@ -91,6 +114,7 @@ def load_manifest(path: str | Path) -> Manifest:
     seen_keys: dict[str, yaml.Node] = {}
     backend = None
     libraries: tuple[Library, ...] = ()
+    policy: tuple[PolicyFact, ...] = ()
     entries: list[ManifestEntry] = []
     first_place: dict[str, ManifestEntry] = {}
     for key_node, value_node in root.value:
@@ -106,6 +130,9 @@ def load_manifest(path: str | Path) -> Manifest:
             )
         if key == "libraries":
             libraries = _parse_libraries(path, value_node)
+            continue
+        if key == "policy":
+            policy = _parse_policy(path, value_node)
             continue
         if key == INTERNAL:
             for entry in _parse_internal(path, value_node):
@@ -142,7 +169,36 @@ def load_manifest(path: str | Path) -> Manifest:
     if missing:
         raise ManifestError(f"{path}:1: missing key(s) {', '.join(missing)}")
     _check_namespaces(path, entries, libraries)
-    return Manifest(path=path, backend=backend or "", entries=tuple(entries), libraries=libraries)
+    return Manifest(path=path, backend=backend or "", entries=tuple(entries), libraries=libraries, policy=policy)
+
+
+def _parse_policy(path: str, node: yaml.Node) -> tuple[PolicyFact, ...]:
+    if not isinstance(node, yaml.MappingNode):
+        raise _fail(path, node, "'policy' must map facts (" + ", ".join(POLICY_FACTS) + ") to op names")
+    facts = []
+    for key_node, value_node in node.value:
+        name = key_node.value
+        if name not in POLICY_FACTS:
+            raise _fail(path, key_node, f"unknown policy fact '{name}'; the facts are {', '.join(POLICY_FACTS)}")
+        shape = POLICY_FACTS[name][1]
+        ops = []
+        if shape is list and isinstance(value_node, yaml.SequenceNode):
+            for item in value_node.value:
+                if not isinstance(item, yaml.ScalarNode) or not item.value:
+                    raise _fail(path, item, f"'{name}' lists op names")
+                ops.append((item.value, (), item.start_mark.line + 1))
+        elif shape is dict and isinstance(value_node, yaml.MappingNode):
+            for op_node, ints_node in value_node.value:
+                values = ints_node.value if isinstance(ints_node, yaml.SequenceNode) else None
+                if values is None or not all(isinstance(v, yaml.ScalarNode) and v.value.isdigit() for v in values):
+                    raise _fail(path, ints_node, f"'{name}' maps each op name to a list of integers")
+                ops.append((op_node.value, tuple(int(v.value) for v in values), op_node.start_mark.line + 1))
+        else:
+            raise _fail(path, value_node, f"'{name}' must be a {'list of op names' if shape is list else 'mapping'}")
+        if [o for o, _, _ in ops] != sorted(o for o, _, _ in ops) or len({o for o, _, _ in ops}) != len(ops):
+            raise _fail(path, value_node, f"keep '{name}' sorted and without repeats")
+        facts.append(PolicyFact(name, key_node.start_mark.line + 1, tuple(ops)))
+    return tuple(facts)
 
 
 def _parse_internal(path: str, node: yaml.Node) -> list[ManifestEntry]:

@@ -182,6 +182,10 @@ class OpSpec:
     # its lowering takes a keyword-only `ctx` (a LoweringContext: a random key) after the
     # schema's parameters; the IR node then has one more operand, the key
     ctx: bool = False
+    # an out= form: PyTorch wants the out tensor in exactly the result's dtype, or
+    # rejects an out tensor that is one of the inputs (the manifest's policy)
+    out_exact_dtype: bool = False
+    out_distinct_from_inputs: bool = False
 
     @property
     def node_arg_names(self) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from .core.ir import Node
 from .core.tensor import XlaTensor, from_array
 from .exec import custom_ops, index_checks
 from .exec.custom_ops import register_lowering
-from .exec.registry import NODES, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
+from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
 from .frontends import dispatch
 from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
@@ -104,7 +104,8 @@ def to_torch(obj: Any) -> Any:
 
 
 def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str, type[Node]],
-            library_ops: dict[str, tuple[str, Any]] | None = None, unavailable: dict[str, str] | None = None) -> None:
+            library_ops: dict[str, tuple[str, Any]] | None = None, unavailable: dict[str, str] | None = None, *,
+            policy: dict[str, dict[str, tuple[int, ...]]] | None = None) -> None:
     """Called by the generated package at import: its dispatch stubs by aten overload,
     the manifest section of each overload, and its IR classes by unambiguous name; a
     manifest with operators of other libraries adds their stubs by qualified name (with
@@ -113,6 +114,7 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     REGISTRY.update(index_checks.install(registry))
     SECTIONS.update(sections)
     NODES.update(nodes)
+    POLICY.update(policy or {})
     check_tracer_nodes()
     dispatch.install(registry)
     enable_foreach_optimizers()

@@ -217,7 +217,7 @@ def test_unknown_top_level_key(tmp_path):
     text = "backend: XLA\nfull_codegen:\n  - abs\nsupported:\nfallback:\nextras:\n  - neg\n"
     assert manifest_error(tmp_path, text) == (
         "<tmp>/manifest.yaml:6: unknown key 'extras'; the manifest's keys are backend, full_codegen, supported, "
-        "fallback, libraries, internal"
+        "fallback, libraries, internal, policy"
     )
 
 
@@ -995,7 +995,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
             self.stub("native_layer_norm_out"),
             """\
 def native_layer_norm_out(input, normalized_shape, weight, bias, eps, *, out0, out1, out2):
-    return _rt_write_out((out0, out1, out2,), native_layer_norm(input, normalized_shape, weight, bias, eps), (input, weight, bias,), "native_layer_norm")
+    return _rt_write_out((out0, out1, out2,), native_layer_norm(input, normalized_shape, weight, bias, eps), (input, weight, bias,))
 """,
         )
 
@@ -1048,14 +1048,14 @@ def _foreach_add__List(self, other, *, alpha=1):
             self.stub("max_dim_max"),
             """\
 def max_dim_max(self, dim, keepdim=False, *, max, max_values):
-    return _rt_write_out((max, max_values,), max_dim(self, dim, keepdim), (self,), "max_dim")
+    return _rt_write_out((max, max_values,), max_dim(self, dim, keepdim), (self,))
 """,
         )
         self.assertExpectedInline(
             self.stub("add_out"),
             """\
 def add_out(self, other, *, alpha=1, out):
-    return _rt_write_out((out,), add_Tensor(self, other, alpha=alpha), (self, other,), "add_Tensor")
+    return _rt_write_out((out,), add_Tensor(self, other, alpha=alpha), (self, other,))
 """,
         )
 
@@ -1123,7 +1123,7 @@ def kthvalue(self, k, dim=-1, keepdim=False):
             self.stub("kthvalue_values"),
             """\
 def kthvalue_values(self, k, dim=-1, keepdim=False, *, values, indices):
-    return _rt_write_out((values, indices,), kthvalue(self, k, dim, keepdim), (self,), "kthvalue")
+    return _rt_write_out((values, indices,), kthvalue(self, k, dim, keepdim), (self,), distinct_from_inputs=True)
 """,
         )
 

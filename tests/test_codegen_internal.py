@@ -172,3 +172,44 @@ def test_type_promotion_keys_must_name_manifest_entries(tmp_path):
     (root / "shape_fns" / "common.py").write_text('TYPE_PROMOTION: dict = {\n    "neg": Promotion.DEFAULT,\n}\n')
     assert render(path, root=root).warnings == [
         "shape_fns/common.py:2: warning: TYPE_PROMOTION names 'neg', which no manifest entry lists (orphan)"]
+
+
+POLICY_MANIFEST = """\
+backend: XLA
+policy:
+  out_exact_dtype: [abs]
+  inplace_rejects_any_overlap: [abs]
+  host_only: [abs]
+full_codegen:
+  - abs
+supported:
+fallback:
+internal:
+  - "scaled_noise(Tensor self, float scale) -> Tensor"
+  - "strided_copy(Tensor base, int[] size) -> Tensor"
+"""
+
+
+def test_policy_facts_reach_the_stubs_and_the_runtime(tmp_path):
+    files = _render(tmp_path, manifest=POLICY_MANIFEST).files
+    dispatch = files["dispatch.py"]
+    assert "_rt_write_out((out,), abs(self), (self,), exact_dtype=True)" in dispatch
+    assert "_rt_check_in_place_overlap(" not in dispatch  # abs_ has no other tensor operand to compare
+    assert '"host_only": {\n        "abs": (),\n    },' in files["registry.py"]
+    assert "inplace_rejects_any_overlap" not in files["registry.py"]  # a generator-only fact
+
+
+@pytest.mark.parametrize("policy, message", [
+    ("  out_exact_dtype: [abz]", "manifest.yaml:3: policy 'out_exact_dtype' names 'abz', which is no listed op's"),
+    ("  inplace_rejects_any_overlap: [ab]", "manifest.yaml:3: policy 'inplace_rejects_any_overlap' names 'ab', no "
+                                            "listed op's base name"),
+    ("  transposed_weight_operands: {abs: [3, 0]}", "manifest.yaml:3: policy 'transposed_weight_operands': abs has 1 "
+                                                    "arguments"),
+    ("  out_exact_dtypes: [abs]", "manifest.yaml:3: unknown policy fact 'out_exact_dtypes'"),
+    ("  host_only: [neg, abs]", "manifest.yaml:3: keep 'host_only' sorted and without repeats"),
+])
+def test_policy_names_are_checked(tmp_path, policy, message):
+    manifest = "backend: XLA\npolicy:\n" + policy + "\n" + MANIFEST.removeprefix("backend: XLA\n")
+    with pytest.raises(ManifestError) as info:
+        _render(tmp_path, manifest=manifest)
+    assert message in str(info.value)

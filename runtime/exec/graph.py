@@ -16,7 +16,7 @@ from ..platform.config import config
 from ..platform.metrics import metrics
 from .eager import scalar_operand
 from .sparse_updates import fold_sparse_updates
-from .registry import node
+from .registry import node, policy
 
 _GRAPH_CACHE: dict[Any, Callable] = {}
 # The key of the graph last run at each position within a trace: a trace cut by host
@@ -118,15 +118,17 @@ def _graph_key(order: list[Node], inputs: list[Value], scalars: list[ScalarInput
 # its memory again (`config.transposed_weight_copies = False` turns this off). Training
 # graphs also read the weight untransposed (the input's gradient), so they take their
 # inputs as they are.
+# The products whose right operand may come transposed are the manifest's policy
+# `transposed_weight_operands`: op -> (right, left) operand positions.
 TRANSPOSED_WEIGHT_ROWS = range(2, 65)
 TRANSPOSED_WEIGHT_MIN_ELEMENTS = 1 << 18
-_PRODUCT_RIGHT_OPERAND = {"mm": (1, 0), "addmm": (2, 1)}  # op -> (right, left) positions
 
 
 def _transposed_inputs(order: list[Node], in_pos: dict[int, int], read_only: set[int], roots: list[Value]) -> set[int]:
     """Positions of the inputs to pass transposed (Note [Transposed weights])."""
     reads: dict[int, int] = {}  # id(strided_read node) -> position of the input it transposes
     strided_read = node("strided_read")
+    products = policy("transposed_weight_operands")
     for n in order:
         if n.__class__ is strided_read:
             base, size, stride, offset = n.args
@@ -145,7 +147,7 @@ def _transposed_inputs(order: list[Node], in_pos: dict[int, int], read_only: set
                 if not (consumer.__class__ is strided_read and id(consumer) in reads):
                     chosen.discard(in_pos.get(id(a)))
             elif id(a.node) in reads:
-                right, left = _PRODUCT_RIGHT_OPERAND.get(getattr(consumer, "name", None), (None, None))
+                right, left = products.get(getattr(consumer, "name", None), (None, None))
                 if position != right or consumer.args[left].meta.shape[0] not in TRANSPOSED_WEIGHT_ROWS:
                     chosen.discard(reads[id(a.node)])
 

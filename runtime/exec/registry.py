@@ -37,6 +37,15 @@ HANDLERS = REGISTRY.by_id
 CALLS = metrics.calls_by_id
 # Manifest section of each overload, for metrics and error messages.
 SECTIONS: dict[str, str] = {}
+# Facts about operators from the manifest's `policy`: fact -> {unambiguous name: its
+# integers} (`host_only`, `transposed_weight_operands`).
+POLICY: dict[str, dict[str, tuple[int, ...]]] = {}
+
+
+def policy(fact: str) -> dict[str, tuple[int, ...]]:
+    return POLICY.get(fact, {})
+
+
 # IR class of every manifest entry by unambiguous name (`add_Tensor` -> AddTensor).
 NODES: dict[str, type[Node]] = {}
 

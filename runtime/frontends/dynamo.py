@@ -44,17 +44,13 @@ from ..core.tensor import DEVICE, XlaTensor, contiguous_strides, from_array
 from ..core.views import non_overlapping_and_dense
 from ..exec.custom_ops import register_loaded_library_ops
 from ..exec.eager import value
-from ..exec.registry import REGISTRY, SECTIONS
+from ..exec.registry import REGISTRY, SECTIONS, policy
 from .dispatch import dispatch
 from .env import Environment
 
 BACKEND_NAME = "xla_native"
 
 _aten = torch.ops.aten
-
-# Registry entries that cannot run inside a jitted graph: they need concrete values
-# on the host (their results are Python numbers or have data-dependent shapes).
-_HOST_ONLY = {_aten._local_scalar_dense.default, _aten.nonzero.default}
 
 # Random ops draw from a per-call seed operand, so each replay gets new numbers
 # without recompiling (runtime/supported/random.py draws its key on the host, which
@@ -168,8 +164,8 @@ def is_supported(target: Any) -> bool:
             return True
         if target._schema.name in _LIBRARY_OPS:
             return True
-        if target not in REGISTRY or target in _HOST_ONLY:
-            return False
+        if target not in REGISTRY or _op_name(target).replace(".", "_") in policy("host_only"):
+            return False  # host_only: results on the host (Python numbers, data-dependent shapes)
         return SECTIONS.get(_op_name(target)) != "fallback"
     return target is operator.getitem or getattr(target, "__module__", None) in ("_operator", "math")
 
