@@ -14,12 +14,15 @@ from .exec import custom_ops, index_checks
 from .exec.custom_ops import register_lowering
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
 from .frontends import dispatch
+from .frontends import op_counters as metrics
 from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
+from .frontends.hlo import hlo
 from .frontends.interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x64
 from .frontends.lazy import lazy_mode, mark_step
 from .frontends.replay import compile
 from .platform.config import config
+from .platform.debug_env import apply_debug_env
 from .platform.metrics import metrics_report, reset_metrics
 from .supported.foreach import enable_foreach_optimizers
 
@@ -30,10 +33,12 @@ __all__ = [
     "config",
     "default_env",
     "dynamo_report",
+    "hlo",
     "jax_function",
     "jax_jit",
     "lazy_mode",
     "mark_step",
+    "metrics",
     "metrics_report",
     "register_lowering",
     "reset_metrics",
@@ -111,6 +116,7 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     manifest with operators of other libraries adds their stubs by qualified name (with
     the schema each was generated for) and the entries whose library did not import
     (Note [Library operators] in runtime/exec/custom_ops.py)."""
+    apply_debug_env(config)
     REGISTRY.update(index_checks.install(registry))
     SECTIONS.update(sections)
     NODES.update(nodes)

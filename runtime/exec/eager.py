@@ -221,13 +221,61 @@ def lower_checked(cls: type[Node], args: Any, in_place: bool = False) -> Any:
     kinds = cls.arg_kinds
     args = [_read_operand(k, a) for k, a in zip(kinds, args)]
     metas = cls.output_shape(*[_trace_time_meta(k, a) for k, a in zip(kinds, args)])
-    out = cls.lower(*args)
-    _check_output(cls, out, metas)
-    if in_place:
-        self_dtype = NUMPY_TO_TORCH[args[0].dtype]
-        check_in_place_result(tuple(args[0].shape), self_dtype, tuple(out.shape), NUMPY_TO_TORCH[out.dtype])
-        out = out.astype(args[0].dtype)
+    with jax.named_scope(scope_name(cls)):  # Note [Op names in programs]
+        out = cls.lower(*args)
+        _check_output(cls, out, metas)
+        if in_place:
+            self_dtype = NUMPY_TO_TORCH[args[0].dtype]
+            check_in_place_result(tuple(args[0].shape), self_dtype, tuple(out.shape), NUMPY_TO_TORCH[out.dtype])
+            out = out.astype(args[0].dtype)
     return out
+
+
+# Note [Op names in programs]
+# Every lowering runs inside a JAX named scope called after its operator (`aten::abs`,
+# `aten::add.Tensor`, `torchvision::nms`; the runtime's own nodes, such as the strided
+# reads and writes of views, `xnf::strided_read`), in eager executables and in compiled
+# graphs alike. JAX records the scope in each equation's name stack, so jaxprs,
+# StableHLO locations, the `op_name` metadata of XLA's HLO (dumps, profiles) and
+# `xla_native_functions.hlo()` say which operator every instruction came from. Scopes
+# are metadata only: the instructions, and the persistent cache's key (which strips
+# debug information), are unchanged. They cost nothing per call: lowerings run only
+# while JAX traces.
+_SCOPES: dict[type, str] = {}
+_MANIFEST_SECTIONS = ("full_codegen", "supported", "fallback")
+
+
+def scope_name(cls: type[Node]) -> str:
+    """The named scope of a node class's lowering (Note [Op names in programs])."""
+    name = _SCOPES.get(cls)
+    if name is None:
+        op = cls.op or cls.__name__
+        if "::" in op:
+            name = op
+        elif cls.section in _MANIFEST_SECTIONS:
+            name = "aten::" + op
+        else:
+            name = "xnf::" + op
+        _SCOPES[cls] = name
+    return name
+
+
+_SCOPED: dict[type, Any] = {}
+
+
+def scoped_lowering(cls: type[Node]) -> Any:
+    """`cls.lower` inside its named scope, for graphs that call lowerings in turn."""
+    fn = _SCOPED.get(cls)
+    if fn is None:
+        name = scope_name(cls)
+        lower = cls.lower
+
+        def fn(*args: Any) -> Any:
+            with jax.named_scope(name):
+                return lower(*args)
+
+        _SCOPED[cls] = fn
+    return fn
 
 
 def _trace_time_meta(kind: str, a: Any) -> Any:

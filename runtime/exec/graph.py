@@ -3,6 +3,7 @@ structure (the cache of compiled graphs), and the jitted function that runs it."
 
 from __future__ import annotations
 
+import os
 import sys
 import weakref
 from collections import Counter
@@ -10,11 +11,12 @@ from typing import Any, Callable
 
 import jax
 
+from ..core.convert import X64
 from ..core.ir import ATTR, ATTR_LIST, Node, ScalarInput, SpecialScalar, Value
 from ..platform.backend import graph_compiler_options
 from ..platform.config import config
 from ..platform.metrics import metrics
-from .eager import scalar_operand
+from .eager import scalar_operand, scoped_lowering
 from .sparse_updates import fold_sparse_updates
 from .registry import node, policy
 
@@ -223,7 +225,7 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
     def step(n: Node) -> tuple:
         if n.__class__ is strided_read and in_pos.get(id(n.args[0])) in transposed:
             return _same, [ref(n.args[0])]  # the input arrives transposed
-        return type(n).lower, [ref(a) for a in n.args]
+        return scoped_lowering(type(n)), [ref(a) for a in n.args]
 
     program = [step(n) for n in order]
     outputs = [ref(r) for r in roots]
@@ -275,7 +277,16 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             rest[k] = _transposed_copy(rest[k])
         return executable(given, rest, scalar_values)
 
+    def lower(arrays: list, scalar_values: list) -> Any:
+        """jax's Lowered of this graph for inputs like `arrays` (arrays or
+        ShapeDtypeStructs) and `scalar_values`: its StableHLO and HLO text."""
+        rest = [arrays[i] for i in kept]
+        for k in transposed_kept:
+            rest[k] = jax.ShapeDtypeStruct(tuple(rest[k].shape)[::-1], rest[k].dtype)
+        return executable.lower([arrays[i] for i in donated], rest, scalar_values)
+
     call.donated = donated
+    call.lower = lower
     return call
 
 
@@ -316,6 +327,31 @@ def _why(old: tuple, new: tuple) -> str:
     return "the graph's outputs changed"
 
 
+# Functions called with (fn, inputs, scalars) for every graph a trace runs, built or
+# from the cache: `xla_native_functions.hlo()` listens here.
+GRAPH_WATCHERS: list[Callable] = []
+
+
+def input_spec(v: Value) -> Any:
+    """The abstract value of a graph input, for lowering the graph again."""
+    aval = jax.typeof(v.data)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def dump_graph(text: str, kind: str) -> None:
+    """Write one program's text into `config.debug_dump_graphs`, named by process,
+    sequence and kind (`compile`, `dynamo`)."""
+    directory = config.debug_dump_graphs
+    os.makedirs(directory, exist_ok=True)
+    _DUMPED[0] += 1
+    path = os.path.join(directory, f"{os.getpid()}-{_DUMPED[0]:04d}-{kind}.mlir")
+    with open(path, "w") as f:
+        f.write(text)
+
+
+_DUMPED = [0]
+
+
 def lower_graph(roots: list[Value], overwritten: dict[int, Value], read_only: set[int], segment: int) -> tuple:
     """The compiled function of the graph computing `roots` (from the cache, or built
     and counted as a compilation, with the reason when it replaces the graph last run
@@ -337,7 +373,13 @@ def lower_graph(roots: list[Value], overwritten: dict[int, Value], read_only: se
             )
         fn = _build(order, inputs, scalars, roots, read_only, donated)
         _GRAPH_CACHE[key] = fn
+        if config.debug_dump_graphs:
+            with X64:
+                lowered = fn.lower([input_spec(v) for v in inputs], [scalar_operand(s.value) for s in scalars])
+                dump_graph(lowered.as_text(debug_info=True), "compile")
     else:
         metrics.cache_hits += 1
     _LAST_KEYS[segment] = key
+    for watch in GRAPH_WATCHERS:
+        watch(fn, inputs, scalars)
     return fn, inputs, scalars, key, built

@@ -68,10 +68,13 @@ def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if isinstance(func, torch._ops.OpOverload) and func.namespace != "aten":
         raise OperatorNotFound(not_found_message(func, user_call_site()))
     base, dot, overload = name.partition(".")
-    listed = base.rstrip("_") + dot + overload  # in-place forms are derived from the functional op
+    if base.endswith("_") and not base.endswith("__"):  # in-place forms are derived from the functional op
+        base = base[:-1]
+    listed = base + dot + overload
     hint = (
         f"add '{listed}' to a section of native_functions.yaml "
-        "(full_codegen with lower_*/..._output_shape, supported, or fallback) and run `python -m codegen.generate`"
+        "(full_codegen with lower_*/..._output_shape, supported, or fallback) and run `python -m codegen.generate`: "
+        f"`python -m codegen.scaffold aten::{listed}` does the first step and writes the stubs (CONTRIBUTING.md)"
     )
     raise OperatorNotFound(
         f"aten operator '{name}' is not supported by xla_native_functions, called from {user_call_site()}. "

@@ -44,7 +44,10 @@ from ..core.tensor import DEVICE, XlaTensor, contiguous_strides, from_array
 from ..core.views import non_overlapping_and_dense
 from ..exec.custom_ops import register_loaded_library_ops
 from ..exec.eager import value
+from ..exec.graph import dump_graph
 from ..exec.registry import REGISTRY, SECTIONS, policy
+from ..platform.config import config
+from ..platform.metrics import ReplayedOps, metrics
 from .dispatch import dispatch
 from .env import Environment
 
@@ -232,6 +235,10 @@ class _Unshareable:
 
 # ---------------------------------------------------------------- one graph as one jax.jit
 
+# Functions called with (graph, dynamic, statics) for every call of a JaxGraph's jitted
+# function: `xla_native_functions.hlo(..., mode="dynamo")` listens here.
+GRAPH_WATCHERS: list[Callable] = []
+
 _TENSOR, _DYNAMIC, _STATIC = 0, 1, 2
 
 
@@ -262,6 +269,9 @@ class JaxGraph:
         self.cache = _InputCache(len(self.placeholders))
         # How each trace's flat array results map back to the graph's outputs.
         self.layout: dict[Any, tuple] = {}
+        # the ops each trace ran, counted again by every later call (Note [Counting
+        # replayed ops] in platform/metrics.py), by the trace's static arguments
+        self.op_counts: dict[Any, ReplayedOps] = {}
         self.jitted = jax.jit(self._trace, static_argnums=(1,))
 
     # -- trace time
@@ -269,11 +279,15 @@ class JaxGraph:
     def _trace(self, dynamic: tuple, statics: tuple):
         started = time.perf_counter()
         stats.traces += 1
+        calls = metrics.calls_by_id
+        calls_before = dict(calls)
         try:
             with untraced(), torch.no_grad():
                 result = self._interpret(dynamic, statics)
         finally:
             stats.trace_seconds += time.perf_counter() - started
+        self.op_counts[statics] = ReplayedOps(
+            tuple((k, n - calls_before.get(k, 0)) for k, n in calls.items() if n > calls_before.get(k, 0)))
         return result
 
     def _interpret(self, dynamic: tuple, statics: tuple):
@@ -313,7 +327,8 @@ class JaxGraph:
             target = node.target
             target = _SUBSTITUTES.get(target, target)
             if target in _RANDOM:
-                env[node] = _random(target, jax.random.fold_in(jax.random.PRNGKey(seed), random_index), args, kwargs)
+                with jax.named_scope(target.name()):  # Note [Op names in programs] in exec/eager.py
+                    env[node] = _random(target, jax.random.fold_in(jax.random.PRNGKey(seed), random_index), args, kwargs)
                 random_index += 1
             elif target in _STORAGE_ADDRESSED:
                 env[node] = _with_pytorch_layout(target, node, args, kwargs)
@@ -405,8 +420,15 @@ class JaxGraph:
                 else:
                     statics.append(_static(a))
             statics_t = tuple(statics)
+            traces = stats.traces
             outs = self.jitted(tuple(dynamic), statics_t)
             jax.block_until_ready(outs)
+            if stats.traces == traces:  # not traced now: count the ops as the trace did
+                self.op_counts[statics_t].runs += 1
+            elif config.debug_dump_graphs:
+                dump_graph(self.jitted.lower(tuple(dynamic), statics_t).as_text(debug_info=True), "dynamo")
+            for watch in GRAPH_WATCHERS:
+                watch(self, tuple(dynamic), statics_t)
             plan, spec, mutated = self.layout[statics_t]
             results = []
             for kind, x in plan:
@@ -530,6 +552,14 @@ class _Partitioned:
     def __init__(self, gm: torch.fx.GraphModule):
         self.gm = gm
         self.placeholder_vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+        # the ops this graph runs on PyTorch CPU on every call, counted as op calls and
+        # CPU fallbacks (Note [Counting replayed ops] in platform/metrics.py)
+        cpu_ops = collections.Counter(n.target for n in gm.graph.nodes
+                                      if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
+        for op in cpu_ops:
+            metrics.ops_by_id.setdefault(id(op), op)
+        self.cpu_counts = ReplayedOps(tuple((id(op), n) for op, n in cpu_ops.items()),
+                                      tuple((str(op), n) for op, n in cpu_ops.items()))
 
     def __call__(self, *args) -> Any:
         if len(args) == 1 and type(args[0]) is list:
@@ -540,6 +570,7 @@ class _Partitioned:
         for i, a in enumerate(flat):
             if isinstance(a, XlaTensor):  # a saved activation kept on the JAX side
                 flat[i] = _to_cpu_like(a, self.placeholder_vals[i] if i < len(self.placeholder_vals) else None)
+        self.cpu_counts.runs += 1
         return self.gm(*flat)
 
 

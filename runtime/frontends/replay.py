@@ -58,7 +58,7 @@ from ..exec.graph import copy_array
 from ..exec.keys import key_array
 from ..exec.trace import tracing
 from ..platform.config import config
-from ..platform.metrics import metrics
+from ..platform.metrics import ReplayedOps, metrics
 
 ARG, OBJ, KEY, CONST, SEG = "arg", "obj", "key", "const", "seg"
 # Traces of one signature without two equal plans in a row, after which it is traced on
@@ -173,7 +173,7 @@ class Plan:
 
     __slots__ = ("segments", "writebacks", "outputs", "out_spec", "grad_guards", "grad_effects", "optimizers",
                  "modules", "grad_enabled", "fingerprint", "complete", "objects", "object_stores", "args", "whole_args",
-                 "late_reads", "run")
+                 "late_reads", "run", "op_counts")
 
 
 def _hyperparameters(opt: Any) -> tuple:
@@ -555,6 +555,8 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     emit(f"metrics.execute_count += {len(plan.segments)}")
     emit(f"metrics.cache_hits += {len(plan.segments)}")
     emit("metrics.replays += 1")
+    # Note [Counting replayed ops] in platform/metrics.py: the ops of the traced call
+    emit(f"{const(ReplayedOps(plan.op_counts))}.runs += 1")
     for (j, k), src in plan.writebacks:
         emit(f"s = {tensor(src)}._store")
         emit(f"s.array = r{j}[{k}]")
@@ -685,6 +687,8 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
     hooks = [register_optimizer_step_pre_hook(on_step),
              torch.nn.modules.module.register_module_forward_pre_hook(on_forward)]
     grad_enabled = torch.is_grad_enabled()
+    calls = metrics.calls_by_id
+    calls_before = dict(calls)
     try:
         with tracing(observer=probe):
             with _HostOpWatch(probe):
@@ -695,6 +699,8 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
     leaves = list(leaves)
     known = grad_holders(probe, leaves)
     plan = build_plan(probe, leaves, result, known, pre_grads, grad_enabled)
+    if not isinstance(plan, str):  # what a replay of this call counts (Note [Counting replayed ops])
+        plan.op_counts = tuple((k, n - calls_before.get(k, 0)) for k, n in calls.items() if n > calls_before.get(k, 0))
     entry.known = [weakref.ref(t) for t in known.values()]
     del known
     del pre_grads, probe
