@@ -5,15 +5,12 @@ once (scripts/run_model.py's `run`) and its record shared by the checks below.""
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import run_model  # noqa: E402
-from zoo import MODELS  # noqa: E402
+import run_model
+from zoo import MODELS
 
 CASES = (
     [(m, "eager", "inference") for m in MODELS]
