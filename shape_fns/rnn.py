@@ -172,7 +172,9 @@ def pack_padded_meta(input, lengths, batch_first):
     if input.numel() == 0:
         raise RuntimeError("Cannot pack empty tensors.")
     if len(lengths) != batch:
-        raise RuntimeError(f"Expected `len(lengths)` to be equal to batch_size, but got {len(lengths)} (batch_size={batch})")
+        raise RuntimeError(
+            f"Expected `len(lengths)` to be equal to batch_size, but got {len(lengths)} (batch_size={batch})"
+        )
     if lengths[-1] <= 0:
         raise RuntimeError(
             "Length of all samples has to be greater than 0, but found an element in 'lengths' that is <= 0"
