@@ -14,6 +14,7 @@ bfloat16 compute in float32 and round each stored value, as the kernels do.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -128,3 +129,67 @@ def pack_padded_rows(input, lengths, batch_first):
     ]
     flat = input.reshape((input.shape[0] * input.shape[1],) + input.shape[2:])
     return jnp.take(flat, jnp.asarray(index, dtype=jnp.int32), axis=0)
+
+
+# ------------------------------------------------------------------ whole LSTM layers
+# PyTorch's decomposition of nn.LSTM for torch.compile runs each layer of a float32 or
+# bfloat16 CPU model whose input needs no gradient as one mkldnn_rnn_layer (oneDNN's
+# kernel on the CPU), so the layers of such a model reach the torch.compile backend in
+# this form. Here a layer is one scan over time.
+
+
+def _lstm_layer(input, weight_ih, weight_hh, bias, hx, cx, reverse):
+    """One LSTM layer over a time-major sequence: (outputs, last h, last c)."""
+    width = weight_hh.shape[1]
+    projected = jnp.einsum("tbi,gi->tbg", input, weight_ih) + bias
+
+    def step(state, x_gates):
+        h, c = state
+        gates = (x_gates + h @ weight_hh.T).reshape(h.shape[0], LSTM_GATES, width)
+        i, f, g, o = (gates[:, k] for k in range(LSTM_GATES))
+        c = lax.logistic(f) * c + lax.logistic(i) * jnp.tanh(g)
+        h = lax.logistic(o) * jnp.tanh(c)
+        return (h, c), h
+
+    (h, c), outputs = lax.scan(step, (hx, cx), projected, reverse=reverse)
+    return outputs, h, c
+
+
+def _layer_operands(input, weight0, weight1, weight2, weight3, hx_, cx_, hidden_size, has_biases):
+    batch = input.shape[1]
+    bias = opmath(weight2) + opmath(weight3) if has_biases else jnp.zeros((LSTM_GATES * hidden_size,), jnp.float32)
+    return (opmath(input), opmath(weight0), opmath(weight1), bias,
+            opmath(hx_).reshape(batch, hidden_size), opmath(cx_).reshape(batch, hidden_size))
+
+
+def lower_mkldnn_rnn_layer(input, weight0, weight1, weight2, weight3, hx_, cx_, reverse, batch_sizes, mode,
+                           hidden_size, num_layers, has_biases, bidirectional, batch_first, train):
+    operands = _layer_operands(input, weight0, weight1, weight2, weight3, hx_, cx_, hidden_size, has_biases)
+    outputs, h, c = _lstm_layer(*operands, reverse)
+    # oneDNN's workspace is its own; the backward below recomputes what it needs
+    workspace = jnp.zeros((0,), jnp.uint8)
+    return (outputs.astype(input.dtype), h.reshape(hx_.shape).astype(hx_.dtype),
+            c.reshape(cx_.shape).astype(cx_.dtype), workspace)
+
+
+def lower_mkldnn_rnn_layer_backward(input, weight1, weight2, weight3, weight4, hx_, cx_tmp, output, hy_, cy_,
+                                    grad_output, grad_hy, grad_cy, reverse, mode, hidden_size, num_layers,
+                                    has_biases, train, bidirectional, batch_sizes, batch_first, workspace):
+    if grad_output is None and grad_hy is None and grad_cy is None:
+        return (None,) * 7
+    operands = _layer_operands(input, weight1, weight2, weight3, weight4, hx_, cx_tmp, hidden_size, has_biases)
+    x, w_ih, w_hh, bias, h0, c0 = operands
+    _, pullback = jax.vjp(lambda *a: _lstm_layer(*a, reverse), x, w_ih, w_hh, bias, h0, c0)
+    batch = input.shape[1]
+
+    def cotangent(g, shape):
+        return jnp.zeros(shape, jnp.float32) if g is None else opmath(g).astype(jnp.float32).reshape(shape)
+
+    grads = pullback((
+        cotangent(grad_output, (input.shape[0], batch, hidden_size)),
+        cotangent(grad_hy, (batch, hidden_size)),
+        cotangent(grad_cy, (batch, hidden_size)),
+    ))
+    d_x, d_w_ih, d_w_hh, d_bias, d_h, d_c = (g.astype(jnp.float32) for g in grads)
+    # oneDNN returns every gradient in float32, both biases' the same
+    return d_x, d_w_ih, d_w_hh, d_bias, d_bias, d_h.reshape(hx_.shape), d_c.reshape(cx_tmp.shape)

@@ -187,3 +187,66 @@ def pack_padded_meta(input, lengths, batch_first):
         )
     rows = sum(min(n, steps) for n in lengths)
     return TensorMeta((rows,) + tuple(input.shape[2:]), input.dtype)
+
+
+# ------------------------------------------------------------------ whole LSTM layers
+
+_ONEDNN_TYPES = (torch.float32, torch.bfloat16, torch.float16)
+_ONEDNN_LSTM = 2  # ideep::rnn_kind::LSTM
+
+
+def _check_lstm_layer(input, weights, hx_, cx_, mode, hidden_size, batch_first, has_biases):
+    if mode != _ONEDNN_LSTM:
+        raise RuntimeError(f"mkldnn_rnn_layer: mode {mode} is not supported; only LSTM layers (mode 2) are")
+    if batch_first:
+        raise RuntimeError(
+            "mkldnn_rnn_layer: batch_first=True is not supported (PyTorch's CPU kernel reads the input as "
+            "time-major whatever the flag, and its meta function does not); transpose the input to "
+            "(time, batch, features) and pass batch_first=False"
+        )
+    for t in (input, *weights, hx_, cx_):
+        if t.dtype not in _ONEDNN_TYPES:
+            raise RuntimeError("get_mkldnn_dtype: unsupported data type")
+    if input.ndim != 3:
+        raise RuntimeError(f"mkldnn_rnn_layer: expected a 3-d (time, batch, features) input, got shape "
+                           f"{_sizes(input.shape)}")
+    batch, features = input.shape[1], input.shape[2]
+    expected = [(LSTM_GATES * hidden_size, features), (LSTM_GATES * hidden_size, hidden_size),
+                (LSTM_GATES * hidden_size,), (LSTM_GATES * hidden_size,)]
+    # without biases, the ones passed (zeros shaped like the weights) are not read
+    for name, w, shape in list(zip(("weight_ih", "weight_hh", "bias_ih", "bias_hh"), weights, expected))[
+            : 4 if has_biases else 2]:
+        if _numel(w.shape) != _numel(shape) or (len(w.shape) == 2 and tuple(w.shape) != shape):
+            raise RuntimeError(f"mkldnn_rnn_layer: {name} has shape {_sizes(w.shape)}, expected {_sizes(shape)} "
+                               f"for hidden_size {hidden_size} and {features} input features")
+    for name, t in (("hx_", hx_), ("cx_", cx_)):
+        if t.numel() != batch * hidden_size:
+            raise RuntimeError(f"mkldnn_rnn_layer: {name} has shape {_sizes(t.shape)}, expected "
+                               f"{batch} x {hidden_size} elements (batch x hidden_size)")
+
+
+def mkldnn_rnn_layer_output_shape(input, weight0, weight1, weight2, weight3, hx_, cx_, reverse, batch_sizes, mode,
+                                  hidden_size, num_layers, has_biases, bidirectional, batch_first, train):
+    _check_lstm_layer(input, (weight0, weight1, weight2, weight3), hx_, cx_, mode, hidden_size, batch_first,
+                      has_biases)
+    return (TensorMeta((input.shape[0], input.shape[1], hidden_size), input.dtype),
+            TensorMeta(tuple(hx_.shape), hx_.dtype), TensorMeta(tuple(cx_.shape), cx_.dtype),
+            TensorMeta((0,), torch.uint8))
+
+
+def mkldnn_rnn_layer_backward_output_shape(input, weight1, weight2, weight3, weight4, hx_, cx_tmp, output, hy_, cy_,
+                                           grad_output, grad_hy, grad_cy, reverse, mode, hidden_size, num_layers,
+                                           has_biases, train, bidirectional, batch_sizes, batch_first, workspace):
+    if grad_output is None and grad_hy is None and grad_cy is None:
+        return (None,) * 7
+    _check_lstm_layer(input, (weight1, weight2, weight3, weight4), hx_, cx_tmp, mode, hidden_size, batch_first,
+                      has_biases)
+    for name, g, like in (("grad_output", grad_output, output), ("grad_hy", grad_hy, hy_), ("grad_cy", grad_cy, cy_)):
+        if g is not None and g.numel() != like.numel():
+            raise RuntimeError(f"mkldnn_rnn_layer_backward: {name} has shape {_sizes(g.shape)}, expected "
+                               f"{_sizes(like.shape)}")
+    f32 = torch.float32
+    bias = TensorMeta((LSTM_GATES * hidden_size,), f32)
+    return (TensorMeta(tuple(input.shape), f32), TensorMeta(tuple(weight1.shape), f32),
+            TensorMeta(tuple(weight2.shape), f32), bias, bias, TensorMeta(tuple(hx_.shape), f32),
+            TensorMeta(tuple(cx_tmp.shape), f32))

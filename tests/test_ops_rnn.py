@@ -514,9 +514,12 @@ def test_compiled_packed_training_loop_replays(fresh_graph_cache):
 
 
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
-def test_torch_compile_forward_backward_matches_cpu(kind):
-    # Dynamo traces into RNN modules only with allow_rnn; it then hands our backend
-    # the decomposed layer as one ATen graph, forward and backward.
+def test_torch_compile_matches_cpu(kind):
+    # Dynamo traces into RNN modules only with allow_rnn; our backend then gets the
+    # layer as PyTorch decomposes it: unfused cells while the input needs a gradient,
+    # and for an LSTM whose input needs none (a first layer in training, or inference)
+    # one mkldnn_rnn_layer per layer (whose backward PyTorch's own aot_eager and
+    # inductor backends fail to run in torch 2.13).
     torch._dynamo.reset()
     torch.manual_seed(0)
     cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
@@ -525,18 +528,67 @@ def test_torch_compile_forward_backward_matches_cpu(kind):
     graphs, partitioned = dynamo_stats.graphs, dynamo_stats.partitioned_graphs
     with torch._dynamo.config.patch(allow_rnn=True):
         compiled = torch.compile(model, backend="xla_native")
-        x = torch.randn(B, T, IN)
-        ref_x, our_x = x.clone().requires_grad_(), x.clone().requires_grad_()
-        expected = ref(ref_x)[0]
-        got = compiled(our_x)[0]
-        expected.sin().sum().backward()
-        got.sin().sum().backward()
-        torch.testing.assert_close(got, expected, **F32)
-        torch.testing.assert_close(our_x.grad, ref_x.grad, **F32)
-    for a, b in zip(model.parameters(), ref.parameters()):
-        torch.testing.assert_close(a.grad, b.grad, **F32)
+        for input_grad in (True, False):
+            x = torch.randn(B, T, IN)
+            ref_x, our_x = x.clone().requires_grad_(input_grad), x.clone().requires_grad_(input_grad)
+            expected, got = ref(ref_x)[0], compiled(our_x)[0]
+            expected.sin().sum().backward()
+            got.sin().sum().backward()
+            torch.testing.assert_close(got, expected, **F32)
+            if input_grad:
+                torch.testing.assert_close(our_x.grad, ref_x.grad, **F32)
+            for a, b in zip(model.parameters(), ref.parameters()):
+                torch.testing.assert_close(a.grad, b.grad, **F32)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x)[0], ref(x)[0], **F32)
     # forward and backward graphs, lowered whole: nothing ran on PyTorch CPU
-    assert dynamo_stats.graphs >= graphs + 2 and dynamo_stats.partitioned_graphs == partitioned, xnf.dynamo_report()
+    assert dynamo_stats.graphs >= graphs + 3 and dynamo_stats.partitioned_graphs == partitioned, xnf.dynamo_report()
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_mkldnn_rnn_layer_and_backward_match_cpu_kernels(bias, reverse):
+    torch.manual_seed(0)
+    x, w_ih, w_hh = torch.randn(T, B, IN), torch.randn(4 * H, IN), torch.randn(4 * H, H)
+    # without biases PyTorch passes zeros shaped like the weights, which are not read
+    b_ih, b_hh = (torch.randn(4 * H), torch.randn(4 * H)) if bias else (torch.zeros(4 * H, IN), torch.zeros(4 * H, H))
+    hx, cx = torch.randn(1, B, H), torch.randn(1, B, H)
+    args = (x, w_ih, w_hh, b_ih, b_hh, hx, cx, reverse, [], 2, H, 1, bias, False, False, True)
+    expected = aten.mkldnn_rnn_layer(*args)  # with grad mode on, oneDNN's training workspace
+    got = aten.mkldnn_rnn_layer(*xnf.to_xla(args))
+    for a, b in zip(got[:3], expected[:3]):
+        torch.testing.assert_close(cpu(a), b)
+    assert got[3].dtype == torch.uint8 and got[3].shape == (0,)  # the meta function's; ours needs none
+    grads = (torch.randn(T, B, H), torch.randn(1, B, H), None)
+    backward_args = (*args[:7], *expected[:3], *grads, reverse, 2, H, 1, bias, True, False, [], False)
+    expected_grads = aten.mkldnn_rnn_layer_backward(*backward_args, expected[3])
+    got_grads = aten.mkldnn_rnn_layer_backward(*xnf.to_xla(backward_args[:7]), *got[:3], *xnf.to_xla(grads),
+                                               *backward_args[13:], got[3])
+    for a, b in zip(got_grads, expected_grads):
+        assert a.dtype == b.dtype == torch.float32
+        torch.testing.assert_close(cpu(a), b, **F32)
+    assert aten.mkldnn_rnn_layer_backward(*xnf.to_xla(backward_args[:10]), None, None, None,
+                                          *backward_args[13:], got[3]) == (None,) * 7
+
+
+def test_mkldnn_rnn_layer_errors():
+    args = [torch.randn(T, B, IN), torch.randn(4 * H, IN), torch.randn(4 * H, H), torch.randn(4 * H),
+            torch.randn(4 * H), torch.randn(1, B, H), torch.randn(1, B, H), False, [], 2, H, 1, True, False, False,
+            False]
+    double = [a.double() if isinstance(a, torch.Tensor) else a for a in args]
+    with pytest.raises(RuntimeError) as expected:
+        aten.mkldnn_rnn_layer(*double)
+    with pytest.raises(RuntimeError) as got:
+        aten.mkldnn_rnn_layer(*xnf.to_xla(double))
+    assert str(got.value) == str(expected.value)
+    # where oneDNN would read out of bounds or compute another cell, a clear error
+    for position, value, message in ((9, 1, "only LSTM layers"), (14, True, "batch_first=True is not supported"),
+                                     (5, torch.randn(1, B, H + 1), "hx_ has shape"),
+                                     (2, torch.randn(4 * H, H + 1), "weight_hh has shape")):
+        bad = list(args)
+        bad[position] = value
+        with pytest.raises(RuntimeError, match=message):
+            aten.mkldnn_rnn_layer(*xnf.to_xla(bad))
 
 
 # ------------------------------------------------------------------------ bad input
