@@ -115,7 +115,7 @@ def lower__thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias):
     return grad_input_gates, grad_hidden_gates, grad_hx.astype(grad_hy.dtype), grad_input_bias, grad_hidden_bias
 
 
-def pack_padded_rows(input, lengths, batch_first):
+def lower_pack_padded_rows(input, lengths, batch_first):
     """The data of `_pack_padded_sequence`: time step by time step, the rows of the
     sequences still running then (`lengths` sorted in decreasing order, a tuple).
     PyTorch slices the time axis up to each length, so a length past the input's end

@@ -1,8 +1,8 @@
 """Runtime benchmark: per-op eager overhead, tracing cost per op, and compiled steps (an
 MLP forward and training step, two transformer blocks), each as a median and a ratio
 against baselines measured in the same run (PyTorch CPU eager, plain jax.numpy, and the
-same computation written in JAX). `compile()` is measured both ways shared/DESIGN.md
-names: replaying stable calls (the default) and tracing every call (`replay=False`).
+same computation written in JAX). `compile()` is measured both ways: replaying stable
+calls (the default) and tracing every call (`replay=False`).
 
     python scripts/bench_runtime.py
 """
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import torch
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime.lazy import tracing
+from xla_native_functions.runtime.exec.trace import tracing
 
 
 def median_us(fn, number: int = 2000, repeat: int = 7) -> float:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta
-from .indexing import type_name
+from .common import TensorMeta, scalar_type_name
 
 # the hidden state's width times these is the width of a cell's saved workspace
 LSTM_GATES = 4
@@ -69,12 +68,12 @@ def _check_dtypes(kernel, first, others):
     """The kernels run in the first tensor's floating dtype and read every other tensor
     as that type."""
     if first.dtype not in _FLOATING:
-        raise NotImplementedError(f'"{kernel}" not implemented for \'{type_name(first.dtype)}\'')
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_type_name(first.dtype)}\'')
     for name, t in others:
         if t is not None and t.dtype != first.dtype:
             raise RuntimeError(
                 f"{kernel}: expected every tensor to have the dtype of the first, "
-                f"{type_name(first.dtype)}, but {name} is {type_name(t.dtype)}; cast it with .to({first.dtype})"
+                f"{scalar_type_name(first.dtype)}, but {name} is {scalar_type_name(t.dtype)}; cast it with .to({first.dtype})"
             )
 
 
@@ -162,7 +161,7 @@ def _thnn_fused_gru_cell_backward_output_shape(grad_hy, workspace, has_bias):
     return gates, gates, TensorMeta((rows, width), grad_hy.dtype), bias, bias
 
 
-def pack_padded_meta(input, lengths, batch_first):
+def pack_padded_rows_output_shape(input, lengths, batch_first):
     """The argument checks of `_pack_padded_sequence` (lengths: a Python tuple) and the
     shape of its data: one row per (time step, running sequence)."""
     if input.ndim < 2:  # PyTorch's kernel reads (or swaps) dimension 1

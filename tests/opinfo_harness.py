@@ -237,7 +237,7 @@ def to_ours(tree, op=None):
     """Tensors to XlaTensors (requires_grad kept), device='cpu' arguments to ours."""
     import torch
     import xla_native_functions as xnf
-    from xla_native_functions.runtime.tensor import DEVICE
+    from xla_native_functions.runtime.core.tensor import DEVICE
 
     aliased = _aliased_storages(tree)
     converted: dict[int, Any] = {}
@@ -272,7 +272,7 @@ def to_ours(tree, op=None):
 
 def _check_placement(out) -> str | None:
     import torch
-    from xla_native_functions.runtime.tensor import XlaTensor
+    from xla_native_functions.runtime.core.tensor import XlaTensor
 
     for x in _leaves(out):
         if isinstance(x, torch.Tensor) and not isinstance(x, XlaTensor):
@@ -380,7 +380,7 @@ def _setup_worker() -> None:
     # torch.testing's freeze_rng_state (used by every random OpInfo through
     # wrapper_set_seed) asks the current accelerator for them. Our generator is not
     # frozen by this: the random checks reseed explicitly instead.
-    mod = torch.get_device_module(xnf.runtime.tensor.DEVICE.type)
+    mod = torch.get_device_module(xnf.runtime.core.tensor.DEVICE.type)
     if not hasattr(mod, "get_rng_state"):
         mod.get_rng_state = lambda *a, **k: torch.empty(0, dtype=torch.uint8)
         mod.set_rng_state = lambda *a, **k: None

@@ -2,7 +2,7 @@
 PyTorch CPU: a mixture of experts (grouped products, integer histc), a speech encoder
 (weight-normalised convolution), a state-space model, an audio encoder-decoder and a
 windowed vision transformer, in every mode, inference and training. The whole sweep
-writes docs/architectures.md."""
+writes docs/reports/architectures.md."""
 
 from __future__ import annotations
 

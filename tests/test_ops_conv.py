@@ -44,16 +44,19 @@ def _functions(modules, prefix="", suffix=""):
 
 LOWERINGS = _functions(LOWER_MODULES, prefix="lower_")
 SHAPE_FNS = _functions(SHAPE_MODULES, suffix="_output_shape")
+# batch_norm_with_update is an internal node (the manifest's `internal` section), tested
+# below through native_batch_norm.
+del LOWERINGS["lower_batch_norm_with_update"], SHAPE_FNS["batch_norm_with_update_output_shape"]
 # native_batch_norm is `supported` (it writes the running statistics in place); its
 # node computes batch_norm_with_update, checked here through a wrapper of its schema.
 
 
 def _native_batch_norm_lowering(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    return lower_norm.batch_norm_with_update(input, weight, bias, running_mean, running_var, training, momentum, eps)[:3]
+    return lower_norm.lower_batch_norm_with_update(input, weight, bias, running_mean, running_var, training, momentum, eps)[:3]
 
 
 def _native_batch_norm_meta(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    return shape_norm.batch_norm_with_update_meta(input, weight, bias, running_mean, running_var, training, momentum, eps)[:3]
+    return shape_norm.batch_norm_with_update_output_shape(input, weight, bias, running_mean, running_var, training, momentum, eps)[:3]
 
 
 LOWERINGS["lower_native_batch_norm"] = _native_batch_norm_lowering

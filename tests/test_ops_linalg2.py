@@ -316,7 +316,7 @@ def test_lstsq_shape_fn_matches_cpu():
     a, b = T(2, 5, 3, dtype=f64), T(2, 5, 4, dtype=f64)
     for driver in DRIVERS[1:]:
         residuals = driver != "gelsy"
-        metas = shape_solve.lstsq_values_shape(*(as_meta((a, b))), None, driver, residuals)
+        metas = shape_solve.linalg_lstsq_values_output_shape(*(as_meta((a, b))), None, driver, residuals)
         assert metas == as_meta(tuple(torch.linalg.lstsq(a, b, driver=driver)))
 
 

@@ -646,7 +646,7 @@ def _primitives(jaxpr):
 def test_pow_runs_pow_only_for_other_exponents():
     """The exponent is a runtime operand: one conditional picks the branch, and pow() is
     in the general branch only (Note [Branching on a Scalar])."""
-    with xnf.runtime.dispatch.X64:
+    with xnf.runtime.core.convert.X64:
         jaxpr = jax.make_jaxpr(lower_pointwise.lower_pow_Tensor_Scalar)(jax.numpy.ones((4,), "float32"), 3.0).jaxpr
     (cond,) = [e for e in jaxpr.eqns if e.primitive.name == "cond"]
     with_pow = [i for i, branch in enumerate(cond.params["branches"]) if "pow" in _primitives(branch.jaxpr)]
@@ -663,6 +663,6 @@ def test_vector_norm_orders_match_cpu_and_compute_one(ord):
                                torch.linalg.vector_norm(x, ord, dim=1))
     from xla_native_functions.lowerings import statistics as lower_statistics
 
-    with xnf.runtime.dispatch.X64:
+    with xnf.runtime.core.convert.X64:
         jaxpr = jax.make_jaxpr(lambda a: lower_statistics.lower_linalg_vector_norm(a, ord, [1]))(to_jax(x)).jaxpr
     assert "pow" not in [e.primitive.name for e in jaxpr.eqns], "only the conditional's general branch may run pow()"

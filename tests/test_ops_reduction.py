@@ -511,14 +511,14 @@ def test_sym_size_ops_never_reach_the_backend():
     """sym_size.int, sym_stride.int, sym_numel, sym_storage_offset and sym_is_contiguous
     are CompositeImplicitAutograd: a wrapper subclass answers them from its own metadata
     without dispatching, so they cannot be manifest entries."""
-    calls_before = dict(xnf.runtime.metrics.metrics.op_calls)
+    calls_before = dict(xnf.runtime.platform.metrics.metrics.op_calls)
     x = dev(torch.zeros(3, 4)).t()
     assert torch.ops.aten.sym_size.int(x, 0) == 4
     assert torch.ops.aten.sym_stride.int(x, 0) == 1
     assert torch.ops.aten.sym_numel(x) == 12
     assert torch.ops.aten.sym_storage_offset(x) == 0
     assert torch.ops.aten.sym_is_contiguous(x) is False
-    calls_after = dict(xnf.runtime.metrics.metrics.op_calls)
+    calls_after = dict(xnf.runtime.platform.metrics.metrics.op_calls)
     assert {str(k) for k in calls_after if calls_after[k] != calls_before.get(k)} <= {"aten.t.default"}
 
 

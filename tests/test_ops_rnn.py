@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime import lazy
-from xla_native_functions.runtime.dynamo import stats as dynamo_stats
-from xla_native_functions.runtime.metrics import metrics
+from xla_native_functions.runtime.exec import graph
+from xla_native_functions.runtime.frontends.dynamo import stats as dynamo_stats
+from xla_native_functions.runtime.platform.metrics import metrics
 
 aten = torch.ops.aten
 ROWS, WIDTH = 3, 4
@@ -441,8 +441,8 @@ def test_dropout_between_layers_matches_cpu_with_the_same_mask(kind, mode):
 
 @pytest.fixture
 def fresh_graph_cache(monkeypatch):
-    monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})
-    monkeypatch.setattr(lazy, "_LAST_KEYS", {})
+    monkeypatch.setattr(graph, "_GRAPH_CACHE", {})
+    monkeypatch.setattr(graph, "_LAST_KEYS", {})
     xnf.reset_metrics()
 
 

@@ -17,7 +17,7 @@ from zoo import MODELS  # noqa: E402
 
 CASES = (
     [(m, "eager", "inference") for m in MODELS]
-    + [(m, "compiled", "inference") for m in ("mlp", "resnet", "dlrm", "gpt2")]
+    + [(m, "compiled", "inference") for m in ("mlp", "resnet", "dlrm", "gpt2", "transformer", "attention")]
     + [(m, "eager", "train-sgd") for m in MODELS]
     + [(m, "compiled", "train-sgd") for m in ("mlp", "resnet", "dlrm", "llama", "lstm_lm", "gru_classifier")]
     + [("mlp", "eager", "train-adamw")]

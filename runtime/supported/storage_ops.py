@@ -6,10 +6,10 @@ import math
 
 import jax.numpy as jnp
 
-from ..dispatch import X64, restride_inplace
-from ..ir import Value
-from ..lazy import materialize
-from ..tensor import Storage, XlaTensor, contiguous_strides
+from ..core.convert import X64
+from ..core.tensor import Storage, XlaTensor, contiguous_strides
+from ..exec.eager import value
+from ..exec.mutation import restride_inplace
 
 
 def _channels_last_strides(size: tuple[int, ...]) -> tuple[int, ...]:
@@ -34,13 +34,13 @@ def impl_resize_(self, size, *, memory_format=None):
     store = self._store
     offset = self.storage_offset()
     needed = offset + math.prod(size)
-    traced = store.value.__class__ is Value
-    capacity = math.prod(store.value.meta.shape if traced else store.value.shape)
+    capacity = math.prod(store.shape())
     if needed > capacity:
         # PyTorch grows the storage in place; here `self` gets a grown copy of it, so
         # other tensors still on the old storage no longer alias `self`.
+        whole = XlaTensor(store, store.shape(), self.dtype)
         with X64:
-            flat = jnp.ravel(materialize(store) if traced else store.value)
+            flat = jnp.ravel(value(whole))
             store = Storage(jnp.concatenate([flat, jnp.zeros(needed - capacity, flat.dtype)]))
     restride_inplace(self, XlaTensor(store, size, self.dtype, strides, offset))
     return self

@@ -23,6 +23,7 @@ from .common import SIZES, Case, Size, Tolerance
 from .dlrm import build_dlrm
 from .hf import build_bert, build_gpt2, build_llama, build_t5, build_vit
 from .mlp import build_mlp
+from .nn_attention import build_attention_classifier, build_transformer
 from .rnn import build_gru_classifier, build_lstm_lm
 from .vision import build_resnet
 
@@ -66,13 +67,15 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("mlp", "mlp", build_mlp, _SMALL),
         ZooModel("resnet", "vision", build_resnet, _CONV),
         ZooModel("dlrm", "recommender", build_dlrm, _SMALL),
-        ZooModel("lstm_lm", "recurrent", build_lstm_lm, _RECURRENT),
-        ZooModel("gru_classifier", "recurrent", build_gru_classifier, _RECURRENT),
         ZooModel("bert", "transformers", build_bert, _TRANSFORMER, hf=True),
         ZooModel("gpt2", "transformers", build_gpt2, _TRANSFORMER, hf=True),
         ZooModel("llama", "transformers", build_llama, _TRANSFORMER, hf=True),
         ZooModel("t5", "transformers", build_t5, _TRANSFORMER, hf=True),
         ZooModel("vit", "transformers", build_vit, _TRANSFORMER, hf=True),
+        ZooModel("transformer", "torch.nn", build_transformer, _TRANSFORMER),
+        ZooModel("attention", "torch.nn", build_attention_classifier, _TRANSFORMER),
+        ZooModel("lstm_lm", "recurrent", build_lstm_lm, _RECURRENT),
+        ZooModel("gru_classifier", "recurrent", build_gru_classifier, _RECURRENT),
     ]
 }
 
