@@ -19,7 +19,7 @@ import torch
 
 import xla_native_functions as xnf
 from xla_native_functions import ir
-from xla_native_functions.runtime.exec import eager, graph
+from xla_native_functions.runtime.exec import eager, graph, registry
 from xla_native_functions.runtime.platform.config import Config
 from xla_native_functions.runtime.platform.debug_env import apply_debug_env
 
@@ -88,7 +88,7 @@ def test_eager_executables_name_their_op():
         debug_info=True)
     assert "aten::add.Tensor/" in in_place
     # a runtime node (a view's strided read) is named as the runtime's
-    assert eager.scope_name(graph.StridedRead) == "xnf::strided_read"
+    assert eager.scope_name(registry.node("strided_read")) == "xnf::strided_read"
 
 
 def test_bad_arguments_raise():
