@@ -73,7 +73,8 @@ def _check_dtypes(kernel, first, others):
         if t is not None and t.dtype != first.dtype:
             raise RuntimeError(
                 f"{kernel}: expected every tensor to have the dtype of the first, "
-                f"{scalar_type_name(first.dtype)}, but {name} is {scalar_type_name(t.dtype)}; cast it with .to({first.dtype})"
+                f"{scalar_type_name(first.dtype)}, but {name} is {scalar_type_name(t.dtype)}; "
+                f"cast it with .to({first.dtype})"
             )
 
 
