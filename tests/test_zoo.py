@@ -16,7 +16,7 @@ CASES = (
     [(m, "eager", "inference") for m in MODELS]
     + [(m, "compiled", "inference") for m in ("mlp", "resnet", "dlrm", "gpt2", "transformer", "attention")]
     + [(m, "eager", "train-sgd") for m in MODELS]
-    + [(m, "compiled", "train-sgd") for m in ("mlp", "resnet", "dlrm", "llama")]
+    + [(m, "compiled", "train-sgd") for m in ("mlp", "resnet", "dlrm", "llama", "lstm_lm", "gru_classifier")]
     + [("mlp", "eager", "train-adamw")]
     + [(m, "compiled", "train-adamw") for m in ("mlp", "dlrm", "gpt2")]
     + [("mlp", "dynamo", "inference"), ("mlp", "dynamo", "train-adamw")]

@@ -67,6 +67,7 @@ MAX_PROBES = 6
 # Call signatures remembered per compiled function.
 MAX_SIGNATURES = 64
 _SIMPLE = (int, float, bool, str, type(None), complex, torch.dtype, torch.device)
+_LIFT_FRESH = torch.ops.aten.lift_fresh.default
 
 
 class Probe:
@@ -149,6 +150,11 @@ class _HostOpWatch(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if func is _LIFT_FRESH:
+            # torch.tensor / torch.as_tensor of Python data (pack_padded_sequence's
+            # lengths): its argument was just made from values, a constant of the call
+            self.made[id(out)] = weakref.ref(out)
+            return out
         if self.probe.failure is None:
             for x in tree_flatten((args, kwargs))[0]:
                 if isinstance(x, torch.Tensor) and x.device.type == "cpu" and not self._made(x):
