@@ -35,17 +35,18 @@ from torch.utils.backend_registration import _DummyBackendModule, _setup_private
 
 from ...shape_fns.common import NUMPY_TO_TORCH
 from ..platform.device_guard import install_native_device_guard
+from .autocast import install_autocast_kernels
 from .device_storage import DeviceStorage, pickled_form, storage_address
 
 DEVICE_NAME = "jax"
 
 
 class _DeviceModule(_DummyBackendModule):
-    """`torch.jax`: PyTorch's placeholder device module, plus what activation
-    checkpointing asks of it: it saves and restores each device's random state and
-    re-enters its autocast state (off: autocast has no kernels here). Our random numbers
-    are drawn from PyTorch's CPU generator (runtime/supported/random.py), so the device
-    has no random state of its own."""
+    """`torch.jax`: PyTorch's placeholder device module, plus what autocast and activation
+    checkpointing ask of it: autocast's supported dtypes (Note [Autocast] in
+    core/autocast.py), and each device's random state, which checkpointing saves and
+    restores. Our random numbers are drawn from PyTorch's CPU generator
+    (runtime/supported/random.py), so the device has no random state of its own."""
 
     def device(self, index: Any) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
@@ -57,7 +58,9 @@ class _DeviceModule(_DummyBackendModule):
         pass
 
     def get_amp_supported_dtype(self) -> list[torch.dtype]:
-        return []  # no autocast kernels: torch.autocast("jax") warns and stays off
+        # torch.autocast("jax", ...) asks this first: the kernels are registered then.
+        install_autocast_kernels()
+        return [torch.bfloat16, torch.float16]
 
 
 def _register_device() -> torch.device:
