@@ -20,6 +20,7 @@ from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
 from .frontends.interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x64
 from .frontends.lazy import lazy_mode, mark_step
+from .frontends.moved_models import watch_graph_breaks
 from .frontends.replay import compile
 from .platform.config import config
 from .platform.metrics import metrics_report, reset_metrics
@@ -103,6 +104,7 @@ def to_xla(obj: Any) -> Any:
     """Move tensors, modules (parameters and buffers, in place, ties kept) or any pytree
     of them to JAX."""
     if isinstance(obj, torch.nn.Module):
+        watch_graph_breaks(only_if_loaded=True)  # Note [Moved models under torch.compile]
         return _move_module(obj, _tensor_to_xla, _lazy_to_xla)
     return tree_map(lambda x: _tensor_to_xla(x) if isinstance(x, torch.Tensor) else x, obj)
 
