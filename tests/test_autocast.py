@@ -295,3 +295,25 @@ def test_activation_checkpointing_under_autocast():
     torch.testing.assert_close(xnf.to_torch(out.detach()), expected.detach(), **TOL[torch.bfloat16])
     for (n, p), q in zip(ours.named_parameters(), cpu.parameters()):
         torch.testing.assert_close(xnf.to_torch(p.grad), q.grad, **TOL[torch.bfloat16], msg=n)
+
+
+def test_autocast_inside_the_environment_and_under_jax_jit():
+    with xnf.default_env(), torch.autocast("jax", dtype=torch.bfloat16):
+        a = torch.randn(3, 3)  # made on our device by the environment
+        assert (a @ a).dtype == torch.bfloat16
+        assert torch.cat([a, (a @ a)]).dtype == torch.float32  # promote
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    moved = xnf.to_xla(copy.deepcopy(model))
+    x = torch.randn(4, 3)
+
+    @xnf.jax_jit
+    def forward(inp):
+        with torch.autocast("jax", dtype=torch.bfloat16):
+            return moved(inp)
+
+    out = forward(xnf.to_xla(x))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(xnf.to_torch(out), expected, **TOL[torch.bfloat16])
