@@ -9,6 +9,9 @@ compile(), lazy_mode() and the torch.compile backend, inference and training."""
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import pytest
@@ -317,3 +320,20 @@ def test_autocast_inside_the_environment_and_under_jax_jit():
         expected = model(x)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(xnf.to_torch(out), expected, **TOL[torch.bfloat16])
+
+
+def test_ops_pass_autocast_enabled_by_hand_before_any_autocast_context():
+    # The fallthrough for the device's autocast key is registered with the device; the
+    # kernels when torch.autocast("jax") is first used. In a fresh process:
+    code = textwrap.dedent("""
+        import torch, xla_native_functions as xnf
+        a = xnf.to_xla(torch.randn(3, 3))
+        torch.set_autocast_enabled("jax", True)
+        assert a.relu().dtype == torch.float32 and (a @ a).dtype == torch.float32
+        torch.set_autocast_enabled("jax", False)
+        with torch.autocast("jax", dtype=torch.bfloat16):
+            assert (a @ a).dtype == torch.bfloat16
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -16,7 +16,8 @@ The answer is cached per op, argument dtypes and autocast dtype; the kernel then
 the same casts on our tensors and runs the op with autocast excluded, as CPU's kernel
 does (so autograd records the casts, and backward casts gradients back). The kernels
 are registered on first use of autocast for the device (`get_amp_supported_dtype`,
-which `torch.autocast` asks first), with a fallthrough for every other op. Not reproduced: CPU autocast's cache of weight
+which `torch.autocast` asks first; about 80 ms), the fallthrough for every other op
+when the device is registered. Not reproduced: CPU autocast's cache of weight
 casts within one autocast region (a performance detail: each use casts again, with the
 same values).
 """
@@ -32,6 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 _aten = torch.ops.aten
 _AUTOCAST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
 _LIBRARY: list[Any] = []
+_FALLTHROUGH: list[Any] = []
 _install_lock = threading.Lock()
 
 
@@ -45,16 +47,24 @@ def cpu_autocast_ops() -> list[Any]:
     return ops
 
 
+def install_autocast_fallthrough() -> None:
+    """Let every op pass the AutocastPrivateUse1 key, as PyTorch registers for its own
+    devices' autocast keys (it registers nothing for this one): without it, enabling
+    autocast for our device by hand (`torch.set_autocast_enabled("jax", True)`) would
+    leave ops with no kernel there."""
+    with _install_lock:
+        if not _FALLTHROUGH:
+            fallback = torch.library.Library("_", "IMPL")
+            fallback.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+            _FALLTHROUGH.append(fallback)
+
+
 def install_autocast_kernels() -> None:
     """Register a kernel for AutocastPrivateUse1 for every op of CPU autocast's list."""
+    install_autocast_fallthrough()
     with _install_lock:
         if _LIBRARY:
             return
-        # Every other op passes through, as PyTorch registers for its own devices'
-        # autocast keys (it registers nothing for this one).
-        fallback = torch.library.Library("_", "IMPL")
-        fallback.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
-        _LIBRARY.append(fallback)
         lib = torch.library.Library("aten", "IMPL")
         for op in cpu_autocast_ops():
             name = op._schema.name.removeprefix("aten::")

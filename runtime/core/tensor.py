@@ -35,7 +35,7 @@ from torch.utils.backend_registration import _DummyBackendModule, _setup_private
 
 from ...shape_fns.common import NUMPY_TO_TORCH
 from ..platform.device_guard import install_native_device_guard
-from .autocast import install_autocast_kernels
+from .autocast import install_autocast_fallthrough, install_autocast_kernels
 from .device_storage import DeviceStorage, pickled_form, storage_address
 
 DEVICE_NAME = "jax"
@@ -70,6 +70,7 @@ def _register_device() -> torch.device:
     if torch._C._get_privateuse1_backend_name() != DEVICE_NAME:
         _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_DeviceModule())
         install_native_device_guard()  # Note [Native device guard]
+        install_autocast_fallthrough()  # Note [Autocast] in core/autocast.py
     return torch.device(DEVICE_NAME, 0)
 
 
