@@ -147,3 +147,24 @@ def test_jax_traced_paths_skip_and_say_so(accuracy, wrong_neg, path, capsys):
     report = xnf.metrics_report()
     assert "accuracy check skipped, values traced by JAX" in report and "aten.addmm.default" in report
     assert _reports(capsys.readouterr().out) == []
+
+
+def test_random_ops_are_not_compared(accuracy, capsys):
+    # our random numbers are not PyTorch CPU's stream: comparing them would report noise
+    model = xnf.to_xla(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5)))
+    x = xnf.to_xla(torch.randn(16, 4))
+    model(x)
+    torch.rand(3, 3, device="jax")
+    xnf.compile(lambda a: model(a).sum())(x)
+    assert _reports(capsys.readouterr().out) == []
+    assert metrics.accuracy_checked > 0
+
+
+def test_factories_on_our_device_are_compared_with_cpu_ones(accuracy, capsys):
+    torch.zeros(2, 3, device="jax")
+    torch.arange(5, device="jax")
+    with xnf.default_env():
+        torch.ones(4)
+    xnf.compile(lambda: torch.full((2, 2), 3.0, device="jax") + 1)()
+    assert _reports(capsys.readouterr().out) == []
+    assert metrics.accuracy_checked >= 5

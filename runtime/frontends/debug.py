@@ -16,7 +16,8 @@ depends on where the op's values are:
     torch.compile backend): the values are JAX tracers, with nothing to compare while
     the op runs. Those ops are skipped, counted per op in `metrics_report()`, and the
     first one skipped warns once.
-The check itself never raises: a reference PyTorch CPU cannot compute is skipped.
+The check itself never raises: a reference PyTorch CPU cannot compute is skipped, and so
+are random ops (our numbers come from JAX's generator, not PyTorch CPU's).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from ..core.context import context
 from ..core.convert import X64, host_array, jax_to_cpu
-from ..core.tensor import Storage, XlaTensor
+from ..core.tensor import DEVICE, Storage, XlaTensor
 from ..platform.call_site import user_call_site
 from ..platform.config import config
 from ..platform.metrics import metrics
@@ -81,7 +82,7 @@ def _debug_call(func: Any, handler: Any, args: tuple[Any, ...], kwargs: dict[str
     if config.debug_print_each_op:
         shown = ", ".join([_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()])
         print(f"[xla_native_functions] {func}({shown})")
-    if not config.debug_accuracy_for_each_op:
+    if not config.debug_accuracy_for_each_op or _random(func):
         return _run(handler, args, kwargs)
     trace = context.trace
     if trace is not None:
@@ -103,7 +104,15 @@ def _debug_call(func: Any, handler: Any, args: tuple[Any, ...], kwargs: dict[str
     return out
 
 
+def _random(func: Any) -> bool:
+    # Random numbers come from another generator than PyTorch CPU's: nothing to compare.
+    return torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+
+
 def _reference(func: Any, args: Any, kwargs: Any) -> Any:
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type == DEVICE.type:  # a factory: made on the CPU
+        kwargs = {**kwargs, "device": torch.device("cpu")}
     with torch._C._DisableTorchDispatch():
         try:
             return func(*args, **kwargs)
@@ -192,21 +201,32 @@ def _settle(checks: list[_PendingCheck]) -> None:
     buffers), and compare the checks whose values are all there."""
     remaining = []
     for check in checks:
-        check.inputs = [_settled(x) for x in check.inputs]
-        check.outputs = [_settled(x) for x in check.outputs]
-        values = check.inputs + check.outputs
-        if any(isinstance(x, Storage) for x in values):
-            if not any(isinstance(x, Storage) and x.pending is None and x.array is None for x in values):
-                remaining.append(check)  # recorded after this sync began: the next one
-            continue  # else the trace was dropped (Note [Failed traces]): nothing to compare
-        if any(x is _Traced for x in values):
-            _skipped(check.func)
-            continue
-        args, kwargs = tree_unflatten(check.inputs, check.spec)
-        reference = _reference(check.func, args, kwargs)
-        if reference is not None:
-            _compare(check.func, tree_unflatten(check.outputs, check.out_spec), reference, check.site)
+        try:
+            if _settle_one(check):
+                remaining.append(check)
+        except Exception as error:  # the check must not stop the program it checks
+            print(f"[xla_native_functions] accuracy: could not compare {check.func} with PyTorch CPU ({error}), "
+                  f"at {check.site}")
     checks[:] = remaining
+
+
+def _settle_one(check: _PendingCheck) -> bool:
+    """Compare one check if its values are concrete; True while it waits for a sync."""
+    check.inputs = [_settled(x) for x in check.inputs]
+    check.outputs = [_settled(x) for x in check.outputs]
+    values = check.inputs + check.outputs
+    if any(isinstance(x, Storage) for x in values):
+        # recorded after this sync began: the next one; or the trace was dropped (Note
+        # [Failed traces] in exec/trace.py): nothing to compare
+        return not any(isinstance(x, Storage) and x.pending is None and x.array is None for x in values)
+    if any(x is _Traced for x in values):
+        _skipped(check.func)
+        return False
+    args, kwargs = tree_unflatten(check.inputs, check.spec)
+    reference = _reference(check.func, args, kwargs)
+    if reference is not None:
+        _compare(check.func, tree_unflatten(check.outputs, check.out_spec), reference, check.site)
+    return False
 
 
 def _settled(x: Any) -> Any:
@@ -219,6 +239,13 @@ def _settled(x: Any) -> Any:
 
 
 def _compare(func: Any, out: Any, reference: Any, site: str) -> None:
+    try:
+        _compare_values(func, out, reference, site)
+    except Exception as error:  # the check must not stop the program it checks
+        print(f"[xla_native_functions] accuracy: could not compare {func} with PyTorch CPU ({error}), at {site}")
+
+
+def _compare_values(func: Any, out: Any, reference: Any, site: str) -> None:
     ours, _ = tree_flatten(out)
     ref, _ = tree_flatten(reference)
     metrics.accuracy_checked += 1
