@@ -60,7 +60,8 @@ def find_entry(manifest: Manifest, op: str) -> ManifestEntry | None:
 def suggest(op: str, db: SchemaDatabase, manifest: Manifest | None = None) -> str:
     """Close names: other overloads of the same op, else similar names."""
     base = base_name(op)
-    overloads = sorted(k for k in db.records if base_name(k) == base and not db.records[k].composite_implicit)
+    overloads = sorted(k for k, r in db.records.items()
+                       if base_name(k) == base and not r.composite_implicit and r.kind == "functional")
     if overloads:
         return "its overloads are " + ", ".join(qualified(o) for o in overloads[:12]) + (" ..." if len(overloads) > 12 else "")
     pool = set(db.records) | ({e.op for e in manifest.entries} if manifest else set())
