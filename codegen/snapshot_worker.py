@@ -173,7 +173,6 @@ def _variant(name: str, sample):
 
 def snapshot(request: dict) -> dict:
     import torch
-    import xla_native_functions as xnf
     import opinfo_harness as h
     from opinfo_skips import NONDETERMINISTIC
 
@@ -226,7 +225,6 @@ def snapshot(request: dict) -> dict:
                 for mode in ("eager", "compiled"):
                     if mode in modes:
                         records[f"{key}|any|{mode}|error{i}|given"] = _run(_mode_fn(op, mode), sample, op, values)
-    del xnf
     return {"records": records, "notes": notes, "seconds": round(time.perf_counter() - started, 2)}
 
 

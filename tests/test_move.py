@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -166,3 +167,27 @@ def test_snapshot_diff(repo, neg_before, tmp_path):
     assert diff.returncode == 1 and "1 difference(s)" in diff.stdout and "max abs difference 1" in diff.stdout
     tolerant = command(repo, "codegen.snapshot", "--diff", str(snap), str(changed), "--atol", "2")
     assert tolerant.returncode == 0
+
+
+def test_ctrl_c_during_the_check_puts_files_back(repo, neg_before):
+    """Interrupted while it checks the moved op, the move restores the manifest and the
+    generated code (and stops its snapshot worker)."""
+    planted = repo / "runtime" / "supported" / "planted_neg.py"
+    planted.write_text(PLANTED.replace("PLANT", "pass"))
+    manifest = (repo / "native_functions.yaml").read_text()
+    to = "full_codegen" if "  - neg\n" in manifest.split("supported:")[1] else "supported"
+    original = state(repo)
+    proc = subprocess.Popen([sys.executable, "-m", "codegen.move", "aten::neg", "--to", to, *NEG, "--before",
+                             str(neg_before)], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "regenerated; after: snapshot" in line:
+            assert state(repo) != original  # moved: the check is running
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, "".join(seen) + out + err
+    assert "put back: native_functions.yaml and generated/xla_native_functions are as they were" in out
+    assert "interrupted" in err
+    assert state(repo) == original
