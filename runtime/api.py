@@ -13,7 +13,7 @@ from .core.tensor import XlaTensor, from_array
 from .exec import custom_ops, index_checks
 from .exec.custom_ops import register_lowering
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
-from .frontends import dispatch
+from .frontends import dispatch, forked_child
 from .frontends import op_counters as metrics
 from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
@@ -123,6 +123,7 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     POLICY.update(policy or {})
     check_tracer_nodes()
     dispatch.install(registry)
+    forked_child.install()
     enable_foreach_optimizers()
     if library_ops or unavailable:
         custom_ops.install_library_ops(library_ops or {}, unavailable or {})
