@@ -10,7 +10,7 @@ from torch.utils._pytree import tree_map
 from .core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from .core.ir import Node
 from .core.tensor import XlaTensor, from_array
-from .exec import custom_ops, index_checks
+from .exec import custom_ops, division_checks, index_checks
 from .exec.custom_ops import register_lowering
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
 from .frontends import dispatch, forked_child
@@ -117,7 +117,7 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     the schema each was generated for) and the entries whose library did not import
     (Note [Library operators] in runtime/exec/custom_ops.py)."""
     apply_debug_env(config)
-    REGISTRY.update(index_checks.install(registry))
+    REGISTRY.update(division_checks.install(index_checks.install(registry)))
     SECTIONS.update(sections)
     NODES.update(nodes)
     POLICY.update(policy or {})
