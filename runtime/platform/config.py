@@ -1,8 +1,13 @@
-"""User settings: `xla_native_functions.config.<name> = value`."""
+"""User settings: `xla_native_functions.config.<name> = value`. A misspelt name raises
+AttributeError with the closest setting, a value of the wrong type TypeError naming the
+type the setting takes: a setting that silently does nothing is worse than an error."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+import typing
+from dataclasses import dataclass, fields
+from typing import Any
 
 
 @dataclass
@@ -31,6 +36,29 @@ class Config:
     # a transposed copy kept per weight (Note [Transposed weights] in runtime/exec/graph.py):
     # faster products in small-batch inference, at the cost of those weights' memory.
     transposed_weight_copies: bool = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        expected = _SETTING_TYPES.get(name)
+        if expected is None:
+            raise AttributeError(_unknown_setting(name))
+        if type(value) is not expected and not (expected is float and type(value) is int):
+            article = "an" if expected.__name__[0] in "aeiou" else "a"
+            raise TypeError(f"xla_native_functions.config.{name} takes {article} {expected.__name__}, "
+                            f"not {type(value).__name__} ({value!r})")
+        object.__setattr__(self, name, float(value) if expected is float else value)
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names that are not settings
+        raise AttributeError(_unknown_setting(name))
+
+
+_SETTING_TYPES: dict[str, type] = {f.name: typing.get_type_hints(Config)[f.name] for f in fields(Config)}
+
+
+def _unknown_setting(name: str) -> str:
+    close = difflib.get_close_matches(name, _SETTING_TYPES, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"xla_native_functions.config has no setting {name!r}; {hint}(settings: {', '.join(_SETTING_TYPES)})"
 
 
 config = Config()
