@@ -114,8 +114,9 @@ def refusal(path: Path) -> str | None:
                 f"use a directory of your own (set {CACHE_DIR_ENV})")
     writers = [who for who, bit in (("its group", stat.S_IWGRP), ("other users", stat.S_IWOTH)) if st.st_mode & bit]
     if writers:
-        return (f"{path} is writable by {' and '.join(writers)} (mode {stat.S_IMODE(st.st_mode):o}): run "
-                f"`chmod go-w {path}`, or choose another directory with {CACHE_DIR_ENV}")
+        return (f"{path} is writable by {' and '.join(writers)} (mode {stat.S_IMODE(st.st_mode):o}): delete what "
+                f"others may have put there and run `chmod go-w {path}`, or choose another directory with "
+                f"{CACHE_DIR_ENV}")
     return None
 
 
