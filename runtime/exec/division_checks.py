@@ -95,7 +95,9 @@ def _checked(op: Any, handler: Callable[..., Any]) -> Callable[..., Any]:
     in_place = op._schema.name.endswith("_")
 
     def run(*args, **kwargs):
-        if context.trace is None:
+        first = args[0] if args else None
+        floating = first.__class__ is XlaTensor and (first.dtype.is_floating_point or first.dtype.is_complex)
+        if context.trace is None and not floating:  # a floating-point self: a floating-point result
             bound = dict(zip(names, args))
             bound.update(kwargs)
             if not rounding or bound.get("rounding_mode") is not None:

@@ -18,7 +18,7 @@ INDEX_VALUES = ["past_the_end", "minus_one", "before_the_start", "several"]
 
 OPS = {
     "index_select": lambda t, dim, i, src: t.index_select(dim, i),
-    "index_select_out": lambda t, dim, i, src: torch.index_select(t, dim, i, out=torch.empty_like(t)),
+    "index_select_out": lambda t, dim, i, src: torch.index_select(t, dim, i, out=t.new_empty(0)),
     "index_add_": lambda t, dim, i, src: t.index_add_(dim, i, src),
     "index_add_alpha": lambda t, dim, i, src: t.index_add_(dim, i, src, alpha=2),
     "index_add": lambda t, dim, i, src: torch.index_add(t, dim, i, src),
