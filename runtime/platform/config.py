@@ -5,6 +5,7 @@ type the setting takes: a setting that silently does nothing is worse than an er
 from __future__ import annotations
 
 import difflib
+import os
 import typing
 from dataclasses import dataclass, fields
 from typing import Any
@@ -38,21 +39,32 @@ class Config:
     transposed_weight_copies: bool = True
 
     def __setattr__(self, name: str, value: Any) -> None:
-        expected = _SETTING_TYPES.get(name)
-        if expected is None:
+        accepted = _SETTING_TYPES.get(name)
+        if accepted is None:
             raise AttributeError(_unknown_setting(name))
-        if type(value) is not expected and not (expected is float and type(value) is int):
-            article = "an" if expected.__name__[0] in "aeiou" else "a"
-            raise TypeError(f"xla_native_functions.config.{name} takes {article} {expected.__name__}, "
-                            f"not {type(value).__name__} ({value!r})")
-        object.__setattr__(self, name, float(value) if expected is float else value)
+        kind = type(value)
+        if kind not in accepted:
+            if float in accepted and kind is int:
+                value = float(value)  # an int is a fine float
+            elif str in accepted and isinstance(value, os.PathLike):
+                value = os.fspath(value)  # a directory given as a Path
+            else:
+                names = " or ".join("None" if t is type(None) else t.__name__ for t in accepted)
+                article = "an" if names[0] in "aeiou" else "a"
+                raise TypeError(f"xla_native_functions.config.{name} takes {article} {names}, "
+                                f"not {kind.__name__} ({value!r})")
+        object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> Any:
         # only reached for names that are not settings
         raise AttributeError(_unknown_setting(name))
 
 
-_SETTING_TYPES: dict[str, type] = {f.name: typing.get_type_hints(Config)[f.name] for f in fields(Config)}
+# setting -> the types it takes (`str | None`: both)
+_SETTING_TYPES: dict[str, tuple[type, ...]] = {
+    f.name: typing.get_args(hint) or (hint,)
+    for f in fields(Config) for hint in [typing.get_type_hints(Config)[f.name]]
+}
 
 
 def _unknown_setting(name: str) -> str:

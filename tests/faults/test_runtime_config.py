@@ -47,6 +47,7 @@ def test_process_config_rejects_misspelt_names():
     ("donate_min_bytes", "1MB", "int"),
     ("accuracy_atol", "1e-5", "float"),
     ("accuracy_atol", False, "float"),
+    ("debug_dump_graphs", 3, "str or None"),
 ])
 def test_wrong_type_raises_naming_the_type(config, name, value, expected):
     before = getattr(config, name)
@@ -55,19 +56,23 @@ def test_wrong_type_raises_naming_the_type(config, name, value, expected):
     assert getattr(config, name) == before
 
 
-def test_right_types_are_kept(config):
+def test_right_types_are_kept(config, tmp_path):
     config.allow_cpu_fallback = True
     config.donate_min_bytes = 0
     config.accuracy_atol = 0  # an int is a fine float
     assert (config.allow_cpu_fallback, config.donate_min_bytes, config.accuracy_atol) == (True, 0, 0.0)
     assert type(config.accuracy_atol) is float
+    config.debug_dump_graphs = tmp_path  # a Path is a fine directory name
+    assert config.debug_dump_graphs == str(tmp_path)
+    config.debug_dump_graphs = None
+    assert config.debug_dump_graphs is None
 
 
 def test_config_stays_a_dataclass_with_its_fields(config):
     assert dataclasses.is_dataclass(config)
     assert [f.name for f in dataclasses.fields(Config)] == [
-        "debug_print_each_op", "debug_accuracy_for_each_op", "accuracy_atol", "accuracy_rtol", "allow_cpu_fallback",
-        "check_index_values", "donate_min_bytes", "transposed_weight_copies"]
+        "debug_print_each_op", "debug_accuracy_for_each_op", "accuracy_atol", "accuracy_rtol", "debug_dump_graphs",
+        "allow_cpu_fallback", "check_index_values", "donate_min_bytes", "transposed_weight_copies"]
     assert copy.copy(config) == config and pickle.loads(pickle.dumps(config)) == config
     assert dataclasses.replace(config, donate_min_bytes=5).donate_min_bytes == 5
     with pytest.raises(TypeError):
