@@ -68,7 +68,11 @@ def _dim_size(t: torch.Tensor, dim: int) -> int | None:
 def _first_outside(index: Any, low: int, high: int) -> int:
     """The first index value, in the index's order, outside [low, high): the one PyTorch's
     loops stop at. Read only once an error is certain."""
-    flat = np.asarray(host_array(index)).reshape(-1)
+    if isinstance(index, XlaTensor):
+        flat = np.asarray(host_array(index)).reshape(-1)
+    else:  # a zero-dim CPU index, as PyTorch accepts
+        with torch._C._DisableTorchDispatch():
+            flat = index.detach().reshape(-1).numpy()
     return int(flat[np.argmax((flat < low) | (flat >= high))])
 
 
