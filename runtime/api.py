@@ -12,10 +12,10 @@ from .core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from .core.ir import Node
 from .core import uninitialized
 from .core.tensor import XlaTensor, from_array
-from .exec import custom_ops, index_checks
+from .exec import custom_ops, division_checks, index_checks
 from .exec.custom_ops import register_lowering
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
-from .frontends import dispatch
+from .frontends import dispatch, forked_child
 from .frontends import op_counters as metrics
 from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
@@ -134,12 +134,13 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     the schema each was generated for) and the entries whose library did not import
     (Note [Library operators] in runtime/exec/custom_ops.py)."""
     apply_debug_env(config)
-    REGISTRY.update(index_checks.install(registry))
+    REGISTRY.update(division_checks.install(index_checks.install(registry)))
     SECTIONS.update(sections)
     NODES.update(nodes)
     POLICY.update(policy or {})
     check_tracer_nodes()
     dispatch.install(registry)
+    forked_child.install()
     enable_foreach_optimizers()
     if library_ops or unavailable:
         custom_ops.install_library_ops(library_ops or {}, unavailable or {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .common import TensorMeta, scalar_type_name
+from .storage_size import check_strided_storage_size
 
 
 def _check_size(size) -> tuple[int, ...]:
@@ -67,8 +68,11 @@ def zero_output_shape(self):
 
 
 def new_empty_strided_output_shape(self, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    # The result is contiguous: the requested strides only matter to memory layout.
-    return TensorMeta(_check_size(size), dtype or self.dtype)
+    # The result is contiguous: the requested strides only matter to memory layout, and
+    # to whether PyTorch could allocate it.
+    size = _check_size(size)
+    check_strided_storage_size(size, stride, dtype or self.dtype)
+    return TensorMeta(size, dtype or self.dtype)
 
 
 def _check_eye(n, m):

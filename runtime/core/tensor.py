@@ -34,6 +34,7 @@ import torch
 from torch.utils.backend_registration import _DummyBackendModule, _setup_privateuseone_for_python_backend
 
 from ...shape_fns.common import NUMPY_TO_TORCH
+from ..platform import hook_errors
 from ..platform.device_guard import install_native_device_guard
 from .autocast import install_autocast_fallthrough, install_autocast_kernels
 from .device_storage import DeviceStorage, pickled_form, storage_address
@@ -184,6 +185,14 @@ class XlaTensor(torch.Tensor):
     def _host_copy(self) -> torch.Tensor:
         """A PyTorch CPU copy of the values (`_to_copy` to the CPU, through dispatch)."""
         return self.detach().to("cpu")
+
+    # With PyTorch's Python device guard an exception from a hook would abort the
+    # process: Note [Hook errors during backward] in runtime/platform/hook_errors.py.
+    def register_hook(self, hook):
+        return torch.Tensor.register_hook(self, hook_errors.tensor_hook(hook))
+
+    def register_post_accumulate_grad_hook(self, hook):
+        return torch.Tensor.register_post_accumulate_grad_hook(self, hook_errors.post_accumulate_grad_hook(hook))
 
     def tolist(self):
         return self._host_copy().tolist()

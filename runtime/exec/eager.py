@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ...shape_fns.common import NUMPY_TO_TORCH, TensorMeta, scalar_type_name
+from ...shape_fns.storage_size import check_result_sizes
 from ..core.context import context
 from ..core.convert import X64, cpu_to_jax, current_array
 from ..core.ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node
@@ -221,6 +222,7 @@ def lower_checked(cls: type[Node], args: Any, in_place: bool = False) -> Any:
     kinds = cls.arg_kinds
     args = [_read_operand(k, a) for k, a in zip(kinds, args)]
     metas = cls.output_shape(*[_trace_time_meta(k, a) for k, a in zip(kinds, args)])
+    check_result_sizes(metas)  # before XLA aborts on them: Note [Overflowing sizes]
     with jax.named_scope(scope_name(cls)):  # Note [Op names in programs]
         out = cls.lower(*args)
         _check_output(cls, out, metas)

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from ...shape_fns.common import NUMPY_TO_TORCH, TensorMeta
+from ...shape_fns.storage_size import check_result_sizes
 from ..core.context import context
 from ..core.convert import X64, current_array
 from ..core.ir import ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node, ScalarInput, SpecialScalar, Value, \
@@ -160,6 +161,7 @@ class Trace:
             else:
                 node_args.append(a)
         metas = cls.output_shape(*[_arg_meta(k, a) for k, a in zip(cls.arg_kinds, node_args)])
+        check_result_sizes(metas)  # Note [Overflowing sizes]
         node = cls(tuple(node_args))
         outs = _emit(node, metas)
         if isinstance(outs, tuple):

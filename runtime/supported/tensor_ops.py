@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...shape_fns.storage_size import check_strided_storage_size
 from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from ..core.tensor import XlaTensor, from_array
 from ..exec.eager import run_node
@@ -129,7 +130,10 @@ def impl_range(start, end, *, dtype=None, layout=None, device=None, pin_memory=N
 
 def impl_empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     # A fresh contiguous tensor: nothing can observe the requested strides before a
-    # write, and PyTorch's own users (copy, clone) only need the size.
+    # write, and PyTorch's own users (copy, clone) only need the size. The strides
+    # still decide whether PyTorch can allocate it (Note [Overflowing sizes]).
+    if all(n >= 0 for n in size):  # else the zeros below raise PyTorch's error for that
+        check_strided_storage_size(size, stride, dtype or torch.get_default_dtype())
     return impl_empty_memory_format(size, dtype=dtype)
 
 
