@@ -267,23 +267,23 @@ class Trace:
                 s.pending = s.owner = None
         if not pending:
             return
-        roots = [s.pending for s in pending]
-        fn, inputs, scalars, key, compiling = lower_graph(roots, overwritten, read_only, self.segment)
-        self.segment += 1
-        if self.observer is not None:
-            self.observer.note_graph(pending, inputs, scalars, key, fn)
-        # The storages written give up their old arrays, which the graph may take over
-        # (Note [Donated graph inputs] in exec/graph.py); a failed run puts them back,
-        # from the graph input holding each where there is one, so that nothing else
-        # holds a reference that would stop the donation.
-        inputs_by_array = {id(v.data): v for v in overwritten.values()}
-        previous = []
-        for s in pending:
-            previous.append(inputs_by_array.get(id(s.array), s.array))
-            s.array = None
-        arrays = [v.data for v in inputs]
-        start = time.perf_counter()
+        previous: list[Any] = []
         try:
+            roots = [s.pending for s in pending]
+            fn, inputs, scalars, key, compiling = lower_graph(roots, overwritten, read_only, self.segment)
+            self.segment += 1
+            if self.observer is not None:
+                self.observer.note_graph(pending, inputs, scalars, key, fn)
+            # The storages written give up their old arrays, which the graph may take
+            # over (Note [Donated graph inputs] in exec/graph.py); a failed run puts them
+            # back, from the graph input holding each where there is one, so that
+            # nothing else holds a reference that would stop the donation.
+            inputs_by_array = {id(v.data): v for v in overwritten.values()}
+            for s in pending:
+                previous.append(inputs_by_array.get(id(s.array), s.array))
+                s.array = None
+            arrays = [v.data for v in inputs]
+            start = time.perf_counter()
             with X64:
                 # numbers as cached JAX scalars: jit would convert each Python number per call;
                 # compile() learning a replay plan keeps the inputs it saw (no donation)
@@ -292,8 +292,11 @@ class Trace:
                 if compiling:
                     jax.block_until_ready(outs)
         except BaseException:
+            # Nothing of this graph is written: every storage keeps its array
+            # (Note [Failed traces]).
             for s, old in zip(pending, previous):
                 s.array = old.data if old.__class__ is Value else old
+            for s in pending:
                 s.pending = s.owner = None
             raise
         elapsed = time.perf_counter() - start
@@ -320,8 +323,15 @@ class Trace:
 @contextlib.contextmanager
 def tracing(observer: Any = None):
     """Record this thread's ops into a new trace; sync and return to the outer mode at
-    the end (Note [Failed traces] when the block raises)."""
+    the end (Note [Failed traces] when the block raises). Inside a trace of this thread
+    (a compiled function called in lazy mode or by another compiled function) the block
+    joins it: its ops become part of the outer trace, which runs them with its own, as
+    a function inlined into its caller (two traces of one thread would each claim the
+    storages both use)."""
     outer = context.trace
+    if outer is not None and observer is None:
+        yield outer
+        return
     trace = context.trace = Trace(observer)
     try:
         yield trace
