@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import warnings
 from typing import Any, Callable
 
@@ -57,6 +58,8 @@ def write_into(t: Any, new: Any, check_cast: bool = True) -> None:
     new_dtype = NUMPY_TO_TORCH[new.dtype]
     check_in_place_result(tuple(t.shape), t.dtype, tuple(new.shape), new_dtype, check_cast)
     store = t._store
+    if store.owner is not None:
+        refuse_write_under_trace(store)
     with X64:
         if t._whole:
             store.array = new if new_dtype == t.dtype else new.astype(TORCH_TO_NUMPY[t.dtype])
@@ -95,7 +98,7 @@ def donatable(self: Any, others: tuple[Any, ...]) -> bool:
         return False
     store = self._store
     v = store.array
-    if v is None or isinstance(v, jax.core.Tracer):
+    if v is None or isinstance(v, jax.core.Tracer) or store.owner is not None:
         return False
     del v
     # references: the storage's, and getrefcount's argument
@@ -109,9 +112,24 @@ def donatable(self: Any, others: tuple[Any, ...]) -> bool:
     return True
 
 
+def refuse_write_under_trace(store: Storage) -> None:
+    """An eager write into a storage that a trace holds: the trace of another thread
+    would overwrite it when it runs, or has read the value it replaces (Note [Per-thread
+    trace] in core/context.py). A trace of this thread set aside (untraced()) lets it."""
+    owner = store.owner
+    if owner.active and owner.thread != threading.get_ident():
+        raise RuntimeError(
+            "this tensor is used by a traced call in another thread (compile() or lazy_mode()), whose result would "
+            "overwrite this write or depends on the value it replaces: write it in that thread, or after its traced "
+            "call returns (or its mark_step() runs)"
+        )
+
+
 def update_in_place(self: XlaTensor, new: Any) -> XlaTensor:
     """`self`'s storage takes `new`, the result of a donating executable."""
     store = self._store
+    if store.owner is not None:
+        refuse_write_under_trace(store)
     store.array = new
     store.version += 1
     self._cache = None

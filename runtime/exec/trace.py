@@ -33,6 +33,7 @@ error when read.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import weakref
 from typing import Any
@@ -90,6 +91,7 @@ class Trace:
     def __init__(self, observer: Any = None):
         self.observer = observer  # Note [Trace observers]
         self.active = True
+        self.thread = threading.get_ident()
         self.segment = 0  # graphs run so far by this trace
         self.storages: list[weakref.ref[Storage]] = []  # made, read or written since the last sync
         # graph inputs holding a storage's value when it was written: id -> Value
