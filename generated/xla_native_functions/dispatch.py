@@ -19,6 +19,7 @@ from .runtime.exec.stub_abi import (
     check_in_place_overlap as _rt_check_in_place_overlap,
     context as _rt_context,
     donatable as _rt_donatable,
+    donate as _rt_donate,
     eager_executable as _rt_eager_executable,
     fallback as _rt_fallback,
     lists_alias as _rt_lists_alias,
@@ -29,7 +30,6 @@ from .runtime.exec.stub_abi import (
     per_tensor_loop as _rt_per_tensor_loop,
     restride_inplace as _rt_restride_inplace,
     scalar_operand as _rt_scalar,
-    update_in_place as _rt_update_in_place,
     wrap as _rt_wrap,
     write_inplace as _rt_write_inplace,
     write_list_inplace as _rt_write_list_inplace,
@@ -1421,8 +1421,7 @@ _donating_abs_ = _rt_eager_executable(ir.Abs, in_place=True)
 
 def abs_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_abs_(_rt_operand(self)))
+        return _rt_donate(self, _donating_abs_)
     return _rt_write_inplace(self, abs(self))
 
 
@@ -1446,8 +1445,7 @@ _donating_acos_ = _rt_eager_executable(ir.Acos, in_place=True)
 
 def acos_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_acos_(_rt_operand(self)))
+        return _rt_donate(self, _donating_acos_)
     return _rt_write_inplace(self, acos(self))
 
 
@@ -1471,8 +1469,7 @@ _donating_acosh_ = _rt_eager_executable(ir.Acosh, in_place=True)
 
 def acosh_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_acosh_(_rt_operand(self)))
+        return _rt_donate(self, _donating_acosh_)
     return _rt_write_inplace(self, acosh(self))
 
 
@@ -1571,8 +1568,7 @@ _donating_add__Scalar = _rt_eager_executable(ir.AddScalar, in_place=True)
 
 def add__Scalar(self, other, alpha=1):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_add__Scalar(_rt_operand(self), _rt_scalar(other), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_add__Scalar, _rt_scalar(other), _rt_scalar(alpha))
     return _rt_write_inplace(self, add_Scalar(self, other, alpha))
 
 
@@ -1581,8 +1577,7 @@ _donating_add__Tensor = _rt_eager_executable(ir.AddTensor, in_place=True)
 
 def add__Tensor(self, other, *, alpha=1):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_add__Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_add__Tensor, _rt_operand(other), _rt_scalar(alpha))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, add_Tensor(self, other, alpha=alpha))
 
@@ -1607,8 +1602,7 @@ _donating_addbmm_ = _rt_eager_executable(ir.Addbmm, in_place=True)
 
 def addbmm_(self, batch1, batch2, *, beta=1, alpha=1):
     if _rt_donatable(self, (batch1, batch2,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_addbmm_(_rt_operand(self), _rt_operand(batch1), _rt_operand(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_addbmm_, _rt_operand(batch1), _rt_operand(batch2), _rt_scalar(beta), _rt_scalar(alpha))
     return _rt_write_inplace(self, addbmm(self, batch1, batch2, beta=beta, alpha=alpha))
 
 
@@ -1632,8 +1626,7 @@ _donating_addcdiv_ = _rt_eager_executable(ir.Addcdiv, in_place=True)
 
 def addcdiv_(self, tensor1, tensor2, *, value=1):
     if _rt_donatable(self, (tensor1, tensor2,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_addcdiv_(_rt_operand(self), _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value)))
+        return _rt_donate(self, _donating_addcdiv_, _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value))
     _rt_check_in_place_overlap(self, (tensor1, tensor2,), False)
     return _rt_write_inplace(self, addcdiv(self, tensor1, tensor2, value=value))
 
@@ -1658,8 +1651,7 @@ _donating_addcmul_ = _rt_eager_executable(ir.Addcmul, in_place=True)
 
 def addcmul_(self, tensor1, tensor2, *, value=1):
     if _rt_donatable(self, (tensor1, tensor2,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_addcmul_(_rt_operand(self), _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value)))
+        return _rt_donate(self, _donating_addcmul_, _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value))
     _rt_check_in_place_overlap(self, (tensor1, tensor2,), False)
     return _rt_write_inplace(self, addcmul(self, tensor1, tensor2, value=value))
 
@@ -1684,8 +1676,7 @@ _donating_addmm_ = _rt_eager_executable(ir.Addmm, in_place=True)
 
 def addmm_(self, mat1, mat2, *, beta=1, alpha=1):
     if _rt_donatable(self, (mat1, mat2,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_addmm_(_rt_operand(self), _rt_operand(mat1), _rt_operand(mat2), _rt_scalar(beta), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_addmm_, _rt_operand(mat1), _rt_operand(mat2), _rt_scalar(beta), _rt_scalar(alpha))
     return _rt_write_inplace(self, addmm(self, mat1, mat2, beta=beta, alpha=alpha))
 
 
@@ -1709,8 +1700,7 @@ _donating_addmv_ = _rt_eager_executable(ir.Addmv, in_place=True)
 
 def addmv_(self, mat, vec, *, beta=1, alpha=1):
     if _rt_donatable(self, (mat, vec,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_addmv_(_rt_operand(self), _rt_operand(mat), _rt_operand(vec), _rt_scalar(beta), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_addmv_, _rt_operand(mat), _rt_operand(vec), _rt_scalar(beta), _rt_scalar(alpha))
     return _rt_write_inplace(self, addmv(self, mat, vec, beta=beta, alpha=alpha))
 
 
@@ -1734,8 +1724,7 @@ _donating_addr_ = _rt_eager_executable(ir.Addr, in_place=True)
 
 def addr_(self, vec1, vec2, *, beta=1, alpha=1):
     if _rt_donatable(self, (vec1, vec2,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_addr_(_rt_operand(self), _rt_operand(vec1), _rt_operand(vec2), _rt_scalar(beta), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_addr_, _rt_operand(vec1), _rt_operand(vec2), _rt_scalar(beta), _rt_scalar(alpha))
     _rt_check_in_place_overlap(self, (vec1, vec2,), False)
     return _rt_write_inplace(self, addr(self, vec1, vec2, beta=beta, alpha=alpha))
 
@@ -2021,8 +2010,7 @@ _donating_asin_ = _rt_eager_executable(ir.Asin, in_place=True)
 
 def asin_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_asin_(_rt_operand(self)))
+        return _rt_donate(self, _donating_asin_)
     return _rt_write_inplace(self, asin(self))
 
 
@@ -2046,8 +2034,7 @@ _donating_asinh_ = _rt_eager_executable(ir.Asinh, in_place=True)
 
 def asinh_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_asinh_(_rt_operand(self)))
+        return _rt_donate(self, _donating_asinh_)
     return _rt_write_inplace(self, asinh(self))
 
 
@@ -2086,8 +2073,7 @@ _donating_atan2_ = _rt_eager_executable(ir.Atan2, in_place=True)
 
 def atan2_(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_atan2_(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_atan2_, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, atan2(self, other))
 
@@ -2097,8 +2083,7 @@ _donating_atan_ = _rt_eager_executable(ir.Atan, in_place=True)
 
 def atan_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_atan_(_rt_operand(self)))
+        return _rt_donate(self, _donating_atan_)
     return _rt_write_inplace(self, atan(self))
 
 
@@ -2122,8 +2107,7 @@ _donating_atanh_ = _rt_eager_executable(ir.Atanh, in_place=True)
 
 def atanh_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_atanh_(_rt_operand(self)))
+        return _rt_donate(self, _donating_atanh_)
     return _rt_write_inplace(self, atanh(self))
 
 
@@ -2207,8 +2191,7 @@ _donating_baddbmm_ = _rt_eager_executable(ir.Baddbmm, in_place=True)
 
 def baddbmm_(self, batch1, batch2, *, beta=1, alpha=1):
     if _rt_donatable(self, (batch1, batch2,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_baddbmm_(_rt_operand(self), _rt_operand(batch1), _rt_operand(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_baddbmm_, _rt_operand(batch1), _rt_operand(batch2), _rt_scalar(beta), _rt_scalar(alpha))
     return _rt_write_inplace(self, baddbmm(self, batch1, batch2, beta=beta, alpha=alpha))
 
 
@@ -2358,8 +2341,7 @@ _donating_bitwise_and__Scalar = _rt_eager_executable(ir.BitwiseAndScalar, in_pla
 
 def bitwise_and__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_bitwise_and__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_bitwise_and__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, bitwise_and_Scalar(self, other))
 
 
@@ -2368,8 +2350,7 @@ _donating_bitwise_and__Tensor = _rt_eager_executable(ir.BitwiseAndTensor, in_pla
 
 def bitwise_and__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_bitwise_and__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_bitwise_and__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, bitwise_and_Tensor(self, other))
 
@@ -2424,8 +2405,7 @@ _donating_bitwise_left_shift__Tensor = _rt_eager_executable(ir.BitwiseLeftShiftT
 
 def bitwise_left_shift__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_bitwise_left_shift__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_bitwise_left_shift__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, bitwise_left_shift_Tensor(self, other))
 
@@ -2435,8 +2415,7 @@ _donating_bitwise_left_shift__Tensor_Scalar = _rt_eager_executable(ir.BitwiseLef
 
 def bitwise_left_shift__Tensor_Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_bitwise_left_shift__Tensor_Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_bitwise_left_shift__Tensor_Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, bitwise_left_shift_Tensor_Scalar(self, other))
 
 
@@ -2460,8 +2439,7 @@ _donating_bitwise_not_ = _rt_eager_executable(ir.BitwiseNot, in_place=True)
 
 def bitwise_not_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_bitwise_not_(_rt_operand(self)))
+        return _rt_donate(self, _donating_bitwise_not_)
     return _rt_write_inplace(self, bitwise_not(self))
 
 
@@ -2515,8 +2493,7 @@ _donating_bitwise_or__Scalar = _rt_eager_executable(ir.BitwiseOrScalar, in_place
 
 def bitwise_or__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_bitwise_or__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_bitwise_or__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, bitwise_or_Scalar(self, other))
 
 
@@ -2525,8 +2502,7 @@ _donating_bitwise_or__Tensor = _rt_eager_executable(ir.BitwiseOrTensor, in_place
 
 def bitwise_or__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_bitwise_or__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_bitwise_or__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, bitwise_or_Tensor(self, other))
 
@@ -2581,8 +2557,7 @@ _donating_bitwise_right_shift__Tensor = _rt_eager_executable(ir.BitwiseRightShif
 
 def bitwise_right_shift__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_bitwise_right_shift__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_bitwise_right_shift__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, bitwise_right_shift_Tensor(self, other))
 
@@ -2592,8 +2567,7 @@ _donating_bitwise_right_shift__Tensor_Scalar = _rt_eager_executable(ir.BitwiseRi
 
 def bitwise_right_shift__Tensor_Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_bitwise_right_shift__Tensor_Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_bitwise_right_shift__Tensor_Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, bitwise_right_shift_Tensor_Scalar(self, other))
 
 
@@ -2647,8 +2621,7 @@ _donating_bitwise_xor__Scalar = _rt_eager_executable(ir.BitwiseXorScalar, in_pla
 
 def bitwise_xor__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_bitwise_xor__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_bitwise_xor__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, bitwise_xor_Scalar(self, other))
 
 
@@ -2657,8 +2630,7 @@ _donating_bitwise_xor__Tensor = _rt_eager_executable(ir.BitwiseXorTensor, in_pla
 
 def bitwise_xor__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_bitwise_xor__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_bitwise_xor__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, bitwise_xor_Tensor(self, other))
 
@@ -2755,8 +2727,7 @@ _donating_ceil_ = _rt_eager_executable(ir.Ceil, in_place=True)
 
 def ceil_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_ceil_(_rt_operand(self)))
+        return _rt_donate(self, _donating_ceil_)
     return _rt_write_inplace(self, ceil(self))
 
 
@@ -2780,8 +2751,7 @@ _donating_celu_ = _rt_eager_executable(ir.Celu, in_place=True)
 
 def celu_(self, alpha=1.0):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_celu_(_rt_operand(self), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_celu_, _rt_scalar(alpha))
     return _rt_write_inplace(self, celu(self, alpha))
 
 
@@ -2873,8 +2843,7 @@ _donating_clamp_ = _rt_eager_executable(ir.Clamp, in_place=True)
 
 def clamp_(self, min=None, max=None):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_clamp_(_rt_operand(self), _rt_scalar(min), _rt_scalar(max)))
+        return _rt_donate(self, _donating_clamp_, _rt_scalar(min), _rt_scalar(max))
     return _rt_write_inplace(self, clamp(self, min, max))
 
 
@@ -2883,8 +2852,7 @@ _donating_clamp__Tensor = _rt_eager_executable(ir.ClampTensor, in_place=True)
 
 def clamp__Tensor(self, min=None, max=None):
     if _rt_donatable(self, (min, max,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_clamp__Tensor(_rt_operand(self), _rt_operand_opt(min), _rt_operand_opt(max)))
+        return _rt_donate(self, _donating_clamp__Tensor, _rt_operand_opt(min), _rt_operand_opt(max))
     _rt_check_in_place_overlap(self, (min, max,), False)
     return _rt_write_inplace(self, clamp_Tensor(self, min, max))
 
@@ -2924,8 +2892,7 @@ _donating_clamp_max_ = _rt_eager_executable(ir.ClampMax, in_place=True)
 
 def clamp_max_(self, max):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_clamp_max_(_rt_operand(self), _rt_scalar(max)))
+        return _rt_donate(self, _donating_clamp_max_, _rt_scalar(max))
     return _rt_write_inplace(self, clamp_max(self, max))
 
 
@@ -2934,8 +2901,7 @@ _donating_clamp_max__Tensor = _rt_eager_executable(ir.ClampMaxTensor, in_place=T
 
 def clamp_max__Tensor(self, max):
     if _rt_donatable(self, (max,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_clamp_max__Tensor(_rt_operand(self), _rt_operand(max)))
+        return _rt_donate(self, _donating_clamp_max__Tensor, _rt_operand(max))
     _rt_check_in_place_overlap(self, (max,), False)
     return _rt_write_inplace(self, clamp_max_Tensor(self, max))
 
@@ -2975,8 +2941,7 @@ _donating_clamp_min_ = _rt_eager_executable(ir.ClampMin, in_place=True)
 
 def clamp_min_(self, min):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_clamp_min_(_rt_operand(self), _rt_scalar(min)))
+        return _rt_donate(self, _donating_clamp_min_, _rt_scalar(min))
     return _rt_write_inplace(self, clamp_min(self, min))
 
 
@@ -2985,8 +2950,7 @@ _donating_clamp_min__Tensor = _rt_eager_executable(ir.ClampMinTensor, in_place=T
 
 def clamp_min__Tensor(self, min):
     if _rt_donatable(self, (min,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_clamp_min__Tensor(_rt_operand(self), _rt_operand(min)))
+        return _rt_donate(self, _donating_clamp_min__Tensor, _rt_operand(min))
     _rt_check_in_place_overlap(self, (min,), False)
     return _rt_write_inplace(self, clamp_min_Tensor(self, min))
 
@@ -3133,8 +3097,7 @@ _donating_copysign__Scalar = _rt_eager_executable(ir.CopysignScalar, in_place=Tr
 
 def copysign__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_copysign__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_copysign__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, copysign_Scalar(self, other))
 
 
@@ -3143,8 +3106,7 @@ _donating_copysign__Tensor = _rt_eager_executable(ir.CopysignTensor, in_place=Tr
 
 def copysign__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_copysign__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_copysign__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, copysign_Tensor(self, other))
 
@@ -3169,8 +3131,7 @@ _donating_cos_ = _rt_eager_executable(ir.Cos, in_place=True)
 
 def cos_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_cos_(_rt_operand(self)))
+        return _rt_donate(self, _donating_cos_)
     return _rt_write_inplace(self, cos(self))
 
 
@@ -3194,8 +3155,7 @@ _donating_cosh_ = _rt_eager_executable(ir.Cosh, in_place=True)
 
 def cosh_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_cosh_(_rt_operand(self)))
+        return _rt_donate(self, _donating_cosh_)
     return _rt_write_inplace(self, cosh(self))
 
 
@@ -3279,8 +3239,7 @@ _donating_cumprod_ = _rt_eager_executable(ir.Cumprod, in_place=True)
 
 def cumprod_(self, dim, *, dtype=None):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_cumprod_(_rt_operand(self), dim, dtype))
+        return _rt_donate(self, _donating_cumprod_, dim, dtype)
     return _rt_write_inplace(self, cumprod(self, dim, dtype=dtype))
 
 
@@ -3304,8 +3263,7 @@ _donating_cumsum_ = _rt_eager_executable(ir.Cumsum, in_place=True)
 
 def cumsum_(self, dim, *, dtype=None):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_cumsum_(_rt_operand(self), dim, dtype))
+        return _rt_donate(self, _donating_cumsum_, dim, dtype)
     return _rt_write_inplace(self, cumsum(self, dim, dtype=dtype))
 
 
@@ -3329,8 +3287,7 @@ _donating_deg2rad_ = _rt_eager_executable(ir.Deg2rad, in_place=True)
 
 def deg2rad_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_deg2rad_(_rt_operand(self)))
+        return _rt_donate(self, _donating_deg2rad_)
     return _rt_write_inplace(self, deg2rad(self))
 
 
@@ -3426,8 +3383,7 @@ _donating_digamma_ = _rt_eager_executable(ir.Digamma, in_place=True)
 
 def digamma_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_digamma_(_rt_operand(self)))
+        return _rt_donate(self, _donating_digamma_)
     return _rt_write_inplace(self, digamma(self))
 
 
@@ -3511,8 +3467,7 @@ _donating_div__Scalar = _rt_eager_executable(ir.DivScalar, in_place=True)
 
 def div__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_div__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_div__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, div_Scalar(self, other))
 
 
@@ -3521,8 +3476,7 @@ _donating_div__Scalar_mode = _rt_eager_executable(ir.DivScalarMode, in_place=Tru
 
 def div__Scalar_mode(self, other, *, rounding_mode):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_div__Scalar_mode(_rt_operand(self), _rt_scalar(other), rounding_mode))
+        return _rt_donate(self, _donating_div__Scalar_mode, _rt_scalar(other), rounding_mode)
     return _rt_write_inplace(self, div_Scalar_mode(self, other, rounding_mode=rounding_mode))
 
 
@@ -3531,8 +3485,7 @@ _donating_div__Tensor = _rt_eager_executable(ir.DivTensor, in_place=True)
 
 def div__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_div__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_div__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, div_Tensor(self, other))
 
@@ -3542,8 +3495,7 @@ _donating_div__Tensor_mode = _rt_eager_executable(ir.DivTensorMode, in_place=Tru
 
 def div__Tensor_mode(self, other, *, rounding_mode):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_div__Tensor_mode(_rt_operand(self), _rt_operand(other), rounding_mode))
+        return _rt_donate(self, _donating_div__Tensor_mode, _rt_operand(other), rounding_mode)
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, div_Tensor_mode(self, other, rounding_mode=rounding_mode))
 
@@ -3583,8 +3535,7 @@ _donating_elu_ = _rt_eager_executable(ir.Elu, in_place=True)
 
 def elu_(self, alpha=1, scale=1, input_scale=1):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_elu_(_rt_operand(self), _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale)))
+        return _rt_donate(self, _donating_elu_, _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale))
     return _rt_write_inplace(self, elu(self, alpha, scale, input_scale))
 
 
@@ -3653,8 +3604,7 @@ _donating_embedding_renorm_ = _rt_eager_executable(ir.EmbeddingRenorm, in_place=
 
 def embedding_renorm_(self, indices, max_norm, norm_type):
     if _rt_donatable(self, (indices,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_embedding_renorm_(_rt_operand(self), _rt_operand(indices), max_norm, norm_type))
+        return _rt_donate(self, _donating_embedding_renorm_, _rt_operand(indices), max_norm, norm_type)
     return _rt_write_inplace(self, embedding_renorm(self, indices, max_norm, norm_type))
 
 
@@ -3739,8 +3689,7 @@ _donating_eq__Scalar = _rt_eager_executable(ir.EqScalar, in_place=True)
 
 def eq__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_eq__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_eq__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, eq_Scalar(self, other))
 
 
@@ -3749,8 +3698,7 @@ _donating_eq__Tensor = _rt_eager_executable(ir.EqTensor, in_place=True)
 
 def eq__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_eq__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_eq__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, eq_Tensor(self, other))
 
@@ -3779,8 +3727,7 @@ _donating_erf_ = _rt_eager_executable(ir.Erf, in_place=True)
 
 def erf_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_erf_(_rt_operand(self)))
+        return _rt_donate(self, _donating_erf_)
     return _rt_write_inplace(self, erf(self))
 
 
@@ -3804,8 +3751,7 @@ _donating_erfc_ = _rt_eager_executable(ir.Erfc, in_place=True)
 
 def erfc_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_erfc_(_rt_operand(self)))
+        return _rt_donate(self, _donating_erfc_)
     return _rt_write_inplace(self, erfc(self))
 
 
@@ -3829,8 +3775,7 @@ _donating_erfinv_ = _rt_eager_executable(ir.Erfinv, in_place=True)
 
 def erfinv_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_erfinv_(_rt_operand(self)))
+        return _rt_donate(self, _donating_erfinv_)
     return _rt_write_inplace(self, erfinv(self))
 
 
@@ -3869,8 +3814,7 @@ _donating_exp2_ = _rt_eager_executable(ir.Exp2, in_place=True)
 
 def exp2_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_exp2_(_rt_operand(self)))
+        return _rt_donate(self, _donating_exp2_)
     return _rt_write_inplace(self, exp2(self))
 
 
@@ -3879,8 +3823,7 @@ _donating_exp_ = _rt_eager_executable(ir.Exp, in_place=True)
 
 def exp_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_exp_(_rt_operand(self)))
+        return _rt_donate(self, _donating_exp_)
     return _rt_write_inplace(self, exp(self))
 
 
@@ -3923,8 +3866,7 @@ _donating_expm1_ = _rt_eager_executable(ir.Expm1, in_place=True)
 
 def expm1_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_expm1_(_rt_operand(self)))
+        return _rt_donate(self, _donating_expm1_)
     return _rt_write_inplace(self, expm1(self))
 
 
@@ -3990,8 +3932,7 @@ _donating_fill__Scalar = _rt_eager_executable(ir.FillScalar, in_place=True)
 
 def fill__Scalar(self, value):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_fill__Scalar(_rt_operand(self), _rt_scalar(value)))
+        return _rt_donate(self, _donating_fill__Scalar, _rt_scalar(value))
     return _rt_write_inplace(self, fill_Scalar(self, value))
 
 
@@ -4030,8 +3971,7 @@ _donating_floor_ = _rt_eager_executable(ir.Floor, in_place=True)
 
 def floor_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_floor_(_rt_operand(self)))
+        return _rt_donate(self, _donating_floor_)
     return _rt_write_inplace(self, floor(self))
 
 
@@ -4070,8 +4010,7 @@ _donating_floor_divide__Scalar = _rt_eager_executable(ir.FloorDivideScalar, in_p
 
 def floor_divide__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_floor_divide__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_floor_divide__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, floor_divide_Scalar(self, other))
 
 
@@ -4080,8 +4019,7 @@ _donating_floor_divide__Tensor = _rt_eager_executable(ir.FloorDivide, in_place=T
 
 def floor_divide__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_floor_divide__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_floor_divide__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, floor_divide(self, other))
 
@@ -4151,8 +4089,7 @@ _donating_fmod__Scalar = _rt_eager_executable(ir.FmodScalar, in_place=True)
 
 def fmod__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_fmod__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_fmod__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, fmod_Scalar(self, other))
 
 
@@ -4161,8 +4098,7 @@ _donating_fmod__Tensor = _rt_eager_executable(ir.FmodTensor, in_place=True)
 
 def fmod__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_fmod__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_fmod__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, fmod_Tensor(self, other))
 
@@ -4187,8 +4123,7 @@ _donating_frac_ = _rt_eager_executable(ir.Frac, in_place=True)
 
 def frac_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_frac_(_rt_operand(self)))
+        return _rt_donate(self, _donating_frac_)
     return _rt_write_inplace(self, frac(self))
 
 
@@ -4332,8 +4267,7 @@ _donating_gcd_ = _rt_eager_executable(ir.Gcd, in_place=True)
 
 def gcd_(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_gcd_(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_gcd_, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, gcd(self, other))
 
@@ -4373,8 +4307,7 @@ _donating_ge__Scalar = _rt_eager_executable(ir.GeScalar, in_place=True)
 
 def ge__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_ge__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_ge__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, ge_Scalar(self, other))
 
 
@@ -4383,8 +4316,7 @@ _donating_ge__Tensor = _rt_eager_executable(ir.GeTensor, in_place=True)
 
 def ge__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_ge__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_ge__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, ge_Tensor(self, other))
 
@@ -4409,8 +4341,7 @@ _donating_gelu_ = _rt_eager_executable(ir.Gelu, in_place=True)
 
 def gelu_(self, *, approximate='none'):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_gelu_(_rt_operand(self), approximate))
+        return _rt_donate(self, _donating_gelu_, approximate)
     return _rt_write_inplace(self, gelu(self, approximate=approximate))
 
 
@@ -4581,8 +4512,7 @@ _donating_gt__Scalar = _rt_eager_executable(ir.GtScalar, in_place=True)
 
 def gt__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_gt__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_gt__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, gt_Scalar(self, other))
 
 
@@ -4591,8 +4521,7 @@ _donating_gt__Tensor = _rt_eager_executable(ir.GtTensor, in_place=True)
 
 def gt__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_gt__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_gt__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, gt_Tensor(self, other))
 
@@ -4647,8 +4576,7 @@ _donating_hardsigmoid_ = _rt_eager_executable(ir.Hardsigmoid, in_place=True)
 
 def hardsigmoid_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_hardsigmoid_(_rt_operand(self)))
+        return _rt_donate(self, _donating_hardsigmoid_)
     return _rt_write_inplace(self, hardsigmoid(self))
 
 
@@ -4687,8 +4615,7 @@ _donating_hardswish_ = _rt_eager_executable(ir.Hardswish, in_place=True)
 
 def hardswish_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_hardswish_(_rt_operand(self)))
+        return _rt_donate(self, _donating_hardswish_)
     return _rt_write_inplace(self, hardswish(self))
 
 
@@ -4727,8 +4654,7 @@ _donating_hardtanh_ = _rt_eager_executable(ir.Hardtanh, in_place=True)
 
 def hardtanh_(self, min_val=-1, max_val=1):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_hardtanh_(_rt_operand(self), _rt_scalar(min_val), _rt_scalar(max_val)))
+        return _rt_donate(self, _donating_hardtanh_, _rt_scalar(min_val), _rt_scalar(max_val))
     return _rt_write_inplace(self, hardtanh(self, min_val, max_val))
 
 
@@ -4782,8 +4708,7 @@ _donating_heaviside_ = _rt_eager_executable(ir.Heaviside, in_place=True)
 
 def heaviside_(self, values):
     if _rt_donatable(self, (values,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_heaviside_(_rt_operand(self), _rt_operand(values)))
+        return _rt_donate(self, _donating_heaviside_, _rt_operand(values))
     _rt_check_in_place_overlap(self, (values,), False)
     return _rt_write_inplace(self, heaviside(self, values))
 
@@ -4883,8 +4808,7 @@ _donating_hypot_ = _rt_eager_executable(ir.Hypot, in_place=True)
 
 def hypot_(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_hypot_(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_hypot_, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, hypot(self, other))
 
@@ -4909,8 +4833,7 @@ _donating_i0_ = _rt_eager_executable(ir.I0, in_place=True)
 
 def i0_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_i0_(_rt_operand(self)))
+        return _rt_donate(self, _donating_i0_)
     return _rt_write_inplace(self, i0(self))
 
 
@@ -4934,8 +4857,7 @@ _donating_igamma_ = _rt_eager_executable(ir.Igamma, in_place=True)
 
 def igamma_(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_igamma_(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_igamma_, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, igamma(self, other))
 
@@ -4960,8 +4882,7 @@ _donating_igammac_ = _rt_eager_executable(ir.Igammac, in_place=True)
 
 def igammac_(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_igammac_(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_igammac_, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, igammac(self, other))
 
@@ -5009,8 +4930,7 @@ _donating_index_add_ = _rt_eager_executable(ir.IndexAdd, in_place=True)
 
 def index_add_(self, dim, index, source, *, alpha=1):
     if _rt_donatable(self, (index, source,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_index_add_(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_index_add_, dim, _rt_operand(index), _rt_operand(source), _rt_scalar(alpha))
     _rt_check_in_place_overlap(self, (index, source,), True)
     return _rt_write_inplace(self, index_add(self, dim, index, source, alpha=alpha))
 
@@ -5035,8 +4955,7 @@ _donating_index_copy_ = _rt_eager_executable(ir.IndexCopy, in_place=True)
 
 def index_copy_(self, dim, index, source):
     if _rt_donatable(self, (index, source,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_index_copy_(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source)))
+        return _rt_donate(self, _donating_index_copy_, dim, _rt_operand(index), _rt_operand(source))
     _rt_check_in_place_overlap(self, (index, source,), True)
     return _rt_write_inplace(self, index_copy(self, dim, index, source))
 
@@ -5076,8 +4995,7 @@ _donating_index_fill__int_Scalar = _rt_eager_executable(ir.IndexFillIntScalar, i
 
 def index_fill__int_Scalar(self, dim, index, value):
     if _rt_donatable(self, (index,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_index_fill__int_Scalar(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value)))
+        return _rt_donate(self, _donating_index_fill__int_Scalar, dim, _rt_operand(index), _rt_scalar(value))
     return _rt_write_inplace(self, index_fill_int_Scalar(self, dim, index, value))
 
 
@@ -5086,8 +5004,7 @@ _donating_index_fill__int_Tensor = _rt_eager_executable(ir.IndexFillIntTensor, i
 
 def index_fill__int_Tensor(self, dim, index, value):
     if _rt_donatable(self, (index, value,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_index_fill__int_Tensor(_rt_operand(self), dim, _rt_operand(index), _rt_operand(value)))
+        return _rt_donate(self, _donating_index_fill__int_Tensor, dim, _rt_operand(index), _rt_operand(value))
     return _rt_write_inplace(self, index_fill_int_Tensor(self, dim, index, value))
 
 
@@ -5124,8 +5041,7 @@ _donating_index_reduce_ = _rt_eager_executable(ir.IndexReduce, in_place=True)
 
 def index_reduce_(self, dim, index, source, reduce, *, include_self=True):
     if _rt_donatable(self, (index, source,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_index_reduce_(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source), reduce, include_self))
+        return _rt_donate(self, _donating_index_reduce_, dim, _rt_operand(index), _rt_operand(source), reduce, include_self)
     _rt_check_in_place_overlap(self, (index, source,), True)
     return _rt_write_inplace(self, index_reduce(self, dim, index, source, reduce, include_self=include_self))
 
@@ -5255,8 +5171,7 @@ _donating_lcm_ = _rt_eager_executable(ir.Lcm, in_place=True)
 
 def lcm_(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_lcm_(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_lcm_, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, lcm(self, other))
 
@@ -5281,8 +5196,7 @@ _donating_ldexp_ = _rt_eager_executable(ir.LdexpTensor, in_place=True)
 
 def ldexp_(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_ldexp_(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_ldexp_, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, ldexp_Tensor(self, other))
 
@@ -5322,8 +5236,7 @@ _donating_le__Scalar = _rt_eager_executable(ir.LeScalar, in_place=True)
 
 def le__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_le__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_le__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, le_Scalar(self, other))
 
 
@@ -5332,8 +5245,7 @@ _donating_le__Tensor = _rt_eager_executable(ir.LeTensor, in_place=True)
 
 def le__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_le__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_le__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, le_Tensor(self, other))
 
@@ -5358,8 +5270,7 @@ _donating_leaky_relu_ = _rt_eager_executable(ir.LeakyRelu, in_place=True)
 
 def leaky_relu_(self, negative_slope=0.01):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_leaky_relu_(_rt_operand(self), _rt_scalar(negative_slope)))
+        return _rt_donate(self, _donating_leaky_relu_, _rt_scalar(negative_slope))
     return _rt_write_inplace(self, leaky_relu(self, negative_slope))
 
 
@@ -5413,8 +5324,7 @@ _donating_lerp__Scalar = _rt_eager_executable(ir.LerpScalar, in_place=True)
 
 def lerp__Scalar(self, end, weight):
     if _rt_donatable(self, (end,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_lerp__Scalar(_rt_operand(self), _rt_operand(end), _rt_scalar(weight)))
+        return _rt_donate(self, _donating_lerp__Scalar, _rt_operand(end), _rt_scalar(weight))
     _rt_check_in_place_overlap(self, (end,), False)
     return _rt_write_inplace(self, lerp_Scalar(self, end, weight))
 
@@ -5424,8 +5334,7 @@ _donating_lerp__Tensor = _rt_eager_executable(ir.LerpTensor, in_place=True)
 
 def lerp__Tensor(self, end, weight):
     if _rt_donatable(self, (end, weight,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_lerp__Tensor(_rt_operand(self), _rt_operand(end), _rt_operand(weight)))
+        return _rt_donate(self, _donating_lerp__Tensor, _rt_operand(end), _rt_operand(weight))
     _rt_check_in_place_overlap(self, (end, weight,), False)
     return _rt_write_inplace(self, lerp_Tensor(self, end, weight))
 
@@ -5450,8 +5359,7 @@ _donating_lgamma_ = _rt_eager_executable(ir.Lgamma, in_place=True)
 
 def lgamma_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_lgamma_(_rt_operand(self)))
+        return _rt_donate(self, _donating_lgamma_)
     return _rt_write_inplace(self, lgamma(self))
 
 
@@ -5787,8 +5695,7 @@ _donating_log10_ = _rt_eager_executable(ir.Log10, in_place=True)
 
 def log10_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_log10_(_rt_operand(self)))
+        return _rt_donate(self, _donating_log10_)
     return _rt_write_inplace(self, log10(self))
 
 
@@ -5812,8 +5719,7 @@ _donating_log1p_ = _rt_eager_executable(ir.Log1p, in_place=True)
 
 def log1p_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_log1p_(_rt_operand(self)))
+        return _rt_donate(self, _donating_log1p_)
     return _rt_write_inplace(self, log1p(self))
 
 
@@ -5837,8 +5743,7 @@ _donating_log2_ = _rt_eager_executable(ir.Log2, in_place=True)
 
 def log2_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_log2_(_rt_operand(self)))
+        return _rt_donate(self, _donating_log2_)
     return _rt_write_inplace(self, log2(self))
 
 
@@ -5847,8 +5752,7 @@ _donating_log_ = _rt_eager_executable(ir.Log, in_place=True)
 
 def log_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_log_(_rt_operand(self)))
+        return _rt_donate(self, _donating_log_)
     return _rt_write_inplace(self, log(self))
 
 
@@ -5959,8 +5863,7 @@ _donating_logical_and_ = _rt_eager_executable(ir.LogicalAnd, in_place=True)
 
 def logical_and_(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_logical_and_(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_logical_and_, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, logical_and(self, other))
 
@@ -5985,8 +5888,7 @@ _donating_logical_not_ = _rt_eager_executable(ir.LogicalNot, in_place=True)
 
 def logical_not_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_logical_not_(_rt_operand(self)))
+        return _rt_donate(self, _donating_logical_not_)
     return _rt_write_inplace(self, logical_not(self))
 
 
@@ -6010,8 +5912,7 @@ _donating_logical_or_ = _rt_eager_executable(ir.LogicalOr, in_place=True)
 
 def logical_or_(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_logical_or_(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_logical_or_, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, logical_or(self, other))
 
@@ -6036,8 +5937,7 @@ _donating_logical_xor_ = _rt_eager_executable(ir.LogicalXor, in_place=True)
 
 def logical_xor_(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_logical_xor_(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_logical_xor_, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, logical_xor(self, other))
 
@@ -6062,8 +5962,7 @@ _donating_logit_ = _rt_eager_executable(ir.Logit, in_place=True)
 
 def logit_(self, eps=None):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_logit_(_rt_operand(self), eps))
+        return _rt_donate(self, _donating_logit_, eps)
     return _rt_write_inplace(self, logit(self, eps))
 
 
@@ -6192,8 +6091,7 @@ _donating_lt__Scalar = _rt_eager_executable(ir.LtScalar, in_place=True)
 
 def lt__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_lt__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_lt__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, lt_Scalar(self, other))
 
 
@@ -6202,8 +6100,7 @@ _donating_lt__Tensor = _rt_eager_executable(ir.LtTensor, in_place=True)
 
 def lt__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_lt__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_lt__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, lt_Tensor(self, other))
 
@@ -6258,8 +6155,7 @@ _donating_masked_fill__Scalar = _rt_eager_executable(ir.MaskedFillScalar, in_pla
 
 def masked_fill__Scalar(self, mask, value):
     if _rt_donatable(self, (mask,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_masked_fill__Scalar(_rt_operand(self), _rt_operand(mask), _rt_scalar(value)))
+        return _rt_donate(self, _donating_masked_fill__Scalar, _rt_operand(mask), _rt_scalar(value))
     _rt_check_in_place_overlap(self, (mask,), False)
     return _rt_write_inplace(self, masked_fill_Scalar(self, mask, value))
 
@@ -6269,8 +6165,7 @@ _donating_masked_fill__Tensor = _rt_eager_executable(ir.MaskedFillTensor, in_pla
 
 def masked_fill__Tensor(self, mask, value):
     if _rt_donatable(self, (mask, value,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_masked_fill__Tensor(_rt_operand(self), _rt_operand(mask), _rt_operand(value)))
+        return _rt_donate(self, _donating_masked_fill__Tensor, _rt_operand(mask), _rt_operand(value))
     return _rt_write_inplace(self, masked_fill_Tensor(self, mask, value))
 
 
@@ -6294,8 +6189,7 @@ _donating_masked_scatter_ = _rt_eager_executable(ir.MaskedScatter, in_place=True
 
 def masked_scatter_(self, mask, source):
     if _rt_donatable(self, (mask, source,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_masked_scatter_(_rt_operand(self), _rt_operand(mask), _rt_operand(source)))
+        return _rt_donate(self, _donating_masked_scatter_, _rt_operand(mask), _rt_operand(source))
     return _rt_write_inplace(self, masked_scatter(self, mask, source))
 
 
@@ -6578,8 +6472,7 @@ _donating_mish_ = _rt_eager_executable(ir.Mish, in_place=True)
 
 def mish_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_mish_(_rt_operand(self)))
+        return _rt_donate(self, _donating_mish_)
     return _rt_write_inplace(self, mish(self))
 
 
@@ -6678,8 +6571,7 @@ _donating_mul__Scalar = _rt_eager_executable(ir.MulScalar, in_place=True)
 
 def mul__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_mul__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_mul__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, mul_Scalar(self, other))
 
 
@@ -6688,8 +6580,7 @@ _donating_mul__Tensor = _rt_eager_executable(ir.MulTensor, in_place=True)
 
 def mul__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_mul__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_mul__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, mul_Tensor(self, other))
 
@@ -6797,8 +6688,7 @@ _donating_mvlgamma_ = _rt_eager_executable(ir.Mvlgamma, in_place=True)
 
 def mvlgamma_(self, p):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_mvlgamma_(_rt_operand(self), p))
+        return _rt_donate(self, _donating_mvlgamma_, p)
     return _rt_write_inplace(self, mvlgamma(self, p))
 
 
@@ -6822,8 +6712,7 @@ _donating_nan_to_num_ = _rt_eager_executable(ir.NanToNum, in_place=True)
 
 def nan_to_num_(self, nan=None, posinf=None, neginf=None):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_nan_to_num_(_rt_operand(self), nan, posinf, neginf))
+        return _rt_donate(self, _donating_nan_to_num_, nan, posinf, neginf)
     return _rt_write_inplace(self, nan_to_num(self, nan, posinf, neginf))
 
 
@@ -7028,8 +6917,7 @@ _donating_ne__Scalar = _rt_eager_executable(ir.NeScalar, in_place=True)
 
 def ne__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_ne__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_ne__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, ne_Scalar(self, other))
 
 
@@ -7038,8 +6926,7 @@ _donating_ne__Tensor = _rt_eager_executable(ir.NeTensor, in_place=True)
 
 def ne__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_ne__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_ne__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, ne_Tensor(self, other))
 
@@ -7064,8 +6951,7 @@ _donating_neg_ = _rt_eager_executable(ir.Neg, in_place=True)
 
 def neg_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_neg_(_rt_operand(self)))
+        return _rt_donate(self, _donating_neg_)
     return _rt_write_inplace(self, neg(self))
 
 
@@ -7164,8 +7050,7 @@ _donating_nextafter_ = _rt_eager_executable(ir.Nextafter, in_place=True)
 
 def nextafter_(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_nextafter_(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_nextafter_, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, nextafter(self, other))
 
@@ -7490,8 +7375,7 @@ _donating_pow__Scalar = _rt_eager_executable(ir.PowTensorScalar, in_place=True)
 
 def pow__Scalar(self, exponent):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_pow__Scalar(_rt_operand(self), _rt_scalar(exponent)))
+        return _rt_donate(self, _donating_pow__Scalar, _rt_scalar(exponent))
     return _rt_write_inplace(self, pow_Tensor_Scalar(self, exponent))
 
 
@@ -7500,8 +7384,7 @@ _donating_pow__Tensor = _rt_eager_executable(ir.PowTensorTensor, in_place=True)
 
 def pow__Tensor(self, exponent):
     if _rt_donatable(self, (exponent,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_pow__Tensor(_rt_operand(self), _rt_operand(exponent)))
+        return _rt_donate(self, _donating_pow__Tensor, _rt_operand(exponent))
     _rt_check_in_place_overlap(self, (exponent,), False)
     return _rt_write_inplace(self, pow_Tensor_Tensor(self, exponent))
 
@@ -7556,8 +7439,7 @@ _donating_put_ = _rt_eager_executable(ir.Put, in_place=True)
 
 def put_(self, index, source, accumulate=False):
     if _rt_donatable(self, (index, source,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_put_(_rt_operand(self), _rt_operand(index), _rt_operand(source), accumulate))
+        return _rt_donate(self, _donating_put_, _rt_operand(index), _rt_operand(source), accumulate)
     _rt_check_in_place_overlap(self, (index, source,), True)
     return _rt_write_inplace(self, put(self, index, source, accumulate))
 
@@ -7582,8 +7464,7 @@ _donating_rad2deg_ = _rt_eager_executable(ir.Rad2deg, in_place=True)
 
 def rad2deg_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_rad2deg_(_rt_operand(self)))
+        return _rt_donate(self, _donating_rad2deg_)
     return _rt_write_inplace(self, rad2deg(self))
 
 
@@ -7703,8 +7584,7 @@ _donating_reciprocal_ = _rt_eager_executable(ir.Reciprocal, in_place=True)
 
 def reciprocal_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_reciprocal_(_rt_operand(self)))
+        return _rt_donate(self, _donating_reciprocal_)
     return _rt_write_inplace(self, reciprocal(self))
 
 
@@ -7818,8 +7698,7 @@ _donating_relu_ = _rt_eager_executable(ir.Relu, in_place=True)
 
 def relu_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_relu_(_rt_operand(self)))
+        return _rt_donate(self, _donating_relu_)
     return _rt_write_inplace(self, relu(self))
 
 
@@ -7873,8 +7752,7 @@ _donating_remainder__Scalar = _rt_eager_executable(ir.RemainderScalar, in_place=
 
 def remainder__Scalar(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_remainder__Scalar(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_remainder__Scalar, _rt_scalar(other))
     return _rt_write_inplace(self, remainder_Scalar(self, other))
 
 
@@ -7883,8 +7761,7 @@ _donating_remainder__Tensor = _rt_eager_executable(ir.RemainderTensor, in_place=
 
 def remainder__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_remainder__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_remainder__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, remainder_Tensor(self, other))
 
@@ -7909,8 +7786,7 @@ _donating_renorm_ = _rt_eager_executable(ir.Renorm, in_place=True)
 
 def renorm_(self, p, dim, maxnorm):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_renorm_(_rt_operand(self), _rt_scalar(p), dim, _rt_scalar(maxnorm)))
+        return _rt_donate(self, _donating_renorm_, _rt_scalar(p), dim, _rt_scalar(maxnorm))
     return _rt_write_inplace(self, renorm(self, p, dim, maxnorm))
 
 
@@ -8100,8 +7976,7 @@ _donating_round_ = _rt_eager_executable(ir.Round, in_place=True)
 
 def round_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_round_(_rt_operand(self)))
+        return _rt_donate(self, _donating_round_)
     return _rt_write_inplace(self, round(self))
 
 
@@ -8110,8 +7985,7 @@ _donating_round__decimals = _rt_eager_executable(ir.RoundDecimals, in_place=True
 
 def round__decimals(self, *, decimals):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_round__decimals(_rt_operand(self), decimals))
+        return _rt_donate(self, _donating_round__decimals, decimals)
     return _rt_write_inplace(self, round_decimals(self, decimals=decimals))
 
 
@@ -8158,8 +8032,7 @@ _donating_rsqrt_ = _rt_eager_executable(ir.Rsqrt, in_place=True)
 
 def rsqrt_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_rsqrt_(_rt_operand(self)))
+        return _rt_donate(self, _donating_rsqrt_)
     return _rt_write_inplace(self, rsqrt(self))
 
 
@@ -8273,8 +8146,7 @@ _donating_scatter__reduce = _rt_eager_executable(ir.ScatterReduce, in_place=True
 
 def scatter__reduce(self, dim, index, src, *, reduce):
     if _rt_donatable(self, (index, src,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_scatter__reduce(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src), reduce))
+        return _rt_donate(self, _donating_scatter__reduce, dim, _rt_operand(index), _rt_operand(src), reduce)
     _rt_check_in_place_overlap(self, (index, src,), True)
     return _rt_write_inplace(self, scatter_reduce(self, dim, index, src, reduce=reduce))
 
@@ -8284,8 +8156,7 @@ _donating_scatter__src = _rt_eager_executable(ir.ScatterSrc, in_place=True)
 
 def scatter__src(self, dim, index, src):
     if _rt_donatable(self, (index, src,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_scatter__src(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src)))
+        return _rt_donate(self, _donating_scatter__src, dim, _rt_operand(index), _rt_operand(src))
     _rt_check_in_place_overlap(self, (index, src,), True)
     return _rt_write_inplace(self, scatter_src(self, dim, index, src))
 
@@ -8295,8 +8166,7 @@ _donating_scatter__value = _rt_eager_executable(ir.ScatterValue, in_place=True)
 
 def scatter__value(self, dim, index, value):
     if _rt_donatable(self, (index,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_scatter__value(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value)))
+        return _rt_donate(self, _donating_scatter__value, dim, _rt_operand(index), _rt_scalar(value))
     _rt_check_in_place_overlap(self, (index,), True)
     return _rt_write_inplace(self, scatter_value(self, dim, index, value))
 
@@ -8306,8 +8176,7 @@ _donating_scatter__value_reduce = _rt_eager_executable(ir.ScatterValueReduce, in
 
 def scatter__value_reduce(self, dim, index, value, *, reduce):
     if _rt_donatable(self, (index,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_scatter__value_reduce(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value), reduce))
+        return _rt_donate(self, _donating_scatter__value_reduce, dim, _rt_operand(index), _rt_scalar(value), reduce)
     _rt_check_in_place_overlap(self, (index,), True)
     return _rt_write_inplace(self, scatter_value_reduce(self, dim, index, value, reduce=reduce))
 
@@ -8332,8 +8201,7 @@ _donating_scatter_add_ = _rt_eager_executable(ir.ScatterAdd, in_place=True)
 
 def scatter_add_(self, dim, index, src):
     if _rt_donatable(self, (index, src,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_scatter_add_(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src)))
+        return _rt_donate(self, _donating_scatter_add_, dim, _rt_operand(index), _rt_operand(src))
     _rt_check_in_place_overlap(self, (index, src,), True)
     return _rt_write_inplace(self, scatter_add(self, dim, index, src))
 
@@ -8358,8 +8226,7 @@ _donating_scatter_reduce__two = _rt_eager_executable(ir.ScatterReduceTwo, in_pla
 
 def scatter_reduce__two(self, dim, index, src, reduce, *, include_self=True):
     if _rt_donatable(self, (index, src,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_scatter_reduce__two(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src), reduce, include_self))
+        return _rt_donate(self, _donating_scatter_reduce__two, dim, _rt_operand(index), _rt_operand(src), reduce, include_self)
     _rt_check_in_place_overlap(self, (index, src,), True)
     return _rt_write_inplace(self, scatter_reduce_two(self, dim, index, src, reduce, include_self=include_self))
 
@@ -8463,8 +8330,7 @@ _donating_sgn_ = _rt_eager_executable(ir.Sgn, in_place=True)
 
 def sgn_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_sgn_(_rt_operand(self)))
+        return _rt_donate(self, _donating_sgn_)
     return _rt_write_inplace(self, sgn(self))
 
 
@@ -8488,8 +8354,7 @@ _donating_sigmoid_ = _rt_eager_executable(ir.Sigmoid, in_place=True)
 
 def sigmoid_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_sigmoid_(_rt_operand(self)))
+        return _rt_donate(self, _donating_sigmoid_)
     return _rt_write_inplace(self, sigmoid(self))
 
 
@@ -8528,8 +8393,7 @@ _donating_sign_ = _rt_eager_executable(ir.Sign, in_place=True)
 
 def sign_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_sign_(_rt_operand(self)))
+        return _rt_donate(self, _donating_sign_)
     return _rt_write_inplace(self, sign(self))
 
 
@@ -8568,8 +8432,7 @@ _donating_silu_ = _rt_eager_executable(ir.Silu, in_place=True)
 
 def silu_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_silu_(_rt_operand(self)))
+        return _rt_donate(self, _donating_silu_)
     return _rt_write_inplace(self, silu(self))
 
 
@@ -8593,8 +8456,7 @@ _donating_sin_ = _rt_eager_executable(ir.Sin, in_place=True)
 
 def sin_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_sin_(_rt_operand(self)))
+        return _rt_donate(self, _donating_sin_)
     return _rt_write_inplace(self, sin(self))
 
 
@@ -8618,8 +8480,7 @@ _donating_sinc_ = _rt_eager_executable(ir.Sinc, in_place=True)
 
 def sinc_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_sinc_(_rt_operand(self)))
+        return _rt_donate(self, _donating_sinc_)
     return _rt_write_inplace(self, sinc(self))
 
 
@@ -8643,8 +8504,7 @@ _donating_sinh_ = _rt_eager_executable(ir.Sinh, in_place=True)
 
 def sinh_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_sinh_(_rt_operand(self)))
+        return _rt_donate(self, _donating_sinh_)
     return _rt_write_inplace(self, sinh(self))
 
 
@@ -9805,8 +9665,7 @@ _donating_sqrt_ = _rt_eager_executable(ir.Sqrt, in_place=True)
 
 def sqrt_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_sqrt_(_rt_operand(self)))
+        return _rt_donate(self, _donating_sqrt_)
     return _rt_write_inplace(self, sqrt(self))
 
 
@@ -9959,8 +9818,7 @@ _donating_sub__Scalar = _rt_eager_executable(ir.SubScalar, in_place=True)
 
 def sub__Scalar(self, other, alpha=1):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_sub__Scalar(_rt_operand(self), _rt_scalar(other), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_sub__Scalar, _rt_scalar(other), _rt_scalar(alpha))
     return _rt_write_inplace(self, sub_Scalar(self, other, alpha))
 
 
@@ -9969,8 +9827,7 @@ _donating_sub__Tensor = _rt_eager_executable(ir.SubTensor, in_place=True)
 
 def sub__Tensor(self, other, *, alpha=1):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_sub__Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_sub__Tensor, _rt_operand(other), _rt_scalar(alpha))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, sub_Tensor(self, other, alpha=alpha))
 
@@ -10063,8 +9920,7 @@ _donating_tan_ = _rt_eager_executable(ir.Tan, in_place=True)
 
 def tan_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_tan_(_rt_operand(self)))
+        return _rt_donate(self, _donating_tan_)
     return _rt_write_inplace(self, tan(self))
 
 
@@ -10088,8 +9944,7 @@ _donating_tanh_ = _rt_eager_executable(ir.Tanh, in_place=True)
 
 def tanh_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_tanh_(_rt_operand(self)))
+        return _rt_donate(self, _donating_tanh_)
     return _rt_write_inplace(self, tanh(self))
 
 
@@ -10128,8 +9983,7 @@ _donating_threshold_ = _rt_eager_executable(ir.Threshold, in_place=True)
 
 def threshold_(self, threshold, value):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_threshold_(_rt_operand(self), _rt_scalar(threshold), _rt_scalar(value)))
+        return _rt_donate(self, _donating_threshold_, _rt_scalar(threshold), _rt_scalar(value))
     return _rt_write_inplace(self, _rt_stubs.threshold(self, threshold, value))
 
 
@@ -10236,8 +10090,7 @@ _donating_tril_ = _rt_eager_executable(ir.Tril, in_place=True)
 
 def tril_(self, diagonal=0):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_tril_(_rt_operand(self), diagonal))
+        return _rt_donate(self, _donating_tril_, diagonal)
     return _rt_write_inplace(self, tril(self, diagonal))
 
 
@@ -10269,8 +10122,7 @@ _donating_triu_ = _rt_eager_executable(ir.Triu, in_place=True)
 
 def triu_(self, diagonal=0):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_triu_(_rt_operand(self), diagonal))
+        return _rt_donate(self, _donating_triu_, diagonal)
     return _rt_write_inplace(self, triu(self, diagonal))
 
 
@@ -10302,8 +10154,7 @@ _donating_trunc_ = _rt_eager_executable(ir.Trunc, in_place=True)
 
 def trunc_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_trunc_(_rt_operand(self)))
+        return _rt_donate(self, _donating_trunc_)
     return _rt_write_inplace(self, trunc(self))
 
 
@@ -10781,8 +10632,7 @@ _donating_xlogy__Scalar_Other = _rt_eager_executable(ir.XlogyScalarOther, in_pla
 
 def xlogy__Scalar_Other(self, other):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_xlogy__Scalar_Other(_rt_operand(self), _rt_scalar(other)))
+        return _rt_donate(self, _donating_xlogy__Scalar_Other, _rt_scalar(other))
     return _rt_write_inplace(self, xlogy_Scalar_Other(self, other))
 
 
@@ -10791,8 +10641,7 @@ _donating_xlogy__Tensor = _rt_eager_executable(ir.XlogyTensor, in_place=True)
 
 def xlogy__Tensor(self, other):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_xlogy__Tensor(_rt_operand(self), _rt_operand(other)))
+        return _rt_donate(self, _donating_xlogy__Tensor, _rt_operand(other))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, xlogy_Tensor(self, other))
 
@@ -10817,8 +10666,7 @@ _donating_zero_ = _rt_eager_executable(ir.Zero, in_place=True)
 
 def zero_(self):
     if _rt_donatable(self, ()):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_zero_(_rt_operand(self)))
+        return _rt_donate(self, _donating_zero_)
     return _rt_write_inplace(self, zero(self))
 
 

@@ -15,6 +15,7 @@ import torch
 
 from ...shape_fns.common import TORCH_TO_NUMPY
 from .context import context
+from .sharing import wait_for_write
 from .views import strided_read_jit
 
 
@@ -91,6 +92,8 @@ def host_array(t) -> np.ndarray:
     if t._whole:
         return host
     shape = tuple(t.shape)
+    if t._real:  # a view of complex memory as reals: the same bytes, two reals per element
+        host = np.ascontiguousarray(host).reshape(-1).view(TORCH_TO_NUMPY[t.dtype])
     if 0 in shape:  # PyTorch lets an empty view's offset lie past the storage's end
         return np.empty(shape, host.dtype)
     if host.flags.c_contiguous:
@@ -104,14 +107,21 @@ def host_array(t) -> np.ndarray:
 def current_array(store) -> jax.Array:
     """The array of a storage that a trace holds (or that has none): Note [Per-thread
     trace] in context.py. The thread of that trace runs what it recorded; any other
-    thread reads the array from before the trace, as if it ran first."""
-    trace = store.owner
-    if trace is not None and trace is context.trace:
-        return trace.materialize(store)
-    array = store.array
+    thread reads the array from before the trace, as if it ran first, and waits for a
+    write in flight in another thread (Note [Threads and storages] in sharing.py)."""
+    while True:
+        trace = store.owner
+        if trace is not None and trace is context.trace:
+            return trace.materialize(store)
+        array = store.array
+        if array is not None:
+            return array
+        if not wait_for_write(store):
+            break
+    array = store.array  # a write that ended before the wait began
     if array is not None:
         return array
-    if trace is not None:
+    if store.owner is not None:
         raise RuntimeError(
             "this tensor is made by ops that another thread is recording (compile() or lazy_mode()) and that have "
             "not run yet: read it in that thread, or after its traced call returns or mark_step() runs"

@@ -47,11 +47,12 @@ from ..core.context import context
 from ..core.convert import X64, current_array
 from ..core.ir import ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node, ScalarInput, SpecialScalar, Value, \
     is_special_scalar
+from ..core.sharing import WRITE_LOCK
 from ..core.tensor import Storage, XlaTensor
 from ..platform.metrics import metrics
 from .eager import check_in_place_result, foreign_value, scalar_operand
 from .graph import lower_graph
-from .strided import Convert, StridedRead, StridedWrite
+from .strided import ComplexFromPairs, Convert, RealPairs, StridedRead, StridedWrite
 
 
 def _meta_of(a: Any) -> TensorMeta:
@@ -85,6 +86,12 @@ def record_strided_read(base: Value, dtype: torch.dtype, size, stride, offset) -
     return _emit(StridedRead((base, size, stride, offset)), TensorMeta(tuple(size), dtype))
 
 
+_SHARED_MESSAGE = (
+    "a tensor is used by two traced calls at once (compile() or lazy_mode() in two threads): its value is pending "
+    "in the other thread's trace; synchronize the threads or give each its own tensors"
+)
+
+
 class Trace:
     """The IR recorded by one thread since its last sync."""
 
@@ -92,6 +99,9 @@ class Trace:
         self.observer = observer  # Note [Trace observers]
         self.active = True
         self.thread = threading.get_ident()
+        # held while a graph runs and the storages it writes have no array (Note
+        # [Threads and storages] in core/sharing.py)
+        self.running = threading.Lock()
         self.segment = 0  # graphs run so far by this trace
         self.storages: list[weakref.ref[Storage]] = []  # made, read or written since the last sync
         # graph inputs holding a storage's value when it was written: id -> Value
@@ -104,18 +114,18 @@ class Trace:
         return Value(None, 0, _meta_of(array), data=array)
 
     def _enter(self, store: Storage, t: XlaTensor) -> Value:
-        """A storage this trace meets for the first time: its array becomes a graph input."""
-        owner = store.owner
-        if owner is not None and owner is not self and owner.active:
-            raise RuntimeError(
-                "a tensor is used by two traced calls at once (compile() or lazy_mode() in two threads): its "
-                "value is pending in the other thread's trace; synchronize the threads or give each its own tensors"
-            )
-        array = store.array
-        if array is None:
-            array = current_array(store)  # raises: no value to read
-        v = store.pending = self.input(array)
-        store.owner = self
+        """A storage this trace meets for the first time: its array becomes a graph input.
+        Claimed under WRITE_LOCK: no write of another thread is replacing the array read,
+        and none lands after the claim (Note [Threads and storages])."""
+        with WRITE_LOCK:
+            owner = store.owner
+            if owner is not None and owner is not self and owner.active:
+                raise RuntimeError(_SHARED_MESSAGE)
+            array = store.array
+            if array is None:
+                array = current_array(store)  # raises: no value to read
+            v = store.pending = self.input(array)
+            store.owner = self
         self.storages.append(weakref.ref(store))
         if self.observer is not None:
             self.observer.note_owner(store, t, v)
@@ -130,6 +140,8 @@ class Trace:
                 v = self._enter(store, t)
             if t._whole:
                 return v
+            if t._real:
+                v = _emit(RealPairs((v,)), RealPairs.output_shape(v.meta))
             return record_strided_read(v, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
         if isinstance(t, torch.Tensor):
             return self.input(foreign_value(t))
@@ -190,7 +202,12 @@ class Trace:
             base = old if mine else self._enter(store, t)
             old = base
             layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
-            store.pending = _emit(StridedWrite((base, new) + layout), base.meta)
+            if t._real:  # through the complex storage's reals (Note [Views and mutation])
+                pairs = _emit(RealPairs((base,)), RealPairs.output_shape(base.meta))
+                written = _emit(StridedWrite((pairs, new) + layout), pairs.meta)
+                store.pending = _emit(ComplexFromPairs((written,)), base.meta)
+            else:
+                store.pending = _emit(StridedWrite((base, new) + layout), base.meta)
         if old is not None and old.node is None:
             self.overwritten[id(old)] = old
         store.version += 1
@@ -198,13 +215,11 @@ class Trace:
 
     def _enter_written(self, store: Storage) -> None:
         """A storage this trace writes whole before reading it."""
-        owner = store.owner
-        if owner is not None and owner is not self and owner.active:
-            raise RuntimeError(
-                "a tensor is written by two traced calls at once (compile() or lazy_mode() in two threads); "
-                "synchronize the threads or give each its own tensors"
-            )
-        store.owner = self
+        with WRITE_LOCK:
+            owner = store.owner
+            if owner is not None and owner is not self and owner.active:
+                raise RuntimeError(_SHARED_MESSAGE)
+            store.owner = self
         self.storages.append(weakref.ref(store))
 
     # -- replay's observer
@@ -270,6 +285,7 @@ class Trace:
         if not pending:
             return
         previous: list[Any] = []
+        self.running.acquire()
         try:
             roots = [s.pending for s in pending]
             fn, inputs, scalars, key, compiling = lower_graph(roots, overwritten, read_only, self.segment)
@@ -300,7 +316,13 @@ class Trace:
                 s.array = old.data if old.__class__ is Value else old
             for s in pending:
                 s.pending = s.owner = None
+            self.running.release()
             raise
+        for s, out in zip(pending, outs):
+            s.array = out
+            s.pending = s.owner = None
+            s.version += 1
+        self.running.release()
         elapsed = time.perf_counter() - start
         if compiling:
             metrics.compile_count += 1
@@ -308,10 +330,6 @@ class Trace:
         else:
             metrics.execute_count += 1
             metrics.execute_seconds += elapsed
-        for s, out in zip(pending, outs):
-            s.array = out
-            s.pending = s.owner = None
-            s.version += 1
 
     def abandon(self) -> None:
         """Drop what was recorded and not run: every storage keeps its array from before
@@ -320,6 +338,11 @@ class Trace:
             s.pending = s.owner = None
         self.storages = []
         self.overwritten = {}
+
+
+# The traces recording now, in every thread: id -> Trace. A compile() replay checks the
+# storages it uses against them only when there is one (frontends/replay.py).
+active_traces: dict[int, Trace] = {}
 
 
 @contextlib.contextmanager
@@ -335,6 +358,7 @@ def tracing(observer: Any = None):
         yield outer
         return
     trace = context.trace = Trace(observer)
+    active_traces[id(trace)] = trace
     try:
         yield trace
         trace.sync()
@@ -346,6 +370,7 @@ def tracing(observer: Any = None):
         raise
     finally:
         trace.active = False
+        active_traces.pop(id(trace), None)
         context.trace = outer
 
 

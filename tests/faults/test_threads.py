@@ -264,3 +264,198 @@ def test_two_threads_training_their_own_models_match_each_run_alone():
             torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-5)
         for p, q in zip(models[i].state_dict().values(), refs[i].state_dict().values()):
             torch.testing.assert_close(cpu(p), q, atol=1e-5, rtol=1e-5)
+
+
+def test_a_compiled_step_learns_only_its_own_threads_modules_and_optimizers():
+    """While thread A's compiled step is traced to learn its replay, thread B runs its own
+    model and optimizer: A's replay neither guards nor touches B's (PyTorch's module
+    and optimizer hooks that compile() watches are global to the process)."""
+    a_model, b_model = _model(), xnf.to_xla(_model())
+    ref = copy.deepcopy(a_model)
+    xnf.to_xla(a_model)
+    a_opt = torch.optim.SGD(a_model.parameters(), lr=0.05)
+    b_opt = torch.optim.SGD(b_model.parameters(), lr=0.05)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    a_mid, b_done, a_finished = threading.Event(), threading.Event(), threading.Event()
+    meetings = []
+
+    def make(model, opt, meet):
+        def step(x, y):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            if meet:  # only while A's Python runs: when its call is traced
+                a_mid.set()
+                wait(b_done)
+                b_done.clear()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    a_step = xnf.compile(make(a_model, a_opt, True))
+    ref_step = make(ref, ref_opt, False)
+    g = torch.Generator().manual_seed(3)
+    batches = [(torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(8)]
+    b_x, b_y = xnf.to_xla(torch.randn(8, 6)), xnf.to_xla(torch.randint(0, 3, (8,)))
+
+    def thread_a():
+        try:
+            for x, y in batches:
+                a_step(xnf.to_xla(x), xnf.to_xla(y))
+        finally:
+            a_finished.set()
+
+    def thread_b():
+        # B trains in the middle of each of A's traced calls
+        while not a_finished.is_set():
+            if a_mid.wait(0.05):
+                a_mid.clear()
+                b_opt.zero_grad()
+                torch.nn.functional.cross_entropy(b_model(b_x), b_y).backward()
+                b_opt.step()
+                meetings.append(1)
+                b_done.set()
+        b_model.eval()
+        b_opt.param_groups[0]["lr"] = 0.5  # would fail A's guards if A had learned B's optimizer
+        for p in b_model.parameters():
+            p.grad = torch.ones_like(p)
+
+    from xla_native_functions.runtime.platform.metrics import metrics
+    xnf.reset_metrics()
+    run_threads(thread_a, thread_b)
+    assert len(meetings) >= 2 and metrics.replays == len(batches) - len(meetings), xnf.metrics_report()
+    a_step(*[xnf.to_xla(t) for t in batches[0]])  # replayed: B's eval() and lr are not A's guards
+    assert metrics.replays == len(batches) - len(meetings) + 1
+    for x, y in batches + batches[:1]:
+        ref_step(x, y)
+    for p, q in zip(a_model.state_dict().values(), ref.state_dict().values()):
+        torch.testing.assert_close(cpu(p), q, atol=1e-5, rtol=1e-5)
+    for p in b_model.parameters():
+        assert torch.equal(cpu(p.grad), torch.ones(p.shape))
+
+
+# ---------------------------------------------------------------- in-place ops on one tensor from several threads
+# (Note [Threads and storages] in runtime/core/sharing.py)
+
+SMALL, LARGE = 3, 512 * 1024  # float32 elements: 12 bytes, and 2 MB (donated in place)
+
+
+def _hammer(writers: int, per_thread: int, write, readers=(), start=None):
+    """`writers` threads call write() per_thread times each, while each of `readers`
+    runs until the writers are done; every thread starts at one barrier."""
+    barrier = threading.Barrier(writers + len(readers))
+    done = threading.Event()
+
+    def writer():
+        barrier.wait(TIMEOUT)
+        for _ in range(per_thread):
+            write()
+
+    def reader(read):
+        def body():
+            barrier.wait(TIMEOUT)
+            while not done.is_set():
+                read()
+        return body
+
+    def writers_then_done():
+        try:
+            run_threads(*[writer] * writers)
+        finally:
+            done.set()
+
+    run_threads(writers_then_done, *[reader(r) for r in readers])
+
+
+@pytest.mark.parametrize("numel", [SMALL, LARGE], ids=["small", "large_donated"])
+def test_in_place_adds_from_four_threads_all_land(numel):
+    x = xnf.to_xla(torch.zeros(numel))
+    sums = []
+
+    def read():
+        # a whole snapshot, before or after each write: every element equal
+        v = cpu(x * 1)
+        assert torch.equal(v, torch.full_like(v, v[0].item()))
+        sums.append(v[0].item())
+
+    _hammer(4, 250, lambda: x.add_(1), readers=[read, read])
+    assert torch.equal(cpu(x), torch.full((numel,), 1000.0))
+    assert sums and all(0 <= s <= 1000 and s == int(s) for s in sums)
+
+
+def test_in_place_ops_through_views_from_threads_all_land():
+    x = xnf.to_xla(torch.zeros(4, LARGE // 4))
+    rows = [x[i] for i in range(4)]
+
+    def write():
+        for r in rows:
+            r.add_(1)
+        x[:, :8].mul_(1)  # a strided write of every row
+    _hammer(3, 40, write, readers=[lambda: cpu(x.sum())])
+    assert torch.equal(cpu(x), torch.full((4, LARGE // 4), 120.0))
+
+
+def test_foreach_in_place_ops_from_threads_all_land():
+    params = [xnf.to_xla(torch.zeros(n)) for n in (LARGE, SMALL, LARGE)]
+    ones = [xnf.to_xla(torch.ones(p.shape)) for p in params]
+    _hammer(3, 50, lambda: torch._foreach_add_(params, ones), readers=[lambda: cpu(params[0] + params[2])])
+    for p in params:
+        assert torch.equal(cpu(p), torch.full(p.shape, 150.0))
+
+
+@pytest.mark.parametrize("numel", [SMALL, LARGE], ids=["small", "large_donated"])
+def test_compiled_and_eager_updates_of_one_tensor_from_threads_all_land(numel):
+    """Replays of a compiled step (and the calls traced to learn it) and eager in-place
+    ops on one shared tensor: none is lost, no reader sees a deleted buffer."""
+    x = xnf.to_xla(torch.zeros(numel))
+    step = xnf.compile(lambda t: t.add_(1))
+
+    def traced_or_refused():
+        # a traced call meeting a tensor another thread's traced call holds is refused,
+        # and then it has written nothing
+        try:
+            step(x)
+        except RuntimeError as e:
+            assert "two traced calls at once" in str(e) or "traced call in another thread" in str(e)
+            traced_or_refused.refused += 1
+
+    traced_or_refused.refused = 0
+
+    def eager():
+        try:
+            x.add_(1)
+        except RuntimeError as e:
+            assert "traced call in another thread" in str(e)
+            eager.refused += 1
+
+    eager.refused = 0
+    _hammer(2, 100, traced_or_refused, readers=[lambda: cpu(x.sum())])
+    _hammer(1, 100, eager)
+    step(x)
+    landed = 2 * 100 - traced_or_refused.refused + 100 - eager.refused + 1
+    assert torch.equal(cpu(x), torch.full((numel,), float(landed)))
+
+
+def test_eager_writes_while_another_thread_replays_on_the_tensor_all_land():
+    x = xnf.to_xla(torch.zeros(LARGE))
+    step = xnf.compile(lambda t: t.add_(1))
+    for _ in range(4):
+        step(x)  # replayed from here on: no trace holds x
+    from xla_native_functions.runtime.platform.metrics import metrics
+    xnf.reset_metrics()
+    a_done = threading.Event()
+
+    def replays():
+        try:
+            for _ in range(100):
+                step(x)
+        finally:
+            a_done.set()
+
+    def eager():
+        for _ in range(100):
+            x.add_(1)
+
+    run_threads(replays, eager, lambda: [cpu(x * 1) for _ in range(20)])
+    assert metrics.replays == 100
+    assert torch.equal(cpu(x), torch.full((LARGE,), 204.0))
