@@ -69,6 +69,44 @@ strided_read_jit = jax.jit(strided_read, static_argnums=(1, 2, 3))
 strided_write_jit = jax.jit(strided_write, static_argnums=(2, 3, 4))
 
 
+def real_pairs(base: jax.Array) -> jax.Array:
+    """A complex array as PyTorch's memory holds it: each element two reals, (..., 2)."""
+    return jnp.stack([jnp.real(base), jnp.imag(base)], axis=-1)
+
+
+def complex_from_pairs(pairs: jax.Array) -> jax.Array:
+    """The complex array whose real_pairs are `pairs`."""
+    return jax.lax.complex(pairs[..., 0], pairs[..., 1])
+
+
+def real_strided_read(base: jax.Array, size, stride, offset) -> jax.Array:
+    """A view, counted in reals, of a complex storage's array (a `_real` tensor)."""
+    return strided_read(real_pairs(base), size, stride, offset)
+
+
+def real_strided_write(base: jax.Array, src: jax.Array, size, stride, offset) -> jax.Array:
+    """A complex storage's array with its view as reals (size, stride, offset) replaced."""
+    return complex_from_pairs(strided_write(real_pairs(base), src, size, stride, offset))
+
+
+real_strided_read_jit = jax.jit(real_strided_read, static_argnums=(1, 2, 3))
+real_strided_write_jit = jax.jit(real_strided_write, static_argnums=(2, 3, 4))
+
+
+def as_real_layout(size, stride, offset) -> tuple:
+    """view_as_real's layout of a complex view: a trailing dim of the two parts, strides
+    and offset counted in reals."""
+    return tuple(size) + (2,), tuple(2 * s for s in stride) + (1,), 2 * offset
+
+
+def as_complex_layout(size, stride, offset) -> tuple | None:
+    """view_as_complex's layout of a view as reals, or None if its parts are not pairs
+    of one element (PyTorch raises for such a view)."""
+    if not size or size[-1] != 2 or stride[-1] != 1 or offset % 2 or any(s % 2 for s in stride[:-1]):
+        return None
+    return tuple(size[:-1]), tuple(s // 2 for s in stride[:-1]), offset // 2
+
+
 def _fast_view_meta(name: str, size, stride, offset, args) -> tuple | None:
     """Sizes and strides of the most frequent views, computed as PyTorch's view kernels do;
     None when the general path below must decide (including every error case)."""

@@ -16,7 +16,7 @@ from ..core.context import context
 from ..core.convert import X64, cpu_to_jax, current_array
 from ..core.ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node
 from ..core.tensor import XlaTensor, from_array
-from ..core.views import strided_read, strided_read_jit
+from ..core.views import real_strided_read_jit, strided_read, strided_read_jit
 
 
 # ---------------------------------------------------------------- arguments
@@ -79,7 +79,7 @@ jax.tree_util.register_pytree_node(
 def operand(t: Any) -> Any:
     """A tensor argument of an eager executable: its array, or for a view from offset 0
     its storage's array and layout (Note [Fused view reads])."""
-    if t.__class__ is XlaTensor and not t._whole and t.storage_offset() == 0:
+    if t.__class__ is XlaTensor and not t._whole and t.storage_offset() == 0 and not t._real:
         store = t._store
         v = store.array
         if v is None or store.pending is not None:
@@ -177,7 +177,7 @@ def read_view(t: XlaTensor) -> Any:
     if base is None or store.pending is not None:
         base = current_array(store)
     with X64:
-        out = strided_read_jit(base, *layout)
+        out = (real_strided_read_jit if t._real else strided_read_jit)(base, *layout)
     t._cache = (store.version, out)
     return out
 

@@ -1,10 +1,11 @@
-"""The tracer's own nodes: reading and writing a view of a storage, and casting."""
+"""The tracer's own nodes: reading and writing a view of a storage, a complex storage
+read as reals and back, and casting."""
 
 from __future__ import annotations
 
 from ...shape_fns.common import TORCH_TO_NUMPY, TensorMeta
 from ..core.ir import ATTR, TENSOR, Node
-from ..core.views import strided_read, strided_write
+from ..core.views import complex_from_pairs, real_pairs, strided_read, strided_write
 
 
 class StridedRead(Node):
@@ -53,3 +54,35 @@ class Convert(Node):
     @staticmethod
     def output_shape(x, dtype):
         return TensorMeta(x.shape, dtype)
+
+
+class RealPairs(Node):
+    """A complex storage's value as reals, two per element (a `_real` view reads it)."""
+
+    __slots__ = ()
+    op = name = "real_pairs"
+    arg_kinds = (TENSOR,)
+
+    @staticmethod
+    def lower(base):
+        return real_pairs(base)
+
+    @staticmethod
+    def output_shape(base):
+        return TensorMeta(tuple(base.shape) + (2,), base.dtype.to_real())
+
+
+class ComplexFromPairs(Node):
+    """The complex value of a storage from its reals (a write through a `_real` view)."""
+
+    __slots__ = ()
+    op = name = "complex_from_pairs"
+    arg_kinds = (TENSOR,)
+
+    @staticmethod
+    def lower(pairs):
+        return complex_from_pairs(pairs)
+
+    @staticmethod
+    def output_shape(pairs):
+        return TensorMeta(tuple(pairs.shape[:-1]), pairs.dtype.to_complex())
