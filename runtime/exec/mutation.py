@@ -95,7 +95,10 @@ def write_into(t: Any, new: Any, check_cast: bool = True) -> None:
 # NumPy, DLPack or host memory are PjRt's to protect: it copies instead of donating a
 # buffer with external references. Below config.donate_min_bytes (1 MB) a fresh buffer
 # costs no more (add_ with donation: 1.4x faster at 4 MB, 2.3x at 16 MB, even at 1 MB,
-# slower at 256 KB).
+# slower at 256 KB). Another thread may be about to read the old array, so `donate`
+# takes it out of the storage before counting its references again (Note [Threads and
+# storages] in core/sharing.py): a thread that took it first shows in the count and gets
+# the buffer undonated (a copy is donated), one that comes later waits for the write.
 
 
 def donatable(self: Any, others: tuple[Any, ...]) -> bool:
