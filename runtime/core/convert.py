@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ...shape_fns.common import TORCH_TO_NUMPY
+from ..platform.executable_cache import eager_jit
 from .context import context
 from .sharing import wait_for_write
 from .views import strided_read_jit
@@ -52,7 +53,14 @@ def cpu_to_jax(t: torch.Tensor) -> jax.Array:
     else:
         arr = t.contiguous().numpy()
     with X64:
-        return jnp.asarray(arr)
+        return _from_host(arr)
+
+
+# The copy of a host array into a buffer of XLA's own (one an in-place op can donate:
+# device_put's buffers are not reliably donated, and it shares memory NumPy does not
+# own, like a torch tensor's). One executable per shape, as jnp.asarray compiles, but
+# counted against config.eager_cache_bytes (Note [Memory of eager executables]).
+_from_host = eager_jit(lambda a: jnp.array(a, copy=True))
 
 
 def host_tensor(arr: np.ndarray) -> torch.Tensor:

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from ..platform.executable_cache import eager_jit
 from .tensor import contiguous_strides
 
 
@@ -65,8 +66,8 @@ def strided_write(base: jax.Array, src: jax.Array, size: tuple[int, ...], stride
     return flat.at[jnp.asarray(index).reshape(-1)].set(src.reshape(-1)).reshape(base.shape)
 
 
-strided_read_jit = jax.jit(strided_read, static_argnums=(1, 2, 3))
-strided_write_jit = jax.jit(strided_write, static_argnums=(2, 3, 4))
+strided_read_jit = eager_jit(strided_read, static_argnums=(1, 2, 3))
+strided_write_jit = eager_jit(strided_write, static_argnums=(2, 3, 4))
 
 
 def real_pairs(base: jax.Array) -> jax.Array:
@@ -89,8 +90,8 @@ def real_strided_write(base: jax.Array, src: jax.Array, size, stride, offset) ->
     return complex_from_pairs(strided_write(real_pairs(base), src, size, stride, offset))
 
 
-real_strided_read_jit = jax.jit(real_strided_read, static_argnums=(1, 2, 3))
-real_strided_write_jit = jax.jit(real_strided_write, static_argnums=(2, 3, 4))
+real_strided_read_jit = eager_jit(real_strided_read, static_argnums=(1, 2, 3))
+real_strided_write_jit = eager_jit(real_strided_write, static_argnums=(2, 3, 4))
 
 
 def as_real_layout(size, stride, offset) -> tuple:

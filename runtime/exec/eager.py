@@ -17,6 +17,7 @@ from ..core.convert import X64, cpu_to_jax, current_array
 from ..core.ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node
 from ..core.tensor import XlaTensor, from_array
 from ..core.views import real_strided_read_jit, strided_read, strided_read_jit
+from ..platform.executable_cache import eager_jit
 
 
 # ---------------------------------------------------------------- arguments
@@ -139,7 +140,7 @@ def scalar_operand(x: Any) -> Any:
 # jit's own conversion of a Python number, kept as the weakly typed array it makes:
 # about 11 us, where jax.device_put(x) takes 30 (AdamW's step sizes are new numbers
 # every step).
-_number_to_array = jax.jit(lambda x: x)
+_number_to_array = eager_jit(lambda x: x)
 
 
 def _device_scalar(x: Any, cache: dict | None, key: Any) -> Any:
@@ -208,8 +209,8 @@ def eager_executable(cls: type[Node], in_place: bool = False):
 
     run.__name__ = f"{'donating' if in_place else 'eager'}_{cls.name}"
     if in_place:
-        return jax.jit(run, static_argnums=static, donate_argnums=0)
-    return jax.jit(run, static_argnums=static)
+        return eager_jit(run, static_argnums=static, donate_argnums=0)
+    return eager_jit(run, static_argnums=static)
 
 
 def lower_checked(cls: type[Node], args: Any, in_place: bool = False) -> Any:

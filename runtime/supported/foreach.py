@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 
 from ..core.context import context
 from ..core.convert import X64
@@ -44,6 +43,7 @@ from ..exec.eager import attr_list, lower_checked, operand, operand_opt, run_nod
 from ..exec.mutation import donatable, take_buffer, update_in_place, write_inplace
 from ..exec.registry import node
 from ..platform.config import config
+from ..platform.executable_cache import eager_jit
 
 ELEMENTS_PER_EXECUTABLE = 8  # Note [Foreach ops]: XLA CPU runs up to 8 kernels in order
 _UNWRAP = {TENSOR: operand, OPT_TENSOR: operand_opt, SCALAR: scalar_operand}
@@ -85,7 +85,7 @@ def _executable(cls: Any, in_place: bool) -> Any:
             return outs
 
         run.__name__ = f"foreach_{cls.name}"
-        exe = jax.jit(run, static_argnums=2, donate_argnums=0 if in_place else ())
+        exe = eager_jit(run, static_argnums=2, donate_argnums=0 if in_place else ())
         _EXECUTABLES[(cls.name, in_place)] = exe
     return exe
 
