@@ -75,7 +75,7 @@ class Soak:
     def worker(self, name: str, body) -> threading.Thread:
         def run():
             try:
-                body(name)
+                body(self, name)
             except BaseException:  # noqa: BLE001 - every error ends the soak
                 self.fail(name, traceback.format_exc())
 

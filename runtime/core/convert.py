@@ -17,6 +17,7 @@ from ...shape_fns.common import TORCH_TO_NUMPY
 from ..platform.executable_cache import eager_jit
 from .context import context
 from .sharing import wait_for_write
+from .tensor import NO_VALUE_MESSAGE
 from .views import strided_read_jit
 
 
@@ -134,7 +135,4 @@ def current_array(store) -> jax.Array:
             "this tensor is made by ops that another thread is recording (compile() or lazy_mode()) and that have "
             "not run yet: read it in that thread, or after its traced call returns or mark_step() runs"
         )
-    raise RuntimeError(
-        "this tensor was made inside a traced call (compile() or lazy_mode()) whose recorded ops could not run, so "
-        "it holds no value: recompute it"
-    )
+    raise RuntimeError(NO_VALUE_MESSAGE)

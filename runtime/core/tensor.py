@@ -43,6 +43,7 @@ from torch.utils.backend_registration import _DummyBackendModule, _setup_private
 
 from ...shape_fns.common import NUMPY_TO_TORCH
 from ..platform.device_guard import install_native_device_guard
+from .sharing import wait_for_write
 
 DEVICE_NAME = "jax"
 
@@ -80,6 +81,12 @@ def _register_device() -> torch.device:
 DEVICE = _register_device()
 
 
+NO_VALUE_MESSAGE = (
+    "this tensor was made inside a traced call (compile() or lazy_mode()) whose recorded ops could not run, so it "
+    "holds no value: recompute it"
+)
+
+
 class Storage:
     """Shared memory of a family of views; see Note [Views and mutation]."""
 
@@ -92,7 +99,15 @@ class Storage:
         self.version = 0
 
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.array.shape if self.pending is None else self.pending.meta.shape)
+        while True:
+            pending, array = self.pending, self.array
+            if pending is not None:
+                return tuple(pending.meta.shape)
+            if array is not None:
+                return tuple(array.shape)
+            # a write in flight in another thread (Note [Threads and storages]), or none
+            if not wait_for_write(self) and self.array is None and self.pending is None:
+                raise RuntimeError(NO_VALUE_MESSAGE)
 
 
 _NO_KWARGS: dict[str, Any] = {}

@@ -378,7 +378,11 @@ def test_in_place_adds_from_four_threads_all_land(numel):
         assert torch.equal(v, torch.full_like(v, v[0].item()))
         sums.append(v[0].item())
 
-    _hammer(4, 250, lambda: x.add_(1), readers=[read, read])
+    def read_view():  # a view of the tensor is made while a write may have its buffer
+        v = cpu(x[::2][-2:].sum())
+        assert v.item() % 1 == 0
+
+    _hammer(4, 250, lambda: x.add_(1), readers=[read, read_view])
     assert torch.equal(cpu(x), torch.full((numel,), 1000.0))
     assert sums and all(0 <= s <= 1000 and s == int(s) for s in sums)
 
