@@ -7,6 +7,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from .diagnostics import parse_python
 from .manifest import ManifestError
 
 
@@ -50,7 +51,7 @@ def scan_functions(root: Path, folder: str, prefix: str | None = None, suffix: s
     for file in sorted((root / folder).rglob("*.py")):
         rel = file.relative_to(root)
         module = ".".join(rel.with_suffix("").parts)
-        tree = ast.parse(file.read_text(), filename=str(rel))
+        tree = parse_python(file, str(rel))
         for node in tree.body:
             if not isinstance(node, ast.FunctionDef):
                 continue

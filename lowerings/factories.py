@@ -250,3 +250,10 @@ def lower_logspace_Scalar_Tensor(start, end, steps, base=10.0, *, dtype=None, la
 def lower_empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None):
     # Uninitialized memory in PyTorch; zeros here. Values are laid out contiguously.
     return jnp.zeros(tuple(size), _dtype(dtype))
+
+
+def lower_integer_range(start, step, length, dtype):
+    """start + step * [0, length) in int64, cast to an integer dtype: what PyTorch's arange
+    computes for integer start and step (its accumulator type for integers is int64)."""
+    iota = jnp.arange(length, dtype=jnp.int64)
+    return (jnp.int64(start) + jnp.int64(step) * iota).astype(to_numpy_dtype(dtype))

@@ -254,3 +254,17 @@ def masked_select_positions(self, mask, positions):
     host: the result's length depends on the data)."""
     shape = _masked_shape(self, mask)
     return jnp.broadcast_to(self, shape).reshape(-1)[positions]
+
+
+def lower_index_gather(self, indices):
+    """index.Tensor once the runtime has checked the indices and made bool masks integer
+    indices (runtime/supported/indexing.py)."""
+    return index_tensor(self, indices)
+
+
+def lower_index_put_values(self, indices, values, accumulate):
+    return index_put_values(self, indices, values, accumulate)
+
+
+def lower_masked_select_positions(self, mask, positions):
+    return masked_select_positions(self, mask, positions)

@@ -1,5 +1,6 @@
-"""Random numbers from JAX's generator. Each takes the key its op drew (an operand, so a
-traced loop gets new numbers every step without recompiling)."""
+"""Random numbers from JAX's generator: the runtime's internal random nodes. Each takes
+the key the runtime drew for its call as `ctx.key` (an operand, so a traced loop gets new
+numbers every step without recompiling)."""
 
 from __future__ import annotations
 
@@ -18,24 +19,25 @@ def _compute_dtype(dtype):
     return np_dtype, np_dtype
 
 
-def random_normal(key, size, dtype):
-    return jax.random.normal(key, size, to_numpy_dtype(dtype))
+def lower_random_normal(size, dtype, *, ctx):
+    return jax.random.normal(ctx.key, size, to_numpy_dtype(dtype))
 
 
-def random_uniform(key, size, dtype):
-    return jax.random.uniform(key, size, to_numpy_dtype(dtype))
+def lower_random_uniform(size, dtype, *, ctx):
+    return jax.random.uniform(ctx.key, size, to_numpy_dtype(dtype))
 
 
-def dropout(key, x, p):
-    """(x with elements zeroed with probability p and the rest scaled by 1 / (1 - p), the
-    mask of kept elements)."""
-    keep = jax.random.bernoulli(key, 1.0 - p, x.shape)
+def lower_random_dropout(input, p, *, ctx):
+    """(input with elements zeroed with probability p and the rest scaled by 1 / (1 - p),
+    the mask of kept elements)."""
+    keep = jax.random.bernoulli(ctx.key, 1.0 - p, input.shape)
     scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
-    return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros((), x.dtype)), keep
+    return jnp.where(keep, input * jnp.asarray(scale, input.dtype), jnp.zeros((), input.dtype)), keep
 
 
-def random_sample(key, kind, shape, dtype, params):
+def lower_random_sample(kind, shape, dtype, params, *, ctx):
     """Numbers of one distribution with static parameters, in a shape and dtype."""
+    key = ctx.key
     compute, out = _compute_dtype(dtype)
     if kind == "uniform":
         low, high = params
@@ -61,33 +63,37 @@ def random_sample(key, kind, shape, dtype, params):
     if kind == "bernoulli":
         (p,) = params
         return jax.random.bernoulli(key, p, shape).astype(out)
-    if kind == "integers":
-        low, high = params  # [low, high)
-        if high - low > 2**62:
-            # randint's maxval is exclusive and int64-bounded: draw 63 random bits.
-            bits = jax.random.bits(key, shape, jnp.uint64) >> jnp.uint64(1)
-            return (bits.astype(jnp.int64) + low).astype(out)
-        return jax.random.randint(key, shape, low, high, jnp.int64).astype(out)
-    if kind == "permutation":
-        (n,) = params
-        return jax.random.permutation(key, n).astype(out)
     raise ValueError(kind)
 
 
-def bernoulli_tensor(key, self, p):
+def lower_random_integers(shape, dtype, low, high, *, ctx):
+    """Integers in [low, high), drawn in int64 and cast to `dtype`."""
+    if high - low > 2**62:
+        # randint's maxval is exclusive and int64-bounded: draw 63 random bits.
+        bits = jax.random.bits(ctx.key, shape, jnp.uint64) >> jnp.uint64(1)
+        return (bits.astype(jnp.int64) + low).astype(to_numpy_dtype(dtype))
+    return jax.random.randint(ctx.key, shape, low, high, jnp.int64).astype(to_numpy_dtype(dtype))
+
+
+def lower_random_permutation(n, dtype, *, ctx):
+    return jax.random.permutation(ctx.key, n).astype(to_numpy_dtype(dtype))
+
+
+def lower_random_bernoulli(self, p, *, ctx):
     """Bernoulli draws with per-element probabilities `p`, in `self`'s shape and dtype."""
-    u = jax.random.uniform(key, self.shape, jnp.float64 if p.dtype == jnp.float64 else jnp.float32)
+    u = jax.random.uniform(ctx.key, self.shape, jnp.float64 if p.dtype == jnp.float64 else jnp.float32)
     return (u < jnp.broadcast_to(p, self.shape)).astype(self.dtype)
 
 
-def normal_tensor(key, mean, std, shape, dtype):
+def lower_random_normal_affine(mean, std, shape, dtype, *, ctx):
     """mean + std * N(0, 1), broadcasting tensor and float means and deviations."""
     compute, out = _compute_dtype(dtype)
-    z = jax.random.normal(key, shape, compute)
+    z = jax.random.normal(ctx.key, shape, compute)
     return (mean.astype(compute) + std.astype(compute) * z).astype(out)
 
 
-def multinomial(key, probs, num_samples, replacement):
+def lower_random_multinomial(probs, num_samples, replacement, *, ctx):
+    key = ctx.key
     p = probs.astype(jnp.float64) if probs.dtype == jnp.float64 else probs.astype(jnp.float32)
     rows = p.reshape(-1, p.shape[-1])
     logits = jnp.log(rows)  # zero probabilities are never drawn

@@ -10,15 +10,19 @@ from torch.utils._pytree import tree_map
 from .core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from .core.ir import Node
 from .core.tensor import XlaTensor, from_array
-from .exec import index_checks
-from .exec.registry import NODES, REGISTRY, SECTIONS, OperatorNotFound
+from .exec import custom_ops, index_checks
+from .exec.custom_ops import register_lowering
+from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
 from .frontends import dispatch
+from .frontends import op_counters as metrics
 from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
+from .frontends.hlo import hlo
 from .frontends.interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x64
 from .frontends.lazy import lazy_mode, mark_step
 from .frontends.replay import compile
 from .platform.config import config
+from .platform.debug_env import apply_debug_env
 from .platform.metrics import metrics_report, reset_metrics
 from .supported.foreach import enable_foreach_optimizers
 
@@ -29,11 +33,14 @@ __all__ = [
     "config",
     "default_env",
     "dynamo_report",
+    "hlo",
     "jax_function",
     "jax_jit",
     "lazy_mode",
     "mark_step",
+    "metrics",
     "metrics_report",
+    "register_lowering",
     "reset_metrics",
     "to_jax",
     "to_torch",
@@ -101,11 +108,21 @@ def to_torch(obj: Any) -> Any:
 
 
 
-def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str, type[Node]]) -> None:
+def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str, type[Node]],
+            library_ops: dict[str, tuple[str, Any]] | None = None, unavailable: dict[str, str] | None = None, *,
+            policy: dict[str, dict[str, tuple[int, ...]]] | None = None) -> None:
     """Called by the generated package at import: its dispatch stubs by aten overload,
-    the manifest section of each overload, and its IR classes by unambiguous name."""
+    the manifest section of each overload, and its IR classes by unambiguous name; a
+    manifest with operators of other libraries adds their stubs by qualified name (with
+    the schema each was generated for) and the entries whose library did not import
+    (Note [Library operators] in runtime/exec/custom_ops.py)."""
+    apply_debug_env(config)
     REGISTRY.update(index_checks.install(registry))
     SECTIONS.update(sections)
     NODES.update(nodes)
+    POLICY.update(policy or {})
+    check_tracer_nodes()
     dispatch.install(registry)
     enable_foreach_optimizers()
+    if library_ops or unavailable:
+        custom_ops.install_library_ops(library_ops or {}, unavailable or {})

@@ -163,3 +163,7 @@ def empty_permuted_output_shape(size, physical_layout, *, dtype=None, layout=Non
     if len(set(physical_layout)) != len(physical_layout):
         raise RuntimeError("Duplicate dim not allowed")
     return TensorMeta(_check_size(size), _default(dtype))
+
+
+def integer_range_output_shape(start, step, length, dtype):
+    return TensorMeta((length,), dtype)

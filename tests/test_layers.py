@@ -103,8 +103,10 @@ def test_runtime_imports_go_downwards(path):
             problems.append(f"{where}: imports {target or 'the generated package'} (the runtime never imports "
                             "generated code or the generator)")
             continue
-        if target.split(".")[0] in ("lowerings", "shape_fns"):
-            continue  # pure, below every layer
+        if target.split(".")[0] in ("lowerings", "shape_fns"):  # pure, below every layer
+            if nested:
+                problems.append(f"{where}: function-level import of {target}: import it at the top")
+            continue
         resolved = _resolve(target, modules)
         there = None if resolved is None else _layer(resolved)
         if there is not None and here is not None:

@@ -89,7 +89,7 @@ TIME_LIMIT = 60.0
 
 # Eager bfloat16 for the OpInfos above, and float16 for a few, except where PyTorch's
 # CPU kernel rounds intermediate results to the low precision and we round once (our
-# results are the closer to float64 ones there; see docs/coverage.md): log_softmax near
+# results are the closer to float64 ones there; see docs/reports/coverage.md): log_softmax near
 # 0, batch_norm; and sort, whose order of bfloat16 ties differs.
 LOW_PRECISION_EXCLUDED = {"log_softmax", "nn.functional.batch_norm", "sort"}
 FLOAT16_OPINFOS = {"mul", "exp", "tanh", "mm", "softmax", "nn.functional.layer_norm", "sum", "cat", "nn.functional.conv2d"}

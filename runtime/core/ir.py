@@ -1,28 +1,15 @@
-"""The IR: nodes recorded while tracing, and the values flowing between them.
-
-Note [Argument kinds]
-Each schema argument is passed to a lowering in one of three ways. Tensors
-(TENSOR, OPT_TENSOR, TENSOR_LIST) are JAX arrays. Scalars (SCALAR: `Scalar`,
-`Scalar?`) are runtime operands, so a new learning rate or `alpha` never compiles
-anything; PyTorch's promotion sees them as Python scalars (JAX marks them weakly
-typed). Everything else (ATTR, ATTR_LIST: dims, sizes, flags, dtypes, strings) is
-static: part of the executable's cache key, and lists are passed as tuples.
-"""
+"""The IR: nodes recorded while tracing, and the values flowing between them. Operands
+are of the kinds in core/kinds.py (Note [Argument kinds])."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from ...shape_fns.common import TensorMeta
+from .kinds import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST
 
-TENSOR = "TENSOR"
-OPT_TENSOR = "OPT_TENSOR"
-TENSOR_LIST = "TENSOR_LIST"
-SCALAR = "SCALAR"
-ATTR = "ATTR"
-ATTR_LIST = "ATTR_LIST"
-
-STATIC_KINDS = (ATTR, ATTR_LIST)
+__all__ = ["ATTR", "ATTR_LIST", "OPT_TENSOR", "SCALAR", "STATIC_KINDS", "TENSOR", "TENSOR_LIST", "Node", "ScalarInput",
+           "SpecialScalar", "Value", "is_special_scalar"]
 
 
 class Value:
@@ -82,6 +69,9 @@ class Node:
     arg_names: tuple[str, ...] = ()
     arg_kinds: tuple[str, ...] = ()
     returns: str = "tensor"
+    # the last operand is a random key the runtime draws for each call (the lowering
+    # takes a LoweringContext: exec/keys.py, lowerings/common.py)
+    needs_key: bool = False
     lower: Callable[..., Any]
     output_shape: Callable[..., Any]
 

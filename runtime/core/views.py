@@ -4,90 +4,33 @@ See Note [Views and mutation] in tensor.py."""
 from __future__ import annotations
 
 import math
+
 import jax
-import jax.numpy as jnp
 import torch
 
+from ...lowerings.storage import lower_complex_as_pairs, lower_pairs_as_complex, lower_strided_read, lower_strided_write
 from ..platform.executable_cache import eager_jit
 from .tensor import contiguous_strides
 
 
-def _slice_plan(numel: int, size, stride, offset):
-    """How to read a strided view with slices, reshapes and a transpose instead of a
-    gather: possible when the non-broadcast dims, ordered by stride, nest without
-    overlap (each stride a multiple of the next, each extent within the next stride),
-    which covers transposes, slices with steps, selects and diagonals."""
-    dims = [(i, n, s) for i, (n, s) in enumerate(zip(size, stride)) if n != 1 and s != 0]
-    dims.sort(key=lambda d: -d[2])
-    for (_, _, sa), (_, nb, sb) in zip(dims, dims[1:]):
-        if sb <= 0 or sa % sb or nb * sb > sa:
-            return None
-    if dims and dims[-1][2] <= 0:
-        return None
-    length = dims[0][1] * dims[0][2] if dims else 1
-    block = [dims[0][1]] if dims else [1]
-    block += [a[2] // b[2] for a, b in zip(dims, dims[1:])]
-    block += [dims[-1][2]] if dims else [1]
-    return dims, length, tuple(block), max(0, offset + length - numel)
+# The eager reads and writes of views (the lowerings of the internal nodes strided_read
+# and strided_write, which traced graphs record).
+strided_read_jit = eager_jit(lower_strided_read, static_argnums=(1, 2, 3))
+strided_write_jit = eager_jit(lower_strided_write, static_argnums=(2, 3, 4))
 
 
-def strided_read(base: jax.Array, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> jax.Array:
-    flat = base.reshape(-1)
-    if math.prod(size) == 0:
-        return jnp.zeros(size, base.dtype)
-    plan = _slice_plan(flat.shape[0], size, stride, offset)
-    if plan is None:
-        index = offset + sum(
-            jnp.arange(n, dtype=jnp.int64).reshape([n if j == i else 1 for j in range(len(size))]) * s
-            for i, (n, s) in enumerate(zip(size, stride))
-        )
-        return flat[index]
-    dims, length, block, pad = plan
-    if pad:
-        flat = jnp.pad(flat, (0, pad))
-    seg = jax.lax.slice(flat, (offset,), (offset + length,)).reshape(block)
-    index = (slice(None),) + tuple(slice(0, d[1]) for d in dims[1:]) + (0,)
-    picked = seg[index] if dims else seg.reshape(())
-    order = [d[0] for d in dims]
-    picked = jnp.transpose(picked, sorted(range(len(order)), key=lambda k: order[k]))
-    kept = sorted(order)
-    shape = [size[i] if i in kept else 1 for i in range(len(size))]
-    return jnp.broadcast_to(picked.reshape(shape), size)
-
-
-def strided_write(base: jax.Array, src: jax.Array, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> jax.Array:
-    """`base` with the view (size, stride, offset) replaced by `src` (broadcast to size)."""
-    src = jnp.broadcast_to(src.astype(base.dtype), size)
-    flat = base.reshape(-1)
-    index = offset + sum(
-        jnp.arange(n, dtype=jnp.int64).reshape([n if j == i else 1 for j in range(len(size))]) * s
-        for i, (n, s) in enumerate(zip(size, stride))
-    )
-    return flat.at[jnp.asarray(index).reshape(-1)].set(src.reshape(-1)).reshape(base.shape)
-
-
-strided_read_jit = eager_jit(strided_read, static_argnums=(1, 2, 3))
-strided_write_jit = eager_jit(strided_write, static_argnums=(2, 3, 4))
-
-
-def real_pairs(base: jax.Array) -> jax.Array:
-    """A complex array as PyTorch's memory holds it: each element two reals, (..., 2)."""
-    return jnp.stack([jnp.real(base), jnp.imag(base)], axis=-1)
-
-
-def complex_from_pairs(pairs: jax.Array) -> jax.Array:
-    """The complex array whose real_pairs are `pairs`."""
-    return jax.lax.complex(pairs[..., 0], pairs[..., 1])
+# A view of a complex storage as reals (a `_real` tensor, Note [Views and mutation] in
+# tensor.py) reads and writes the storage's array as PyTorch's memory holds it: each
+# element two reals (complex_as_pairs), written back by pairs_as_complex. Traced graphs
+# record the same two internal nodes around their strided_read and strided_write.
 
 
 def real_strided_read(base: jax.Array, size, stride, offset) -> jax.Array:
-    """A view, counted in reals, of a complex storage's array (a `_real` tensor)."""
-    return strided_read(real_pairs(base), size, stride, offset)
+    return lower_strided_read(lower_complex_as_pairs(base), size, stride, offset)
 
 
 def real_strided_write(base: jax.Array, src: jax.Array, size, stride, offset) -> jax.Array:
-    """A complex storage's array with its view as reals (size, stride, offset) replaced."""
-    return complex_from_pairs(strided_write(real_pairs(base), src, size, stride, offset))
+    return lower_pairs_as_complex(lower_strided_write(lower_complex_as_pairs(base), src, size, stride, offset))
 
 
 real_strided_read_jit = eager_jit(real_strided_read, static_argnums=(1, 2, 3))

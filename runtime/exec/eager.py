@@ -16,8 +16,10 @@ from ..core.context import context
 from ..core.convert import X64, cpu_to_jax, current_array
 from ..core.ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node
 from ..core.tensor import XlaTensor, from_array
-from ..core.views import real_strided_read_jit, strided_read, strided_read_jit
+from ...lowerings.storage import lower_strided_read
+from ..core.views import real_strided_read_jit, strided_read_jit
 from ..platform.executable_cache import eager_jit
+from .keys import next_key
 
 
 # ---------------------------------------------------------------- arguments
@@ -69,7 +71,7 @@ class ViewOperand:
         self.layout = layout
 
     def read(self) -> Any:
-        return strided_read(self.base, *self.layout)
+        return lower_strided_read(self.base, *self.layout)
 
 
 jax.tree_util.register_pytree_node(
@@ -220,13 +222,61 @@ def lower_checked(cls: type[Node], args: Any, in_place: bool = False) -> Any:
     kinds = cls.arg_kinds
     args = [_read_operand(k, a) for k, a in zip(kinds, args)]
     metas = cls.output_shape(*[_trace_time_meta(k, a) for k, a in zip(kinds, args)])
-    out = cls.lower(*args)
-    _check_output(cls, out, metas)
-    if in_place:
-        self_dtype = NUMPY_TO_TORCH[args[0].dtype]
-        check_in_place_result(tuple(args[0].shape), self_dtype, tuple(out.shape), NUMPY_TO_TORCH[out.dtype])
-        out = out.astype(args[0].dtype)
+    with jax.named_scope(scope_name(cls)):  # Note [Op names in programs]
+        out = cls.lower(*args)
+        _check_output(cls, out, metas)
+        if in_place:
+            self_dtype = NUMPY_TO_TORCH[args[0].dtype]
+            check_in_place_result(tuple(args[0].shape), self_dtype, tuple(out.shape), NUMPY_TO_TORCH[out.dtype])
+            out = out.astype(args[0].dtype)
     return out
+
+
+# Note [Op names in programs]
+# Every lowering runs inside a JAX named scope called after its operator (`aten::abs`,
+# `aten::add.Tensor`, `torchvision::nms`; the runtime's own nodes, such as the strided
+# reads and writes of views, `xnf::strided_read`), in eager executables and in compiled
+# graphs alike. JAX records the scope in each equation's name stack, so jaxprs,
+# StableHLO locations, the `op_name` metadata of XLA's HLO (dumps, profiles) and
+# `xla_native_functions.hlo()` say which operator every instruction came from. Scopes
+# are metadata only: the instructions, and the persistent cache's key (which strips
+# debug information), are unchanged. They cost nothing per call: lowerings run only
+# while JAX traces.
+_SCOPES: dict[type, str] = {}
+_MANIFEST_SECTIONS = ("full_codegen", "supported", "fallback")
+
+
+def scope_name(cls: type[Node]) -> str:
+    """The named scope of a node class's lowering (Note [Op names in programs])."""
+    name = _SCOPES.get(cls)
+    if name is None:
+        op = cls.op or cls.__name__
+        if "::" in op:
+            name = op
+        elif cls.section in _MANIFEST_SECTIONS:
+            name = "aten::" + op
+        else:
+            name = "xnf::" + op
+        _SCOPES[cls] = name
+    return name
+
+
+_SCOPED: dict[type, Any] = {}
+
+
+def scoped_lowering(cls: type[Node]) -> Any:
+    """`cls.lower` inside its named scope, for graphs that call lowerings in turn."""
+    fn = _SCOPED.get(cls)
+    if fn is None:
+        name = scope_name(cls)
+        lower = cls.lower
+
+        def fn(*args: Any) -> Any:
+            with jax.named_scope(name):
+                return lower(*args)
+
+        _SCOPED[cls] = fn
+    return fn
 
 
 def _trace_time_meta(kind: str, a: Any) -> Any:
@@ -258,8 +308,11 @@ def _check_output(cls: type[Node], out: Any, metas: Any) -> None:
 _EXECUTABLES: dict[type[Node], Any] = {}
 
 
-def run_node(cls: type[Node], args: tuple[Any, ...]) -> Any:
-    """Run an IR node class (used by `supported` ops) in this thread's mode."""
+def run_node(cls: type[Node], args: tuple[Any, ...], key: Any = None) -> Any:
+    """Run an IR node class (used by `supported` ops) in this thread's mode. A node whose
+    lowering takes a random key gets `key` (a key tensor), or a new one."""
+    if cls.needs_key:
+        args = args + (next_key() if key is None else key,)
     trace = context.trace
     if trace is not None:
         return trace.record(cls, args)

@@ -3,6 +3,7 @@ structure (the cache of compiled graphs), and the jitted function that runs it."
 
 from __future__ import annotations
 
+import os
 import sys
 import weakref
 from collections import Counter
@@ -10,14 +11,15 @@ from typing import Any, Callable
 
 import jax
 
+from ..core.convert import X64
 from ..core.ir import ATTR, ATTR_LIST, Node, ScalarInput, SpecialScalar, Value
 from ..platform.backend import graph_compiler_options
 from ..platform.config import config
 from ..platform.executable_cache import eager_jit
 from ..platform.metrics import metrics
-from .eager import scalar_operand
+from .eager import scalar_operand, scoped_lowering
 from .sparse_updates import fold_sparse_updates
-from .strided import StridedRead
+from .registry import node, policy
 
 _GRAPH_CACHE: dict[Any, Callable] = {}
 # The key of the graph last run at each position within a trace: a trace cut by host
@@ -119,16 +121,19 @@ def _graph_key(order: list[Node], inputs: list[Value], scalars: list[ScalarInput
 # its memory again (`config.transposed_weight_copies = False` turns this off). Training
 # graphs also read the weight untransposed (the input's gradient), so they take their
 # inputs as they are.
+# The products whose right operand may come transposed are the manifest's policy
+# `transposed_weight_operands`: op -> (right, left) operand positions.
 TRANSPOSED_WEIGHT_ROWS = range(2, 65)
 TRANSPOSED_WEIGHT_MIN_ELEMENTS = 1 << 18
-_PRODUCT_RIGHT_OPERAND = {"mm": (1, 0), "addmm": (2, 1)}  # op -> (right, left) positions
 
 
 def _transposed_inputs(order: list[Node], in_pos: dict[int, int], read_only: set[int], roots: list[Value]) -> set[int]:
     """Positions of the inputs to pass transposed (Note [Transposed weights])."""
-    reads: dict[int, int] = {}  # id(StridedRead node) -> position of the input it transposes
+    reads: dict[int, int] = {}  # id(strided_read node) -> position of the input it transposes
+    strided_read = node("strided_read")
+    products = policy("transposed_weight_operands")
     for n in order:
-        if n.__class__ is StridedRead:
+        if n.__class__ is strided_read:
             base, size, stride, offset = n.args
             shape = base.meta.shape
             if (id(base) in read_only and len(shape) == 2 and shape[0] * shape[1] >= TRANSPOSED_WEIGHT_MIN_ELEMENTS
@@ -136,17 +141,17 @@ def _transposed_inputs(order: list[Node], in_pos: dict[int, int], read_only: set
                 reads[id(n)] = in_pos[id(base)]
     chosen = set(reads.values())
 
-    def use(a: Any, node: Node | None, position: int) -> None:
+    def use(a: Any, consumer: Node | None, position: int) -> None:
         if a.__class__ is list:
             for x in a:
                 use(x, None, -1)
         elif a.__class__ is Value:
             if a.node is None:
-                if not (node.__class__ is StridedRead and id(node) in reads):
+                if not (consumer.__class__ is strided_read and id(consumer) in reads):
                     chosen.discard(in_pos.get(id(a)))
             elif id(a.node) in reads:
-                right, left = _PRODUCT_RIGHT_OPERAND.get(getattr(node, "name", None), (None, None))
-                if position != right or node.args[left].meta.shape[0] not in TRANSPOSED_WEIGHT_ROWS:
+                right, left = products.get(getattr(consumer, "name", None), (None, None))
+                if position != right or consumer.args[left].meta.shape[0] not in TRANSPOSED_WEIGHT_ROWS:
                     chosen.discard(reads[id(a.node)])
 
     for n in order:
@@ -216,10 +221,12 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             return ("list", [None if x is None else ref(x) for x in a])
         return ("const", a)
 
+    strided_read = node("strided_read")
+
     def step(n: Node) -> tuple:
-        if n.__class__ is StridedRead and in_pos.get(id(n.args[0])) in transposed:
+        if n.__class__ is strided_read and in_pos.get(id(n.args[0])) in transposed:
             return _same, [ref(n.args[0])]  # the input arrives transposed
-        return type(n).lower, [ref(a) for a in n.args]
+        return scoped_lowering(type(n)), [ref(a) for a in n.args]
 
     program = [step(n) for n in order]
     outputs = [ref(r) for r in roots]
@@ -271,7 +278,16 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             rest[k] = _transposed_copy(rest[k])
         return executable(given, rest, scalar_values)
 
+    def lower(arrays: list, scalar_values: list) -> Any:
+        """jax's Lowered of this graph for inputs like `arrays` (arrays or
+        ShapeDtypeStructs) and `scalar_values`: its StableHLO and HLO text."""
+        rest = [arrays[i] for i in kept]
+        for k in transposed_kept:
+            rest[k] = jax.ShapeDtypeStruct(tuple(rest[k].shape)[::-1], rest[k].dtype)
+        return executable.lower([arrays[i] for i in donated], rest, scalar_values)
+
     call.donated = donated
+    call.lower = lower
     return call
 
 
@@ -312,6 +328,31 @@ def _why(old: tuple, new: tuple) -> str:
     return "the graph's outputs changed"
 
 
+# Functions called with (fn, inputs, scalars) for every graph a trace runs, built or
+# from the cache: `xla_native_functions.hlo()` listens here.
+GRAPH_WATCHERS: list[Callable] = []
+
+
+def input_spec(v: Value) -> Any:
+    """The abstract value of a graph input, for lowering the graph again."""
+    aval = jax.typeof(v.data)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def dump_graph(text: str, kind: str) -> None:
+    """Write one program's text into `config.debug_dump_graphs`, named by process,
+    sequence and kind (`compile`, `dynamo`)."""
+    directory = config.debug_dump_graphs
+    os.makedirs(directory, exist_ok=True)
+    _DUMPED[0] += 1
+    path = os.path.join(directory, f"{os.getpid()}-{_DUMPED[0]:04d}-{kind}.mlir")
+    with open(path, "w") as f:
+        f.write(text)
+
+
+_DUMPED = [0]
+
+
 def lower_graph(roots: list[Value], overwritten: dict[int, Value], read_only: set[int], segment: int) -> tuple:
     """The compiled function of the graph computing `roots` (from the cache, or built
     and counted as a compilation, with the reason when it replaces the graph last run
@@ -333,7 +374,13 @@ def lower_graph(roots: list[Value], overwritten: dict[int, Value], read_only: se
             )
         fn = _build(order, inputs, scalars, roots, read_only, donated)
         _GRAPH_CACHE[key] = fn
+        if config.debug_dump_graphs:
+            with X64:
+                lowered = fn.lower([input_spec(v) for v in inputs], [scalar_operand(s.value) for s in scalars])
+                dump_graph(lowered.as_text(debug_info=True), "compile")
     else:
         metrics.cache_hits += 1
     _LAST_KEYS[segment] = key
+    for watch in GRAPH_WATCHERS:
+        watch(fn, inputs, scalars)
     return fn, inputs, scalars, key, built

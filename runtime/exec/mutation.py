@@ -242,11 +242,6 @@ def write_list_inplace(self: list, compute: Callable[[], Any]) -> None:
     return write_inplace(self, result)
 
 
-# out= ops whose PyTorch kernels reject an output that is one of the inputs
-# (`assert_no_overlap`); elementwise kernels accept it, since that is the in-place form.
-OUT_MUST_NOT_BE_AN_INPUT = frozenset({"cat", "gather", "index_select", "kthvalue", "masked_select", "take"})
-
-
 NO_OVERLAP, FULL_OVERLAP, PARTIAL_OVERLAP, TOO_HARD = range(4)
 
 
@@ -285,20 +280,21 @@ def check_in_place_overlap(self: Any, others: tuple[Any, ...], any_overlap: bool
                     raise RuntimeError(_OVERLAP_MESSAGE)
 
 
-def check_out_overlap(outs: tuple[Any, ...], inputs: tuple[Any, ...], op: str) -> None:
-    """PyTorch's checks that an out= tensor shares no memory with the op's inputs (a full
-    overlap is accepted unless `op` rejects it); as in PyTorch, layouts too hard to
+def check_out_overlap(outs: tuple[Any, ...], inputs: tuple[Any, ...], distinct_from_inputs: bool) -> None:
+    """PyTorch's checks that an out= tensor shares no memory with the op's inputs: a full
+    overlap is accepted (it is the in-place form) unless the op's kernel rejects any
+    (`distinct_from_inputs`, the manifest's policy); as in PyTorch, layouts too hard to
     compare are let through."""
     flat = [t for x in inputs for t in (x if isinstance(x, (tuple, list)) else (x,)) if isinstance(t, XlaTensor)]
     for o in outs:
         if not isinstance(o, XlaTensor) or not o.numel():
             continue
-        if op in OUT_MUST_NOT_BE_AN_INPUT and not o._whole and overlapping(tuple(o.shape), tuple(o.stride())):
+        if distinct_from_inputs and not o._whole and overlapping(tuple(o.shape), tuple(o.stride())):
             # these kernels check before resizing the output (assert_no_internal_overlap)
             raise RuntimeError(_INTERNAL_OVERLAP_MESSAGE)
         for t in flat:
             status = overlap_status(o, t)
-            if status == PARTIAL_OVERLAP or (status == FULL_OVERLAP and op in OUT_MUST_NOT_BE_AN_INPUT):
+            if status == PARTIAL_OVERLAP or (status == FULL_OVERLAP and distinct_from_inputs):
                 raise RuntimeError(_OVERLAP_MESSAGE)
 
 
@@ -312,19 +308,18 @@ _OVERLAP_MESSAGE = (
 )
 
 
-# out= ops whose PyTorch kernels want the out tensor in exactly the result's dtype
-# (other ops accept any dtype the result can be cast to).
-OUT_DTYPE_MUST_MATCH = frozenset({"amax", "amin", "aminmax", "complex", "gather", "multinomial", "polar"})
-
-
-def write_out(outs: tuple[Any, ...], result: Any, inputs: tuple[Any, ...] = (), op: str = "") -> Any:
+def write_out(outs: tuple[Any, ...], result: Any, inputs: tuple[Any, ...] = (), *, exact_dtype: bool = False,
+              distinct_from_inputs: bool = False) -> Any:
+    """Write an out= op's result into its out tensors, with PyTorch's checks; the flags
+    are the op's facts from the manifest's policy (the out tensor must have exactly the
+    result's dtype; it must not be one of the inputs)."""
     if len(outs) == 1 and isinstance(outs[0], list):  # a foreach op's out list: its schema returns nothing
-        write_out(tuple(outs[0]), result, inputs, op)
+        write_out(tuple(outs[0]), result, inputs, exact_dtype=exact_dtype, distinct_from_inputs=distinct_from_inputs)
         return None
     if inputs:
-        check_out_overlap(outs, inputs, op)
+        check_out_overlap(outs, inputs, distinct_from_inputs)
     results = result if isinstance(result, (tuple, list)) else (result,)
-    if op in OUT_DTYPE_MUST_MATCH:
+    if exact_dtype:
         for o, r in zip(outs, results):
             if o.dtype != r.dtype:
                 raise RuntimeError(f"Expected out tensor to have dtype {r.dtype}, but got {o.dtype} instead")

@@ -64,8 +64,32 @@ HANDLERS = REGISTRY.by_id
 CALLS = metrics.calls_by_id
 # Manifest section of each overload, for metrics and error messages.
 SECTIONS: dict[str, str] = {}
+# Facts about operators from the manifest's `policy`: fact -> {unambiguous name: its
+# integers} (`host_only`, `transposed_weight_operands`).
+POLICY: dict[str, dict[str, tuple[int, ...]]] = {}
+
+
+def policy(fact: str) -> dict[str, tuple[int, ...]]:
+    return POLICY.get(fact, {})
+
+
 # IR class of every manifest entry by unambiguous name (`add_Tensor` -> AddTensor).
 NODES: dict[str, type[Node]] = {}
+
+
+# Internal nodes the tracer itself records (reading and writing views, casting a
+# written value): every manifest must list them.
+TRACER_NODES = ("cast_to", "strided_read", "strided_write")
+
+
+def check_tracer_nodes() -> None:
+    missing = [name for name in TRACER_NODES if name not in NODES]
+    if missing:
+        raise RuntimeError(
+            f"the generated package lacks the internal nodes {', '.join(missing)}, which the runtime records: copy "
+            "them from the `internal` section of the repository's native_functions.yaml into your manifest and "
+            "regenerate"
+        )
 
 
 def node(name: str) -> type[Node]:
@@ -79,4 +103,4 @@ def handler(op: Any) -> Any:
 
 
 class OperatorNotFound(NotImplementedError):
-    """An aten operator that no manifest section lists."""
+    """An operator that no manifest section lists and no run-time lowering handles."""

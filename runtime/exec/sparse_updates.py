@@ -36,6 +36,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 from jax import lax
+from jax.extend import source_info_util
 from jax.extend.core import Literal
 
 from ..platform.metrics import metrics
@@ -79,10 +80,14 @@ def _interpret(jaxpr, consts, args) -> list:
         env[var] = val
     for var, val in zip(jaxpr.invars, args):
         env[var] = val
+    outer = source_info_util.current_name_stack()
     for eqn in jaxpr.eqns:
-        out = _rewrite(eqn, read, zeros, scatters)
-        if out is None:
-            out = eqn.primitive.bind(*map(read, eqn.invars), **eqn.primitive.get_bind_params(eqn.params))
+        # each equation keeps its name stack and source lines, as in eval_jaxpr (Note [Op
+        # names in programs] in exec/eager.py)
+        with source_info_util.user_context(eqn.source_info.traceback, name_stack=outer + eqn.source_info.name_stack):
+            out = _rewrite(eqn, read, zeros, scatters)
+            if out is None:
+                out = eqn.primitive.bind(*map(read, eqn.invars), **eqn.primitive.get_bind_params(eqn.params))
         if eqn.primitive.multiple_results:
             env.update(zip(eqn.outvars, out))
         else:

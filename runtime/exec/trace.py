@@ -52,7 +52,7 @@ from ..core.tensor import Storage, XlaTensor
 from ..platform.metrics import metrics
 from .eager import check_in_place_result, foreign_value, scalar_operand
 from .graph import lower_graph
-from .strided import ComplexFromPairs, Convert, RealPairs, StridedRead, StridedWrite
+from .registry import node
 
 
 def _meta_of(a: Any) -> TensorMeta:
@@ -82,8 +82,14 @@ def _arg_meta(kind: str, a: Any) -> Any:
     return a
 
 
+def _record(name: str, v: Value) -> Value:
+    """An internal node of one tensor argument (complex_as_pairs, pairs_as_complex)."""
+    cls = node(name)
+    return _emit(cls((v,)), cls.output_shape(v.meta))
+
+
 def record_strided_read(base: Value, dtype: torch.dtype, size, stride, offset) -> Value:
-    return _emit(StridedRead((base, size, stride, offset)), TensorMeta(tuple(size), dtype))
+    return _emit(node("strided_read")((base, size, stride, offset)), TensorMeta(tuple(size), dtype))
 
 
 _SHARED_MESSAGE = (
@@ -141,7 +147,7 @@ class Trace:
             if t._whole:
                 return v
             if t._real:
-                v = _emit(RealPairs((v,)), RealPairs.output_shape(v.meta))
+                v = _record("complex_as_pairs", v)
             return record_strided_read(v, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
         if isinstance(t, torch.Tensor):
             return self.input(foreign_value(t))
@@ -192,7 +198,7 @@ class Trace:
         if not mine and self.observer is not None:
             self.observer.note_owner(store, t, None)
         if new.meta.dtype != t.dtype:
-            new = _emit(Convert((new, t.dtype)), TensorMeta(new.meta.shape, t.dtype))
+            new = _emit(node("cast_to")((new, t.dtype)), TensorMeta(new.meta.shape, t.dtype))
         old = store.pending if mine else None
         if t._whole:
             if not mine:
@@ -203,11 +209,11 @@ class Trace:
             old = base
             layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
             if t._real:  # through the complex storage's reals (Note [Views and mutation])
-                pairs = _emit(RealPairs((base,)), RealPairs.output_shape(base.meta))
-                written = _emit(StridedWrite((pairs, new) + layout), pairs.meta)
-                store.pending = _emit(ComplexFromPairs((written,)), base.meta)
+                pairs = _record("complex_as_pairs", base)
+                written = _emit(node("strided_write")((pairs, new) + layout), pairs.meta)
+                store.pending = _record("pairs_as_complex", written)
             else:
-                store.pending = _emit(StridedWrite((base, new) + layout), base.meta)
+                store.pending = _emit(node("strided_write")((base, new) + layout), base.meta)
         if old is not None and old.node is None:
             self.overwritten[id(old)] = old
         store.version += 1

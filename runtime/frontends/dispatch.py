@@ -15,6 +15,7 @@ from ...shape_fns.common import TORCH_TO_NUMPY
 from ..core.context import context
 from ..core.convert import X64, cpu_to_jax
 from ..core.tensor import XlaTensor, from_array, register_dispatcher
+from ..exec.custom_ops import library_op_handler, not_found_message
 from ..exec.eager import value
 from ..exec.fallback import fallback
 from ..exec.mutation import per_tensor_loop, resize_out, write_into
@@ -38,6 +39,9 @@ def _device_agnostic_custom_op(func: Any) -> Callable[..., Any] | None:
 
 
 def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    late = library_op_handler(func)  # Note [Library operators] in runtime/exec/custom_ops.py
+    if late is not None:
+        return late(*args, **kwargs)
     if isinstance(func, torch._ops.OpOverload) and torch._C._dispatch_has_kernel_for_dispatch_key(
         func.name(), "CompositeImplicitAutograd"
     ):
@@ -61,11 +65,16 @@ def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             _warned_fallback.add(name)
             warnings.warn(f"{name} is not lowered to JAX; running it on PyTorch CPU (allow_cpu_fallback)", stacklevel=3)
         return fallback(func, args, kwargs)
+    if isinstance(func, torch._ops.OpOverload) and func.namespace != "aten":
+        raise OperatorNotFound(not_found_message(func, user_call_site()))
     base, dot, overload = name.partition(".")
-    listed = base.rstrip("_") + dot + overload  # in-place forms are derived from the functional op
+    if base.endswith("_") and not base.endswith("__"):  # in-place forms are derived from the functional op
+        base = base[:-1]
+    listed = base + dot + overload
     hint = (
         f"add '{listed}' to a section of native_functions.yaml "
-        "(full_codegen with lower_*/..._output_shape, supported, or fallback) and run `python -m codegen.generate`"
+        "(full_codegen with lower_*/..._output_shape, supported, or fallback) and run `python -m codegen.generate`: "
+        f"`python -m codegen.scaffold aten::{listed}` does the first step and writes the stubs (CONTRIBUTING.md)"
     )
     raise OperatorNotFound(
         f"aten operator '{name}' is not supported by xla_native_functions, called from {user_call_site()}. "

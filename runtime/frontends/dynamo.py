@@ -35,24 +35,25 @@ import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ...lowerings.random import dropout, random_normal, random_uniform
-from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY
+from ...lowerings.common import LoweringContext
+from ...lowerings.random import lower_random_dropout, lower_random_normal, lower_random_uniform
+from ...shape_fns.common import NUMPY_TO_TORCH
 from ..core.context import untraced
-from ..core.convert import X64, cpu_to_jax
+from ..core.convert import X64, cpu_to_jax, jax_to_cpu_handover, numpy_view, shared_array
 from ..core.tensor import DEVICE, XlaTensor, contiguous_strides, from_array
 from ..core.views import non_overlapping_and_dense
+from ..exec.custom_ops import register_loaded_library_ops
 from ..exec.eager import value
-from ..exec.registry import REGISTRY, SECTIONS
+from ..exec.graph import dump_graph
+from ..exec.registry import REGISTRY, SECTIONS, policy
+from ..platform.config import config
+from ..platform.metrics import ReplayedOps, metrics
 from .dispatch import dispatch
 from .env import Environment
 
 BACKEND_NAME = "xla_native"
 
 _aten = torch.ops.aten
-
-# Registry entries that cannot run inside a jitted graph: they need concrete values
-# on the host (their results are Python numbers or have data-dependent shapes).
-_HOST_ONLY = {_aten._local_scalar_dense.default, _aten.nonzero.default}
 
 # Random ops draw from a per-call seed operand, so each replay gets new numbers
 # without recompiling (runtime/supported/random.py draws its key on the host, which
@@ -166,8 +167,8 @@ def is_supported(target: Any) -> bool:
             return True
         if target._schema.name in _LIBRARY_OPS:
             return True
-        if target not in REGISTRY or target in _HOST_ONLY:
-            return False
+        if target not in REGISTRY or _op_name(target).replace(".", "_") in policy("host_only"):
+            return False  # host_only: results on the host (Python numbers, data-dependent shapes)
         return SECTIONS.get(_op_name(target)) != "fallback"
     return target is operator.getitem or getattr(target, "__module__", None) in ("_operator", "math")
 
@@ -179,53 +180,6 @@ def decompositions() -> dict[Any, Callable]:
     from torch._decomp import core_aten_decompositions
 
     return {op: fn for op, fn in core_aten_decompositions().items() if op not in REGISTRY}
-
-
-# ---------------------------------------------------------------- conversions
-
-_FAST_DTYPES = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
-                torch.uint8, torch.bool, torch.complex64, torch.complex128}
-
-
-# From this size on, handing a result buffer to torch through DLPack (5 to 30 us,
-# whatever the size) beats copying it (about 0.6 ms per MB here).
-_SHARE_BYTES = 1 << 16
-
-
-def _host_view(t: torch.Tensor) -> np.ndarray | None:
-    """A NumPy view of a CPU tensor's memory, or None where NumPy cannot show it as it
-    is (conjugate or negative bits, dtypes NumPy lacks). `jax.jit` reads such an
-    argument in place, for 2 to 3 us whatever its size; making a JAX array of it first
-    costs 18 to 60 us."""
-    if t.is_conj() or t.is_neg():
-        return None
-    t = t.detach()
-    if t.dtype in _FAST_DTYPES:
-        return t.numpy()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(TORCH_TO_NUMPY[torch.bfloat16])
-    return None
-
-
-def _shared_array(t: torch.Tensor) -> jax.Array | None:
-    """A JAX array on the tensor's own memory (DLPack), or None where XLA would copy it
-    (DLPack copies a buffer XLA cannot use in place, an unaligned one, say)."""
-    try:
-        arr = jax.dlpack.from_dlpack(t.detach())
-    except Exception:
-        return None
-    return arr if arr.unsafe_buffer_pointer() == t.data_ptr() else None
-
-
-_NUMPY_DTYPES = frozenset(np.dtype(TORCH_TO_NUMPY[d]) for d in _FAST_DTYPES)
-
-
-def _jax_to_cpu(a: jax.Array) -> torch.Tensor:
-    # A fresh output buffer that JAX no longer refers to. Small ones are copied through
-    # NumPy (1 to 3 us); larger ones DLPack hands over without a copy.
-    if a.dtype in _NUMPY_DTYPES and a.nbytes < _SHARE_BYTES:
-        return torch.from_numpy(np.array(a))
-    return torch.from_dlpack(a)
 
 
 class _InputCache:
@@ -256,11 +210,11 @@ class _InputCache:
             stats.input_cache_hits += 1
             arr = self.arrays[i]
             if type(arr) is np.ndarray:  # seen twice: share it, once
-                shared = _shared_array(t)
+                shared = shared_array(t)
                 arr = self.arrays[i] = _Unshareable(arr) if shared is None else shared
             return arr.view if type(arr) is _Unshareable else arr
         stats.input_conversions += 1
-        arr = _host_view(t)
+        arr = numpy_view(t)
         if arr is None:
             self.refs[i] = None
             return cpu_to_jax(t)
@@ -280,6 +234,10 @@ class _Unshareable:
 
 
 # ---------------------------------------------------------------- one graph as one jax.jit
+
+# Functions called with (graph, dynamic, statics) for every call of a JaxGraph's jitted
+# function: `xla_native_functions.hlo(..., mode="dynamo")` listens here.
+GRAPH_WATCHERS: list[Callable] = []
 
 _TENSOR, _DYNAMIC, _STATIC = 0, 1, 2
 
@@ -311,6 +269,9 @@ class JaxGraph:
         self.cache = _InputCache(len(self.placeholders))
         # How each trace's flat array results map back to the graph's outputs.
         self.layout: dict[Any, tuple] = {}
+        # the ops each trace ran, counted again by every later call (Note [Counting
+        # replayed ops] in platform/metrics.py), by the trace's static arguments
+        self.op_counts: dict[Any, ReplayedOps] = {}
         self.jitted = jax.jit(self._trace, static_argnums=(1,))
 
     # -- trace time
@@ -318,11 +279,15 @@ class JaxGraph:
     def _trace(self, dynamic: tuple, statics: tuple):
         started = time.perf_counter()
         stats.traces += 1
+        calls = metrics.calls_by_id
+        calls_before = dict(calls)
         try:
             with untraced(), torch.no_grad():
                 result = self._interpret(dynamic, statics)
         finally:
             stats.trace_seconds += time.perf_counter() - started
+        self.op_counts[statics] = ReplayedOps(
+            tuple((k, n - calls_before.get(k, 0)) for k, n in calls.items() if n > calls_before.get(k, 0)))
         return result
 
     def _interpret(self, dynamic: tuple, statics: tuple):
@@ -362,7 +327,8 @@ class JaxGraph:
             target = node.target
             target = _SUBSTITUTES.get(target, target)
             if target in _RANDOM:
-                env[node] = _random(target, jax.random.fold_in(jax.random.PRNGKey(seed), random_index), args, kwargs)
+                with jax.named_scope(target.name()):  # Note [Op names in programs] in exec/eager.py
+                    env[node] = _random(target, jax.random.fold_in(jax.random.PRNGKey(seed), random_index), args, kwargs)
                 random_index += 1
             elif target in _STORAGE_ADDRESSED:
                 env[node] = _with_pytorch_layout(target, node, args, kwargs)
@@ -454,15 +420,22 @@ class JaxGraph:
                 else:
                     statics.append(_static(a))
             statics_t = tuple(statics)
+            traces = stats.traces
             outs = self.jitted(tuple(dynamic), statics_t)
             jax.block_until_ready(outs)
+            if stats.traces == traces:  # not traced now: count the ops as the trace did
+                self.op_counts[statics_t].runs += 1
+            elif config.debug_dump_graphs:
+                dump_graph(self.jitted.lower(tuple(dynamic), statics_t).as_text(debug_info=True), "dynamo")
+            for watch in GRAPH_WATCHERS:
+                watch(self, tuple(dynamic), statics_t)
             plan, spec, mutated = self.layout[statics_t]
             results = []
             for kind, x in plan:
                 if kind == "array" and len(results) in self.keep_on_jax:
                     results.append(from_array(outs[x]))
                 elif kind == "array":
-                    t = _jax_to_cpu(outs[x])
+                    t = jax_to_cpu_handover(outs[x])
                     stride = self.strides.get(len(results))
                     if stride is not None and t.stride() != stride:
                         t = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
@@ -475,7 +448,7 @@ class JaxGraph:
                     results.append(x)
             for i, k in mutated:
                 with torch.no_grad():
-                    args[i].copy_(_jax_to_cpu(outs[k]))
+                    args[i].copy_(jax_to_cpu_handover(outs[k]))
         return tree_unflatten(results, spec)
 
 
@@ -551,12 +524,12 @@ def _random(target: Any, key: jax.Array, args: tuple, kwargs: dict) -> Any:
         train = args[2] if len(args) > 2 else kwargs.get("train")
         if train is False:
             return dispatch(target, (x, p, train), {})
-        out, mask = dropout(key, value(x), float(p))
+        out, mask = lower_random_dropout(value(x), float(p), ctx=LoweringContext(key))
         return from_array(out), from_array(mask)
     size = tuple(args[0])
     dtype = kwargs.get("dtype") or torch.get_default_dtype()
-    sample = random_normal if target is _aten.randn.default else random_uniform
-    out = sample(key, size, dtype)
+    sample = lower_random_normal if target is _aten.randn.default else lower_random_uniform
+    out = sample(size, dtype, ctx=LoweringContext(key))
     assert NUMPY_TO_TORCH[out.dtype] == dtype
     return from_array(out)
 
@@ -579,6 +552,14 @@ class _Partitioned:
     def __init__(self, gm: torch.fx.GraphModule):
         self.gm = gm
         self.placeholder_vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+        # the ops this graph runs on PyTorch CPU on every call, counted as op calls and
+        # CPU fallbacks (Note [Counting replayed ops] in platform/metrics.py)
+        cpu_ops = collections.Counter(n.target for n in gm.graph.nodes
+                                      if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
+        for op in cpu_ops:
+            metrics.ops_by_id.setdefault(id(op), op)
+        self.cpu_counts = ReplayedOps(tuple((id(op), n) for op, n in cpu_ops.items()),
+                                      tuple((str(op), n) for op, n in cpu_ops.items()))
 
     def __call__(self, *args) -> Any:
         if len(args) == 1 and type(args[0]) is list:
@@ -589,12 +570,13 @@ class _Partitioned:
         for i, a in enumerate(flat):
             if isinstance(a, XlaTensor):  # a saved activation kept on the JAX side
                 flat[i] = _to_cpu_like(a, self.placeholder_vals[i] if i < len(self.placeholder_vals) else None)
+        self.cpu_counts.runs += 1
         return self.gm(*flat)
 
 
 def _to_cpu_like(t: XlaTensor, val: Any) -> torch.Tensor:
     with X64:
-        out = _jax_to_cpu(value(t))
+        out = jax_to_cpu_handover(value(t))
     try:
         stride = tuple(int(s) for s in val.stride())
     except Exception:
@@ -683,6 +665,7 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """The `torch.compile` backend function (registered as "xla_native")."""
     from torch._dynamo.backends.common import aot_autograd
 
+    register_loaded_library_ops()  # Note [Library operators] in runtime/exec/custom_ops.py
     return aot_autograd(
         fw_compiler=_compile_forward_graph,
         bw_compiler=_compile_backward_graph,

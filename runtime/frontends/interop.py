@@ -27,7 +27,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from ..core.context import context, untraced
-from ..core.convert import X64, cpu_to_jax, jax_to_cpu
+from ..core.convert import X64, cpu_to_jax, jax_to_cpu, shared_array
 from ..core.tensor import XlaTensor, from_array
 from ..exec.eager import value
 
@@ -52,15 +52,8 @@ def _tensor_to_jax(t: torch.Tensor) -> jax.Array:
         if trace is not None:
             return trace.host_value(t)
         return value(t)  # reads the storage: no op, so no autograd record to avoid
-    t = t.detach()
-    if t.is_conj() or t.is_neg():
-        return cpu_to_jax(t)
-    with X64:
-        try:
-            # Shares memory with the CPU tensor where DLPack allows it.
-            return jax.dlpack.from_dlpack(t)
-        except Exception:
-            return cpu_to_jax(t)
+    shared = shared_array(t)
+    return cpu_to_jax(t) if shared is None else shared
 
 
 def to_jax(obj: Any) -> Any:
@@ -88,17 +81,9 @@ def to_torch_tensor(obj: Any, device: str = "jax") -> Any:
             arr = jnp.asarray(x)
         if device == "jax":
             return from_array(arr)
-        return _array_to_cpu(arr)
+        return jax_to_cpu(arr)
 
     return tree_map(convert, obj)
-
-
-def _array_to_cpu(arr: jax.Array) -> torch.Tensor:
-    try:
-        # torch writes into its tensors: hand it a buffer of its own.
-        return torch.from_dlpack(arr).clone()
-    except Exception:
-        return jax_to_cpu(arr)
 
 
 def _named_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -250,8 +235,8 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
             out, mutated = jitted(arrays + module_arrays, _StaticKey(spec, tuple(static)))
         for i, new in mutated.items():
             with torch.no_grad():
-                tensor_leaves[i].copy_(_array_to_cpu(new) if not isinstance(tensor_leaves[i], XlaTensor) else from_array(new))
-        return tree_map(lambda a: (_array_to_cpu(a) if to_cpu else from_array(a)) if isinstance(a, jax.Array) else a, out)
+                tensor_leaves[i].copy_(jax_to_cpu(new) if not isinstance(tensor_leaves[i], XlaTensor) else from_array(new))
+        return tree_map(lambda a: (jax_to_cpu(a) if to_cpu else from_array(a)) if isinstance(a, jax.Array) else a, out)
 
     return wrapper
 
@@ -313,7 +298,7 @@ class _JaxCall(torch.autograd.Function):
 
 
 def _from_array(a: jax.Array, to_cpu: bool) -> torch.Tensor:
-    return _array_to_cpu(a) if to_cpu else from_array(a)
+    return jax_to_cpu(a) if to_cpu else from_array(a)
 
 
 class _Slot:

@@ -60,7 +60,7 @@ from ..exec.graph import copy_array
 from ..exec.keys import key_array
 from ..exec.trace import active_traces, tracing
 from ..platform.config import config
-from ..platform.metrics import metrics
+from ..platform.metrics import ReplayedOps, metrics
 
 ARG, OBJ, KEY, CONST, SEG = "arg", "obj", "key", "const", "seg"
 # Traces of one signature without two equal plans in a row, after which it is traced on
@@ -69,6 +69,7 @@ MAX_PROBES = 6
 # Call signatures remembered per compiled function.
 MAX_SIGNATURES = 64
 _SIMPLE = (int, float, bool, str, type(None), complex, torch.dtype, torch.device)
+_LIFT_FRESH = torch.ops.aten.lift_fresh.default
 
 
 class Probe:
@@ -151,6 +152,11 @@ class _HostOpWatch(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if func is _LIFT_FRESH:
+            # torch.tensor / torch.as_tensor of Python data (pack_padded_sequence's
+            # lengths): its argument was just made from values, a constant of the call
+            self.made[id(out)] = weakref.ref(out)
+            return out
         if self.probe.failure is None:
             for x in tree_flatten((args, kwargs))[0]:
                 if isinstance(x, torch.Tensor) and x.device.type == "cpu" and not self._made(x):
@@ -175,7 +181,7 @@ class Plan:
 
     __slots__ = ("segments", "writebacks", "outputs", "out_spec", "grad_guards", "grad_effects", "optimizers",
                  "modules", "grad_enabled", "fingerprint", "complete", "objects", "object_stores", "args", "whole_args",
-                 "requires_grad", "late_reads", "run")
+                 "requires_grad", "late_reads", "run", "op_counts")
 
 
 def _hyperparameters(opt: Any) -> tuple:
@@ -483,8 +489,8 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     env: dict[str, Any] = {
         "FAILED": _GUARD_FAILED, "grad_enabled": torch.is_grad_enabled, "hyper": _hyperparameters, "X64": X64,
         "key_array": key_array, "copy": copy_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
-        "Storage": Storage, "tensor_on": tensor_on, "real_view_on": real_view_on, "unflatten": tree_unflatten, "write_lock": WRITE_LOCK,
-        "active_traces": active_traces, "owned": _owned,
+        "Storage": Storage, "tensor_on": tensor_on, "real_view_on": real_view_on, "unflatten": tree_unflatten,
+        "write_lock": WRITE_LOCK, "active_traces": active_traces, "owned": _owned,
     }
     lines: list[str] = []
 
@@ -594,6 +600,8 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     emit(f"metrics.execute_count += {len(plan.segments)}")
     emit(f"metrics.cache_hits += {len(plan.segments)}")
     emit("metrics.replays += 1")
+    # Note [Counting replayed ops] in platform/metrics.py: the ops of the traced call
+    emit(f"{const(ReplayedOps(plan.op_counts))}.runs += 1")
     for (j, k), src in plan.writebacks:
         emit(f"s = {tensor(src)}._store")
         emit(f"s.array = r{j}[{k}]")
@@ -731,6 +739,8 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
     hooks = [register_optimizer_step_pre_hook(on_step),
              torch.nn.modules.module.register_module_forward_pre_hook(on_forward)]
     grad_enabled = torch.is_grad_enabled()
+    calls = metrics.calls_by_id
+    calls_before = dict(calls)
     try:
         with tracing(observer=probe):
             with _HostOpWatch(probe):
@@ -741,6 +751,8 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
     leaves = list(leaves)
     known = grad_holders(probe, leaves)
     plan = build_plan(probe, leaves, result, known, pre_grads, grad_enabled)
+    if not isinstance(plan, str):  # what a replay of this call counts (Note [Counting replayed ops])
+        plan.op_counts = tuple((k, n - calls_before.get(k, 0)) for k, n in calls.items() if n > calls_before.get(k, 0))
     entry.known = [weakref.ref(t) for t in known.values()]
     del known
     del pre_grads, probe

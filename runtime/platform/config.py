@@ -13,6 +13,9 @@ class Config:
     debug_accuracy_for_each_op: bool = False
     accuracy_atol: float = 1e-5
     accuracy_rtol: float = 1.3e-6
+    # A directory to write the StableHLO of every program compiled for compile(), lazy
+    # mode and torch.compile into (op names in its locations), or None.
+    debug_dump_graphs: str | None = None
     # Run ops listed in no manifest section through PyTorch CPU (counted and warned once
     # per op) instead of raising OperatorNotFound.
     allow_cpu_fallback: bool = False

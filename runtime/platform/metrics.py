@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,15 +36,65 @@ class Metrics:
 
     @property
     def op_calls(self) -> collections.Counter:
-        """Calls per aten overload."""
+        """Calls per aten overload (replayed graphs' ops included)."""
+        fold_replayed_ops()
         return collections.Counter({self.ops_by_id[k]: n for k, n in self.calls_by_id.items()})
 
 
 metrics = Metrics()
 
 
+# Note [Counting replayed ops]
+# An op is counted where it enters the runtime (frontends/dispatch.py, by id(op)). A
+# call that runs no Python per op (a replayed compile() step, a torch.compile graph
+# after its first call, the CPU partition of such a graph) counts the ops its graph
+# was traced from, once per run, as if it had been traced again: the graph keeps a
+# `ReplayedOps` of its op counts and its run only increments `runs`, and the counts are
+# added into `calls_by_id` when someone reads them (`fold_replayed_ops`), or when the
+# graph is dropped.
+_REPLAYED: "weakref.WeakSet[ReplayedOps]" = weakref.WeakSet()
+
+
+class ReplayedOps:
+    """The op counts of one graph run without tracing: `counts` (id(op), n) pairs added
+    to the per-op counts `runs` times at the next fold; `cpu` (op name as
+    `fallback_calls` keys it, n) pairs counted as CPU fallbacks too."""
+
+    __slots__ = ("counts", "cpu", "runs", "__weakref__")
+
+    def __init__(self, counts: tuple[tuple[int, int], ...], cpu: tuple[tuple[str, int], ...] = ()):
+        self.counts = counts
+        self.cpu = cpu
+        self.runs = 0
+        _REPLAYED.add(self)
+
+    def fold(self) -> None:
+        runs = self.runs
+        if runs:
+            self.runs = 0
+            calls = metrics.calls_by_id
+            for key, n in self.counts:
+                calls[key] = calls.get(key, 0) + n * runs
+            for name, n in self.cpu:
+                metrics.fallback_calls[name] += n * runs
+
+    def __del__(self) -> None:
+        try:
+            self.fold()
+        except Exception:  # at interpreter exit the module may be half torn down
+            pass
+
+
+def fold_replayed_ops() -> None:
+    """Add the runs of graphs replayed since the last fold into the per-op counts."""
+    for counts in list(_REPLAYED):
+        counts.fold()
+
+
 def reset_metrics() -> None:
     # In place: the per-op path holds the counters' dict.
+    for counts in list(_REPLAYED):
+        counts.runs = 0
     metrics.calls_by_id.clear()
     metrics.__dict__.update({k: v for k, v in Metrics().__dict__.items() if k not in ("calls_by_id", "ops_by_id")})
 
@@ -78,12 +129,13 @@ def metrics_report() -> str:
     if m.recompile_reasons:
         lines.append("  recompilation reasons:")
         lines += [f"    - {r}" for r in m.recompile_reasons[-20:]]
+    op_calls = m.op_calls  # folds replayed graphs' ops, CPU fallbacks among them
     if m.fallback_calls:
         lines.append("  CPU fallbacks (op: calls):")
         lines += [f"    {op}: {n}" for op, n in sorted(m.fallback_calls.items())]
     else:
         lines.append("  CPU fallbacks: none")
-    if m.op_calls:
+    if op_calls:
         lines.append("  op calls (op: calls):")
-        lines += [f"    {op}: {n}" for op, n in sorted((str(k), v) for k, v in m.op_calls.items())]
+        lines += [f"    {op}: {n}" for op, n in sorted((str(k), v) for k, v in op_calls.items())]
     return "\n".join(lines)

@@ -19,56 +19,13 @@ import jax
 import numpy as np
 import torch
 
-from ...lowerings.indexing import index_put_values, index_tensor, masked_select_positions
 from ...shape_fns.common import TensorMeta, broadcast_shapes
-from ...shape_fns.indexing import check_indices, index_meta, index_put_meta, masked_select_meta
+from ...shape_fns.indexing import check_indices
 from ..core.context import context
 from ..core.convert import X64, cpu_to_jax, host_array, host_tensor
-from ..core.ir import ATTR, TENSOR, TENSOR_LIST, Node
 from ..core.tensor import XlaTensor, from_array
 from ..exec.eager import run_node
-
-
-class IndexTensor(Node):
-    __slots__ = ()
-    op = name = "index_tensor"
-    arg_kinds = (TENSOR, TENSOR_LIST)
-
-    @staticmethod
-    def lower(self, indices):
-        return index_tensor(self, indices)
-
-    @staticmethod
-    def output_shape(self, indices):
-        return index_meta(self, indices)
-
-
-class IndexPut(Node):
-    __slots__ = ()
-    op = name = "index_put_values"
-    arg_kinds = (TENSOR, TENSOR_LIST, TENSOR, ATTR)
-
-    @staticmethod
-    def lower(self, indices, values, accumulate):
-        return index_put_values(self, indices, values, accumulate)
-
-    @staticmethod
-    def output_shape(self, indices, values, accumulate):
-        return index_put_meta(self, indices, values, accumulate)
-
-
-class MaskedSelect(Node):
-    __slots__ = ()
-    op = name = "masked_select_positions"
-    arg_kinds = (TENSOR, TENSOR, TENSOR)
-
-    @staticmethod
-    def lower(self, mask, positions):
-        return masked_select_positions(self, mask, positions)
-
-    @staticmethod
-    def output_shape(self, mask, positions):
-        return masked_select_meta(self, mask, positions.shape[0])
+from ..exec.registry import node
 
 
 def _device(t):
@@ -157,7 +114,7 @@ def impl_index_Tensor(self, indices):
     _check_bounds(self, indices)
     if context.trace is None:
         indices = [_index_operand(ix) for ix in indices]
-    return run_node(IndexTensor, (self, indices))
+    return run_node(node("index_gather"), (self, indices))
 
 
 def impl_index_put(self, indices, values, accumulate=False):
@@ -170,7 +127,7 @@ def impl_index_put(self, indices, values, accumulate=False):
     _check_bounds(self, indices)
     if context.trace is None:
         indices = [_index_operand(ix) for ix in indices]
-    return run_node(IndexPut, (self, list(indices), values, bool(accumulate)))
+    return run_node(node("index_put_values"), (self, list(indices), values, bool(accumulate)))
 
 
 def impl_masked_select(self, mask):
@@ -179,4 +136,4 @@ def impl_masked_select(self, mask):
         raise RuntimeError(f"masked_select: expected BoolTensor for mask")
     shape = broadcast_shapes(tuple(self.shape), tuple(mask.shape))
     positions = np.flatnonzero(np.broadcast_to(_host(mask), shape)).astype(np.int64)
-    return run_node(MaskedSelect, (self, mask, _device(host_tensor(positions))))
+    return run_node(node("masked_select_positions"), (self, mask, _device(host_tensor(positions))))

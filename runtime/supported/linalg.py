@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import torch
 
-from ...lowerings.linalg_solve import lstsq_values
 from ...shape_fns.common import TensorMeta
-from ...shape_fns.linalg_solve import lstsq_check, lstsq_values_shape
+from ...shape_fns.linalg_solve import lstsq_check
 from ..core.context import context
 from ..core.convert import X64, host_array, jax_to_cpu
-from ..core.ir import ATTR, TENSOR, Node
 from ..core.tensor import XlaTensor
 from ..exec.eager import run_node, value
-from ..exec.registry import handler
+from ..exec.registry import handler, node
 
 
 def impl__linalg_check_errors(info, api_name, *, is_matrix):
@@ -40,22 +38,12 @@ def impl_cholesky(self, upper=False):
     return factor
 
 
-class LinalgLstsq(Node):
-    """linalg.lstsq with its driver resolved and the residuals' presence decided."""
-
-    __slots__ = ()
-    op = name = "linalg_lstsq_values"
-    arg_kinds = (TENSOR, TENSOR, ATTR, ATTR, ATTR)
-    lower = staticmethod(lstsq_values)
-    output_shape = staticmethod(lstsq_values_shape)
-
-
 def impl_linalg_lstsq(self, b, rcond=None, *, driver=None):
     driver = "gelsy" if driver is None else driver
     lstsq_check(TensorMeta(tuple(self.shape), self.dtype), TensorMeta(tuple(b.shape), b.dtype), driver)
     m, n = self.shape[-2:]
     residuals = m > n and driver != "gelsy"
-    solution, res, rank, sv = run_node(LinalgLstsq, (self, b, rcond, driver, residuals))
+    solution, res, rank, sv = run_node(node("linalg_lstsq_values"), (self, b, rcond, driver, residuals))
     if residuals and driver in ("gelsd", "gelss"):
         # Their residuals exist only when every matrix has full column rank: a shape
         # that depends on the values, so the ranks are read on the host.

@@ -9,62 +9,21 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from ...lowerings.random import (bernoulli_tensor, dropout, multinomial, normal_tensor, random_normal, random_sample,
-                                 random_uniform)
-from ...shape_fns.common import TensorMeta, scalar_type_name, to_numpy_dtype
+from ...shape_fns.common import broadcast_shapes, scalar_type_name
 from ..core.context import context
 from ..core.convert import X64
-from ..core.ir import ATTR, TENSOR, Node
 from ..core.tensor import from_array
 from ..exec.eager import run_node, value
-from ..exec.keys import next_key
 from ..exec.mutation import write_inplace
-from ..exec.registry import handler
-
-
-class _RandomNode(Node):
-    __slots__ = ()
-    arg_kinds = (TENSOR, ATTR, ATTR)
-
-    @staticmethod
-    def output_shape(key, size, dtype):
-        return TensorMeta(tuple(size), dtype)
-
-
-class RandomNormal(_RandomNode):
-    __slots__ = ()
-    op = name = "random_normal"
-
-    lower = staticmethod(random_normal)
-
-
-
-class RandomUniform(_RandomNode):
-    __slots__ = ()
-    op = name = "random_uniform"
-
-    lower = staticmethod(random_uniform)
-
-
-
-class Dropout(Node):
-    __slots__ = ()
-    op = name = "dropout"
-    arg_kinds = (TENSOR, TENSOR, ATTR)
-
-    lower = staticmethod(dropout)
-
-    @staticmethod
-    def output_shape(key, x, p):
-        return x, TensorMeta(x.shape, torch.bool)
+from ..exec.registry import handler, node
 
 
 def impl_randn(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return run_node(RandomNormal, (next_key(), tuple(size), dtype or torch.get_default_dtype()))
+    return run_node(node("random_normal"), (tuple(size), dtype or torch.get_default_dtype()))
 
 
 def impl_rand(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return run_node(RandomUniform, (next_key(), tuple(size), dtype or torch.get_default_dtype()))
+    return run_node(node("random_uniform"), (tuple(size), dtype or torch.get_default_dtype()))
 
 
 def impl_native_dropout(input, p, train):
@@ -72,13 +31,13 @@ def impl_native_dropout(input, p, train):
         clone = handler(torch.ops.aten.clone.default)(input)
         ones = handler(torch.ops.aten.ones_like.default)(input, dtype=torch.bool)
         return clone, ones
-    return run_node(Dropout, (next_key(), input, float(p)))
+    return run_node(node("random_dropout"), (input, float(p)))
 
 
 def _key(generator=None):
-    """next_key, or a key drawn from an explicit torch.Generator."""
+    """A key drawn from an explicit torch.Generator; None (the runtime draws one) without."""
     if generator is None:
-        return next_key()
+        return None
     if context.trace is not None:
         context.trace.refuse_replay("it draws random numbers from an explicit torch.Generator")
     with torch._C._DisableTorchDispatch():
@@ -97,66 +56,13 @@ _RANDOM_HIGH = {
 }
 
 
-class Sample(Node):
-    """Numbers of one distribution with static parameters, in a shape and dtype."""
-
-    __slots__ = ()
-    op = name = "random_sample"
-    arg_kinds = (TENSOR, ATTR, ATTR, ATTR, ATTR)
-
-    lower = staticmethod(random_sample)
-
-    @staticmethod
-    def output_shape(key, kind, shape, dtype, params):
-        return TensorMeta(tuple(shape), dtype)
-
-
 def _sample(kind, shape, dtype, params, generator=None):
-    return run_node(Sample, (_key(generator), kind, tuple(shape), dtype, tuple(params)))
+    return run_node(node("random_sample"), (kind, tuple(shape), dtype, tuple(float(p) for p in params)), _key(generator))
 
 
-class BernoulliTensor(Node):
-    """Bernoulli draws with per-element probabilities `p`, in `self`'s shape and dtype."""
-
-    __slots__ = ()
-    op = name = "bernoulli_tensor"
-    arg_kinds = (TENSOR, TENSOR, TENSOR)
-
-    lower = staticmethod(bernoulli_tensor)
-
-    @staticmethod
-    def output_shape(key, self, p):
-        from ...shape_fns.common import broadcast_shapes
-
-        if broadcast_shapes(tuple(self.shape), tuple(p.shape)) != tuple(self.shape):
-            raise RuntimeError(f"expand: the shape of p {list(p.shape)} cannot be expanded to {list(self.shape)}")
-        return TensorMeta(tuple(self.shape), self.dtype)
-
-
-class NormalTensor(Node):
-    """mean + std * N(0, 1), broadcasting tensor and float means and deviations."""
-
-    __slots__ = ()
-    op = name = "normal_tensor"
-    arg_kinds = (TENSOR, TENSOR, TENSOR, ATTR, ATTR)
-
-    lower = staticmethod(normal_tensor)
-
-    @staticmethod
-    def output_shape(key, mean, std, shape, dtype):
-        return TensorMeta(tuple(shape), dtype)
-
-
-class Multinomial(Node):
-    __slots__ = ()
-    op = name = "multinomial"
-    arg_kinds = (TENSOR, TENSOR, ATTR, ATTR)
-
-    lower = staticmethod(multinomial)
-
-    @staticmethod
-    def output_shape(key, probs, num_samples, replacement):
-        return TensorMeta(tuple(probs.shape[:-1]) + (num_samples,), torch.int64)
+def _integers(shape, dtype, low, high, generator=None):
+    """Integers in [low, high)."""
+    return run_node(node("random_integers"), (tuple(shape), dtype, int(low), int(high)), _key(generator))
 
 
 def _check_float(op, dtype):
@@ -208,15 +114,15 @@ def impl_bernoulli_p(self, p, *, generator=None):
 
 
 def impl_bernoulli(self, *, generator=None):
-    return run_node(BernoulliTensor, (_key(generator), self, self))
+    return run_node(node("random_bernoulli"), (self, self), _key(generator))
 
 
 def impl_bernoulli_Tensor(self, p, *, generator=None):
-    return run_node(BernoulliTensor, (_key(generator), self, p))
+    return run_node(node("random_bernoulli"), (self, p), _key(generator))
 
 
 def _normal(mean, std, shape, dtype, generator):
-    return run_node(NormalTensor, (_key(generator), mean, std, tuple(shape), dtype))
+    return run_node(node("random_normal_affine"), (mean, std, tuple(shape), dtype), _key(generator))
 
 
 def _tensor_like(x, ref):
@@ -234,8 +140,6 @@ def impl_normal_float_Tensor(mean, std, *, generator=None):
 
 
 def impl_normal_Tensor_Tensor(mean, std, *, generator=None):
-    from ...shape_fns.common import broadcast_shapes, promote_dtypes
-
     shape = broadcast_shapes(tuple(mean.shape), tuple(std.shape))
     dtype = torch.promote_types(mean.dtype, std.dtype)
     return _normal(mean, std, shape, dtype, generator)
@@ -254,7 +158,7 @@ def _check_range(low, high):
 
 def impl_randint_low(low, high, size, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
     _check_range(low, high)
-    return _sample("integers", size, dtype or torch.int64, (int(low), int(high)))
+    return _integers(size, dtype or torch.int64, low, high)
 
 
 def impl_randint(high, size, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
@@ -263,7 +167,7 @@ def impl_randint(high, size, *, dtype=torch.int64, layout=None, device=None, pin
 
 def impl_randint_like_low_dtype(self, low, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     _check_range(low, high)
-    return _sample("integers", self.shape, dtype or self.dtype, (int(low), int(high)))
+    return _integers(self.shape, dtype or self.dtype, low, high)
 
 
 def impl_randint_like(self, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -274,12 +178,12 @@ def impl_random(self, *, generator=None):
     high = _RANDOM_HIGH.get(self.dtype)
     if high is None:
         raise NotImplementedError(f'"random_" not implemented for \'{self.dtype}\'')
-    return _sample("integers", self.shape, self.dtype, (0, high + 1), generator)
+    return _integers(self.shape, self.dtype, 0, high + 1, generator)
 
 
 def impl_random_to(self, to, *, generator=None):
     _check_range(0, to)
-    return _sample("integers", self.shape, self.dtype, (0, int(to)), generator)
+    return _integers(self.shape, self.dtype, 0, to, generator)
 
 
 def impl_rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -293,7 +197,7 @@ def impl_randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=No
 def impl_randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
     if n < 0:
         raise RuntimeError(f"n must be non-negative, got{n}")
-    return _sample("permutation", (n,), dtype or torch.int64, (int(n),))
+    return run_node(node("random_permutation"), (int(n), dtype or torch.int64))
 
 
 @jax.jit
@@ -329,7 +233,7 @@ def impl_multinomial(self, num_samples, replacement=False, *, generator=None):
         raise RuntimeError("number of categories cannot exceed 2^24")
     if context.trace is None:
         _check_probabilities(value(self))
-    return run_node(Multinomial, (_key(generator), self, int(num_samples), bool(replacement)))
+    return run_node(node("random_multinomial"), (self, int(num_samples), bool(replacement)), _key(generator))
 
 
 def _rrelu_with_noise(self, noise, lower, upper, training, generator):

@@ -6,38 +6,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...shape_fns.common import TensorMeta, to_numpy_dtype
 from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
-from ..core.ir import ATTR, SCALAR, TENSOR, Node
 from ..core.tensor import XlaTensor, from_array
 from ..core.views import as_complex_layout, as_real_layout
 from ..exec.eager import run_node
 from ..exec.mutation import alias, write_inplace
 from ..exec.registry import node
-
-
-class CopyTo(Node):
-    """`src` broadcast to a shape and cast to a dtype: the value copy_ writes."""
-
-    __slots__ = ()
-    op = name = "copy_to"
-    arg_kinds = (TENSOR, ATTR, ATTR)
-
-    @staticmethod
-    def lower(src, shape, dtype):
-        import jax.numpy as jnp
-
-        from ...lowerings.common import cast
-
-        return jnp.broadcast_to(cast(src, to_numpy_dtype(dtype)), shape)
-
-    @staticmethod
-    def output_shape(src, shape, dtype):
-        from ...shape_fns.common import broadcast_shapes
-
-        if broadcast_shapes(tuple(src.shape), tuple(shape)) != tuple(shape):
-            raise RuntimeError(f"The size of tensor a ({shape}) must match the size of tensor b ({src.shape})")
-        return TensorMeta(tuple(shape), dtype)
 
 
 def _on_device(t):
@@ -61,14 +35,14 @@ def impl__to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None
                 return self.to(dtype=dtype, copy=True)
         with X64:
             return jax_to_cpu(host_array(self)).to(dtype)
-    return run_node(CopyTo, (_on_device(self), tuple(self.shape), dtype))
+    return run_node(node("copy_to"), (_on_device(self), tuple(self.shape), dtype))
 
 
 def impl_copy(self, src, non_blocking=False):
     if not isinstance(self, XlaTensor):
         with X64:
             return from_array(cpu_to_jax(_host_cpu(src).to(self.dtype).expand(self.shape).contiguous()))
-    return run_node(CopyTo, (_on_device(src), tuple(self.shape), self.dtype))
+    return run_node(node("copy_to"), (_on_device(src), tuple(self.shape), self.dtype))
 
 
 def _host_cpu(t):
@@ -109,26 +83,6 @@ def impl_nonzero(self):
         return from_array(jnp.asarray(idx.reshape(-1, self.dim())))
 
 
-class IntegerRange(Node):
-    """start + step * [0, n) in int64, cast to an integer dtype: what PyTorch's arange
-    computes for integer start and step (its accumulator type for integers is int64)."""
-
-    __slots__ = ()
-    op = name = "integer_range"
-    arg_kinds = (SCALAR, SCALAR, ATTR, ATTR)
-
-    @staticmethod
-    def lower(start, step, n, dtype):
-        import jax.numpy as jnp
-
-        iota = jnp.arange(n, dtype=jnp.int64)
-        return (jnp.int64(start) + jnp.int64(step) * iota).astype(to_numpy_dtype(dtype))
-
-    @staticmethod
-    def output_shape(start, step, n, dtype):
-        return TensorMeta((n,), dtype)
-
-
 def impl_arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
     # The length depends on the values: PyTorch computes it (and validates the
     # arguments) on the host, and so do we. A range of Python integers (positions,
@@ -136,7 +90,7 @@ def impl_arange_start_step(start, end, step=1, *, dtype=None, layout=None, devic
     # whose floating-point rounding (vectorized or not, by position) we do not reproduce.
     n = _integer_range_length(start, end, step, dtype)
     if n is not None:
-        return run_node(IntegerRange, (start, step, n, dtype or torch.int64))
+        return run_node(node("integer_range"), (start, step, n, dtype or torch.int64))
     with torch._C._DisableTorchDispatch():
         cpu = torch.arange(start, end, step, dtype=dtype)
     return from_array(cpu_to_jax(cpu))
@@ -192,7 +146,7 @@ def impl_lift_fresh(self):
 def impl__conj(self):
     # PyTorch returns a view with the conjugate bit set, resolved lazily. The runtime has
     # no conjugated views: the conjugate is materialised, so a write into it does not
-    # reach `self` (documented in docs/coverage.md).
+    # reach `self` (docs/semantics.md).
     return torch.ops.aten._conj_physical.default(self)
 
 
@@ -219,48 +173,9 @@ def impl_conj_physical_(self):
 # reach `self` (docs/semantics.md).
 
 
-class ViewAsReal(Node):
-    __slots__ = ()
-    op = name = "view_as_real"
-    arg_kinds = (TENSOR,)
-
-    @staticmethod
-    def lower(self):
-        import jax.numpy as jnp
-
-        return jnp.stack([jnp.real(self), jnp.imag(self)], axis=-1)
-
-    @staticmethod
-    def output_shape(self):
-        if not self.dtype.is_complex:
-            raise RuntimeError("view_as_real is only supported for complex tensors")
-        return TensorMeta(tuple(self.shape) + (2,), self.dtype.to_real())
-
-
-class ViewAsComplex(Node):
-    __slots__ = ()
-    op = name = "view_as_complex"
-    arg_kinds = (TENSOR,)
-
-    @staticmethod
-    def lower(self):
-        return self[..., 0] + 1j * self[..., 1]
-
-    @staticmethod
-    def output_shape(self):
-        if self.dtype not in (torch.float32, torch.float64):
-            raise RuntimeError(
-                "view_as_complex is only supported for float and double tensors, but got a tensor of scalar type: "
-                f"{self.dtype}"
-            )
-        if not self.shape or self.shape[-1] != 2:
-            raise RuntimeError("Tensor must have a last dimension of size 2")
-        return TensorMeta(tuple(self.shape[:-1]), self.dtype.to_complex())
-
-
 def impl_view_as_real(self):
     if self.__class__ is not XlaTensor or not self.is_complex():
-        return run_node(ViewAsReal, (self,))  # raises PyTorch's error for a real tensor
+        return run_node(node("complex_as_pairs"), (self,))  # raises PyTorch's error for a real tensor
     size, stride, offset = as_real_layout(tuple(self.shape), self.stride(), self.storage_offset())
     return alias(self._store, self.dtype.to_real(), size, stride, offset, real=True)
 
@@ -277,4 +192,4 @@ def impl_view_as_complex(self):
         layout = as_complex_layout(tuple(self.shape), self.stride(), self.storage_offset())
         if layout is not None:
             return alias(self._store, self.dtype.to_complex(), *layout)
-    return run_node(ViewAsComplex, (self,))
+    return run_node(node("pairs_as_complex"), (self,))
