@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta
+from .common import TensorMeta, scalar_type_name
 
 
 def _check_size(size) -> tuple[int, ...]:
@@ -167,3 +167,31 @@ def empty_permuted_output_shape(size, physical_layout, *, dtype=None, layout=Non
 
 def integer_range_output_shape(start, step, length, dtype):
     return TensorMeta((length,), dtype)
+
+
+def _window_meta(name, window_length, dtype, layout):
+    # PyTorch's window_function_checks, then arange's refusal of complex dtypes (reached
+    # from two elements on).
+    dtype = _default(dtype)
+    if layout is not None and layout != torch.strided:
+        raise RuntimeError(f"{name} is not implemented for sparse types, got: {layout}")
+    if not (dtype.is_floating_point or dtype.is_complex):
+        raise RuntimeError(f"{name} expects floating point dtypes, got: {dtype}")
+    if window_length < 0:
+        raise RuntimeError(f"{name} requires non-negative window_length, got window_length={window_length}")
+    if dtype.is_complex and window_length > 1:
+        raise NotImplementedError(f"\"arange_cpu\" not implemented for '{scalar_type_name(dtype)}'")
+    return TensorMeta((window_length,), dtype)
+
+
+def kaiser_window_output_shape(window_length, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _window_meta("kaiser_window", window_length, dtype, layout)
+
+
+def kaiser_window_periodic_output_shape(window_length, periodic, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _window_meta("kaiser_window", window_length, dtype, layout)
+
+
+def kaiser_window_beta_output_shape(window_length, periodic, beta, *, dtype=None, layout=None, device=None,
+                                    pin_memory=None):
+    return _window_meta("kaiser_window", window_length, dtype, layout)

@@ -35,6 +35,7 @@ thread is refused.
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Any
 
 import jax
@@ -43,17 +44,19 @@ from torch.utils.backend_registration import _DummyBackendModule, _setup_private
 
 from ...shape_fns.common import NUMPY_TO_TORCH
 from ..platform.device_guard import install_native_device_guard
+from .autocast import install_autocast_fallthrough, install_autocast_kernels
+from .device_storage import DeviceStorage, pickled_form, storage_address
 from .sharing import wait_for_write
 
 DEVICE_NAME = "jax"
 
 
 class _DeviceModule(_DummyBackendModule):
-    """`torch.jax`: PyTorch's placeholder device module, plus what activation
-    checkpointing asks of it: it saves and restores each device's random state and
-    re-enters its autocast state (off: autocast has no kernels here). Our random numbers
-    are drawn from PyTorch's CPU generator (runtime/supported/random.py), so the device
-    has no random state of its own."""
+    """`torch.jax`: PyTorch's placeholder device module, plus what autocast and activation
+    checkpointing ask of it: autocast's supported dtypes (Note [Autocast] in
+    core/autocast.py), and each device's random state, which checkpointing saves and
+    restores. Our random numbers are drawn from PyTorch's CPU generator
+    (runtime/supported/random.py), so the device has no random state of its own."""
 
     def device(self, index: Any) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
@@ -65,7 +68,9 @@ class _DeviceModule(_DummyBackendModule):
         pass
 
     def get_amp_supported_dtype(self) -> list[torch.dtype]:
-        return []  # no autocast kernels: torch.autocast("jax") warns and stays off
+        # torch.autocast("jax", ...) asks this first: the kernels are registered then.
+        install_autocast_kernels()
+        return [torch.bfloat16, torch.float16]
 
 
 def _register_device() -> torch.device:
@@ -75,6 +80,7 @@ def _register_device() -> torch.device:
     if torch._C._get_privateuse1_backend_name() != DEVICE_NAME:
         _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_DeviceModule())
         install_native_device_guard()  # Note [Native device guard]
+        install_autocast_fallthrough()  # Note [Autocast] in core/autocast.py
     return torch.device(DEVICE_NAME, 0)
 
 
@@ -211,11 +217,56 @@ class XlaTensor(torch.Tensor):
         return self._host_copy().numpy()
 
     def __reduce_ex__(self, protocol):
-        # Pickling (torch.save of a moved module's state) stores a CPU copy.
-        return self._host_copy().__reduce_ex__(protocol)
+        # Pickling (torch.save of a moved module's state) stores a CPU copy, sharing
+        # memory as this tensor does (Note [Device addresses] in core/device_storage.py).
+        return pickled_form(self, protocol, _whole_storage)
+
+    # Note [Device addresses] in core/device_storage.py
+    def data_ptr(self) -> int:
+        if self.untyped_storage().nbytes() == 0:
+            return 0
+        return storage_address(self._store) + self.storage_offset() * self.element_size()
+
+    def storage(self) -> DeviceStorage:
+        return DeviceStorage(self)
+
+    def __deepcopy__(self, memo: dict) -> XlaTensor:
+        # PyTorch's default copies a tensor subclass by its storage when data_ptr() is not
+        # 0, which reads host memory this tensor does not have. A copy is a clone (a new
+        # storage) with the same requires_grad, .grad and Python attributes (a parameter
+        # stays a parameter); memo keeps tied tensors tied.
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at the "
+                "moment: detach() the tensor first"
+            )
+        with torch.no_grad():
+            new = self.clone()
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        extra = {k: v for k, v in self.__dict__.items() if k not in ("_store", "_whole", "_cache")}
+        if extra:
+            new.__dict__.update(copy.deepcopy(extra, memo))
+        return new
 
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+
+
+def _whole_storage(t: XlaTensor) -> XlaTensor | None:
+    """A tensor spanning t's whole storage (None while a trace holds its value, or when
+    the storage holds another dtype than t)."""
+    store = t._store
+    array = store.array
+    if array is None or store.pending is not None or NUMPY_TO_TORCH.get(array.dtype) != t.dtype:
+        return None
+    if t._whole:
+        return t
+    return tensor_on(store, tuple(array.shape), t.dtype)
 
 
 def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:

@@ -112,6 +112,8 @@ class Trace:
         self.storages: list[weakref.ref[Storage]] = []  # made, read or written since the last sync
         # graph inputs holding a storage's value when it was written: id -> Value
         self.overwritten: dict[int, Value] = {}
+        # called after each sync, when the values kept with `keep` are concrete
+        self.after_sync: list[Any] = []
 
     # -- values
 
@@ -255,14 +257,20 @@ class Trace:
         self._note_read(None, store, store.array)
         return store.array
 
+    def keep(self, v: Value) -> Storage:
+        """A storage no tensor holds that receives `v`'s value at the next sync: a root of
+        the graph, so that an intermediate value becomes concrete with the others."""
+        holder = Storage(None)
+        holder.pending, holder.owner = v, self
+        self.storages.append(weakref.ref(holder))
+        return holder
+
     def materialize_value(self, v: Value) -> Any:
         """The concrete value of an IR value: makes it a temporary root of the trace."""
         if v.node is None:
             self._note_read(v, None, v.data)
             return v.data
-        holder = Storage(None)
-        holder.pending, holder.owner = v, self
-        self.storages.append(weakref.ref(holder))
+        holder = self.keep(v)
         self.sync()
         self._note_read(None, holder, holder.array)
         return holder.array
@@ -279,6 +287,11 @@ class Trace:
 
     def sync(self) -> None:
         """Run everything recorded so far and write the results into their storages."""
+        self._run_graph()
+        for callback in self.after_sync:
+            callback()
+
+    def _run_graph(self) -> None:
         stores = self._live_storages()
         self.storages = []
         overwritten, self.overwritten = self.overwritten, {}

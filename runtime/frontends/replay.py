@@ -54,7 +54,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ..core.context import context
 from ..core.convert import X64
 from ..core.sharing import WRITE_LOCK
-from ..core.tensor import Storage, XlaTensor, real_view_on, tensor_on
+from ..core.tensor import DEVICE, Storage, XlaTensor, real_view_on, tensor_on
 from ..exec.eager import scalar_operand
 from ..exec.graph import copy_array
 from ..exec.keys import key_array
@@ -814,6 +814,8 @@ def compile(fn: Callable, *, replay: bool = True) -> Callable:
             _note(fn, "an argument is a tensor that is not on our device", stacklevel=3)
             return traced(*args, **kwargs)
         key, leaves = sig
+        if torch.is_autocast_enabled(DEVICE.type):  # autocast entered around the call: its casts are traced
+            key = (key, torch.get_autocast_dtype(DEVICE.type))
         entry = signatures.get(key)
         if entry is None:
             if len(signatures) >= MAX_SIGNATURES:

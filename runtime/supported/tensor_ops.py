@@ -116,6 +116,18 @@ def impl_arange_start(start, end, *, dtype=None, layout=None, device=None, pin_m
     return impl_arange_start_step(start, end, 1, dtype=dtype)
 
 
+def impl_range_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # torch.range (deprecated, end included): a short host computation, like arange's
+    # floating ranges, with PyTorch's checks and its accumulation order.
+    with torch._C._DisableTorchDispatch():
+        cpu = torch.ops.aten.range.step(start, end, step, dtype=dtype)
+    return from_array(cpu_to_jax(cpu))
+
+
+def impl_range(start, end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return impl_range_step(start, end, 1, dtype=dtype)
+
+
 def impl_empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     # A fresh contiguous tensor: nothing can observe the requested strides before a
     # write, and PyTorch's own users (copy, clone) only need the size.
