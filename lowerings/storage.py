@@ -87,5 +87,7 @@ def lower_complex_as_pairs(self):
 
 
 def lower_pairs_as_complex(self):
-    """view_as_complex's values: a last dim of 2 read as (real, imaginary)."""
-    return self[..., 0] + 1j * self[..., 1]
+    """view_as_complex's values: a last dim of 2 read as (real, imaginary). Built by
+    lax.complex, not re + 1j * im, whose product turns an infinite imaginary part into
+    a NaN real one."""
+    return jax.lax.complex(self[..., 0], self[..., 1])

@@ -15,6 +15,15 @@ cached view values. The new value always has the old one's shape and dtype: a te
 that needs another (resize_ beyond the storage) gets a new Storage, so compile()'s
 replay guards a storage's identity, not its array's shape.
 
+A storage holds one array of one dtype, while PyTorch can view a complex tensor's memory
+as reals (`view_as_real`, and so `z.real` and `z.imag`): each complex element is two
+reals side by side. A tensor with `_real` set is such a view of a complex storage: its
+size, stride and offset count reals in the storage's array read as pairs
+(core/views.py `real_pairs`), and a write through it lands in the complex array
+(`complex_from_pairs`), so `z.real.mul_(2)` and `z.imag[1] = -1` change `z` as in
+PyTorch. Such a view is never `_whole`, so only the view paths (strided reads and
+writes) ask for the flag; every other tensor reads the class default, False.
+
 While a trace records (Note [Per-thread trace] in core/context.py), the storages it
 reads or writes also hold their IR value (`pending`) and the trace that owns it
 (`owner`); the trace's sync writes the results into `array` and clears both. A
@@ -38,6 +47,7 @@ from ..platform import hook_errors
 from ..platform.device_guard import install_native_device_guard
 from .autocast import install_autocast_fallthrough, install_autocast_kernels
 from .device_storage import DeviceStorage, pickled_form, storage_address
+from .sharing import wait_for_write
 
 DEVICE_NAME = "jax"
 
@@ -78,6 +88,12 @@ def _register_device() -> torch.device:
 DEVICE = _register_device()
 
 
+NO_VALUE_MESSAGE = (
+    "this tensor was made inside a traced call (compile() or lazy_mode()) whose recorded ops could not run, so it "
+    "holds no value: recompute it"
+)
+
+
 class Storage:
     """Shared memory of a family of views; see Note [Views and mutation]."""
 
@@ -90,7 +106,15 @@ class Storage:
         self.version = 0
 
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.array.shape if self.pending is None else self.pending.meta.shape)
+        while True:
+            pending, array = self.pending, self.array
+            if pending is not None:
+                return tuple(pending.meta.shape)
+            if array is not None:
+                return tuple(array.shape)
+            # a write in flight in another thread (Note [Threads and storages]), or none
+            if not wait_for_write(self) and self.array is None and self.pending is None:
+                raise RuntimeError(NO_VALUE_MESSAGE)
 
 
 _NO_KWARGS: dict[str, Any] = {}
@@ -130,6 +154,7 @@ class XlaTensor(torch.Tensor):
     _store: Storage
     _whole: bool
     _cache: Any  # (storage version, value) of a view's last read
+    _real = False  # a view of a complex storage as reals (Note [Views and mutation])
 
     @staticmethod
     def __new__(cls, store: Storage, shape, dtype: torch.dtype, strides=None, offset: int = 0, requires_grad: bool = False):
@@ -162,7 +187,7 @@ class XlaTensor(torch.Tensor):
         # torch copies sizes, strides and offset into this TensorImpl (and rejects a
         # tensor of another device), but our storage lives on the Python object.
         torch.Tensor.data.__set__(self, new)
-        self._store, self._whole, self._cache = new._store, new._whole, None
+        self._store, self._whole, self._cache, self._real = new._store, new._whole, None, new._real
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -273,4 +298,12 @@ def tensor_on(store: Storage, shape, dtype: torch.dtype, view: tuple | None = No
     r._whole = view is None
     r._store = store
     r._cache = None
+    return r
+
+
+def real_view_on(store: Storage, shape, dtype: torch.dtype, view: tuple) -> XlaTensor:
+    """A view of a complex storage as reals, with view = (strides, offset) counted in
+    reals (Note [Views and mutation])."""
+    r = tensor_on(store, shape, dtype, view)
+    r._real = True
     return r

@@ -33,6 +33,11 @@ class Config:
     # buffer when nothing else can see the old value (Note [Donated in-place updates]
     # in runtime/exec/mutation.py); below it a fresh buffer costs no more.
     donate_min_bytes: int = 1 << 20
+    # Memory that eager mode's compiled executables may hold, in bytes (None: unbounded).
+    # Past it, the ops compiled least recently drop their executables and compile again
+    # when next used (Note [Memory of eager executables] in
+    # runtime/platform/executable_cache.py). The default, 1 GiB, is about 850 executables.
+    eager_cache_bytes: int | None = 1 << 30
     # Compiled graphs take a weight that they multiply only transposed, by a few rows, as
     # a transposed copy kept per weight (Note [Transposed weights] in runtime/exec/graph.py):
     # faster products in small-batch inference, at the cost of those weights' memory.

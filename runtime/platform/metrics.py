@@ -9,7 +9,9 @@ from typing import Any
 
 from .backend import (allocator_description, compilation_cache_description, compiled_code_guard, cpu_dispatch_description,
                       schedule_description)
+from .config import config
 from .device_guard import guard_description
+from .executable_cache import EXECUTABLE_BYTES, eager_executables
 
 
 @dataclass
@@ -117,6 +119,11 @@ def metrics_report() -> str:
         f"  device guard: {guard_description()}",
         f"  persistent compilation cache: {compilation_cache_description()}",
     ]
+    cache = eager_executables
+    budget = "unbounded" if config.eager_cache_bytes is None else f"budget {config.eager_cache_bytes / 2**20:.0f} MB"
+    lines.append(f"  eager executables: {cache.cached()} held, about {cache.cached() * EXECUTABLE_BYTES / 2**20:.0f} MB "
+                 f"({budget}); {cache.evicted_executables} dropped from {cache.evicted_functions} op caches to stay "
+                 "within it")
     if compiled_code_guard.clears:
         lines.append(f"  JAX caches cleared {compiled_code_guard.clears} times near the process's limit of memory mappings "
                      f"(vm.max_map_count={compiled_code_guard.cap}): inputs of many different shapes compile many "

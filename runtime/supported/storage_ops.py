@@ -38,6 +38,11 @@ def impl_resize_(self, size, *, memory_format=None):
         strides = contiguous_strides(size)
     else:
         raise RuntimeError(f"resize_ with memory_format {memory_format} is not supported for a {len(size)}-d size")
+    if self._real:
+        raise RuntimeError(
+            "resize_ of a view of a complex tensor as reals (view_as_real, .real, .imag) is not supported: resize the "
+            "complex tensor, or clone() the view first"
+        )
     store = self._store
     offset = self.storage_offset()
     needed = offset + math.prod(size)

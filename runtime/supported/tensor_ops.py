@@ -9,6 +9,7 @@ import torch
 from ...shape_fns.storage_size import check_strided_storage_size
 from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from ..core.tensor import XlaTensor, from_array
+from ..core.views import as_complex_layout, as_real_layout
 from ..exec.eager import run_node
 from ..exec.mutation import alias, write_inplace
 from ..exec.registry import node
@@ -52,7 +53,7 @@ def _host_cpu(t):
 
 
 def impl_alias(self):
-    return alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset())
+    return alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset(), real=self._real)
 
 
 def impl_detach(self):
@@ -179,13 +180,20 @@ def impl_conj_physical_(self):
 
 
 # view_as_real / view_as_complex reinterpret PyTorch's memory (a complex element is two
-# reals side by side). A storage here holds one JAX array of one dtype, so these return
-# the reinterpreted values as new tensors: right values everywhere, but a write into the
-# result does not reach `self` (docs/semantics.md).
+# reals side by side). view_as_real of a complex tensor is a view of its storage as
+# reals (`_real`, Note [Views and mutation] in runtime/core/tensor.py), and so are
+# z.real and z.imag, which PyTorch builds on it: writes through them land in z.
+# view_as_complex of such a view is a complex view of the storage again. A storage holds
+# an array of one dtype, so view_as_complex of any other real tensor computes the
+# complex values into a new tensor: right values, but a write into the result does not
+# reach `self` (docs/semantics.md).
 
 
 def impl_view_as_real(self):
-    return run_node(node("complex_as_pairs"), (self,))
+    if self.__class__ is not XlaTensor or not self.is_complex():
+        return run_node(node("complex_as_pairs"), (self,))  # raises PyTorch's error for a real tensor
+    size, stride, offset = as_real_layout(tuple(self.shape), self.stride(), self.storage_offset())
+    return alias(self._store, self.dtype.to_real(), size, stride, offset, real=True)
 
 
 def impl_view_as_complex(self):
@@ -196,4 +204,8 @@ def impl_view_as_complex(self):
             raise RuntimeError("Tensor must have a stride divisible by 2 for all but last dimension")
         if self.storage_offset() % 2:
             raise RuntimeError("Tensor must have a storage_offset divisible by 2")
+    if self.__class__ is XlaTensor and self._real:
+        layout = as_complex_layout(tuple(self.shape), self.stride(), self.storage_offset())
+        if layout is not None:
+            return alias(self._store, self.dtype.to_complex(), *layout)
     return run_node(node("pairs_as_complex"), (self,))
