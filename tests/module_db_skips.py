@@ -30,37 +30,18 @@ _LAZY = (
     "lazy module: materialized by its first forward after to_xla; each side draws the "
     "initial values from its own generator, so the CPU module's values are copied into ours before the compared step"
 )
-_LAZY_TO_XLA = (
-    "ValueError: Attempted to use an uninitialized parameter in <method 'detach' of 'torch._C.TensorBase' objects>: "
-    "xnf.to_xla(module) before the first forward (as a user moves a lazy module) detaches every parameter to move "
-    "it, and a lazy module's are still UninitializedParameters"
-)
-_FUSED_LSTM = "aten operator '_thnn_fused_lstm_cell' is not supported (OperatorNotFound): LSTM and LSTMCell run PyTorch's fused cell"
-_FUSED_GRU = "aten operator '_thnn_fused_gru_cell' is not supported (OperatorNotFound): GRU and GRUCell run PyTorch's fused cell"
 _INFERENCE_VIEW = (
     "RuntimeError: Cannot set version_counter for inference tensor: under torch.inference_mode(), a view (slice, "
     "t(), chunk) of one of our tensors made outside it (a parameter) raises; the first one these modules reach is "
     "in the input projection of attention or the recurrent weights"
 )
-_CONV_TRANSPOSE3D_ROUNDING = (
-    "values differ: parameter grad (PyTorch CPU float32 outside the tolerance of float64 too): the weight gradient "
-    "(values up to 199) differs from PyTorch's by 3.1e-5 in 7 of 540 elements; both float32 results are that far "
-    "from float64 (ours 4.7e-5, PyTorch's 3.4e-5): float32 rounding of long sums, beyond assert_close's default atol 1e-5"
-)
-
 # (module, dtype, setting, mode, action, reason)
 TABLE: list[tuple[str, str | None, str | None, str | None, str, str]] = [
     *((f"nn.Lazy{m}", None, None, None, "lazy", _LAZY) for m in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")),
-    *((f"nn.Lazy{m}", None, None, None, "xfail", _LAZY_TO_XLA) for m in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d")),
-    ("nn.LSTM", None, None, None, "xfail", _FUSED_LSTM),
-    ("nn.LSTMCell", None, None, None, "xfail", _FUSED_LSTM),
-    ("nn.GRU", None, None, None, "xfail", _FUSED_GRU),
-    ("nn.GRUCell", None, None, None, "xfail", _FUSED_GRU),
     *((m, None, "inference_mode", None, "xfail", _INFERENCE_VIEW) for m in (
         "nn.LSTM", "nn.LSTMCell", "nn.GRU", "nn.GRUCell", "nn.RNN", "nn.RNNCell",
         "nn.MultiheadAttention", "nn.Transformer", "nn.TransformerDecoderLayer",
     )),
-    ("nn.ConvTranspose3d", "float32", "train", None, "xfail", _CONV_TRANSPOSE3D_ROUNDING),
 ]
 
 
