@@ -32,6 +32,14 @@ scheduled learning rate) and the `training` flag of every module called. A faile
 guard traces the call again, with nothing written. Python state beyond these (a
 global counter, an attribute read by the function) is taken as constant, as jax.jit
 does; `compile(fn, replay=False)` traces every call instead.
+
+Note [Modules made by the call]
+What a step reads from a module is its tensors (guarded through their storages like
+any other) and its `training` flag. A module the call made and dropped (DistilBERT's
+`nn.ReLU()(x)`, an activation from transformers' ACT2FN, a `CrossEntropyLoss()` built
+in forward) is part of the Python a replay skips: its flag is fixed by that Python, so
+the plan keys it by class and flag, not by its id (which a new one never shares), and
+guards only the modules still alive after the call.
 """
 
 from __future__ import annotations
@@ -93,7 +101,10 @@ class Probe:
         self.graphs: list[tuple] = []
         self.failure: str | None = None
         self.optimizers: dict[int, Any] = {}
-        self.modules: dict[int, Any] = {}
+        # modules called, in order of first call: (weakref, class, training flag); a
+        # module made by the call and dropped is part of the Python a replay skips
+        self.modules: list[tuple] = []
+        self.module_refs: dict[int, weakref.ref] = {}
 
     def note_owner(self, store: Storage, t: XlaTensor, v: Any) -> None:
         sid = id(store)
@@ -160,16 +171,21 @@ class _HostOpWatch(TorchDispatchMode):
         if self.probe.failure is None:
             for x in tree_flatten((args, kwargs))[0]:
                 if isinstance(x, torch.Tensor) and x.device.type == "cpu" and not self._made(x):
-                    self.probe.fail(
-                        f"it runs {func} on a CPU tensor made before the call, which a replay would skip "
-                        "(default AdamW keeps its step counter on the CPU: AdamW(..., capturable=True) "
-                        "keeps it on our device)"
-                    )
+                    self.probe.fail(self._host_op_reason(func, x))
                     return out
             for x in tree_flatten(out)[0]:
                 if isinstance(x, torch.Tensor) and x.device.type == "cpu":
                     self.made[id(x)] = weakref.ref(x)
         return out
+
+    def _host_op_reason(self, func: Any, x: torch.Tensor) -> str:
+        what = f"a CPU tensor made before the call (shape {tuple(x.shape)}, {x.dtype})"
+        if self.probe.optimizers:  # inside an optimizer's step: its state is on the CPU
+            fix = ("default AdamW and Adam keep their step counters on the CPU: "
+                   "AdamW(..., capturable=True) keeps them on our device")
+        else:
+            fix = "move it to our device before the call (xla_native_functions.to_xla), or make it inside the call"
+        return f"it runs {func} on {what}, which a replay would skip ({fix})"
 
     def _made(self, x: torch.Tensor) -> bool:
         ref = self.made.get(id(x))
@@ -445,7 +461,16 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
     plan.whole_args = frozenset(i for i in plan.args if leaves[i]._whole)
     t = None
     plan.optimizers = [(weakref.ref(o), _hyperparameters(o)) for o in probe.optimizers.values()]
-    plan.modules = [(weakref.ref(m), m.training) for m in probe.modules.values()]
+    # Note [Modules made by the call]
+    plan.modules, module_keys = [], []
+    for ref, cls, training in probe.modules:
+        m = ref()
+        if m is None:
+            module_keys.append((cls, training))
+        else:
+            plan.modules.append((ref, m.training))
+            module_keys.append((id(m), m.training))
+    m = None
     plan.fingerprint = (
         tuple((seg.key, tuple(_fp_source(src) for src in seg.sources), tuple(_fp_value(v) for v in seg.scalars),
                tuple((k, _fp_array(e)) for k, e in seg.reads),
@@ -459,7 +484,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         tuple((id(r()), g if not isinstance(g, tuple) else id(g[1]())) for r, g in plan.grad_guards),
         tuple((id(r()), e) for r, e in plan.grad_effects),
         tuple((id(r()), h) for r, h in plan.optimizers),
-        tuple((id(r()), tr) for r, tr in plan.modules),
+        tuple(module_keys),
         grad_enabled,
         plan.requires_grad,
     )
@@ -706,15 +731,46 @@ def _structure(x: Any, leaves: list) -> Any:
 class _Signature:
     """What compile() knows about one call signature."""
 
-    __slots__ = ("plan", "candidate", "probes", "known", "holds")
+    __slots__ = ("plan", "candidate", "probes", "known", "holds", "changed")
 
     def __init__(self, leaves):
         self.plan: Plan | None = None
         self.candidate: Plan | None = None
         self.probes = 0
         self.known: list = []
+        self.changed: str | None = None  # what differed between the last two plans
         # non-tensor arguments are keyed by id: hold them so the id is not reused
         self.holds = [x for x in leaves if not isinstance(x, (torch.Tensor, *_SIMPLE))]
+
+
+# What each part of a plan's fingerprint is, for the note of a call whose plan keeps changing.
+_FINGERPRINT_PARTS = (
+    None, "the values it reads on the host", "which tensors it writes", "what it returns", "the structure it returns",
+    "the .grad of the tensors it reads", "the .grad it sets", "the hyperparameters of the optimizers it steps",
+    "the modules it calls (a module made in the call with a different class or training flag)", "grad mode",
+    "which of the tensors it reads require grad",
+)
+_SEGMENT_PARTS = (
+    "the graph it records", "where its graph inputs come from (a tensor made in the call from Python values "
+    "holds different values each call, or a different tensor is read)", "the Python numbers its ops receive",
+    "the values it reads on the host", "the values it reads on the host",
+)
+
+
+def _what_changed(before: tuple, after: tuple) -> str | None:
+    """Which part of two consecutive fingerprints differs, in words."""
+    for k, (a, b) in enumerate(zip(before, after)):
+        if a == b:
+            continue
+        if k:
+            return _FINGERPRINT_PARTS[k]
+        if len(a) != len(b):
+            return "the number of graphs (values read on the host split it differently)"
+        for sa, sb in zip(a, b):
+            for part, (pa, pb) in zip(_SEGMENT_PARTS, zip(sa, sb)):
+                if pa != pb:
+                    return part
+    return None
 
 
 def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signature) -> Any:
@@ -734,7 +790,10 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
 
     def on_forward(module, a):
         if threading.get_ident() == thread:
-            probe.modules.setdefault(id(module), module)
+            ref = probe.module_refs.get(id(module))
+            if ref is None or ref() is not module:
+                ref = probe.module_refs[id(module)] = weakref.ref(module)
+                probe.modules.append((ref, module.__class__, module.training))
 
     hooks = [register_optimizer_step_pre_hook(on_step),
              torch.nn.modules.module.register_module_forward_pre_hook(on_forward)]
@@ -766,9 +825,11 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
         if plan.complete and previous is not None and previous.fingerprint == plan.fingerprint:
             plan.run = generate_replay(plan)
             entry.plan, entry.candidate, entry.probes = plan, None, 0
-        elif entry.probes >= MAX_PROBES:
-            _note(fn, "what it records (the graph, the Python numbers it passes, where its tensors come "
-                      "from) changed between consecutive calls")
+        else:
+            if previous is not None and plan.complete:
+                entry.changed = _what_changed(previous.fingerprint, plan.fingerprint)
+            if entry.probes >= MAX_PROBES:
+                _note(fn, f"{entry.changed or 'what it records'} changed between consecutive calls")
     return result
 
 
