@@ -26,7 +26,7 @@ def median_us(fn, number: int = 2000, repeat: int = 7) -> float:
     return _median(paired_us({"fn": fn}, number, repeat)["fn"])
 
 
-def paired_us(fns: dict, number: int = 2000, repeat: int = 7) -> dict[str, list[float]]:
+def paired_us(fns: dict, number: int = 2000, repeat: int = 7, pause: float = 0.05) -> dict[str, list[float]]:
     """Microseconds per call of each function in each of `repeat` rounds. The functions
     take turns within every round, so load on a shared machine hits them alike, and a
     ratio is taken round by round (`ratio`). Before each turn, a pause lets the previous
@@ -38,7 +38,7 @@ def paired_us(fns: dict, number: int = 2000, repeat: int = 7) -> dict[str, list[
     runs: dict = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
-            time.sleep(0.05)
+            time.sleep(pause)
             fn()
             start = time.perf_counter()
             for _ in range(number):
@@ -67,6 +67,22 @@ def eager_add() -> None:
     print(f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
           f"-> {ratio(runs, 'ours', 'jnp'):.2f}x jax.numpy, {ratio(runs, 'ours', 'torch'):.1f}x torch (target <= 2x jax.numpy)")
     eager_floor(a, b)
+
+
+def eager_matmul() -> None:
+    """A 64x64 float32 matmul, eager: per-op cost where the op itself costs a little."""
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    xa, xb = xnf.to_xla(a), xnf.to_xla(b)
+    with jax.enable_x64(True):
+        ja, jb = jnp.asarray(a.numpy()), jnp.asarray(b.numpy())
+        # PyTorch's matmul wakes its OpenMP workers, which spin for up to 200 ms after it
+        # (KMP_BLOCKTIME) and slowed the next turn by half: pause longer
+        runs = paired_us({"jnp": lambda: jnp.matmul(ja, jb), "torch": lambda: a @ b, "ours": lambda: xa @ xb},
+                         repeat=15, pause=0.3)
+    t_jnp, t_torch, t_ours = (_median(runs[k]) for k in ("jnp", "torch", "ours"))
+    print("eager 64x64 float32 matmul (median us per op)")
+    print(f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
+          f"-> {ratio(runs, 'ours', 'jnp'):.2f}x jax.numpy, {ratio(runs, 'ours', 'torch'):.1f}x torch (target <= 2x jax.numpy)")
 
 
 def eager_in_place() -> None:
@@ -258,7 +274,7 @@ def transformer_blocks() -> None:
     _report("2 transformer blocks forward, batch 8 x 16 tokens x 64 (median us per step)", t)
 
 
-ROWS = ("eager_add", "eager_in_place", "tracing_cost", "mlp_step", "mlp_training_step", "transformer_blocks")
+ROWS = ("eager_add", "eager_matmul", "eager_in_place", "tracing_cost", "mlp_step", "mlp_training_step", "transformer_blocks")
 
 
 def main() -> None:

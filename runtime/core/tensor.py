@@ -281,7 +281,11 @@ def _whole_storage(t: XlaTensor) -> XlaTensor | None:
 def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
     """A new tensor owning a new storage holding `array`. (XlaTensor.__new__ without its
     Python call overhead: every eager op result is made here.)"""
-    r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=DEVICE, requires_grad=requires_grad)
+    if requires_grad:
+        r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=DEVICE,
+                                   requires_grad=True)
+    else:  # without the keyword: parsing it costs about 0.7 us of every eager op's 20
+        r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=DEVICE)
     r._whole = True
     r._store = Storage(array)
     r._cache = None
