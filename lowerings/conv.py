@@ -64,6 +64,26 @@ def _conv_as_matmul(input, weight, stride, padding, dilation, out_sizes):
     return jnp.einsum(f"nck{spatial},ock->no{spatial}", cols, w, precision=lax.Precision.HIGHEST)
 
 
+# Note [Transposed convolutions with kernel equal to stride]
+# A transposed convolution whose kernel equals its stride (a UNet's or a decoder's
+# ConvTranspose2d(k=2, stride=2), no padding) writes each input position into its own
+# k x k output block: a product of the input with the weights, its blocks then laid
+# out by a reshape. As a convolution of the input dilated by the stride, XLA CPU took
+# 29 ms forward and 1.06 s with the gradient (128 -> 64 channels, 32x32 -> 64x64,
+# batch 8; PyTorch 12 ms forward); as a product, 8 and 46 ms.
+
+
+def _upsample_as_matmul(input, weight):
+    """A transposed convolution (groups 1) with kernel == stride, no padding, dilation 1."""
+    nspatial = input.ndim - 2
+    spatial = "".join(chr(ord("h") + i) for i in range(nspatial))
+    within = "".join(chr(ord("r") + i) for i in range(nspatial))
+    blocks = "".join(a + b for a, b in zip(spatial, within))
+    out = jnp.einsum(f"nc{spatial},co{within}->no{blocks}", input, weight, precision=lax.Precision.HIGHEST)
+    sizes = tuple(n * k for n, k in zip(input.shape[2:], weight.shape[2:]))
+    return out.reshape(input.shape[:1] + weight.shape[1:2] + sizes)
+
+
 def _conv(input, weight, stride, padding, dilation, transposed, output_padding, groups):
     nspatial = input.ndim - 2
     stride = _expand(stride, nspatial)
@@ -72,6 +92,9 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
     kernel = weight.shape[2:]
     if transposed:
         output_padding = _expand(output_padding, nspatial)
+        if (groups == 1 and tuple(kernel) == tuple(stride) and not any(padding) and not any(output_padding)
+                and all(d == 1 for d in dilation)):
+            return _upsample_as_matmul(input, weight)
         cin = weight.shape[0]
         # (in, out/g, k...) -> (out, in/g, k...), flipped: the adjoint of a forward conv.
         w = weight.reshape((groups, cin // groups) + weight.shape[1:])

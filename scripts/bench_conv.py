@@ -180,7 +180,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", nargs="*", default=list(MODES))
     parser.add_argument("--tasks", nargs="*", default=["inference", "train"])
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--xla-conv-only", action="store_true",
+                        help="every convolution on XLA's kernel (Note [Convolutions with few output positions] off)")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="PyTorch's intra-op threads (default: its own choice, 2 here); on a loaded machine "
+                             "its two threads wait on each other and one thread is often faster")
     args = parser.parse_args(argv)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    if args.xla_conv_only:
+        from xla_native_functions.lowerings import conv as lower_conv
+
+        lower_conv.SMALL_OUTPUT_POSITIONS = 0
     if args.profile:
         for row in args.rows:
             profile(row, "train" in args.tasks)

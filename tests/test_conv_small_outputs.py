@@ -70,7 +70,47 @@ def test_grouped_and_transposed_convolutions_keep_xla_kernel_and_match_cpu():
     torch.testing.assert_close(
         xnf.to_torch(torch.nn.functional.conv2d(xnf.to_xla(x), xnf.to_xla(w), padding=1, groups=4)),
         torch.nn.functional.conv2d(x, w, padding=1, groups=4), atol=1e-5, rtol=1e-5)
-    wt = torch.randn(8, 4, 2, 2)
+    wt = torch.randn(8, 4, 3, 3)  # kernel 3, stride 2: overlapping blocks
     torch.testing.assert_close(
         xnf.to_torch(torch.nn.functional.conv_transpose2d(xnf.to_xla(x), xnf.to_xla(wt), stride=2)),
         torch.nn.functional.conv_transpose2d(x, wt, stride=2), atol=1e-5, rtol=1e-5)
+
+
+TRANSPOSED = [
+    ((2, 6, 4, 5), (6, 3, 2, 2), 2),  # a UNet's up-sampling
+    ((2, 4, 3, 3), (4, 5, 3, 3), 3),
+    ((2, 4, 3, 2), (4, 5, 2, 1), (2, 1)),
+    ((2, 4, 5), (4, 3, 4), 4),  # 1d
+    ((1, 3, 2, 3, 2), (3, 2, 2, 2, 2), 2),  # 3d
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shapes", TRANSPOSED, ids=lambda c: "x".join(map(str, c[0])))
+def test_transposed_with_kernel_equal_to_stride_matches_cpu(shapes, dtype):
+    xs, ws, stride = shapes
+    torch.manual_seed(0)
+    x, w, b = torch.randn(xs, dtype=dtype), torch.randn(ws, dtype=dtype), torch.randn(ws[1], dtype=dtype)
+    fn = torch.nn.functional.__dict__[f"conv_transpose{x.dim() - 2}d"]
+    ref = [t.clone().requires_grad_() for t in (x, w, b)]
+    ours = [xnf.to_xla(t).requires_grad_() for t in (x, w, b)]
+    out_ref, out = fn(*ref, stride=stride), fn(*ours, stride=stride)
+    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-10, "rtol": 1e-10}
+    torch.testing.assert_close(xnf.to_torch(out), out_ref.detach(), **tol)
+    grad = torch.randn(out_ref.shape, dtype=dtype)
+    out_ref.backward(grad)
+    out.backward(xnf.to_xla(grad))
+    for mine, theirs in zip(ours, ref):
+        torch.testing.assert_close(xnf.to_torch(mine.grad), theirs.grad, **tol)
+
+
+def test_transposed_takes_the_product_only_with_kernel_equal_to_stride():
+    def primitives(w_shape, stride, padding):
+        jaxpr = jax.make_jaxpr(lambda x, w: lower_conv.lower_convolution(
+            x, w, None, stride, padding, (1, 1), True, (0, 0), 1))(
+            np.zeros((2, 4, 6, 6), np.float32), np.zeros(w_shape, np.float32))
+        return {str(e.primitive) for e in jaxpr.jaxpr.eqns}
+
+    assert "conv_general_dilated" not in primitives((4, 3, 2, 2), (2, 2), (0, 0))
+    assert "conv_general_dilated" in primitives((4, 3, 4, 4), (2, 2), (1, 1))
+    assert "conv_general_dilated" in primitives((4, 3, 3, 3), (2, 2), (0, 0))
