@@ -131,6 +131,33 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
     )
 
 
+# Note [Gradients of transposed convolutions]
+# A transposed convolution is the adjoint of the forward convolution with the same
+# weights (out_channels -> in_channels): y = A(w)^T x. So its input gradient is that
+# forward convolution of the output gradient g, and its weight gradient that of
+# <A(w) g, x>: the forward convolution's weight gradient, with g as its input and x as
+# its cotangent. Differentiating the lowering itself instead (a convolution of the
+# stride-dilated input) gives XLA CPU a weight gradient over a dilated input that took
+# 4.6 s for ConvTranspose2d(128, 64, k=4, s=2, p=1) on 32x32, batch 8 (PyTorch: 83 ms
+# forward and backward); as forward-convolution gradients, 66 ms.
+
+
+def _transposed_gradients(x, w, g, stride, padding, dilation, groups):
+    """The forward convolution of g (the input gradient) and the vjp of it in w (the
+    weight gradient, given x), or None where its output is not x's shape (an
+    output_padding of a stride or more, which PyTorch allows with dilation)."""
+    nspatial = x.ndim - 2
+    zeros = (0,) * nspatial
+
+    def adjoint(w):
+        return _conv(g.astype(jnp.result_type(x, w)), w, stride, padding, dilation, False, zeros, groups)
+
+    out, vjp = jax.vjp(adjoint, w)
+    if out.shape != x.shape:
+        return None
+    return out, vjp
+
+
 def lower_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     x, w = opmath(input), opmath(weight)
     out = _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
@@ -148,7 +175,16 @@ def lower_convolution_backward(
         return _conv(x, w, stride, padding, dilation, transposed, output_padding, groups)
 
     grad_input = grad_weight = grad_bias = None
-    if output_mask[0] or output_mask[1]:
+    adjoint = None
+    if transposed and (output_mask[0] or output_mask[1]):
+        adjoint = _transposed_gradients(x, w, g, stride, padding, dilation, groups)
+    if adjoint is not None:  # Note [Gradients of transposed convolutions]
+        gx, vjp = adjoint
+        if output_mask[0]:
+            grad_input = gx.astype(input.dtype)
+        if output_mask[1]:
+            grad_weight = vjp(x.astype(gx.dtype))[0].astype(weight.dtype)
+    elif output_mask[0] or output_mask[1]:
         _, vjp = jax.vjp(forward, x, w)
         gx, gw = vjp(g.astype(jnp.result_type(x, w)))
         if output_mask[0]:

@@ -8,7 +8,8 @@ Rows: a ResNet-18-sized network (torchvision's layout: 7x7 stem, max pool, four 
 of two basic blocks, 64 to 512 channels; written here with torch.nn, torchvision is not
 a dependency) at batch 8 on 64x64 and 224x224 images, and a UNet block (two 3x3
 conv + GroupNorm + SiLU, a strided down conv, a transposed up conv, a skip
-concatenation) at batch 8, 64 channels, 64x64; each as inference (no_grad, eval mode)
+concatenation) at batch 8, 64 channels, 64x64, and a DCGAN-style decoder (two
+ConvTranspose2d(k=4, s=2, p=1), 16x16 to 64x64, batch 8); each as inference (no_grad, eval mode)
 and as an SGD training step. Modes: `compile` (xla_native_functions.compile, the
 step replayed), `eager` (op by op on our device), `dynamo` (torch.compile with the
 xla_native backend, CPU tensors in and out). Each mode's time is the median over turns
@@ -93,17 +94,33 @@ class UNetBlock(nn.Module):
         return self.dec(torch.cat([y, skip], 1))
 
 
+class Decoder(nn.Module):
+    """A DCGAN-style decoder: ConvTranspose2d(k=4, s=2, p=1) up-sampling, 16x16 to 64x64."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.ConvTranspose2d(128, 64, 4, 2, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+            nn.ConvTranspose2d(64, 32, 4, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.Conv2d(32, 3, 3, padding=1), nn.Tanh())
+
+    def forward(self, x):
+        return self.net(x)
+
+
 def _case(row: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor, Callable]:
     torch.manual_seed(0)
     if row.startswith("resnet18"):
         side = int(row.split("-")[1])
         x = torch.randn(8, 3, side, side)
         return ResNet18(), x, torch.randint(0, 1000, (8,)), nn.functional.cross_entropy
+    if row == "decoder":
+        return Decoder(), torch.randn(8, 128, 16, 16), torch.randn(8, 3, 64, 64), nn.functional.mse_loss
     x = torch.randn(8, 64, 64, 64)
     return UNetBlock(), x, torch.randn(8, 64, 64, 64), nn.functional.mse_loss
 
 
-ROWS = ("resnet18-64", "resnet18-224", "unet")
+ROWS = ("resnet18-64", "resnet18-224", "unet", "decoder")
 MODES = ("compile", "eager", "dynamo")
 
 

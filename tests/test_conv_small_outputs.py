@@ -114,3 +114,36 @@ def test_transposed_takes_the_product_only_with_kernel_equal_to_stride():
     assert "conv_general_dilated" not in primitives((4, 3, 2, 2), (2, 2), (0, 0))
     assert "conv_general_dilated" in primitives((4, 3, 4, 4), (2, 2), (1, 1))
     assert "conv_general_dilated" in primitives((4, 3, 3, 3), (2, 2), (0, 0))
+
+
+@pytest.mark.parametrize("case", [
+    # (input, weight, stride, padding, output_padding, dilation, groups)
+    ((2, 4, 6, 5), (4, 3, 4, 4), 2, 1, 0, 1, 1),  # a GAN decoder's up-sampling
+    ((2, 4, 5, 5), (4, 3, 3, 3), 2, 1, 1, 1, 2),  # groups, output_padding
+    ((2, 4, 5, 5), (4, 3, 3, 3), 1, 0, 2, 3, 1),  # output_padding beyond the stride (dilation 3)
+    ((2, 4, 7), (4, 2, 5), 3, 2, 1, 1, 1),
+], ids=["k4s2p1", "groups", "output-padding-beyond-stride", "1d"])
+def test_transposed_gradients_match_cpu(case):
+    """Note [Gradients of transposed convolutions]: as forward-convolution gradients."""
+    xs, ws, stride, padding, output_padding, dilation, groups = case
+    torch.manual_seed(0)
+    x, w = torch.randn(xs, dtype=torch.float64), torch.randn(ws, dtype=torch.float64)
+    fn = torch.nn.functional.__dict__[f"conv_transpose{x.dim() - 2}d"]
+    kwargs = dict(stride=stride, padding=padding, output_padding=output_padding, dilation=dilation, groups=groups)
+    ref = [t.clone().requires_grad_() for t in (x, w)]
+    ours = [xnf.to_xla(t).requires_grad_() for t in (x, w)]
+    out_ref, out = fn(*ref, **kwargs), fn(*ours, **kwargs)
+    grad = torch.randn(out_ref.shape, dtype=torch.float64)
+    out_ref.backward(grad)
+    out.backward(xnf.to_xla(grad))
+    torch.testing.assert_close(xnf.to_torch(out), out_ref.detach(), atol=1e-10, rtol=1e-10)
+    for mine, theirs in zip(ours, ref):
+        torch.testing.assert_close(xnf.to_torch(mine.grad), theirs.grad, atol=1e-10, rtol=1e-10)
+
+
+def test_transposed_backward_convolves_no_dilated_input():
+    jaxpr = jax.make_jaxpr(lambda g, x, w: lower_conv.lower_convolution_backward(
+        g, x, w, None, (2, 2), (1, 1), (1, 1), True, (0, 0), 1, (True, True, False)))(
+        np.zeros((2, 3, 12, 12), np.float32), np.zeros((2, 4, 6, 6), np.float32), np.zeros((4, 3, 4, 4), np.float32))
+    convs = [e for e in jaxpr.jaxpr.eqns if str(e.primitive) == "conv_general_dilated"]
+    assert convs and all(set(e.params["lhs_dilation"]) == {1} for e in convs), convs
