@@ -9,11 +9,12 @@ from torch.utils._pytree import tree_map
 
 from .core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from .core.ir import Node
+from .core.placement import device_count
 from .core.tensor import XlaTensor, from_array
 from .exec import custom_ops, index_checks
 from .exec.custom_ops import register_lowering
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
-from .frontends import dispatch
+from .frontends import dispatch, distributed
 from .frontends import op_counters as metrics
 from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
@@ -32,6 +33,7 @@ __all__ = [
     "compile",
     "config",
     "default_env",
+    "device_count",
     "dynamo_report",
     "hlo",
     "jax_function",
@@ -123,6 +125,7 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     POLICY.update(policy or {})
     check_tracer_nodes()
     dispatch.install(registry)
+    distributed.install()
     enable_foreach_optimizers()
     if library_ops or unavailable:
         custom_ops.install_library_ops(library_ops or {}, unavailable or {})

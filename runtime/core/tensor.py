@@ -75,6 +75,10 @@ class Storage:
     """Shared memory of a family of views; see Note [Views and mutation]."""
 
     __slots__ = ("array", "pending", "owner", "version", "__weakref__")
+    # The device of every tensor on this storage. A storage anywhere else (another
+    # device, a sharding over several) is a PlacedStorage: Note [Placed storage] in
+    # core/placement.py.
+    device = DEVICE
 
     def __init__(self, array: Any):
         self.array = array
@@ -88,6 +92,21 @@ class Storage:
 
 _NO_KWARGS: dict[str, Any] = {}
 _dispatch: Any = None
+# Makes the storage of an array that may live elsewhere than the default device, once
+# core/placement.py has placed a tensor there (None until then: every array is on it).
+_placed_storage: Any = None
+
+
+def register_placed_storage(make: Any) -> None:
+    """Arrays get their storage from `make(array)` (core/placement.py, which this layer
+    cannot import)."""
+    global _placed_storage
+    _placed_storage = make
+
+
+def storage_of(array: Any) -> Storage:
+    """The new storage of an array (Note [Placed storage] in core/placement.py)."""
+    return Storage(array) if _placed_storage is None else _placed_storage(array)
 
 
 def register_dispatcher(dispatch: Any) -> None:
@@ -127,11 +146,12 @@ class XlaTensor(torch.Tensor):
     @staticmethod
     def __new__(cls, store: Storage, shape, dtype: torch.dtype, strides=None, offset: int = 0, requires_grad: bool = False):
         if strides is None:
-            r = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=DEVICE, requires_grad=requires_grad)
+            r = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=store.device, requires_grad=requires_grad)
             r._whole = True
         else:
             r = torch.Tensor._make_wrapper_subclass(
-                cls, shape, strides=strides, storage_offset=offset, dtype=dtype, device=DEVICE, requires_grad=requires_grad
+                cls, shape, strides=strides, storage_offset=offset, dtype=dtype, device=store.device,
+                requires_grad=requires_grad
             )
             r._whole = False
         r._store = store
@@ -196,9 +216,11 @@ _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
     """A new tensor owning a new storage holding `array`. (XlaTensor.__new__ without its
     Python call overhead: every eager op result is made here.)"""
-    r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=DEVICE, requires_grad=requires_grad)
+    store = Storage(array) if _placed_storage is None else _placed_storage(array)
+    r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=store.device,
+                               requires_grad=requires_grad)
     r._whole = True
-    r._store = Storage(array)
+    r._store = store
     r._cache = None
     return r
 
@@ -207,9 +229,10 @@ def tensor_on(store: Storage, shape, dtype: torch.dtype, view: tuple | None = No
     """A new tensor on an existing storage, whole or with view = (strides, offset)
     (XlaTensor.__new__ without its Python call overhead)."""
     if view is None:
-        r = _make_wrapper_subclass(XlaTensor, shape, dtype=dtype, device=DEVICE)
+        r = _make_wrapper_subclass(XlaTensor, shape, dtype=dtype, device=store.device)
     else:
-        r = _make_wrapper_subclass(XlaTensor, shape, strides=view[0], storage_offset=view[1], dtype=dtype, device=DEVICE)
+        r = _make_wrapper_subclass(XlaTensor, shape, strides=view[0], storage_offset=view[1], dtype=dtype,
+                                   device=store.device)
     r._whole = view is None
     r._store = store
     r._cache = None

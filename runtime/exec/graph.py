@@ -333,9 +333,11 @@ GRAPH_WATCHERS: list[Callable] = []
 
 
 def input_spec(v: Value) -> Any:
-    """The abstract value of a graph input, for lowering the graph again."""
+    """The abstract value of a graph input, for lowering the graph again (with its
+    sharding, where it is laid out over devices: docs/distributed.md)."""
     aval = jax.typeof(v.data)
-    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+    sharding = getattr(v.data, "sharding", None) if getattr(v.data, "committed", False) else None
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type, sharding=sharding)
 
 
 def dump_graph(text: str, kind: str) -> None:

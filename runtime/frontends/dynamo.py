@@ -46,6 +46,7 @@ from ..exec.custom_ops import register_loaded_library_ops
 from ..exec.eager import value
 from ..exec.graph import dump_graph
 from ..exec.registry import REGISTRY, SECTIONS, policy
+from ..exec.sharding import InputLayouts, constrain_array, input_layouts, place_input
 from ..platform.config import config
 from ..platform.metrics import ReplayedOps, metrics
 from .dispatch import dispatch
@@ -296,9 +297,12 @@ class JaxGraph:
         seed = dynamic[0] if self.has_random else None
         env: dict[torch.fx.Node, Any] = {}
         inputs: list[Any] = []
-        for node, kind in zip(self.placeholders, self.kinds):
+        layouts = statics[-1] if statics and statics[-1].__class__ is InputLayouts else None
+        for i, (node, kind) in enumerate(zip(self.placeholders, self.kinds)):
             if kind == _TENSOR:
                 arr = next(dyn)
+                if layouts is not None and arr is not None:
+                    arr = constrain_array(arr, layouts[i])  # Note [Layouts of CPU tensors] in exec/sharding.py
                 v = None if arr is None else from_array(arr)
             elif kind == _DYNAMIC:
                 v = next(dyn)
@@ -411,14 +415,18 @@ class JaxGraph:
             with torch._C._DisableTorchDispatch():
                 dynamic.append(int(torch.empty((), dtype=torch.int64).random_(0, 2**31 - 1)))
         cache = self.cache
+        layouts = input_layouts(args)  # Note [Layouts of CPU tensors] in exec/sharding.py
         with X64:
             for i, (a, kind) in enumerate(zip(args, kinds)):
                 if kind == _TENSOR:
-                    dynamic.append(None if a is None else cache.get(i, a))
+                    dynamic.append(None if a is None else cache.get(i, a) if layouts is None or layouts[i] is None
+                                   else place_input(cache.get(i, a), layouts[i]))
                 elif kind == _DYNAMIC:
                     dynamic.append(a)
                 else:
                     statics.append(_static(a))
+            if layouts is not None:
+                statics.append(layouts)
             statics_t = tuple(statics)
             traces = stats.traces
             outs = self.jitted(tuple(dynamic), statics_t)

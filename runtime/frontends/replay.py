@@ -52,7 +52,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..core.context import context
 from ..core.convert import X64
-from ..core.tensor import Storage, XlaTensor, tensor_on
+from ..core.tensor import Storage, XlaTensor, storage_of, tensor_on
 from ..exec.eager import scalar_operand
 from ..exec.graph import copy_array
 from ..exec.keys import key_array
@@ -476,7 +476,7 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     env: dict[str, Any] = {
         "FAILED": _GUARD_FAILED, "grad_enabled": torch.is_grad_enabled, "hyper": _hyperparameters, "X64": X64,
         "key_array": key_array, "copy": copy_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
-        "Storage": Storage, "tensor_on": tensor_on, "unflatten": tree_unflatten,
+        "Storage": storage_of, "tensor_on": tensor_on, "unflatten": tree_unflatten,
     }
     lines: list[str] = []
 

@@ -95,6 +95,14 @@ def reset_metrics() -> None:
         counts.runs = 0
     metrics.calls_by_id.clear()
     metrics.__dict__.update({k: v for k, v in Metrics().__dict__.items() if k not in ("calls_by_id", "ops_by_id")})
+    for reset in REPORT_RESETS:
+        reset()
+
+
+# Functions returning more lines for metrics_report(), from the layers above (the
+# collectives of sharded programs: runtime/frontends/distributed/report.py).
+REPORT_SECTIONS: list[Any] = []
+REPORT_RESETS: list[Any] = []  # and what reset_metrics() clears of theirs
 
 
 def metrics_report() -> str:
@@ -122,6 +130,8 @@ def metrics_report() -> str:
     if m.recompile_reasons:
         lines.append("  recompilation reasons:")
         lines += [f"    - {r}" for r in m.recompile_reasons[-20:]]
+    for section in REPORT_SECTIONS:
+        lines += section()
     op_calls = m.op_calls  # folds replayed graphs' ops, CPU fallbacks among them
     if m.fallback_calls:
         lines.append("  CPU fallbacks (op: calls):")

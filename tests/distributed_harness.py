@@ -1,0 +1,51 @@
+"""Running the distributed checks of tests/distributed_worker.py in a subprocess whose
+JAX has several simulated CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count,
+which must be set before JAX starts, so the test process itself keeps one device), and
+getting their results back as JSON. One subprocess runs a whole group of checks, so JAX
+and torch start once per group; tests then assert on the group's results."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+WORKER = TESTS / "distributed_worker.py"
+RESULT_MARK = "DISTRIBUTED-RESULT:"
+
+
+def worker_env(devices: int) -> dict[str, str]:
+    env = dict(os.environ)
+    flags = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f)
+    env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def run_script(args: list[str], devices: int = 8, timeout: float = 600, env: dict | None = None) -> dict:
+    """Run a worker command line and return the JSON it reports."""
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env or worker_env(devices), capture_output=True,
+                          text=True, timeout=timeout)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_MARK):
+            return json.loads(line[len(RESULT_MARK):])
+    raise AssertionError(f"{' '.join(args)} reported nothing (exit {proc.returncode}):\n"
+                         f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+
+
+@functools.lru_cache(maxsize=None)
+def run_group(group: str, *args: str, devices: int = 8, timeout: float = 900) -> dict:
+    """The results of one group of checks (run once per test session)."""
+    return run_script([str(WORKER), group, *args], devices=devices, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,235 @@
+"""The distributed checks, run by tests/distributed_harness.py in a subprocess with
+simulated devices: `python tests/distributed_worker.py GROUP [ARGS]` prints one line
+`DISTRIBUTED-RESULT: {json}` with what the group measured (values compared with
+PyTorch CPU in this process, placements as their reprs); the tests assert on it."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+import torch
+
+import xla_native_functions as xnf
+import xla_native_functions.distributed as xd
+from xla_native_functions.runtime.platform.metrics import metrics as counters
+
+RESULT_MARK = "DISTRIBUTED-RESULT:"
+GROUPS = {}
+
+
+def group(fn):
+    GROUPS[fn.__name__] = fn
+    return fn
+
+
+def cpu(t):
+    return xnf.to_torch(t.detach()) if isinstance(t, torch.Tensor) else t
+
+
+def err(a, b) -> float:
+    """Largest absolute difference of two tensors (ours or CPU), inf on a shape mismatch."""
+    a, b = cpu(a).double(), cpu(b).double()
+    if a.shape != b.shape:
+        return float("inf")
+    return 0.0 if a.numel() == 0 else (a - b).abs().max().item()
+
+
+def raised(fn) -> str:
+    try:
+        fn()
+    except Exception as e:  # the type and message are what the test checks
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+def placements(t) -> str:
+    return repr(t.placements)
+
+
+MESH_NAMES = {1: ("x",), 2: ("dp", "tp"), 3: ("dp", "tp", "sp")}
+
+
+def make_mesh(shape: tuple[int, ...]):
+    return xd.init_device_mesh(shape, MESH_NAMES[len(shape)])
+
+
+def placement_sets(ndim: int) -> dict[str, list]:
+    """Layouts of a (16, 8) tensor over a mesh of `ndim` dims, by name."""
+    sets = {
+        "replicated": [xd.Replicate()] * ndim,
+        "rows": [xd.Shard(0)] + [xd.Replicate()] * (ndim - 1),
+        "rows_all": [xd.Shard(0)] * ndim,
+    }
+    if ndim > 1:
+        sets["rows_cols"] = [xd.Shard(0)] * (ndim - 1) + [xd.Shard(1)]
+    else:
+        sets["cols"] = [xd.Shard(1)]
+    return sets
+
+
+# ---------------------------------------------------------------- devices
+
+
+@group
+def devices() -> dict:
+    out = {"count": xnf.device_count(), "distributed_count": xd.device_count()}
+    a = torch.ones(2, 3, device="jax:1")
+    out["factory_device"] = str(a.device)
+    out["factory_err"] = err(a, torch.ones(2, 3))
+    x = torch.arange(12.0).reshape(3, 4)
+    x3 = x.to("jax:3")
+    out["to_device"] = str(x3.device)
+    out["to_err"] = err(x3, x)
+    x5 = x3.to(torch.device("jax", 5))
+    out["moved_device"] = str(x5.device)
+    y = (x3 * 2).exp().sum(0)
+    out["op_device"] = str(y.device)
+    out["op_err"] = err(y, (x * 2).exp().sum(0))
+    out["result_lives_there"] = sorted(d.id for d in xd.sharding_of(y).device_set)
+    back = x3.to("jax:0")
+    out["back_device"] = str(back.device)
+    out["back_mixes_with_default"] = err(back + xnf.to_xla(x), x * 2)
+    out["like_device"] = str(torch.zeros_like(x3).device)
+    out["new_device"] = str(x3.new_ones(2).device)
+    out["out_of_range"] = raised(lambda: torch.ones(2, device="jax:8"))
+    out["to_out_of_range"] = raised(lambda: x.to("jax:11"))
+    out["cross_device"] = raised(lambda: x3 + xnf.to_xla(x))
+    out["cross_device_mm"] = raised(lambda: torch.mm(x3, x5.t()))
+    dst = torch.zeros(3, 4, device="jax:2")
+    dst.copy_(x3)
+    out["copy_keeps_device"] = str(dst.device)
+    out["copy_err"] = err(dst, x)
+    out["copy_lives_there"] = sorted(d.id for d in xd.sharding_of(dst).device_set)
+    w = torch.randn(4, 4, requires_grad=True)
+    w2 = w.detach().to("jax:2").requires_grad_()
+    (w2 * w2).sum().backward()
+    out["grad_device"] = str(w2.grad.device)
+    out["grad_err"] = err(w2.grad, 2 * w.detach())
+    f = xnf.compile(lambda t: (t * 3).sum(1))
+    r = [f(x3) for _ in range(3)][-1]
+    out["compiled_device"] = str(r.device)
+    out["compiled_err"] = err(r, (x * 3).sum(1))
+    out["compiled_lives_there"] = sorted(d.id for d in xd.sharding_of(r).device_set)
+    m = xnf.to_xla(torch.nn.Linear(4, 2)).to("jax:4")
+    out["module_device"] = sorted({str(p.device) for p in m.parameters()})
+    out["module_out_device"] = str(m(torch.ones(1, 4, device="jax:4")).device)
+    return out
+
+
+# ---------------------------------------------------------------- sharded tensors
+
+
+@group
+def sharding(shape_text: str) -> dict:
+    shape = tuple(int(s) for s in shape_text.split("x"))
+    mesh = make_mesh(shape)
+    torch.manual_seed(0)
+    A, B, C = torch.randn(16, 8), torch.randn(8, 16), torch.randn(16, 8)
+    out = {}
+    for name, ps in placement_sets(len(shape)).items():
+        r = {}
+        a = xd.distribute_tensor(A, mesh, ps)
+        r["placements"] = placements(a)
+        r["device"] = str(a.device)
+        r["value"] = err(a, A)
+        r["blocks"] = len({str(s.index) for s in a.sharding.addressable_shards}) if False else \
+            len({str(i) for i in a.sharding.devices_indices_map(tuple(A.shape)).values()})
+        e = a * 2 + 1
+        r["elementwise"] = (err(e, A * 2 + 1), placements(e))
+        r["exp"] = err(torch.exp(a), torch.exp(A))
+        t = a.t()
+        r["transpose"] = (err(t, A.t()), placements(t))
+        s = a.sum(0)
+        r["sum0"] = (err(s, A.sum(0)), placements(s))
+        mm = a @ xnf.to_xla(B)
+        r["matmul"] = (err(mm, A @ B), placements(mm))
+        r["view"] = err(a.view(4, 4, 8), A.view(4, 4, 8))
+        r["slice"] = err(a[:, 2:6], A[:, 2:6])
+        r["select"] = err(a[3], A[3])
+        r["unsqueeze"] = err(a.unsqueeze(0), A.unsqueeze(0))
+        b = xd.distribute_tensor(A, mesh, ps)
+        b.add_(1)
+        r["add_"] = (err(b, A + 1), placements(b), repr(b.sharding.spec))
+        b.mul_(xnf.to_xla(C))
+        r["mul_"] = (err(b, (A + 1) * C), placements(b), repr(b.sharding.spec))
+        b.copy_(xnf.to_xla(C))
+        r["copy_"] = (err(b, C), placements(b), repr(b.sharding.spec))
+        b[0:4].fill_(0)
+        expect = C.clone()
+        expect[0:4] = 0
+        r["view_write"] = (err(b, expect), placements(b), repr(b.sharding.spec))
+        b.t().mul_(2)
+        r["transposed_view_write"] = (err(b, expect * 2), placements(b), repr(b.sharding.spec))
+        r["spec"] = repr(a.sharding.spec)
+        out[name] = r
+    # traced programs carry the layouts
+    rows_cols = list(placement_sets(len(shape)).values())[-1]
+    a = xd.distribute_tensor(A, mesh, rows_cols)
+    b = xnf.to_xla(B)
+    f = xnf.compile(lambda x, y: torch.relu(x @ y).sum(1))
+    compiles = counters.compile_count
+    results = [f(a, b) for _ in range(4)]
+    out["compiled"] = {"err": err(results[-1], torch.relu(A @ B).sum(1)), "compiles": counters.compile_count - compiles,
+                       "placements": placements(results[-1])}
+    p = xd.distribute_tensor(A, mesh, rows_cols)
+    step = xnf.compile(lambda w, g: w.sub_(0.5 * g))
+    for _ in range(3):
+        step(p, xnf.to_xla(C))
+    out["compiled_in_place"] = {"err": err(p, A - 1.5 * C), "placements": placements(p), "spec": repr(p.sharding.spec),
+                                "expected": repr(rows_cols)}
+    marked = xnf.to_xla(A.clone())
+    ident = id(marked)
+    xd.mark_sharding(marked, mesh, ("dp" if len(shape) > 1 else "x", None))
+    out["mark_sharding"] = {"same_object": id(marked) == ident, "placements": placements(marked),
+                            "err": err(marked, A)}
+    # torch.compile on CPU tensors with noted layouts
+    xc, yc = A.clone(), B.clone()
+    xd.mark_sharding(xc, mesh, tuple(MESH_NAMES[len(shape)][:1]) + (None,))
+    g = torch.compile(lambda x, y: torch.relu(x @ y) * 2, backend="xla_native")
+    out["dynamo"] = err(g(xc, yc), torch.relu(A @ B) * 2)
+    # jax_jit with in and out shardings
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    names = MESH_NAMES[len(shape)]
+    jf = xnf.jax_jit(lambda x, y: x @ y, in_shardings=(NamedSharding(mesh.jax_mesh, P(names[0], None)), None),
+                     out_shardings=NamedSharding(mesh.jax_mesh, P(None, names[-1])))
+    r = jf(xnf.to_xla(A), b)
+    out["jax_jit"] = {"err": err(r, A @ B), "spec": repr(r.sharding.spec), "placements": placements(r)}
+    out["visualize"] = xd.visualize(xd.distribute_tensor(A, mesh, rows_cols), file=open("/dev/null", "w"))
+    return out
+
+
+@group
+def uneven(shape_text: str) -> dict:
+    shape = tuple(int(s) for s in shape_text.split("x"))
+    mesh = make_mesh(shape)
+    torch.manual_seed(0)
+    A, B = torch.randn(10, 6), torch.randn(6, 3)
+    ps = [xd.Shard(0)] + [xd.Shard(1)] * (len(shape) - 1)
+    a = xd.distribute_tensor(A, mesh, ps)
+    out = {"placements": placements(a), "spec": repr(a.sharding.spec), "value": err(a, A)}
+    out["elementwise"] = err(a * 3 - 1, A * 3 - 1)
+    out["sum0"] = err(a.sum(0), A.sum(0))
+    out["sum1"] = err(a.sum(1), A.sum(1))
+    out["matmul"] = err(a @ xnf.to_xla(B), A @ B)
+    out["transpose"] = err(a.t().contiguous(), A.t())
+    a.add_(2)
+    out["add_"] = (err(a, A + 2), placements(a), repr(a.sharding.spec))
+    f = xnf.compile(lambda x, y: (torch.tanh(x) @ y).sum(0))
+    out["compiled"] = err([f(a, xnf.to_xla(B)) for _ in range(3)][-1], (torch.tanh(A + 2) @ B).sum(0))
+    # a compiled write into the tensor is constrained to the split asked for, uneven or not
+    out["program"] = [line.strip() for line in xnf.hlo(lambda x: x.mul_(2), a).splitlines()
+                      if "sdy.sharding_constraint" in line]
+    out["visualize"] = xd.visualize(a, file=open("/dev/null", "w"))
+    return out
+
+
+if __name__ == "__main__":
+    name, args = sys.argv[1], sys.argv[2:]
+    try:
+        result = GROUPS[name](*args)
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)
+    print(RESULT_MARK + json.dumps(result))
