@@ -121,9 +121,17 @@ def devices() -> dict:
 # ---------------------------------------------------------------- sharded tensors
 
 
-@group
-def sharding(shape_text: str) -> dict:
-    shape = tuple(int(s) for s in shape_text.split("x"))
+def per_mesh(fn):
+    """A group run for each mesh of a comma-separated list (one subprocess for all):
+    {mesh text: result}."""
+    def run(shapes_text: str) -> dict:
+        return {text: fn(tuple(int(s) for s in text.split("x"))) for text in shapes_text.split(",")}
+    run.__name__ = fn.__name__
+    return group(run)
+
+
+@per_mesh
+def sharding(shape: tuple[int, ...]) -> dict:
     mesh = make_mesh(shape)
     torch.manual_seed(0)
     A, B, C = torch.randn(16, 8), torch.randn(8, 16), torch.randn(16, 8)
@@ -200,9 +208,8 @@ def sharding(shape_text: str) -> dict:
     return out
 
 
-@group
-def uneven(shape_text: str) -> dict:
-    shape = tuple(int(s) for s in shape_text.split("x"))
+@per_mesh
+def uneven(shape: tuple[int, ...]) -> dict:
     mesh = make_mesh(shape)
     torch.manual_seed(0)
     A, B = torch.randn(10, 6), torch.randn(6, 3)
@@ -222,6 +229,182 @@ def uneven(shape_text: str) -> dict:
     out["program"] = [line.strip() for line in xnf.hlo(lambda x: x.mul_(2), a).splitlines()
                       if "sdy.sharding_constraint" in line]
     out["visualize"] = xd.visualize(a, file=open("/dev/null", "w"))
+    return out
+
+
+
+# ---------------------------------------------------------------- training
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, d: int = 16, hidden: int = 32):
+        super().__init__()
+        self.up = torch.nn.Linear(d, hidden)
+        self.down = torch.nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, d: int = 16, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v = torch.nn.Linear(d, d), torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.out = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = (t.view(b, s, self.heads, -1).transpose(1, 2) for t in (self.q(x), self.k(x), self.v(x)))
+        att = torch.softmax(q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5), dim=-1)
+        return self.out((att @ v).transpose(1, 2).reshape(b, s, d))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d: int = 16):
+        super().__init__()
+        self.norm1, self.norm2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.attn = Attention(d)
+        self.mlp = MLP(d)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class Transformer(torch.nn.Module):
+    """A small pre-norm transformer: two blocks of 4-head self-attention and an MLP."""
+
+    def __init__(self, d: int = 16, layers: int = 2):
+        super().__init__()
+        self.inp = torch.nn.Linear(8, d)
+        self.blocks = torch.nn.ModuleList(Block(d) for _ in range(layers))
+        self.head = torch.nn.Linear(d, 8)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+def _zoo_mlp():
+    """The zoo's MLP classifier (scripts/zoo/mlp.py), batch 16."""
+    from zoo.mlp import build_mlp
+    torch.manual_seed(0)
+    case = build_mlp(16)
+    return case.model, case.inputs[0], case.target, torch.nn.functional.cross_entropy
+
+
+def _regression(cls, xs, ys):
+    def build():
+        torch.manual_seed(0)
+        model = cls()
+        g = torch.Generator().manual_seed(1)
+        return model, torch.randn(*xs, generator=g), torch.randn(*ys, generator=g), torch.nn.functional.mse_loss
+    return build
+
+
+MODELS = {"mlp": _zoo_mlp, "attention": _regression(Attention, (8, 4, 16), (8, 4, 16)),
+          "transformer": _regression(Transformer, (8, 4, 8), (8, 4, 8))}
+# tensor-parallel plans: Colwise then Rowwise for each pair of linears
+TP_PLANS = {
+    "mlp": {"0": xd.ColwiseParallel(), "2": xd.RowwiseParallel()},
+    "attention": {"q": xd.ColwiseParallel(), "k": xd.ColwiseParallel(), "v": xd.ColwiseParallel(),
+                  "out": xd.RowwiseParallel()},
+    "transformer": {"blocks.*.attn.q": xd.ColwiseParallel(), "blocks.*.attn.k": xd.ColwiseParallel(),
+                    "blocks.*.attn.v": xd.ColwiseParallel(), "blocks.*.attn.out": xd.RowwiseParallel(),
+                    "blocks.*.mlp.up": xd.ColwiseParallel(), "blocks.*.mlp.down": xd.RowwiseParallel()},
+}
+STEPS = 5
+
+
+def _train(model, x, y, loss_fn, prepare=lambda t: t, compiled=None, steps=STEPS):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    fwd = torch.compile(model, backend="xla_native") if compiled == "dynamo" else model
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = loss_fn(fwd(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    run = xnf.compile(step) if compiled == "compile" else step
+    return [float(run(prepare(x.clone()), prepare(y.clone()))) for _ in range(steps)]
+
+
+_REFERENCES: dict = {}
+
+
+def reference(kind: str):
+    """Losses and final weights of PyTorch CPU training the model (one device)."""
+    if kind not in _REFERENCES:
+        model, x, y, loss_fn = MODELS[kind]()
+        losses = _train(model, x, y, loss_fn)
+        _REFERENCES[kind] = losses, {n: p.detach().clone() for n, p in model.named_parameters()}
+    return _REFERENCES[kind]
+
+
+def parallelize(kind: str, style: str, mesh, model, on_cpu: bool):
+    """Lay `model` out for `style` over `mesh`; returns the names of the mesh dims the
+    batch is split over (data parallelism over what the style leaves)."""
+    names = mesh.mesh_dim_names
+    if style == "dp":
+        xd.distribute_module(model, mesh, keep_on_cpu=on_cpu)
+        return names
+    if style == "tp":  # the last mesh dim splits the layers, the others the batch
+        xd.parallelize_module(model, mesh[names[-1]], TP_PLANS[kind], keep_on_cpu=on_cpu)
+        return names[:-1]
+    if style == "fsdp":  # FSDP over a 1-d mesh, HSDP (replicate, shard) over the first two dims
+        fsdp = mesh[names[0]] if len(names) == 1 else mesh[names[:2]]
+        if kind == "transformer":
+            for b in model.blocks:
+                xd.fully_shard(b, mesh=fsdp, keep_on_cpu=on_cpu)
+        xd.fully_shard(model, mesh=fsdp, keep_on_cpu=on_cpu)
+        return fsdp.mesh_dim_names
+    raise ValueError(style)
+
+
+def train_sharded(shape: tuple[int, ...], kind: str, style: str, mode: str) -> dict:
+    mesh = make_mesh(shape)
+    ref_losses, ref_weights = reference(kind)
+    model, x, y, loss_fn = MODELS[kind]()
+    on_cpu = mode == "dynamo"  # the torch.compile backend runs CPU modules
+    if not on_cpu:
+        model = xnf.to_xla(model)
+    batch = parallelize(kind, style, mesh, model, on_cpu)
+    if on_cpu:
+        first = tuple(batch) if len(batch) > 1 else batch[0] if batch else None
+
+        def prepare(t):
+            return xd.mark_sharding(t, mesh, (first,) + (None,) * (t.dim() - 1))
+    else:
+        def prepare(t):
+            return xd.distribute_tensor(t, mesh, [xd.Shard(0) if n in batch else xd.Replicate()
+                                                  for n in mesh.mesh_dim_names])
+    xnf.reset_metrics()
+    compiles, replays = counters.compile_count, counters.replays
+    losses = _train(model, x, y, loss_fn, prepare, None if mode == "eager" else mode)
+    weights = {n: cpu(p) for n, p in model.named_parameters()}
+    return {
+        "loss_err": max(abs(a - b) / max(abs(b), 1e-3) for a, b in zip(losses, ref_losses)),
+        "weight_err": max(err(weights[n], w) for n, w in ref_weights.items()),
+        "compiles": counters.compile_count - compiles, "replays": counters.replays - replays,
+        "placements": {n: repr(xd.placements_of(p)) for n, p in model.named_parameters()},
+        "graphs": [(g["program"], g["devices"], sorted({c["kind"] for c in g["collectives"]}))
+                   for g in xd.compiled_collectives()],
+    }
+
+
+@group
+def training(runs_text: str) -> dict:
+    """`runs_text`: comma-separated MESH:KIND:STYLE:MODE (MESH like 2x4; MODE eager,
+    compile or dynamo)."""
+    out = {}
+    for run in runs_text.split(","):
+        shape_text, kind, style, mode = run.split(":")
+        out[run] = train_sharded(tuple(int(s) for s in shape_text.split("x")), kind, style, mode)
     return out
 
 

@@ -1,5 +1,5 @@
 """Sharded tensors (docs/distributed.md, "Sharded tensors"): on meshes (8,), (2, 4),
-(4, 2) and (2, 2, 2) of simulated CPU devices (one subprocess per mesh), eager ops,
+(4, 2) and (2, 2, 2) of simulated CPU devices (one subprocess for all), eager ops,
 views and in-place ops give PyTorch CPU's values and the placements DTensor would
 give; compile(), the torch.compile backend and jax_jit carry the layouts into their
 programs; a layout that does not divide evenly still gives the right values."""
@@ -11,6 +11,12 @@ import pytest
 from distributed_harness import run_group
 
 MESHES = ["8", "2x4", "4x2", "2x2x2"]
+UNEVEN = ["8", "2x4"]
+
+
+def sharded(mesh: str) -> dict:
+    """The sharding group's results on `mesh` (one subprocess runs every mesh)."""
+    return run_group("sharding", ",".join(MESHES))[mesh]
 NAMES = {1: ("x",), 2: ("dp", "tp"), 3: ("dp", "tp", "sp")}
 TOL = 1e-5
 
@@ -52,7 +58,7 @@ CASES = [(m, name) for m in MESHES for name in layouts(len(m.split("x")))]
 def test_distributed_tensor(mesh, layout):
     ndim = len(mesh.split("x"))
     ps = layouts(ndim)[layout]
-    r = run_group("sharding", mesh)[layout]
+    r = sharded(mesh)[layout]
     assert r["placements"] == shown(ps) and r["device"] == "jax:0" and r["value"] == 0
     assert r["spec"] == spec(ndim, ps)
     sizes = [int(s) for s in mesh.split("x")]
@@ -65,7 +71,7 @@ def test_distributed_tensor(mesh, layout):
 @pytest.mark.parametrize("mesh,layout", CASES)
 def test_eager_ops_run_sharded_with_dtensors_placements(mesh, layout):
     ps = layouts(len(mesh.split("x")))[layout]
-    r = run_group("sharding", mesh)[layout]
+    r = sharded(mesh)[layout]
     assert r["elementwise"] == [0.0, shown(ps)]
     assert r["exp"] < TOL
     assert r["transpose"] == [0.0, mapped(ps, {"Shard(dim=0)": "Shard(dim=1)", "Shard(dim=1)": "Shard(dim=0)"})]
@@ -77,7 +83,7 @@ def test_eager_ops_run_sharded_with_dtensors_placements(mesh, layout):
 
 @pytest.mark.parametrize("mesh,layout", CASES)
 def test_views_of_sharded_tensors(mesh, layout):
-    r = run_group("sharding", mesh)[layout]
+    r = sharded(mesh)[layout]
     for view in ("view", "slice", "select", "unsqueeze"):
         assert r[view] == 0, view
 
@@ -86,7 +92,7 @@ def test_views_of_sharded_tensors(mesh, layout):
 def test_in_place_ops_keep_the_layout(mesh, layout):
     ndim = len(mesh.split("x"))
     ps = layouts(ndim)[layout]
-    r = run_group("sharding", mesh)[layout]
+    r = sharded(mesh)[layout]
     for op in ("add_", "mul_", "copy_", "view_write", "transposed_view_write"):
         value_err, placements, held = r[op]
         assert value_err < TOL, op
@@ -96,8 +102,10 @@ def test_in_place_ops_keep_the_layout(mesh, layout):
 
 @pytest.mark.parametrize("mesh", MESHES)
 def test_compiled_programs_with_sharded_inputs(mesh):
-    r = run_group("sharding", mesh)
-    assert r["compiled"]["err"] < TOL and r["compiled"]["compiles"] == 1
+    r = sharded(mesh)
+    # four calls, at most one compilation (none when an earlier mesh's run compiled the
+    # same graph: jax.jit specializes it to these layouts itself)
+    assert r["compiled"]["err"] < TOL and r["compiled"]["compiles"] <= 1
     ps = list(layouts(len(mesh.split("x"))).values())[-1]
     assert r["compiled"]["placements"] == mapped(ps, {"Shard(dim=1)": "Replicate()"})
     # a compiled in-place update writes the parameter back in its layout
@@ -108,7 +116,7 @@ def test_compiled_programs_with_sharded_inputs(mesh):
 
 @pytest.mark.parametrize("mesh", MESHES)
 def test_mark_sharding_in_place(mesh):
-    r = run_group("sharding", mesh)["mark_sharding"]
+    r = sharded(mesh)["mark_sharding"]
     ndim = len(mesh.split("x"))
     assert r["same_object"] and r["err"] == 0
     assert r["placements"] == shown(["Shard(dim=0)"] + ["Replicate()"] * (ndim - 1))
@@ -116,18 +124,18 @@ def test_mark_sharding_in_place(mesh):
 
 @pytest.mark.parametrize("mesh", MESHES)
 def test_torch_compile_backend_with_noted_layouts(mesh):
-    assert run_group("sharding", mesh)["dynamo"] < TOL
+    assert sharded(mesh)["dynamo"] < TOL
 
 
 @pytest.mark.parametrize("mesh", MESHES)
 def test_jax_jit_in_and_out_shardings(mesh):
-    r = run_group("sharding", mesh)["jax_jit"]
+    r = sharded(mesh)["jax_jit"]
     names = NAMES[len(mesh.split("x"))]
     assert r["err"] < TOL and r["spec"] == f"P(None, {names[-1]!r})"
 
 
 def test_visualize_shows_which_devices_hold_which_block():
-    text = run_group("sharding", "2x4")["visualize"]
+    text = sharded("2x4")["visualize"]
     assert text.splitlines() == [
         "tensor of shape (16, 8), torch.float32, on DeviceMesh('jax', (dp=2, tp=4)) as (Shard(dim=0), Shard(dim=1))",
         "  rows  cols 0:2  cols 2:4  cols 4:6  cols 6:8",
@@ -136,12 +144,12 @@ def test_visualize_shows_which_devices_hold_which_block():
     ]
 
 
-@pytest.mark.parametrize("mesh", ["8", "2x4"])
+@pytest.mark.parametrize("mesh", UNEVEN)
 def test_uneven_split(mesh):
     """A (10, 6) tensor split by 8 along dim 0 (or by 2 and 4 along its dims): JAX holds
     arrays at rest evenly split, so the dim that does not divide stays whole there,
     the placements keep what was asked, and compiled programs apply that split."""
-    r = run_group("uneven", mesh)
+    r = run_group("uneven", ",".join(UNEVEN))[mesh]
     ndim = len(mesh.split("x"))
     assert r["placements"] == shown(["Shard(dim=0)"] + ["Shard(dim=1)"] * (ndim - 1))
     assert r["spec"] == ("P(None, None)" if mesh == "8" else "P('dp', None)")

@@ -253,7 +253,13 @@ def input_layouts(args: tuple) -> InputLayouts | None:
     if not _CPU_LAYOUTS:
         return None
     found = tuple(cpu_layout(a) if isinstance(a, torch.Tensor) and not isinstance(a, XlaTensor) else None for a in args)
-    return InputLayouts(found) if any(x is not None for x in found) else None
+    mesh = next((x.mesh for x in found if x is not None), None)
+    if mesh is None:
+        return None
+    # the other tensor inputs replicated over the same mesh: one program cannot take
+    # arrays committed to one device and arrays spread over several
+    whole = NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return InputLayouts(whole if x is None and isinstance(a, torch.Tensor) else x for x, a in zip(found, args))
 
 
 def constrain_array(array: Any, layout: NamedSharding | None) -> Any:

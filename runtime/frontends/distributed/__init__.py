@@ -7,6 +7,7 @@ from ...core.mesh import DeviceMesh, Partial, Placement, Replicate, Shard
 from ...core.placement import device_count
 from ...exec.sharding import install_device_handlers
 from . import report
+from .report import compiled_collectives
 from .styles import (ColwiseParallel, ParallelStyle, PrepareModuleInput, PrepareModuleOutput, RowwiseParallel,
                      SequenceParallel, distribute_module, fully_shard, parallelize_module)
 from .tensors import (_attach_tensor_api, clear_sharding, device_mesh_of, distribute_tensor, full_tensor,
@@ -25,6 +26,7 @@ __all__ = [
     "SequenceParallel",
     "Shard",
     "clear_sharding",
+    "compiled_collectives",
     "device_count",
     "device_mesh_of",
     "distribute_module",

@@ -135,6 +135,17 @@ def graph_collectives() -> list[tuple[str, int, list[tuple[str, int, int]]]]:
     return [(g.kind, g.devices, g.collectives()) for g in _GRAPHS.values()]
 
 
+def compiled_collectives() -> list[dict]:
+    """Per sharded graph compiled so far (the last 64): {"program": "compile()" or
+    "torch.compile", "devices": n, "collectives": [{"kind", "buffers", "bytes"}, ...],
+    "bytes": total}, read from XLA's optimized HLO (what metrics_report() lists)."""
+    out = []
+    for kind, devices, found in graph_collectives():
+        out.append({"program": kind, "devices": devices, "bytes": sum(size for _, _, size in found),
+                    "collectives": [{"kind": k, "buffers": n, "bytes": size} for k, n, size in found]})
+    return out
+
+
 def _report() -> list[str]:
     if not _GRAPHS:
         return []

@@ -219,8 +219,9 @@ def _value_sharding(t: XlaTensor) -> Any:
         return getattr(array, "sharding", None) if not isinstance(array, jax.core.Tracer) else None
     if t._whole and store.__class__ is PlacedStorage and store.layout is not None:
         return store.layout
-    trace = context.trace
-    array = trace.host_value(t) if trace is not None else value(t)
+    if context.trace is not None or store.pending is not None:
+        return None  # a traced value: its layout is the program's, known once it runs
+    array = value(t)
     return None if isinstance(array, jax.core.Tracer) else array.sharding
 
 
