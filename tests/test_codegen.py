@@ -930,8 +930,7 @@ _donating_add__Tensor = _rt_eager_executable(ir.AddTensor, in_place=True)
 
 def add__Tensor(self, other, *, alpha=1):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_add__Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_add__Tensor, _rt_operand(other), _rt_scalar(alpha))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, add_Tensor(self, other, alpha=alpha))
 """,
