@@ -25,6 +25,8 @@ def group(fn):
 
 
 def cpu(t):
+    if hasattr(t, "trigger_wait"):  # the functional collectives' AsyncCollectiveTensor
+        t = t.trigger_wait()
     return xnf.to_torch(t.detach()) if isinstance(t, torch.Tensor) else t
 
 
@@ -405,6 +407,146 @@ def training(runs_text: str) -> dict:
     for run in runs_text.split(","):
         shape_text, kind, style, mode = run.split(":")
         out[run] = train_sharded(tuple(int(s) for s in shape_text.split("x")), kind, style, mode)
+    return out
+
+
+@group
+def dp_step() -> dict:
+    """A data-parallel step of the zoo's MLP (plain SGD) on a mesh of 8 devices:
+    compilations, and the collectives of its optimized HLO."""
+    mesh = make_mesh((8,))
+    model, x, y, loss_fn = MODELS["mlp"]()
+    model = xnf.to_xla(model)
+    xd.distribute_module(model, mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+
+    @xnf.compile
+    def step(x, y):
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    xnf.reset_metrics()
+    batch = xd.distribute_tensor(x, mesh, [xd.Shard(0)]), xd.distribute_tensor(y, mesh, [xd.Shard(0)])
+    losses = [float(step(*batch)) for _ in range(4)]
+    return {"compiles": counters.compile_count, "replays": counters.replays, "losses": losses,
+            "parameter_bytes": [p.numel() * p.element_size() for p in model.parameters()],
+            "graphs": xd.compiled_collectives(), "report": xnf.metrics_report()}
+
+
+# ---------------------------------------------------------------- torch.distributed
+
+
+def _collectives(rank: int, world: int) -> dict:
+    """torch.distributed's collectives and their functional forms on our tensors, each
+    rank's values made from its rank, against what they must give."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    out = {}
+    mine = torch.arange(4 * world, dtype=torch.float32).reshape(2 * world, 2) + 100 * rank
+    every = [torch.arange(4 * world, dtype=torch.float32).reshape(2 * world, 2) + 100 * r for r in range(world)]
+    x = xnf.to_xla(mine.clone())
+    dist.all_reduce(x)
+    out["all_reduce"] = err(x, sum(every))
+    x = xnf.to_xla(mine.clone())
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    out["all_reduce_max"] = err(x, torch.stack(every).amax(0))
+    x = xnf.to_xla(mine.clone())
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    out["all_reduce_avg"] = err(x, sum(every) / world)
+    gathered = torch.empty(2 * world * world, 2, device="jax")
+    dist.all_gather_into_tensor(gathered, xnf.to_xla(mine))
+    out["all_gather_into_tensor"] = err(gathered, torch.cat(every))
+    parts = [torch.empty(2 * world, 2, device="jax") for _ in range(world)]
+    dist.all_gather(parts, xnf.to_xla(mine))
+    out["all_gather"] = max(err(p, e) for p, e in zip(parts, every))
+    scattered = torch.empty(2, 2, device="jax")
+    dist.reduce_scatter_tensor(scattered, xnf.to_xla(mine))
+    out["reduce_scatter_tensor"] = err(scattered, sum(every)[2 * rank:2 * rank + 2])
+    b = xnf.to_xla(mine.clone())
+    dist.broadcast(b, src=world - 1)
+    out["broadcast"] = err(b, every[-1])
+    a2a = torch.empty(2 * world, 2, device="jax")
+    dist.all_to_all_single(a2a, xnf.to_xla(mine))
+    out["all_to_all_single"] = err(a2a, torch.cat([e[2 * rank:2 * rank + 2] for e in every]))
+    dist.barrier()
+    group = dist.group.WORLD
+    out["funcol_all_reduce"] = err(funcol.all_reduce(xnf.to_xla(mine), "sum", group), sum(every))
+    out["funcol_all_gather"] = err(funcol.all_gather_tensor(xnf.to_xla(mine), 0, group), torch.cat(every))
+    out["funcol_reduce_scatter"] = err(funcol.reduce_scatter_tensor(xnf.to_xla(mine), "sum", 0, group),
+                                       sum(every)[2 * rank:2 * rank + 2])
+    f = xnf.compile(lambda t: funcol.all_reduce(t * 2, "sum", group) + 1)
+    out["compiled_funcol"] = raised(lambda: f(xnf.to_xla(mine))) if world > 1 else \
+        err([f(xnf.to_xla(mine)) for _ in range(3)][-1], mine * 2 + 1)
+    return out
+
+
+def _ddp(rank: int, world: int) -> dict:
+    """DistributedDataParallel over the ranks, each training on its share of the batch,
+    against one process training on the whole batch."""
+    import torch.distributed as dist
+
+    ref_losses, ref_weights = reference("mlp")
+    model, x, y, loss_fn = MODELS["mlp"]()
+    share = x.shape[0] // world
+    xs, ys = x[rank * share:(rank + 1) * share], y[rank * share:(rank + 1) * share]
+    ddp = torch.nn.parallel.DistributedDataParallel(xnf.to_xla(model))
+    losses = _train(ddp, xnf.to_xla(xs), xnf.to_xla(ys), loss_fn)
+    # the whole batch's loss is the mean of the shares' losses
+    total = torch.tensor(losses, device="jax")
+    dist.all_reduce(total, op=dist.ReduceOp.AVG)
+    weights = {n: cpu(p) for n, p in ddp.module.named_parameters()}
+    return {"loss_err": max(abs(a - b) / max(abs(b), 1e-3) for a, b in zip(cpu(total).tolist(), ref_losses)),
+            "weight_err": max(err(weights[n], w) for n, w in ref_weights.items())}
+
+
+def _spmd(world: int) -> dict:
+    """One model over every process's devices: a mesh of all of them, the batch split
+    over it, the compiled step run by every process (XLA's collectives between them)."""
+    import jax
+    mesh = xd.init_device_mesh((jax.device_count(),), ("dp",))
+    ref_losses, ref_weights = reference("mlp")
+    model, x, y, loss_fn = MODELS["mlp"]()
+    model = xnf.to_xla(model)
+    xd.distribute_module(model, mesh)
+    xnf.reset_metrics()
+    losses = _train(model, x, y, loss_fn, lambda t: xd.distribute_tensor(t, mesh, [xd.Shard(0)]), "compile")
+    weights = {n: cpu(p) for n, p in model.named_parameters()}
+    return {"devices": jax.device_count(), "local_devices": jax.local_device_count(),
+            "loss_err": max(abs(a - b) / max(abs(b), 1e-3) for a, b in zip(losses, ref_losses)),
+            "weight_err": max(err(weights[n], w) for n, w in ref_weights.items()),
+            "graphs": [(g["program"], g["devices"], sorted({c["kind"] for c in g["collectives"]}))
+                       for g in xd.compiled_collectives()]}
+
+
+@group
+def processes() -> dict:
+    """One rank of a torchrun-style run (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set):
+    joins the others, then runs the collectives, DDP and a mesh over every process."""
+    import torch.distributed as dist
+    xd.initialize()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    out = {"rank": rank, "world": world, "backend": dist.get_backend()}
+    out["collectives"] = _collectives(rank, world)
+    out["ddp"] = _ddp(rank, world)
+    out["spmd"] = _spmd(world)
+    dist.destroy_process_group()
+    return out
+
+
+@group
+def one_process() -> dict:
+    """torch.distributed in one process: a world of one rank (docs/distributed.md)."""
+    import os
+    import torch.distributed as dist
+    from distributed_harness import free_port
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("jax", rank=0, world_size=1)
+    out = {"backend": dist.get_backend(), "collectives": _collectives(0, 1), "ddp": _ddp(0, 1)}
+    dist.destroy_process_group()
     return out
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from ...core.mesh import DeviceMesh, Partial, Placement, Replicate, Shard
 from ...core.placement import device_count
 from ...exec.sharding import install_device_handlers
-from . import report
+from . import process_group, report
+from .process_group import ProcessGroupJax, initialize
 from .report import compiled_collectives
 from .styles import (ColwiseParallel, ParallelStyle, PrepareModuleInput, PrepareModuleOutput, RowwiseParallel,
                      SequenceParallel, distribute_module, fully_shard, parallelize_module)
@@ -19,6 +20,7 @@ __all__ = [
     "ParallelStyle",
     "Partial",
     "Placement",
+    "ProcessGroupJax",
     "PrepareModuleInput",
     "PrepareModuleOutput",
     "Replicate",
@@ -34,6 +36,7 @@ __all__ = [
     "full_tensor",
     "fully_shard",
     "init_device_mesh",
+    "initialize",
     "mark_sharding",
     "parallelize_module",
     "placements_of",
@@ -49,3 +52,4 @@ def install() -> None:
     install_device_handlers()
     _attach_tensor_api()
     report.install()
+    process_group.install()
