@@ -6,13 +6,17 @@ and torch start once per group; tests then assert on the group's results."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import hashlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -39,9 +43,35 @@ def run_script(args: list[str], devices: int = 8, timeout: float = 600, env: dic
                          f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
 
 
-@functools.lru_cache(maxsize=None)
+def once_per_session(fn):
+    """`fn`'s result computed once per test session: once per process, and under
+    pytest-xdist once for all its workers (the first computes it under a file lock and
+    leaves it as JSON for the others), so that `-n auto` does not run a group's
+    subprocess in every worker that has one of its tests."""
+    @functools.lru_cache(maxsize=None)
+    def cached(*args: Any, **kwargs: Any) -> Any:
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        if not run:
+            return fn(*args, **kwargs)
+        folder = Path(tempfile.gettempdir()) / f"xnf-distributed-{run}"
+        folder.mkdir(exist_ok=True)
+        key = hashlib.sha256(repr((fn.__name__, args, sorted(kwargs.items()))).encode()).hexdigest()[:24]
+        path = folder / f"{key}.json"
+        with open(folder / f"{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.exists():
+                found = json.loads(path.read_text())
+            else:
+                found = fn(*args, **kwargs)
+                path.write_text(json.dumps(found))
+        return tuple(found) if isinstance(found, list) else found
+
+    return cached
+
+
+@once_per_session
 def run_group(group: str, *args: str, devices: int = 8, timeout: float = 900) -> dict:
-    """The results of one group of checks (run once per test session)."""
+    """The results of one group of checks."""
     return run_script([str(WORKER), group, *args], devices=devices, timeout=timeout)
 
 
@@ -51,7 +81,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@functools.lru_cache(maxsize=None)
+@once_per_session
 def run_ranks(group: str, world: int = 2, devices: int = 2, timeout: float = 240) -> tuple[dict, ...]:
     """The results of `group` run as a torchrun-style job on localhost: `world`
     processes with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and a free MASTER_PORT set

@@ -5,6 +5,7 @@ PyTorch CPU in this process, placements as their reprs); the tests assert on it.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import traceback
@@ -206,7 +207,7 @@ def sharding(shape: tuple[int, ...]) -> dict:
                      out_shardings=NamedSharding(mesh.jax_mesh, P(None, names[-1])))
     r = jf(xnf.to_xla(A), b)
     out["jax_jit"] = {"err": err(r, A @ B), "spec": repr(r.sharding.spec), "placements": placements(r)}
-    out["visualize"] = xd.visualize(xd.distribute_tensor(A, mesh, rows_cols), file=open("/dev/null", "w"))
+    out["visualize"] = xd.visualize(xd.distribute_tensor(A, mesh, rows_cols), file=io.StringIO())
     return out
 
 
@@ -230,7 +231,7 @@ def uneven(shape: tuple[int, ...]) -> dict:
     # a compiled write into the tensor is constrained to the split asked for, uneven or not
     out["program"] = [line.strip() for line in xnf.hlo(lambda x: x.mul_(2), a).splitlines()
                       if "sdy.sharding_constraint" in line]
-    out["visualize"] = xd.visualize(a, file=open("/dev/null", "w"))
+    out["visualize"] = xd.visualize(a, file=io.StringIO())
     return out
 
 
@@ -399,14 +400,27 @@ def train_sharded(shape: tuple[int, ...], kind: str, style: str, mode: str) -> d
     }
 
 
+ALL_MESHES = ("8", "2x4", "4x2", "2x2x2")
+ALL_RUNS = [f"{m}:{k}:{s}:{mode}" for m in ALL_MESHES for k in ("mlp", "transformer") for s in ("dp", "tp", "fsdp")
+            for mode in ("compile", "dynamo")] + [f"{m}:attention:tp:{mode}" for m in ALL_MESHES
+                                                   for mode in ("compile", "dynamo")]
+
+
 @group
 def training(runs_text: str) -> dict:
     """`runs_text`: comma-separated MESH:KIND:STYLE:MODE (MESH like 2x4; MODE eager,
-    compile or dynamo)."""
+    compile or dynamo), or `all`: every mesh, model, style and mode (ALL_RUNS)."""
     out = {}
-    for run in runs_text.split(","):
+    for run in (ALL_RUNS if runs_text == "all" else runs_text.split(",")):
         shape_text, kind, style, mode = run.split(":")
-        out[run] = train_sharded(tuple(int(s) for s in shape_text.split("x")), kind, style, mode)
+        shape = tuple(int(s) for s in shape_text.split("x"))
+        if runs_text == "all":  # the sweep reports every run's failure
+            try:
+                out[run] = train_sharded(shape, kind, style, mode)
+            except Exception as e:  # reported, with its type and message
+                out[run] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        else:
+            out[run] = train_sharded(shape, kind, style, mode)
     return out
 
 

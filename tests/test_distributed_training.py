@@ -16,6 +16,7 @@ RUNS = [
     "8:mlp:dp:compile", "2x4:mlp:tp:compile", "4x2:mlp:fsdp:compile", "2x2x2:mlp:dp:eager",
     "2x2x2:transformer:tp:compile", "2x4:transformer:fsdp:compile", "4x2:attention:tp:compile",
     "2x4:mlp:dp:dynamo", "4x2:mlp:tp:dynamo", "2x2x2:mlp:fsdp:dynamo", "8:attention:tp:dynamo",
+    "8:mlp:fsdp:dynamo",  # the last layer's 10 rows do not divide by 8
 ]
 LOSS_TOL, WEIGHT_TOL = 1e-5, 1e-5
 

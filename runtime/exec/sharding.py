@@ -215,7 +215,10 @@ def install_device_handlers() -> None:
 # The torch.compile backend runs models that stay on the CPU (runtime/frontends/dynamo.py):
 # their parameters cannot move to a mesh, so laying one out (mark_sharding, the parallel
 # styles on a CPU module) notes the layout here instead, by tensor, and the backend's
-# programs constrain that input to it. Eager CPU code does not look.
+# programs constrain that input to it. Eager CPU code does not look. The layout noted
+# is the one JAX holds at rest: a dim that does not divide by its mesh dims stays whole
+# (an uneven split left to XLA's choice can give a program's outputs a layout JAX cannot
+# name on the mesh, such as a (10,) gradient split in 2 over a mesh of 8).
 _CPU_LAYOUTS: dict[int, tuple[weakref.ref, Any]] = {}
 
 
@@ -254,12 +257,16 @@ def input_layouts(args: tuple) -> InputLayouts | None:
         return None
     found = tuple(cpu_layout(a) if isinstance(a, torch.Tensor) and not isinstance(a, XlaTensor) else None for a in args)
     mesh = next((x.mesh for x in found if x is not None), None)
-    if mesh is None:
-        return None
-    # the other tensor inputs replicated over the same mesh: one program cannot take
+    if mesh is None:  # a graph of a step whose tensors of ours are sharded (a backward graph's saved values)
+        shardings = (getattr(a._store.array, "sharding", None) for a in args if isinstance(a, XlaTensor))
+        mesh = next((s.mesh for s in shardings if isinstance(s, NamedSharding) and spans_devices(s)), None)
+        if mesh is None:
+            return None
+    # the other CPU tensor inputs replicated over the same mesh: one program cannot take
     # arrays committed to one device and arrays spread over several
     whole = NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return InputLayouts(whole if x is None and isinstance(a, torch.Tensor) else x for x, a in zip(found, args))
+    return InputLayouts(whole if x is None and isinstance(a, torch.Tensor) and not isinstance(a, XlaTensor) else x
+                        for x, a in zip(found, args))
 
 
 def constrain_array(array: Any, layout: NamedSharding | None) -> Any:

@@ -115,7 +115,7 @@ class ProcessGroupJax(dist.ProcessGroup):
             raise RuntimeError("this process group has no name yet: create it with init_process_group or new_group")
         return self._name
 
-    def getBackendName(self) -> str:  # noqa: N802 (torch's name)
+    def getBackendName(self) -> str:
         return BACKEND
 
     @property

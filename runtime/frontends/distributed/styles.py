@@ -77,7 +77,7 @@ def _place_parameter(module: torch.nn.Module, name: str, mesh: DeviceMesh, place
     if not isinstance(t, XlaTensor):
         if keep_on_cpu:
             layout, constraint, _ = _layouts(t, whole, found)
-            note_cpu_layout(t, constraint or layout)
+            note_cpu_layout(t, layout)  # even: Note [Layouts of CPU tensors]
             return
     elif relayout_parameter(t, whole, found):
         return  # laid out in place

@@ -139,7 +139,7 @@ def mark_sharding(t: torch.Tensor, mesh: Any, partition_spec: Sequence[Any]) -> 
     placements = _spec_placements(mesh, tuple(partition_spec), t.dim())
     layout, constraint, note = _layouts(t, mesh, placements)
     if not isinstance(t, XlaTensor):
-        note_cpu_layout(t, constraint or layout)
+        note_cpu_layout(t, layout)  # even: Note [Layouts of CPU tensors]
         return t
     relayout_in_place(t, layout, note, constraint)
     return t
