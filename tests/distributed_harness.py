@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -83,10 +84,10 @@ def free_port() -> int:
 
 @once_per_session
 def run_ranks(group: str, world: int = 2, devices: int = 2, timeout: float = 240) -> tuple[dict, ...]:
-    """The results of `group` run as a torchrun-style job on localhost: `world`
-    processes with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and a free MASTER_PORT set
-    (and the port after it free for JAX's coordinator), `devices` simulated devices
-    each. Every process is killed when one fails or the time is up."""
+    """The results of `group` run by `torchrun --nproc-per-node WORLD` on localhost
+    (`python -m torch.distributed.run`, a free master port, and the port after it free
+    for JAX's coordinator), `devices` simulated devices per process, by rank. The whole
+    process group is killed when the time is up."""
     while True:
         port = free_port()
         try:  # the coordinator takes port + 1 (initialize())
@@ -95,31 +96,18 @@ def run_ranks(group: str, world: int = 2, devices: int = 2, timeout: float = 240
             break
         except OSError:
             continue
-    procs = []
-    for rank in range(world):
-        env = worker_env(devices)
-        env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), group], cwd=REPO, env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    outputs = []
+    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}", "--master-addr=127.0.0.1",
+               f"--master-port={port}", str(WORKER), group]
+    proc = subprocess.Popen(command, cwd=REPO, env=worker_env(devices), text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
     try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=timeout))
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-        raise AssertionError(f"{group}: {world} processes did not finish in {timeout} s") from None
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    results = []
-    for rank, (p, (out, err)) in enumerate(zip(procs, outputs)):
-        found = [line for line in out.splitlines() if line.startswith(RESULT_MARK)]
-        if not found:
-            raise AssertionError(f"{group}: rank {rank} reported nothing (exit {p.returncode}):\n{out[-3000:]}\n"
-                                 f"{err[-6000:]}")
-        results.append(json.loads(found[-1][len(RESULT_MARK):]))
-    return tuple(results)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise AssertionError(f"torchrun {group}: {world} processes did not finish in {timeout} s") from None
+    found = [json.loads(line[len(RESULT_MARK):]) for line in out.splitlines() if line.startswith(RESULT_MARK)]
+    if proc.returncode != 0 or len(found) != world:
+        raise AssertionError(f"torchrun {group}: exit {proc.returncode}, {len(found)} of {world} ranks reported:\n"
+                             f"{out[-3000:]}\n{err[-6000:]}")
+    return tuple(sorted(found, key=lambda r: r["rank"]))

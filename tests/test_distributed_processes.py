@@ -1,8 +1,8 @@
 """torch.distributed on our device (docs/distributed.md, "torch.distributed" and
 "Several processes"): the "jax" backend's collectives and the functional collectives
 against their definitions, DistributedDataParallel against one process, in one
-process (a world of one rank) and in a torchrun-style run of 2 processes on localhost
-with 2 simulated devices each (free ports, hard timeouts), where a mesh over both
+process (a world of one rank) and under `torchrun --nproc-per-node 2` on localhost
+with 2 simulated devices per process (free ports, a hard timeout), where a mesh over both
 processes' 4 devices also trains one model equal to one process. And the golden of a
 data-parallel step's collectives on 8 simulated devices."""
 
