@@ -19,6 +19,7 @@ import torch
 from ..shape_fns.common import NUMPY_TO_TORCH, TensorMeta, TORCH_TO_NUMPY
 from . import state
 from .config import config
+from .inference import composite_implicit, decompose, inference_mode_enabled, made_in_mode
 from .ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node, Value
 from .metrics import metrics
 from .tensor import Storage, XlaTensor, from_array, tensor_on
@@ -388,18 +389,23 @@ def make_view(cls: type[Node], args: tuple[Any, ...]) -> Any:
     layout = view_meta(cls.name, cls.op, base, tuple(base.shape), tuple(base.stride()), base.storage_offset(),
                        math.prod(storage_shape), args)
     if isinstance(layout, list):
-        return [_alias(store, base.dtype, *lo, storage_shape) for lo in layout]
-    return _alias(store, base.dtype, *layout, storage_shape)
+        return [_alias(store, base.dtype, *lo, storage_shape, base=base) for lo in layout]
+    return _alias(store, base.dtype, *layout, storage_shape, base=base)
 
 
 def _storage_shape(store: Storage) -> tuple[int, ...]:
     return store.value.shape if store.value.__class__ is not Value else store.value.meta.shape
 
 
-def _alias(store: Storage, dtype: torch.dtype, size, stride, offset, storage_shape=None) -> XlaTensor:
-    if is_whole(size, stride, offset, _storage_shape(store) if storage_shape is None else storage_shape):
-        return tensor_on(store, size, dtype)
-    return tensor_on(store, size, dtype, (stride, offset))
+def _alias(store: Storage, dtype: torch.dtype, size, stride, offset, storage_shape=None, *, base: Any) -> XlaTensor:
+    """A view of `base` on its storage, an inference tensor exactly when `base` is one
+    (Note [Inference mode])."""
+    view = None if is_whole(size, stride, offset, _storage_shape(store) if storage_shape is None else storage_shape) \
+        else (stride, offset)
+    inference = base.is_inference()
+    if inference is not inference_mode_enabled():
+        return made_in_mode(inference, tensor_on, store, size, dtype, view)
+    return tensor_on(store, size, dtype, view)
 
 
 def write_into(t: Any, new: Any, check_cast: bool = True) -> None:
@@ -767,13 +773,12 @@ def _device_agnostic_custom_op(func: Any) -> Callable[..., Any] | None:
 
 
 def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    if isinstance(func, torch._ops.OpOverload) and torch._C._dispatch_has_kernel_for_dispatch_key(
-        func.name(), "CompositeImplicitAutograd"
-    ):
+    if composite_implicit(func):
         # PyTorch decomposes these above the backend, except when they are called below
-        # autograd (inside another op's kernel, under no-autograd guards): then they
-        # reach us, and PyTorch's own decomposition runs here instead.
-        return func.decompose(*args, **kwargs)
+        # autograd (inside another op's kernel, under no-autograd guards) or under
+        # inference mode, which skips autograd's kernels: then they reach us, and
+        # PyTorch's own decomposition runs here instead (Note [Inference mode]).
+        return decompose(func, args, kwargs)
     if (isinstance(func, torch._ops.OpOverload) and func._schema.name.startswith("aten::_foreach_")
             and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd")):
         # An unlisted foreach op: PyTorch's loop calls the element op on each tensor.

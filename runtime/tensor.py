@@ -133,6 +133,13 @@ class XlaTensor(torch.Tensor):
     def data(self, new: torch.Tensor) -> None:
         # torch copies sizes, strides and offset into this TensorImpl (and rejects a
         # tensor of another device), but our storage lives on the Python object.
+        if new.__class__ is XlaTensor and new.is_inference() is not self.is_inference():
+            # torch also copies the key set, and refuses one that differs on a device
+            # like ours: `self` stays what it is (Note [Inference mode]).
+            from .inference import view_like
+
+            new = view_like(self, new._store, tuple(new.shape), new.dtype,
+                            None if new._whole else (tuple(new.stride()), new.storage_offset()))
         torch.Tensor.data.__set__(self, new)
         self._store, self._whole, self._cache = new._store, new._whole, None
 

@@ -106,7 +106,7 @@ def _host_cpu(t):
 
 
 def impl_alias(self):
-    return _alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset())
+    return _alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset(), base=self)
 
 
 def impl_detach(self):
