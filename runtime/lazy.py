@@ -614,6 +614,16 @@ def tracing():
     state.tracing, state.trace = True, Trace()
     try:
         yield state.trace
+    except BaseException:
+        # What was recorded before the error takes effect, as it would have eagerly
+        # (PyTorch refuses an in-place write to an inference tensor after its kernel
+        # wrote: Note [Inference mode]); tensors it wrote stay readable.
+        try:
+            sync()
+        except Exception:  # noqa: BLE001 - the original error is the one to raise
+            pass
+        raise
+    else:
         sync()
     finally:
         state.tracing, state.trace = outer

@@ -52,6 +52,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from . import state
 from .config import config
+from .inference import view_like
 from .metrics import metrics
 from .tensor import Storage, XlaTensor, tensor_on
 
@@ -85,6 +86,9 @@ class Probe:
         self.failure: str | None = None
         self.optimizers: dict[int, Any] = {}
         self.modules: dict[int, Any] = {}
+        # id(tensor) -> its version counter before the call wrote through it (None: an
+        # inference tensor, which has none): for the arguments and the owners of storages
+        self.versions: dict[int, int | None] = {}
 
     def note_owner(self, store: Storage, t: XlaTensor, v: Any) -> None:
         sid = id(store)
@@ -101,6 +105,7 @@ class Probe:
                 base = t
             self.owners[sid] = weakref.ref(base)
             self.held[sid] = store
+            self.versions.setdefault(id(base), version_of(base))
         if v is not None:
             self.input_store[id(v)] = sid
 
@@ -162,12 +167,20 @@ class _HostOpWatch(TorchDispatchMode):
         return ref is not None and ref() is x
 
 
+def version_of(t: XlaTensor) -> int | None:
+    """`t._version`, or None for an inference tensor, which has no version counter."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
 class Plan:
     """How to replay one traced call; see Note [Replay]."""
 
     __slots__ = ("segments", "writebacks", "outputs", "out_spec", "grad_guards", "grad_effects", "optimizers",
-                 "modules", "grad_enabled", "fingerprint", "complete", "objects", "object_stores", "args", "whole_args",
-                 "late_reads", "run")
+                 "modules", "grad_enabled", "inference_mode", "bumps", "fingerprint", "complete", "objects",
+                 "object_stores", "args", "whole_args", "late_reads", "run")
 
 
 def _hyperparameters(opt: Any) -> tuple:
@@ -286,7 +299,7 @@ def _segment_source(v: Any, probe: Probe, arg_stores: dict[int, int], orphans: s
 
 
 def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTensor], pre_grads: dict[int, tuple],
-               grad_enabled: bool) -> Plan | str:
+               grad_enabled: bool, inference_mode: bool = False) -> Plan | str:
     """The replay plan of a traced call, or why it cannot be replayed. `known`: the
     call's grad_holders, `pre_grads`: their .grad before the call."""
     if probe.failure is not None:
@@ -298,6 +311,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
     orphans = _orphans(probe)
     plan = Plan()
     plan.grad_enabled = grad_enabled
+    plan.inference_mode = inference_mode
     plan.segments = []
     writebacks: dict[int, tuple] = {}  # storage id -> ((segment, root), source)
     new_roots: dict[int, tuple] = {}  # storage id -> (segment, root)
@@ -374,6 +388,21 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         else:
             plan.outputs.append(("fixed", x))
 
+    # Version counters: each tensor the call wrote in place, and each new result it
+    # wrote after making it, advance by as much as in the trace (PyTorch bumps one per
+    # in-place op); a replay writes storages without running those ops.
+    plan.bumps = []
+    for _, src in plan.writebacks:
+        t = leaves[src[1]] if src[0] is ARG else src[1]()
+        before, now = probe.versions.get(id(t)), version_of(t)
+        if before is not None and now is not None and now > before:
+            plan.bumps.append((src, now - before))
+    for j, x in enumerate(out_leaves):
+        if plan.outputs[j][0] == "new":
+            now = version_of(x)
+            if now:
+                plan.bumps.append((("out", j), now))
+
     # .grad: the state of each tensor that may hold one, before the call and after
     plan.complete = all(i in pre_grads for i in known)
     plan.grad_guards, plan.grad_effects = [], []
@@ -442,6 +471,8 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         tuple((id(r()), h) for r, h in plan.optimizers),
         tuple((id(r()), tr) for r, tr in plan.modules),
         grad_enabled,
+        inference_mode,
+        tuple((_fp_source(src) if src[0] != "out" else src, n) for src, n in plan.bumps),
     )
     from .dispatch import scalar_operand
 
@@ -470,7 +501,8 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     env: dict[str, Any] = {
         "FAILED": _GUARD_FAILED, "grad_enabled": torch.is_grad_enabled, "hyper": _hyperparameters, "X64": X64,
         "key_array": key_array, "copy": copy_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
-        "Storage": Storage, "tensor_on": tensor_on, "unflatten": tree_unflatten,
+        "Storage": Storage, "tensor_on": tensor_on, "unflatten": tree_unflatten, "view_like": view_like,
+        "inference_mode": torch.is_inference_mode_enabled, "bump": torch._C._increment_version,
     }
     lines: list[str] = []
 
@@ -482,7 +514,7 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     def emit(text: str, indent: int = 1) -> None:
         lines.append("    " * indent + text)
 
-    emit(f"if grad_enabled() is not {plan.grad_enabled}: return FAILED")
+    emit(f"if grad_enabled() is not {plan.grad_enabled} or inference_mode() is not {plan.inference_mode}: return FAILED")
     for ref, hyper in plan.optimizers:
         emit(f"o = {const(ref)}()")
         emit(f"if o is None or hyper(o) != {const(hyper)}: return FAILED")
@@ -578,13 +610,16 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
             value = f"leaves[{o[1]}]"
         elif kind == "same":
             value = tensor(o[1])
-        elif kind == "view":
-            value = f"tensor_on({tensor(o[1])}._store, {layout(o[2])})"
+        elif kind == "view":  # of an argument: a normal tensor if that is one (Note [Inference mode])
+            value = f"view_like({tensor(o[1])}, {tensor(o[1])}._store, {layout(o[2])})"
         elif kind == "dup":
             value = f"out{o[1]}"
         else:  # "py", "fixed"
             value = const(o[1])
         emit(f"out{i} = {value}")
+    if plan.bumps:
+        bumped = [tensor(src) if src[0] != "out" else f"out{src[1]}" for src, n in plan.bumps for _ in range(n)]
+        emit(f"bump(({', '.join(bumped)},))")
     if plan.out_spec is None:
         emit("return out0")
     else:
@@ -610,10 +645,13 @@ def signature(args: tuple, kwargs: dict) -> tuple[Any, list] | None:
     for x in leaves:
         cls = x.__class__
         if cls is XlaTensor:
+            # is_inference: an inference tensor is refused where a normal one is not
+            # (saved for backward, written outside inference mode: Note [Inference mode])
             if x._whole:
-                key.append((x.shape, x.dtype, x.requires_grad, stores.setdefault(id(x._store), len(stores))))
+                key.append((x.shape, x.dtype, x.requires_grad, x.is_inference(),
+                            stores.setdefault(id(x._store), len(stores))))
             else:
-                key.append((x.shape, x.stride(), x.storage_offset(), x.dtype, x.requires_grad,
+                key.append((x.shape, x.stride(), x.storage_offset(), x.dtype, x.requires_grad, x.is_inference(),
                             stores.setdefault(id(x._store), len(stores))))
         elif cls in _SIMPLE:
             key.append((cls, x))
@@ -687,6 +725,10 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
     hooks = [register_optimizer_step_pre_hook(on_step),
              torch.nn.modules.module.register_module_forward_pre_hook(on_forward)]
     grad_enabled = torch.is_grad_enabled()
+    inference_mode = torch.is_inference_mode_enabled()
+    for x in leaves:
+        if x.__class__ is XlaTensor:
+            probe.versions[id(x)] = version_of(x)
     try:
         with tracing() as trace:
             trace.probe = probe
@@ -697,7 +739,7 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
             h.remove()
     leaves = list(leaves)
     known = grad_holders(probe, leaves)
-    plan = build_plan(probe, leaves, result, known, pre_grads, grad_enabled)
+    plan = build_plan(probe, leaves, result, known, pre_grads, grad_enabled, inference_mode)
     entry.known = [weakref.ref(t) for t in known.values()]
     del known
     del pre_grads, probe
