@@ -32,13 +32,15 @@ Our tensors follow all of this through PyTorch's own kernels, given three things
   exactly. The same goes for tensors standing for an existing one: the replacement that
   an in-place view op (t_, squeeze_) or resize_ copies into `self` with `.data`
   (TensorImpl::shallow_copy_from copies the key set, and PyTorch refuses a different
-  one on a device like ours), and the views of arguments a compile() replay returns.
+  one on a device like ours), the views of arguments a compile() replay returns, and
+  the new tensors we return for ops PyTorch makes views (view_as_real, `of_kind`).
 - Decompositions. Inference mode skips the Autograd keys, where CompositeImplicitAutograd
   operators (reshape, flatten, linear, softmax) are decomposed otherwise, so they reach
   our backend, where PyTorch's Python fallback has excluded ADInplaceOrView and every key
-  above Python: their inner views would not be tracked. PyTorch CPU decomposes them at
-  its backend key with ADInplaceOrView active, so `decompose` does too, unless the
-  operator has an ADInplaceOrView kernel of its own (narrow, chunk), which excluded it.
+  above Python: their inner views would not be tracked. PyTorch CPU runs their C++
+  kernel at its backend key with ADInplaceOrView active, so `decompose` does too, unless
+  the operator has an ADInplaceOrView kernel of its own (narrow, chunk), which excluded
+  it.
 - compile(). A replay writes storages without running in-place ops: it advances the
   version counters of what it wrote by as much as the trace did, a plan replays only in
   the inference mode it was traced in (so a write to an inference tensor outside it is
@@ -105,19 +107,27 @@ def composite_implicit(func: Any) -> int:
 
 
 def decompose(func: Any, args: tuple, kwargs: dict) -> Any:
-    """PyTorch's CompositeImplicitAutograd kernel of `func` run on our tensors. Outside
-    inference mode such a call comes from below autograd (inside another kernel) and
-    runs as it is. Under inference mode it comes from the program, and runs with
-    ADInplaceOrView active, as on PyTorch CPU, unless the operator has an
-    ADInplaceOrView kernel of its own (Note [Inference mode])."""
-    kernel = func.py_kernels.get(_COMPOSITE_IMPLICIT)
-    if kernel is None:
-        kernel = func._op_dk
-        args = (_COMPOSITE_IMPLICIT, *args)
+    """PyTorch's C++ CompositeImplicitAutograd kernel of `func` run on our tensors, the
+    one PyTorch runs eagerly (not a Python decomposition registered for tracing, which
+    may differ: dropout's clones its input where the kernel returns it, interpolate's
+    indexes with _unsafe_index). Outside inference mode such a call comes from below
+    autograd (inside another kernel) and runs as it is. Under inference mode it comes
+    from the program, and runs with ADInplaceOrView active, as on PyTorch CPU, unless the
+    operator has an ADInplaceOrView kernel of its own (Note [Inference mode])."""
     if composite_implicit(func) != 2 or not inference_mode_enabled() or not _is_excluded(_AD_INPLACE_OR_VIEW):
-        return kernel(*args, **kwargs)
+        return func._op_dk(_COMPOSITE_IMPLICIT, *args, **kwargs)
     _set_excluded(_AD_INPLACE_OR_VIEW, False)
     try:
-        return kernel(*args, **kwargs)
+        return func._op_dk(_COMPOSITE_IMPLICIT, *args, **kwargs)
     finally:
         _set_excluded(_AD_INPLACE_OR_VIEW, True)
+
+
+def of_kind(base: torch.Tensor, result: XlaTensor) -> XlaTensor:
+    """`result`, a new tensor that an operator PyTorch makes a view of `base` returns
+    here (view_as_real, a conjugate), as a tensor of `base`'s kind: ADInplaceOrView
+    treats it as a view, and gives it `base`'s version counter if `base` is normal."""
+    if result.is_inference() is base.is_inference():
+        return result
+    return view_like(base, result._store, tuple(result.shape), result.dtype,
+                     None if result._whole else (tuple(result.stride()), result.storage_offset()))

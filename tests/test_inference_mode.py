@@ -268,6 +268,38 @@ def test_inference_tensors_outside_inference_mode():
     check(program)
 
 
+def test_views_we_make_as_new_tensors_take_their_base_kind():
+    """view_as_real, view_as_complex and conj are views in PyTorch and new tensors here
+    (docs/semantics.md, Aliasing): under inference mode they still come back as what
+    PyTorch's view of a normal tensor is, with its version counter."""
+
+    def program(rec):
+        a = rec.move(A)
+        c = rec.move(torch.randn(3, dtype=torch.complex64))
+        with torch.inference_mode():
+            rec("view_as_complex", lambda: torch.view_as_complex(a.view(4, 3, 2)))
+            rec("view_as_real", lambda: torch.view_as_real(c))
+            rec("conj's kind", lambda: c.conj().is_inference())
+            rec("in-place on a bumps its views' version", lambda: a.add_(1)._version)
+        rec("view_as_real outside", lambda: torch.view_as_real(c))
+
+    check(program)
+
+
+def test_composite_operators_run_pytorchs_eager_kernels():
+    """Under inference mode CompositeImplicitAutograd operators reach the backend and
+    run PyTorch's C++ kernel, as on the CPU: dropout in eval returns its input itself,
+    interpolate lowers to upsample kernels."""
+    x = xnf.to_xla(A)
+    images = torch.randn(1, 2, 4, 4)
+    with torch.inference_mode():
+        assert torch.nn.functional.dropout(x, 0.5, training=False) is x
+        up = torch.nn.functional.interpolate(xnf.to_xla(images), scale_factor=2, mode="bilinear")
+        expected = torch.nn.functional.interpolate(images, scale_factor=2, mode="bilinear")
+    assert up.is_inference() and expected.is_inference()
+    torch.testing.assert_close(xnf.to_torch(up), expected)
+
+
 def test_reading_printing_and_saving_inference_tensors():
     with torch.inference_mode():
         ours = xnf.to_xla(A)

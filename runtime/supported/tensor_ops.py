@@ -9,6 +9,7 @@ import torch
 from ...shape_fns.common import TensorMeta, to_numpy_dtype
 from .. import state
 from ..dispatch import X64, cpu_to_jax, jax_to_cpu, run_node, value, _alias
+from ..inference import of_kind
 from ..ir import ATTR, SCALAR, TENSOR, Node, Value
 from ..lazy import materialize_value, traced_value
 from ..tensor import XlaTensor, from_array
@@ -223,7 +224,7 @@ def impl__conj(self):
     # PyTorch returns a view with the conjugate bit set, resolved lazily. The runtime has
     # no conjugated views: the conjugate is materialised, so a write into it does not
     # reach `self` (documented in docs/coverage.md).
-    return torch.ops.aten._conj_physical.default(self)
+    return of_kind(self, torch.ops.aten._conj_physical.default(self))
 
 
 def impl_polygamma_(self, n):
@@ -289,7 +290,7 @@ class ViewAsComplex(Node):
 
 
 def impl_view_as_real(self):
-    return run_node(ViewAsReal, (self,))
+    return of_kind(self, run_node(ViewAsReal, (self,)))
 
 
 def impl_view_as_complex(self):
@@ -300,4 +301,4 @@ def impl_view_as_complex(self):
             raise RuntimeError("Tensor must have a stride divisible by 2 for all but last dimension")
         if self.storage_offset() % 2:
             raise RuntimeError("Tensor must have a storage_offset divisible by 2")
-    return run_node(ViewAsComplex, (self,))
+    return of_kind(self, run_node(ViewAsComplex, (self,)))
