@@ -66,7 +66,8 @@ _InferenceMode = torch._C._InferenceMode
 
 def made_in_mode(inference: bool, make: Any, *args: Any) -> Any:
     """`make(*args)` run with inference mode set to `inference`: the tensors it makes
-    are inference tensors exactly when `inference` is true."""
+    are inference tensors exactly when `inference` is true. `make` must only make
+    tensors, not run ops: the guard also changes which dispatch keys are excluded."""
     guard = _InferenceMode(inference)
     try:
         return make(*args)
