@@ -1,11 +1,13 @@
 """What the templates render: one OpSpec per aten overload, derived from torchgen's
-FunctionSchema. Naming rules live here and only here (README, "Naming")."""
+FunctionSchema. Naming rules live here and only here (docs/adding_ops.md, "Naming")."""
 
 from __future__ import annotations
 
+import importlib.util
 import keyword
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from torchgen.model import (
     Argument,
@@ -17,15 +19,21 @@ from torchgen.model import (
     Type,
 )
 
-# How the runtime passes each argument to a lowering (Note [Argument kinds] in
-# runtime/ir.py): tensors are unwrapped, Scalars are runtime operands, everything
-# else is a static attribute (part of the executable's cache key).
-TENSOR = "TENSOR"
-OPT_TENSOR = "OPT_TENSOR"
-TENSOR_LIST = "TENSOR_LIST"
-SCALAR = "SCALAR"
-ATTR = "ATTR"
-ATTR_LIST = "ATTR_LIST"
+
+
+def _argument_kinds():
+    """The runtime's list of how each argument reaches a lowering (Note [Argument kinds]
+    in runtime/core/kinds.py), loaded from its file: that module imports nothing."""
+    path = Path(__file__).resolve().parent.parent / "runtime" / "core" / "kinds.py"
+    spec = importlib.util.spec_from_file_location("_argument_kinds", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_KINDS = _argument_kinds()
+TENSOR, OPT_TENSOR, TENSOR_LIST = _KINDS.TENSOR, _KINDS.OPT_TENSOR, _KINDS.TENSOR_LIST
+SCALAR, ATTR, ATTR_LIST = _KINDS.SCALAR, _KINDS.ATTR, _KINDS.ATTR_LIST
 
 _SPECIAL_DEFAULTS = {
     "contiguous_format": "torch.contiguous_format",
@@ -43,8 +51,36 @@ _SPECIAL_DEFAULTS = {
 
 
 def unambiguous_name(op: str) -> str:
-    """`add.Tensor` -> `add_Tensor`; `abs` -> `abs` (torchgen's OperatorName.unambiguous_name)."""
-    return op.replace(".", "_")
+    """`add.Tensor` -> `add_Tensor`; `abs` -> `abs` (torchgen's OperatorName.unambiguous_name).
+    An operator of another namespace is prefixed with it: `torchvision::nms` ->
+    `torchvision_nms`, `mylib::rope.half` -> `mylib_rope_half`."""
+    return op.replace("::", "_").replace(".", "_")
+
+
+def split_namespace(op: str) -> tuple[str, str]:
+    """`torchvision::nms` -> (`torchvision`, `nms`); `add.Tensor` -> (`aten`, `add.Tensor`)."""
+    ns, sep, rest = op.partition("::")
+    return (ns, rest) if sep else ("aten", op)
+
+
+def torchgen_schema_text(schema_text: str) -> str:
+    """A schema as torch prints it, in the form torchgen's FunctionSchema.parse reads: the
+    namespace dropped from the name, list defaults without spaces (`[1, 2]` -> `[1,2]`,
+    torchgen splits arguments at `, `), float defaults in their shortest form (torch
+    prints 1e-6 as `9.9999999999999995e-07`), alias sets as letters (`a0!` -> `a!`)."""
+    name, paren, rest = schema_text.partition("(")
+    name = name.partition("::")[2] or name
+    rest = re.sub(r"=\[([^\]]*)\]", lambda m: "=[" + m.group(1).replace(", ", ",") + "]", rest)
+    rest = re.sub(r"=(-?\d+\.\d*(?:e[-+]?\d+)?|-?\d+e[-+]?\d+)(?=[,)])", lambda m: "=" + repr(float(m.group(1))), rest)
+    # alias sets: torch numbers them (`Tensor(a0!)`), torchgen reads single letters
+    sets: dict[str, str] = {}
+    rest = re.sub(r"\(([a-z]\d+)(!?)\)", lambda m: f"({sets.setdefault(m.group(1), chr(ord('a') + len(sets)))}{m.group(2)})", rest)
+    return name + paren + rest
+
+
+def mangle_safe(name: str) -> str:
+    """A name usable inside a class body (see OpSpec.shape_fn_ref)."""
+    return "_rt" + name if name.startswith("__") else name
 
 
 def class_name(name: str) -> str:
@@ -148,6 +184,22 @@ class OpSpec:
     # an in-place form: which operands sharing memory with `self` PyTorch rejects
     # ("partial" or "any" overlap; see PARTIAL_OVERLAP_CHECKED in generate.py), or ""
     overlap_check: str = ""
+    # its lowering takes a keyword-only `ctx` (a LoweringContext: a random key) after the
+    # schema's parameters; the IR node then has one more operand, the key
+    ctx: bool = False
+    # an out= form: PyTorch wants the out tensor in exactly the result's dtype, or
+    # rejects an out tensor that is one of the inputs (the manifest's policy)
+    out_exact_dtype: bool = False
+    out_distinct_from_inputs: bool = False
+
+    @property
+    def node_arg_names(self) -> tuple[str, ...]:
+        """The IR node's operands: the schema's inputs, and the key of a lowering with ctx."""
+        return tuple(a.name for a in self.inputs) + (("key",) if self.ctx else ())
+
+    @property
+    def node_arg_kinds(self) -> tuple[str, ...]:
+        return tuple(a.kind for a in self.inputs) + ((TENSOR,) if self.ctx else ())
 
     @property
     def inputs(self) -> tuple[ArgSpec, ...]:
@@ -183,11 +235,11 @@ class OpSpec:
 
     def donating_form_of(self, functional: "OpSpec") -> bool:
         """Whether this in-place form may run `functional`'s lowering with self's buffer
-        donated (Note [Donated in-place updates] in runtime/dispatch.py): `functional` is
+        donated (Note [Donated in-place updates] in runtime/exec/mutation.py): `functional` is
         lowered, returns one tensor, and takes this op's inputs, `self` first."""
         return (
             self.kind == "inplace" and not self.is_view and functional.section == "full_codegen"
-            and functional.returns_kind == "tensor" and bool(functional.inputs)
+            and not functional.ctx and functional.returns_kind == "tensor" and bool(functional.inputs)
             and functional.inputs[0].name == "self" and functional.inputs[0].kind == TENSOR
             and [a.name for a in self.inputs] == [a.name for a in functional.inputs]
         )
@@ -205,9 +257,17 @@ class OpSpec:
             return f"_rt_stubs.{self.functional}"
         return self.functional
 
+    @property
+    def namespace(self) -> str:
+        return split_namespace(self.op)[0]
+
     def aten_expr(self, aten: str) -> str:
-        """A Python expression for this overload's OpOverload, `aten` naming torch.ops.aten."""
-        name, _, overload = self.op.partition(".")
+        """A Python expression for this overload's OpOverload, `aten` naming torch.ops.aten
+        (an operator of another namespace: `torch.ops.<ns>`, looked up when called)."""
+        ns, op = split_namespace(self.op)
+        if ns != "aten":
+            aten = f"torch.ops.{ns}"
+        name, _, overload = op.partition(".")
         overload = overload or "default"
         if keyword.iskeyword(overload):  # random.from
             return f'getattr({aten}.{name}, "{overload}")'
@@ -251,12 +311,19 @@ class OpSpec:
         return f"impl_{self.name}"
 
     @property
+    def shape_fn_ref(self) -> str:
+        """How ir.py calls the shape function from inside the IR class: Python mangles a
+        name starting with two underscores there (`__lshift___Tensor_output_shape` in
+        class `__LshiftTensor`), so such a function is imported under `_rt` + its name."""
+        return mangle_safe(self.shape_fn)
+
+    @property
     def attr_positions(self) -> tuple[int, ...]:
         return tuple(i for i, a in enumerate(self.inputs) if a.kind in (ATTR, ATTR_LIST))
 
 
 def make_op_spec(op: str, schema_text: str, section: str, is_view: bool, kind: str, functional: str | None = None) -> OpSpec:
-    schema = FunctionSchema.parse(schema_text)
+    schema = FunctionSchema.parse(torchgen_schema_text(schema_text) if "::" in op else schema_text)
     kwarg_only = {id(a) for a in schema.arguments.flat_kwarg_only}
     outs = {id(a) for a in schema.arguments.out}
     args = []

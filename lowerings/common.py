@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import jax.numpy as jnp
@@ -9,6 +10,15 @@ import numpy as np
 from jax import lax
 
 from ..shape_fns.common import elementwise_dtypes, to_numpy_dtype
+
+
+@dataclass(frozen=True)
+class LoweringContext:
+    """What a lowering may take besides the schema's arguments, as its keyword-only `ctx`
+    parameter: the JAX random key the runtime drew for this call of the op (an operand of
+    the executable or graph, so every call gets new numbers without recompiling)."""
+
+    key: Any
 
 
 def promote_operands(op: str, *operands: Any) -> tuple[tuple[Any, ...], np.dtype]:

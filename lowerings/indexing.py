@@ -10,7 +10,7 @@ anything else becomes the dimension's size, which the gather reads as a fill val
 (NaN for floating point, the dtype's minimum for integers, True for bool) and the
 scatter drops. Never a clamped, plausible-looking value. In eager mode the runtime looks
 at the index values before dispatch and raises PyTorch's error (index.Tensor and
-index_put in runtime/supported/indexing.py, the others in runtime/index_checks.py); in
+index_put in runtime/supported/indexing.py, the others in runtime/exec/index_checks.py); in
 compiled programs this is the documented behaviour.
 
 Note [Few rows of a large table]
@@ -254,3 +254,17 @@ def masked_select_positions(self, mask, positions):
     host: the result's length depends on the data)."""
     shape = _masked_shape(self, mask)
     return jnp.broadcast_to(self, shape).reshape(-1)[positions]
+
+
+def lower_index_gather(self, indices):
+    """index.Tensor once the runtime has checked the indices and made bool masks integer
+    indices (runtime/supported/indexing.py)."""
+    return index_tensor(self, indices)
+
+
+def lower_index_put_values(self, indices, values, accumulate):
+    return index_put_values(self, indices, values, accumulate)
+
+
+def lower_masked_select_positions(self, mask, positions):
+    return masked_select_positions(self, mask, positions)

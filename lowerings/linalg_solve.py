@@ -38,13 +38,14 @@ def _gels(a, b):
     return _matmul(q, y)
 
 
-def lstsq_values(A, B, rcond, driver, residuals):
+def lower_linalg_lstsq_values(self, b, rcond, driver, residuals):
     """(solution, residuals, rank, singular_values) of torch.linalg.lstsq with `driver`
     resolved; `residuals` says whether to compute them (m > n, driver other than gelsy).
 
     gelsy's rank comes from a pivoted QR's condition estimate; here every driver but
     gels counts singular values above rcond * the largest, which agrees except for
     matrices right at the cut-off."""
+    A, B = self, b
     vector = lstsq_is_vector_rhs(A.shape, B.shape)
     b = B[..., None] if vector else B
     m, n = A.shape[-2:]

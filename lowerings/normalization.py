@@ -20,7 +20,7 @@ def _per_channel(v, ndim):
     return v.reshape((1, -1) + (1,) * (ndim - 2))
 
 
-def batch_norm_with_update(input, weight, bias, running_mean, running_var, training, momentum, eps):
+def lower_batch_norm_with_update(input, weight, bias, running_mean, running_var, training, momentum, eps):
     """(out, save_mean, save_invstd, new_running_mean, new_running_var): the running
     statistics after a training step (None where not given); in evaluation mode the
     saved statistics are empty, as on PyTorch CPU."""
@@ -54,7 +54,7 @@ def batch_norm_with_update(input, weight, bias, running_mean, running_var, train
 
 
 def lower__native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    out, mean, invstd, new_mean, new_var = batch_norm_with_update(
+    out, mean, invstd, new_mean, new_var = lower_batch_norm_with_update(
         input, weight, bias, running_mean, running_var, training, momentum, eps
     )
     if not training:
@@ -64,11 +64,11 @@ def lower__native_batch_norm_legit_functional(input, weight, bias, running_mean,
 
 
 def lower__native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
-    return batch_norm_with_update(input, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
+    return lower_batch_norm_with_update(input, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
 
 
 def lower__native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
-    return batch_norm_with_update(input, weight, bias, None, None, True, momentum, eps)[:3]
+    return lower_batch_norm_with_update(input, weight, bias, None, None, True, momentum, eps)[:3]
 
 
 def lower_native_batch_norm_backward(

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime import dynamo
+from xla_native_functions.runtime.frontends import dynamo
 
 
 def medians_ms(fns: dict[str, Callable], number: int, repeat: int) -> dict[str, float]:

@@ -3,8 +3,9 @@ the same weights and inputs, and report numerics, timings, compiles and CPU fall
 
     python scripts/run_model.py bert                          # eager inference
     python scripts/run_model.py resnet --mode compiled --train --optimizer adamw
-    python scripts/run_model.py --all                         # sweep -> docs/models.md, .json
+    python scripts/run_model.py --all                         # sweep -> docs/reports/models.md, .json
     python scripts/run_model.py --all --shard 1/3 --resume    # a third, keeping earlier results
+    python scripts/run_model.py --report [--size medium]      # rewrite the Markdown from the JSON twin
 
 Modes: `eager` (each op at once), `compiled` (the whole step, forward, backward and
 optimizer step, through xla_native_functions.compile), `dynamo` (torch.compile with
@@ -16,12 +17,13 @@ Timings are medians of steady-state steps; the ratio against PyTorch CPU eager i
 median over turns of the two step times measured in the same turn, so load on the
 machine shows up in both. First-call times are cold starts: the persistent compilation
 cache is off here (XLA_NATIVE_FUNCTIONS_NO_COMPILATION_CACHE=0 turns it on; Note
-[Persistent compilation cache] in runtime/backend.py).
+[Persistent compilation cache] in runtime/platform/backend.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import json
@@ -41,7 +43,7 @@ from torch.utils._pytree import tree_map
 if __name__ == "__main__":  # cold first calls (docstring); the tests import this module
     os.environ.setdefault("XLA_NATIVE_FUNCTIONS_NO_COMPILATION_CACHE", "1")
 import xla_native_functions as xnf  # noqa: E402
-from xla_native_functions.runtime.metrics import metrics  # noqa: E402
+from xla_native_functions.runtime.platform.metrics import metrics  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from zoo import ADAMW_LR, MODELS, SGD_LR, SIZES  # noqa: E402
@@ -52,7 +54,7 @@ DYNAMO_BACKEND = "xla_native"
 
 MODES = ("eager", "compiled", "dynamo")
 TASKS = ("inference", "train-sgd", "train-adamw")
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
 # A timed turn lasts about TURN_SECONDS, in calls of the step timed once before the turns,
 # and is at least MIN_CALLS_PER_TURN calls: the first calls after a pause run slower
 # (XLA's and PyTorch's worker threads asleep, caches cold), and a training loop runs its
@@ -63,7 +65,7 @@ MIN_CALLS_PER_TURN = 2
 MAX_CALLS_PER_TURN = 1000
 WARMUP_CALLS = 4  # calls before the steady state: the first traces and compiles; AdamW's
 # first step also creates its state, so its second step is a different graph; compile()
-# replays a call once two consecutive traces agree (Note [Replay] in runtime/replay.py).
+# replays a call once two consecutive traces agree (Note [Replay] in runtime/frontends/replay.py).
 
 
 # ---------------------------------------------------------------- helpers
@@ -188,15 +190,16 @@ def _eager_executable_compiles() -> int:
     """Executables compiled so far by the per-op eager path (every jax.jit the generated
     stubs and the view helpers own)."""
     import xla_native_functions.dispatch as stubs
-    from xla_native_functions.runtime import dispatch as rd
+    from xla_native_functions.runtime.core import views
+    from xla_native_functions.runtime.exec import eager
 
     fns = [getattr(stubs, n) for n in dir(stubs) if n.startswith("_eager_")]
-    fns += list(rd._EXECUTABLES.values()) + [rd.strided_read_jit, rd.strided_write_jit]
+    fns += list(eager._EXECUTABLES.values()) + [views.strided_read_jit, views.strided_write_jit]
     return sum(f._cache_size() for f in fns if hasattr(f, "_cache_size"))
 
 
 def _dynamo_stats() -> Any:
-    from xla_native_functions.runtime import dynamo
+    from xla_native_functions.runtime.frontends import dynamo
 
     return dynamo.stats
 
@@ -218,11 +221,11 @@ def _fresh_caches() -> None:
     its own even when a sweep runs many models in one process."""
     import jax
 
-    from xla_native_functions.runtime import lazy
+    from xla_native_functions.runtime.exec import graph
 
     jax.clear_caches()
-    lazy._GRAPH_CACHE.clear()
-    lazy._LAST_KEYS.clear()  # or the first compile reports a "recompile" against the last run
+    graph._GRAPH_CACHE.clear()
+    graph._LAST_KEYS.clear()  # or the first compile reports a "recompile" against the last run
 
 
 def dynamo_available() -> bool:
@@ -250,11 +253,14 @@ def _where(e: BaseException) -> str:
 
 def zoo_step(case: Any, model: torch.nn.Module, inputs: tuple, task: str, capturable: bool = False) -> Any:
     """One step of `task` (TASKS) on `model` with `inputs` = (args, kwargs, target):
-    inference under no_grad, or a training step returning its loss."""
+    inference under no_grad (inference_mode if the case asks for it), or a training step
+    returning its loss."""
     args, kw, target = inputs
     if task == "inference":
+        grad_mode = torch.inference_mode if case.inference_mode else torch.no_grad
+
         def infer():
-            with torch.no_grad():
+            with grad_mode():
                 return model(*args, **kw)
         return infer
     if task == "train-sgd":
@@ -312,10 +318,14 @@ def run(
     kwargs = case.kwargs or {}
     ref_in = (case.inputs, kwargs, case.target)
     inductor_step = None
+    dynamo_settings = contextlib.ExitStack()
     if mode == "dynamo":
         # The backend takes CPU modules and tensors, like inductor, which is timed
         # alongside as the baseline torch.compile users know.
         torch._dynamo.reset()
+        # Dynamo leaves nn.RNN/LSTM/GRU out of its graphs (they run eagerly, on the CPU)
+        # unless told to trace them.
+        dynamo_settings.enter_context(torch._dynamo.config.patch(allow_rnn=True))
         ours_model = copy.deepcopy(ref_model)
         ours_in = copy.deepcopy(ref_in)
         inductor_model, inductor_in = copy.deepcopy(ref_model), copy.deepcopy(ref_in)
@@ -445,6 +455,7 @@ def run(
         rec["where"] = _where(e)
     finally:
         xnf.config.allow_cpu_fallback = fallback_setting
+        dynamo_settings.close()
     rec["compiles"] = _compiles(mode) - compiles_before
     rec["fallbacks"] = {
         op: n - fallbacks_before.get(op, 0)
@@ -563,26 +574,30 @@ def _summary_rows(records: list[dict]) -> list[str]:
 
 def report_paths(size: str) -> tuple[Path, Path]:
     stem = "models" if size == "small" else f"models-{size}"
-    return DOCS / f"{stem}.json", DOCS / f"{stem}.md"
+    return REPORTS / f"{stem}.json", REPORTS / f"{stem}.md"
 
 
 def write_docs(records: list[dict], size: str = "small") -> None:
     from zoo import MODELS as models
 
     json_path, md_path = report_paths(size)
-    DOCS.mkdir(exist_ok=True)
+    REPORTS.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(records, indent=1, sort_keys=True) + "\n")
     config = SIZES[size]
+    size_flag = "" if size == "small" else f" --size {size}"
     out = [
+        f"Generated by `python scripts/run_model.py --all{size_flag}` (rebuild from the JSON twin: "
+        f"`python scripts/run_model.py --report{size_flag}`); do not edit.",
+        "",
         "# Model zoo" + ("" if size == "small" else f", {size} configurations"),
         "",
         f"Configurations (`--size {size}`, `scripts/zoo/common.py`): hidden size {config.width}, {config.layers} layers, "
         f"{config.heads} heads, {config.seq} tokens, {config.image}x{config.image} images, batch {config.batch}."
-        + (" Medium configurations, closer to real work: `docs/models-medium.md`." if size == "small" else
-           " The small configurations, which CI runs and which measure per-op overhead: `docs/models.md`."
+        + (" Medium configurations, closer to real work: `docs/reports/models-medium.md`." if size == "small" else
+           " The small configurations, which CI runs and which measure per-op overhead: `docs/reports/models.md`."
            " Tolerances are the small configurations'."),
         "",
-        "Written by `python scripts/run_model.py --all` (models: `scripts/zoo/`). Every run builds",
+        "Models: `scripts/zoo/`. Every run builds",
         "the model with a fixed seed and runs it on PyTorch CPU and on xla_native_functions",
         "with the same weights and inputs (float32). Inference compares outputs; training",
         "compares the loss of every step and all weights and buffers after the steps.",
@@ -650,7 +665,7 @@ def write_docs(records: list[dict], size: str = "small") -> None:
         out += ["", "## compile(): replayed steps", "",
                 "`xla_native_functions.compile` traces the first calls of a step and then replays the",
                 "compiled program without running the step's Python while its guards hold (Note [Replay] in",
-                "`runtime/replay.py`). Training rows build AdamW with `capturable=True` on our side: default",
+                "`runtime/frontends/replay.py`). Training rows build AdamW with `capturable=True` on our side: default",
                 "AdamW keeps its step counter on the CPU and reads it with `.item()` every step, which makes",
                 "`compile()` trace every call.",
                 "", f"Every timed step was replayed in {len(full)} of {len(compiled)} compiled rows."]
@@ -743,8 +758,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
     parser.add_argument("--batch", type=int, default=None, help="default: the size's batch")
     parser.add_argument("--size", choices=sorted(SIZES), default="small",
-                        help="model configurations (scripts/zoo/common.py); --all writes docs/models.md for small, "
-                        "docs/models-<size>.md otherwise")
+                        help="model configurations (scripts/zoo/common.py); --all writes docs/reports/models.md for small, "
+                        "docs/reports/models-<size>.md otherwise")
     parser.add_argument("--steps", type=int, default=6, help="steps compared with PyTorch CPU (training; "
                         "inference in compiled mode, whose calls from the fourth on are replayed)")
     parser.add_argument("--timed", type=int, default=5, help=f"timed turns after the comparison, each about {TURN_SECONDS * 1000:.0f} ms and at least "
@@ -754,11 +769,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-fallback", action="store_true", help="raise on ops that are not lowered")
     parser.add_argument("--inductor", action="store_true",
                         help="with --mode dynamo: also time torch.compile's default backend (--all always does)")
-    parser.add_argument("--all", action="store_true", help="sweep every model x mode x task, write docs/models.md")
+    parser.add_argument("--all", action="store_true", help="sweep every model x mode x task, write docs/reports/models.md")
     parser.add_argument("--shard", help="with --all: run part i of n (i/n)")
-    parser.add_argument("--resume", action="store_true", help="with --all: keep results already in docs/models.json")
+    parser.add_argument("--resume", action="store_true", help="with --all: keep results already in docs/reports/models.json")
     parser.add_argument("--json", action="store_true", help="print the record as JSON")
-    parser.add_argument("--report", action="store_true", help="rewrite docs/models.md from docs/models.json only")
+    parser.add_argument("--report", action="store_true", help="rewrite docs/reports/models.md from docs/reports/models.json only")
     args = parser.parse_args(argv)
     if args.report:
         write_docs(json.loads(report_paths(args.size)[0].read_text()), args.size)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .common import TensorMeta
-from .indexing import type_name
+from .common import scalar_type_name
 
 _WHERE = " (while checking arguments for ctc_loss_allocate_outputs)"
 
@@ -25,7 +25,7 @@ def _check_ctc(log_probs, targets, input_lengths, target_lengths, blank):
     if targets.dtype not in (torch.int32, torch.int64):
         raise RuntimeError(
             f"Expected tensor for argument #2 'targets' to have scalar type Long; but got "
-            f"torch.{type_name(targets.dtype)}Tensor instead{_WHERE}"
+            f"torch.{scalar_type_name(targets.dtype)}Tensor instead{_WHERE}"
         )
     for n in target_lengths:
         if n < 0:

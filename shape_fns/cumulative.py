@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, normalize_dim, sum_dtype
+from .common import TensorMeta, normalize_dim, scalar_type_name, sum_dtype
 
 
 def cumsum_output_shape(self, dim, *, dtype=None):
@@ -33,9 +33,7 @@ def cummin_output_shape(self, dim):
 def logcumsumexp_output_shape(self, dim):
     normalize_dim(dim, self.ndim)
     if not (self.dtype.is_floating_point or self.dtype.is_complex):
-        raise NotImplementedError(f'"logcumsumexp_out_cpu" not implemented for \'{_name(self.dtype)}\'')
+        raise NotImplementedError(f'"logcumsumexp_out_cpu" not implemented for \'{scalar_type_name(self.dtype)}\'')
     return TensorMeta(self.shape, self.dtype)
 
 
-def _name(dtype):
-    return {torch.int64: "Long", torch.int32: "Int", torch.bool: "Bool", torch.uint8: "Byte"}.get(dtype, str(dtype))

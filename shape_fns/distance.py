@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .common import TensorMeta, broadcast_shapes
-from .indexing import type_name
+from .common import scalar_type_name
 
 
 def _check_cdist(x1, x2, p):
@@ -19,7 +19,7 @@ def _check_cdist(x1, x2, p):
         )
     for name, t in (("X1", x1), ("X2", x2)):
         if not t.dtype.is_floating_point:
-            raise RuntimeError(f"cdist only supports floating-point dtypes, {name} got: {type_name(t.dtype)}")
+            raise RuntimeError(f"cdist only supports floating-point dtypes, {name} got: {scalar_type_name(t.dtype)}")
     if p < 0:
         raise RuntimeError("cdist only supports non-negative p values")
 

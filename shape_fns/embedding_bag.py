@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .common import TensorMeta
-from .indexing import type_name
+from .common import scalar_type_name
 
 _MODES = {0: "sum", 1: "mean", 2: "max"}
 
@@ -30,7 +30,7 @@ def _check_forward(weight, indices, offsets, mode, sparse, per_sample_weights, i
         raise RuntimeError(f"offsets has to be a 1D Tensor, but got Tensor of dimension {offsets.ndim}")
     for name, t in (("indices", indices), ("offsets", offsets)):
         if t.dtype not in (torch.int64, torch.int32):
-            raise RuntimeError(f"embedding_bag: Expected tensor for argument #1 '{name}' to have one of the following scalar types: Long, Int; but got {type_name(t.dtype)} instead")
+            raise RuntimeError(f"embedding_bag: Expected tensor for argument #1 '{name}' to have one of the following scalar types: Long, Int; but got {scalar_type_name(t.dtype)} instead")
     if mode not in _MODES:
         raise RuntimeError(f"embedding_bag: mode must be 0 (sum), 1 (mean) or 2 (max), got {mode}")
     if include_last_offset and offsets.shape[0] < 1:
@@ -45,7 +45,7 @@ def _check_forward(weight, indices, offsets, mode, sparse, per_sample_weights, i
             )
         if per_sample_weights.dtype != weight.dtype:
             raise RuntimeError(
-                f"expected scalar type {type_name(weight.dtype)} but found {type_name(per_sample_weights.dtype)}"
+                f"expected scalar type {scalar_type_name(weight.dtype)} but found {scalar_type_name(per_sample_weights.dtype)}"
             )
         if per_sample_weights.ndim != 1 or per_sample_weights.shape[0] != indices.shape[0]:
             raise RuntimeError(

@@ -8,32 +8,19 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta
+from .common import TensorMeta, scalar_type_name
 
 _TO_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 _TO_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
-_NAMES = {
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-    torch.float32: "Float",
-    torch.float64: "Double",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.complex32: "ComplexHalf",
-}
-
-
-def _name(dtype):
-    return _NAMES.get(dtype) or str(dtype).removeprefix("torch.").capitalize()
 
 
 def _check_dtype(dtype, want_complex):
     if dtype in (torch.float16, torch.bfloat16, torch.complex32):
-        raise RuntimeError(f"MKL FFT doesn't support tensors of type: {_name(dtype)}")
+        raise RuntimeError(f"MKL FFT doesn't support tensors of type: {scalar_type_name(dtype)}")
     if want_complex and not dtype.is_complex:
-        raise RuntimeError(f"Only supports complex dtypes, but found: {_name(dtype)}")
+        raise RuntimeError(f"Only supports complex dtypes, but found: {scalar_type_name(dtype)}")
     if not want_complex and not dtype.is_floating_point:
-        raise RuntimeError(f"Only supports floating-point dtypes, but found: {_name(dtype)}")
+        raise RuntimeError(f"Only supports floating-point dtypes, but found: {scalar_type_name(dtype)}")
 
 
 def _check_dims(x, dim, allow_empty):

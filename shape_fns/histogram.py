@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .common import TensorMeta, cpp_type_name, normalize_dim, require_kernel_dtype, scalar_type_name
-from .indexing import type_name
+from .common import scalar_type_name
 from .scatter import scatter_src_output_shape, scatter_value_output_shape
 
 
@@ -234,7 +234,7 @@ def _segment_checks(data, reduce, lengths, offsets, axis, kernel_dtypes=True):
     if axis != len(segs.shape) - 1:
         raise RuntimeError(f"segment_reduce(): Expected axis to be the last dimension of {what} but got {axis}.")
     if segs.dtype not in (torch.int32, torch.int64):
-        raise NotImplementedError(f"\"{kernel}\" not implemented for '{type_name(segs.dtype)}'")
+        raise NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_type_name(segs.dtype)}'")
     require_kernel_dtype("_segment_reduce_cpu", data.dtype, "float")
     count = segs.shape[-1] - (1 if offsets is not None else 0)
     return axis, count
@@ -261,13 +261,13 @@ def index_reduce_output_shape(self, dim, index, source, reduce, *, include_self=
     if len(index.shape) > 1:
         raise IndexError(
             f"index_reduce_(): Index is supposed to be a vector, but got dim: {len(index.shape)} with type: "
-            f"{type_name(index.dtype)} and size: {list(index.shape)}"
+            f"{scalar_type_name(index.dtype)} and size: {list(index.shape)}"
         )
     if index.dtype not in (torch.int32, torch.int64):
-        raise RuntimeError(f"index_reduce_(): Expected dtype int32/int64 for index but got: {type_name(index.dtype)}")
+        raise RuntimeError(f"index_reduce_(): Expected dtype int32/int64 for index but got: {scalar_type_name(index.dtype)}")
     if source.dtype != self.dtype:
         raise RuntimeError(
-            f"index_reduce_(): self ({type_name(self.dtype)}) and source ({type_name(source.dtype)}) must have the same scalar type"
+            f"index_reduce_(): self ({scalar_type_name(self.dtype)}) and source ({scalar_type_name(source.dtype)}) must have the same scalar type"
         )
     numel = int(np.prod(index.shape, dtype=np.int64))
     n = source.shape[d] if source.shape else 1
@@ -275,8 +275,9 @@ def index_reduce_output_shape(self, dim, index, source, reduce, *, include_self=
         raise RuntimeError(
             f"index_reduce_(): Number of indices ({numel}) should be equal to source.size(dim): ({n}), for dim: {d}"
         )
-    self_shape, src_shape = tuple(self.shape) or (1,), tuple(source.shape) or (1,)
-    if len(self_shape) != len(src_shape) or any(a != b for k, (a, b) in enumerate(zip(self_shape, src_shape)) if k != d):
+    self_shape, src_shape = tuple(self.shape), tuple(source.shape)
+    if (len(self_shape) != len(src_shape) or any(a != b for k, (a, b) in enumerate(zip(self_shape, src_shape)) if k != d)
+            if self_shape and src_shape else self_shape != src_shape):  # with a scalar on either side, whole shapes
         raise RuntimeError(
             "source tensor shape must match self tensor shape, excluding the specified dimension. "
             f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}"
@@ -302,7 +303,7 @@ def scatter_value_reduce_output_shape(self, dim, index, value, *, reduce):
 def _check_masked_index_indices(indices):
     for ix in indices:
         if ix is not None and ix.dtype not in (torch.int64, torch.int32):
-            raise RuntimeError("_unsafe_masked_index found unexpected index type " + type_name(ix.dtype))
+            raise RuntimeError("_unsafe_masked_index found unexpected index type " + scalar_type_name(ix.dtype))
 
 
 def _unsafe_masked_index_output_shape(self, mask, indices, fill):

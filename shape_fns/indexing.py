@@ -5,18 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes, normalize_dim
+from .common import TensorMeta, broadcast_shapes, normalize_dim, scalar_type_name
 
 _INDEX_DTYPES = (torch.int64, torch.int32)
-_NAMES = {
-    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
-    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
-}
-
-
-def type_name(dtype):
-    return _NAMES.get(dtype, str(dtype))
 
 
 def _shape1(t):
@@ -30,6 +21,8 @@ def index_select_output_shape(self, dim, index):
     if index.dtype not in _INDEX_DTYPES:
         raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
     if not self.shape:
+        if index.numel() != 1:
+            raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {index.numel()} value(s)")
         return TensorMeta((), self.dtype)
     shape = list(self.shape)
     shape[d] = index.numel()
@@ -74,17 +67,17 @@ def gather_output_shape(self, dim, index, *, sparse_grad=False):
 
 def take_output_shape(self, index):
     if index.dtype is not torch.int64:
-        raise RuntimeError(f"take(): Expected a long tensor for index, but got {type_name(index.dtype)}")
+        raise RuntimeError(f"take(): Expected a long tensor for index, but got {scalar_type_name(index.dtype)}")
     return TensorMeta(index.shape, self.dtype)
 
 
 def put_output_shape(self, index, source, accumulate=False):
     if index.dtype is not torch.int64:
-        raise RuntimeError(f"put_(): Expected a long tensor for index, but got {type_name(index.dtype)}")
+        raise RuntimeError(f"put_(): Expected a long tensor for index, but got {scalar_type_name(index.dtype)}")
     if source.dtype != self.dtype:
         raise RuntimeError(
             "put_(): self and source expected to have the same dtype, but got "
-            f"self.dtype = {type_name(self.dtype)} and source.dtype = {type_name(source.dtype)}"
+            f"self.dtype = {scalar_type_name(self.dtype)} and source.dtype = {scalar_type_name(source.dtype)}"
         )
     if source.numel() != index.numel():
         raise IndexError(
@@ -108,11 +101,12 @@ def index_add_output_shape(self, dim, index, source, *, alpha=1):
     d = _check_index_along("index_add_", self, dim, index)
     if source.dtype != self.dtype:
         raise RuntimeError(
-            f"index_add_(): self ({type_name(self.dtype)}) and source ({type_name(source.dtype)}) must have the same scalar type"
+            f"index_add_(): self ({scalar_type_name(self.dtype)}) and source ({scalar_type_name(source.dtype)}) must have the same scalar type"
         )
-    if source.ndim and self.ndim and (
-        source.ndim != self.ndim or any(source.shape[i] != self.shape[i] for i in range(self.ndim) if i != d)
-    ):
+    # with a scalar on either side the whole shapes must match
+    if (source.ndim != self.ndim or any(source.shape[i] != self.shape[i] for i in range(self.ndim) if i != d)) if (
+        source.ndim and self.ndim
+    ) else tuple(source.shape) != tuple(self.shape):
         raise RuntimeError(
             "source tensor shape must match self tensor shape, excluding the specified dimension. "
             f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}"
@@ -126,11 +120,13 @@ def index_add_output_shape(self, dim, index, source, *, alpha=1):
 
 
 def index_copy_output_shape(self, dim, index, source):
+    if index.ndim <= 1 and index.dtype != torch.int64:
+        raise RuntimeError(f"index_copy_(): Expected a long tensor for index, but got {scalar_type_name(index.dtype)}")
     d = _check_index_along("index_copy_", self, dim, index, (torch.int64,))
     if source.dtype != self.dtype:
         raise RuntimeError(
             f"index_copy_(): self and source expected to have the same dtype, but got (self) "
-            f"{type_name(self.dtype)} and (source) {type_name(source.dtype)}"
+            f"{scalar_type_name(self.dtype)} and (source) {scalar_type_name(source.dtype)}"
         )
     n = _shape1(source)[d] if source.ndim else 1
     if index.numel() != n:
@@ -163,7 +159,7 @@ def _check_mask(op, mask):
 
 def _check_fill_value(self, value_dtype_is_complex):
     if value_dtype_is_complex and not self.dtype.is_complex:
-        raise RuntimeError(f"value cannot be converted to type {type_name(self.dtype).lower()} without overflow")
+        raise RuntimeError(f"value cannot be converted to type {scalar_type_name(self.dtype).lower()} without overflow")
 
 
 def masked_fill_Scalar_output_shape(self, mask, value):
@@ -187,7 +183,7 @@ def masked_scatter_output_shape(self, mask, source):
     if source.dtype != self.dtype:
         raise RuntimeError(
             "masked_scatter: expected self and source to have same dtypes but got"
-            f"{type_name(self.dtype)} and {type_name(source.dtype)}"
+            f"{scalar_type_name(self.dtype)} and {scalar_type_name(source.dtype)}"
         )
     return TensorMeta(broadcast_shapes(self.shape, mask.shape), self.dtype)
 
@@ -251,7 +247,7 @@ def index_put_meta(self, indices, values, accumulate):
     if values.dtype != self.dtype:
         raise RuntimeError(
             "Index put requires the source and destination dtypes match, got "
-            f"{type_name(self.dtype)} for the destination and {type_name(values.dtype)} for the source."
+            f"{scalar_type_name(self.dtype)} for the destination and {scalar_type_name(values.dtype)} for the source."
         )
     masks = [i for i, ix in enumerate(indices) if ix is not None and ix.dtype in (torch.bool, torch.uint8)]
     if not masks:
@@ -269,3 +265,15 @@ def broadcast_shapes_or_none(*shapes):
         return broadcast_shapes(*shapes)
     except RuntimeError:
         return None
+
+
+def index_gather_output_shape(self, indices):
+    return index_meta(self, indices)
+
+
+def index_put_values_output_shape(self, indices, values, accumulate):
+    return index_put_meta(self, indices, values, accumulate)
+
+
+def masked_select_positions_output_shape(self, mask, positions):
+    return masked_select_meta(self, mask, positions.shape[0])

@@ -5,21 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes, normalize_dim
+from .common import TensorMeta, broadcast_shapes, normalize_dim, scalar_type_name
 
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}
-_NAMES = {
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.int64: "Long",
-    torch.int32: "Int",
-    torch.int16: "Short",
-    torch.int8: "Char",
-    torch.uint8: "Byte",
-    torch.bool: "Bool",
-    torch.float32: "Float",
-    torch.float64: "Double",
-}
 
 
 def _real(dtype):
@@ -28,10 +16,10 @@ def _real(dtype):
 
 def _check_dtype(x: TensorMeta, api: str) -> None:
     if x.dtype in (torch.float16, torch.bfloat16):
-        raise RuntimeError(f"{api}: Low precision dtypes not supported. Got {_NAMES[x.dtype]}")
+        raise RuntimeError(f"{api}: Low precision dtypes not supported. Got {scalar_type_name(x.dtype)}")
     if not (x.dtype.is_floating_point or x.dtype.is_complex):
         raise RuntimeError(
-            f"{api}: Expected a floating point or complex tensor as input. Got {_NAMES.get(x.dtype, x.dtype)}"
+            f"{api}: Expected a floating point or complex tensor as input. Got {scalar_type_name(x.dtype)}"
         )
 
 
@@ -288,7 +276,7 @@ def linalg_cross_output_shape(self, other, *, dim=-1):
             f"linalg.cross: inputs must have the same number of dimensions. Got {self.ndim} and {other.ndim}"
         )
     if self.dtype != other.dtype:
-        raise RuntimeError(f"expected scalar type {_NAMES.get(self.dtype, self.dtype)} but found {_NAMES.get(other.dtype, other.dtype)}")
+        raise RuntimeError(f"expected scalar type {scalar_type_name(self.dtype)} but found {scalar_type_name(other.dtype)}")
     shape = broadcast_shapes(self.shape, other.shape)
     d = normalize_dim(dim, len(shape))
     if self.shape[d] != 3 or other.shape[d] != 3:
@@ -318,7 +306,7 @@ def geqrf_output_shape(self):
     if self.ndim < 2:
         raise RuntimeError(f"{api}: input must have at least 2 dimensions.")
     if not (self.dtype in (torch.float32, torch.float64) or self.dtype.is_complex):
-        raise NotImplementedError(f"\"geqrf_cpu\" not implemented for '{_NAMES.get(self.dtype, self.dtype)}'")
+        raise NotImplementedError(f"\"geqrf_cpu\" not implemented for '{scalar_type_name(self.dtype)}'")
     m, n = self.shape[-2:]
     return TensorMeta(self.shape, self.dtype), TensorMeta(self.shape[:-2] + (min(m, n),), self.dtype)
 

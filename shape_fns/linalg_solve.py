@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes
-from .linalg_decomp import _NAMES, _check_dtype, _check_square, _real
+from .common import TensorMeta, broadcast_shapes, scalar_type_name
+from .linalg_decomp import _check_dtype, _check_square, _real
 
 LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
@@ -26,7 +26,7 @@ def lstsq_check(A, B, driver):
     if A.dtype != B.dtype:
         raise RuntimeError(
             f"{api}: Expected input and other to have the same dtype, but got input's dtype "
-            f"{_NAMES.get(A.dtype, A.dtype)} and other's dtype {_NAMES.get(B.dtype, B.dtype)}"
+            f"{scalar_type_name(A.dtype)} and other's dtype {scalar_type_name(B.dtype)}"
         )
     diff = A.ndim - B.ndim
     if not 0 <= diff <= 1:
@@ -45,7 +45,8 @@ def lstsq_check(A, B, driver):
     return vector
 
 
-def lstsq_values_shape(A, B, rcond, driver, residuals):
+def linalg_lstsq_values_output_shape(self, b, rcond, driver, residuals):
+    A, B = self, b
     vector = lstsq_check(A, B, driver)
     b = B.shape + (1,) if vector else B.shape
     m, n = A.shape[-2:]
@@ -75,7 +76,7 @@ def linalg_ldl_solve_output_shape(LD, pivots, B, *, hermitian=False):
     if LD.shape[:-1] != pivots.shape:
         raise RuntimeError(f"{api}: Expected LD.shape[:-1] and pivots.shape to be the same, but got pivots with shape {pivots.shape} instead")
     if pivots.dtype.is_floating_point or pivots.dtype.is_complex or pivots.dtype == torch.bool:
-        raise RuntimeError(f"{api}: Expected pivots to be integers. Got {_NAMES.get(pivots.dtype, pivots.dtype)}")
+        raise RuntimeError(f"{api}: Expected pivots to be integers. Got {scalar_type_name(pivots.dtype)}")
     if LD.dtype != B.dtype:
         raise RuntimeError(f"{api}: LD dtype {LD.dtype} does not match b dtype {B.dtype}")
     _check_dtype(LD, api)

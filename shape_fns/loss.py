@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .common import TensorMeta, broadcast_shapes
-from .indexing import type_name
+from .common import scalar_type_name
 
 
 def _reduced(shape, reduction):
@@ -14,12 +14,12 @@ def _reduced(shape, reduction):
 
 def _float_kernel(kernel, dtype):
     if not dtype.is_floating_point:
-        raise NotImplementedError(f'"{kernel}" not implemented for \'{type_name(dtype)}\'')
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_type_name(dtype)}\'')
 
 
 def _check_nll(self, target, weight, spatial):
     if target.dtype not in (torch.int64, torch.uint8):
-        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {type_name(target.dtype)}")
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {scalar_type_name(target.dtype)}")
     if spatial:
         if self.ndim != 4:
             raise RuntimeError(f"only batches of spatial inputs supported (4D tensors), but got input of size: {list(self.shape)}")
@@ -136,7 +136,7 @@ def _check_margin(self, target, p=1, weight=None):
     if self.ndim > 2 or (self.ndim == 2 and self.shape[1] == 0):
         raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: {list(self.shape)}")
     if target.dtype != torch.int64:
-        raise RuntimeError(f"expected scalar type Long but found {type_name(target.dtype)}")
+        raise RuntimeError(f"expected scalar type Long but found {scalar_type_name(target.dtype)}")
     batch = self.shape[0] if self.ndim == 2 else 1
     if target.ndim > 1 or (target.numel() != batch):
         raise RuntimeError(

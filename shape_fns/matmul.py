@@ -4,26 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes, expand_shape, normalize_dim, promote_dtypes, to_torch_dtype
+from .common import TensorMeta, broadcast_shapes, expand_shape, normalize_dim, promote_dtypes, scalar_type_name, to_torch_dtype
 
-_NAMES = {
-    torch.float32: "Float",
-    torch.float64: "Double",
-    torch.float16: "Half",
-    torch.bfloat16: "BFloat16",
-    torch.complex64: "ComplexFloat",
-    torch.complex128: "ComplexDouble",
-    torch.int64: "Long",
-    torch.int32: "Int",
-    torch.int16: "Short",
-    torch.int8: "Char",
-    torch.uint8: "Byte",
-    torch.bool: "Bool",
-}
-
-
-def _name(dtype: torch.dtype) -> str:
-    return _NAMES.get(dtype, str(dtype))
 
 
 def _no_bool(dtype: torch.dtype, kernel: str) -> None:
@@ -59,8 +41,8 @@ def mv_output_shape(self, vec):
         )
     if self.dtype != vec.dtype:
         raise RuntimeError(
-            f"addmv input tensors must have the same dtype, but got {_name(self.dtype)}, "
-            f"{_name(self.dtype)}, and {_name(vec.dtype)}"
+            f"addmv input tensors must have the same dtype, but got {scalar_type_name(self.dtype)}, "
+            f"{scalar_type_name(self.dtype)}, and {scalar_type_name(vec.dtype)}"
         )
     _no_bool(self.dtype, "addmv_impl_cpu")
     return TensorMeta((self.shape[0],), self.dtype)
@@ -71,7 +53,7 @@ def _dot(self, other, what):
         raise RuntimeError(f"1D tensors expected, but got {self.ndim}D and {other.ndim}D tensors")
     if self.dtype != other.dtype:
         raise RuntimeError(
-            f"{what} : expected both vectors to have same dtype, but found {_name(self.dtype)} and {_name(other.dtype)}"
+            f"{what} : expected both vectors to have same dtype, but found {scalar_type_name(self.dtype)} and {scalar_type_name(other.dtype)}"
         )
     if self.shape[0] != other.shape[0]:
         raise RuntimeError(
@@ -95,8 +77,8 @@ def addmv_output_shape(self, mat, vec, *, beta=1, alpha=1):
     out = mv_output_shape(mat, vec)
     if not (self.dtype == mat.dtype == vec.dtype):
         raise RuntimeError(
-            f"addmv input tensors must have the same dtype, but got {_name(self.dtype)}, "
-            f"{_name(mat.dtype)}, and {_name(vec.dtype)}"
+            f"addmv input tensors must have the same dtype, but got {scalar_type_name(self.dtype)}, "
+            f"{scalar_type_name(mat.dtype)}, and {scalar_type_name(vec.dtype)}"
         )
     if self.ndim > 1 or broadcast_shapes(self.shape, out.shape) != out.shape:
         raise RuntimeError(

@@ -15,7 +15,7 @@ def _check_channels(input, **params):
     return c
 
 
-def batch_norm_with_update_meta(input, weight, bias, running_mean, running_var, training, momentum, eps):
+def batch_norm_with_update_output_shape(input, weight, bias, running_mean, running_var, training, momentum, eps):
     """Metadata of lowerings.normalization.batch_norm_with_update (CPU's: empty saved
     statistics in evaluation mode)."""
     c = _check_channels(input, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var)
@@ -34,7 +34,7 @@ def batch_norm_with_update_meta(input, weight, bias, running_mean, running_var, 
 def _native_batch_norm_legit_functional_output_shape(
     input, weight, bias, running_mean, running_var, training, momentum, eps
 ):
-    out, mean, invstd, _, _ = batch_norm_with_update_meta(
+    out, mean, invstd, _, _ = batch_norm_with_update_output_shape(
         input, weight, bias, running_mean, running_var, training, momentum, eps
     )
     return (
@@ -45,11 +45,11 @@ def _native_batch_norm_legit_functional_output_shape(
 
 
 def _native_batch_norm_legit_no_training_output_shape(input, weight, bias, running_mean, running_var, momentum, eps):
-    return batch_norm_with_update_meta(input, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
+    return batch_norm_with_update_output_shape(input, weight, bias, running_mean, running_var, False, momentum, eps)[:3]
 
 
 def _native_batch_norm_legit_no_stats_output_shape(input, weight, bias, training, momentum, eps):
-    return batch_norm_with_update_meta(input, weight, bias, None, None, True, momentum, eps)[:3]
+    return batch_norm_with_update_output_shape(input, weight, bias, None, None, True, momentum, eps)[:3]
 
 
 def native_batch_norm_backward_output_shape(

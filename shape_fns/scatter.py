@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from .common import TensorMeta, normalize_dim
-from .indexing import check_gather_scatter, type_name
+from .common import scalar_type_name
+from .indexing import check_gather_scatter
 
 _REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 

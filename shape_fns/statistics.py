@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, reduction_dims, sum_dtype
+from .common import TensorMeta, reduction_dims, scalar_type_name, sum_dtype
 from .reduction import _check_dim_given, _check_nonempty, _reduced_shape
 
 
@@ -154,7 +154,7 @@ def logsumexp_output_shape(self, dim, keepdim=False):
 
 def linalg_vector_norm_output_shape(self, ord=2, dim=None, keepdim=False, *, dtype=None):
     if not (self.dtype.is_floating_point or self.dtype.is_complex):
-        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {_name(self.dtype)}")
+        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {scalar_type_name(self.dtype)}")
     dims = reduction_dims(dim, self.ndim)
     if self.numel() == 0 and _is_number(ord) and (ord < 0 or ord == float("inf")):
         if dim is None or len(dim) == 0 or any(self.shape[d] == 0 for d in dims):
@@ -163,7 +163,7 @@ def linalg_vector_norm_output_shape(self, ord=2, dim=None, keepdim=False, *, dty
                 "does not have an identity"
             )
     if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
-        raise RuntimeError(f"linalg.vector_norm: dtype should be floating point or complex. Got {_name(dtype)} instead.")
+        raise RuntimeError(f"linalg.vector_norm: dtype should be floating point or complex. Got {scalar_type_name(dtype)} instead.")
     return _meta(self, dims, keepdim, norm_result_dtype(self.dtype, dtype))
 
 
@@ -175,13 +175,9 @@ def _is_number(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _name(dtype):
-    return {torch.int64: "Long", torch.int32: "Int", torch.bool: "Bool", torch.uint8: "Byte"}.get(dtype, str(dtype))
-
-
 def norm_ScalarOpt_dim_output_shape(self, p, dim, keepdim=False):
     if not (self.dtype.is_floating_point or self.dtype.is_complex):
-        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {_name(self.dtype)}")
+        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {scalar_type_name(self.dtype)}")
     return _meta(self, reduction_dims(dim, self.ndim), keepdim, float_result_dtype(self.dtype))
 
 

@@ -2,18 +2,15 @@
 PyTorch CPU: a mixture of experts (grouped products, integer histc), a speech encoder
 (weight-normalised convolution), a state-space model, an audio encoder-decoder and a
 windowed vision transformer, in every mode, inference and training. The whole sweep
-writes docs/architectures.md."""
+writes docs/reports/architectures.md."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import architectures  # noqa: E402
+import architectures
 
 REPRESENTATIVE = ("mixtral", "wav2vec2", "mamba", "whisper", "swin")
 

@@ -10,7 +10,7 @@ import torch
 
 import xla_native_functions as xnf
 from codegen.schemas import load_schema_database
-from xla_native_functions.runtime.metrics import metrics
+from xla_native_functions.runtime.platform.metrics import metrics
 
 aten = torch.ops.aten
 

@@ -14,8 +14,8 @@ import torch
 import torch.nn as nn
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime import dynamo
-from xla_native_functions.runtime.dynamo import BACKEND_NAME, stats
+from xla_native_functions.runtime.frontends import dynamo
+from xla_native_functions.runtime.frontends.dynamo import BACKEND_NAME, stats
 
 
 @pytest.fixture(autouse=True)
@@ -130,12 +130,12 @@ def test_module_already_on_our_device_trains_with_eager_results():
     ours = xnf.to_xla(copy.deepcopy(ref))
     ref_losses, ref_grads = train_steps(ref, x, y)
     our_losses, our_grads = train_steps(torch.compile(ours, backend=BACKEND_NAME), xnf.to_xla(x), xnf.to_xla(y))
-    assert all(loss.device == xnf.runtime.tensor.DEVICE for loss in our_losses)
+    assert all(loss.device == xnf.runtime.core.tensor.DEVICE for loss in our_losses)
     torch.testing.assert_close(torch.stack([xnf.to_torch(loss) for loss in our_losses]), torch.stack(ref_losses))
     for a, b in zip(our_grads, ref_grads):
         torch.testing.assert_close(xnf.to_torch(a), b)
     for a, b in zip(ours.parameters(), ref.parameters()):
-        assert a.device == xnf.runtime.tensor.DEVICE
+        assert a.device == xnf.runtime.core.tensor.DEVICE
         torch.testing.assert_close(xnf.to_torch(a), b)
 
 def test_float64_model_training():
@@ -527,7 +527,7 @@ def test_small_conv_net_trains_with_unlowered_ops_on_cpu():
     for a, b in zip(our_grads, ref_grads):
         torch.testing.assert_close(a, b)
     report = xnf.dynamo_report()
-    lowered = {str(op) for op in dynamo._REGISTRY}
+    lowered = {str(op) for op in dynamo.REGISTRY}
     if "aten.convolution.default" not in lowered:
         assert "convolution" in stats.split_ops, report
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime.metrics import metrics
+from xla_native_functions.runtime.platform.metrics import metrics
 
 aten = torch.ops.aten
 SHAPES = [(3, 4), (5,), (), (2, 1, 3)]

@@ -1,5 +1,5 @@
 """torch.inference_mode() on our tensors, against PyTorch CPU doing the same thing
-(Note [Inference mode] in runtime/inference.py): values, is_inference(), requires_grad,
+(Note [Inference mode] in runtime/core/inference.py): values, is_inference(), requires_grad,
 _version, view-ness and PyTorch's own errors, eagerly, in compile() (traced and
 replayed), in lazy_mode() and through the Dynamo backend; and module forward passes
 under inference mode."""
@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime import dynamo
+from xla_native_functions.runtime.frontends import dynamo
 
 
 # ----------------------------------------------------------------- the harness

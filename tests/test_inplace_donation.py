@@ -1,5 +1,5 @@
 """In-place ops on large tensors write into the tensor's own buffer (Note [Donated
-in-place updates] in runtime/dispatch.py): results against PyTorch CPU, the buffer
+in-place updates] in runtime/exec/mutation.py): results against PyTorch CPU, the buffer
 reused when nothing else can see it, and every owner of the old array (a JAX array
 handed out, another tensor after copy_ or clone, an operand reading the same storage,
 a view) seeing what PyTorch's semantics say it sees."""
@@ -23,7 +23,7 @@ def big(seed=0, dtype=torch.float32, n=N):
 
 
 def buffer(t):
-    return t._store.value.unsafe_buffer_pointer()
+    return t._store.array.unsafe_buffer_pointer()
 
 
 def same(ours, ref):
@@ -235,7 +235,7 @@ def test_foreach_errors_leave_the_tensors_intact():
 
 
 # Compiled graphs take over the buffers of the large inputs they write (Note [Donated
-# graph inputs] in runtime/lazy.py).
+# graph inputs] in runtime/exec/graph.py).
 
 
 @pytest.mark.parametrize("mode", ["compile", "replay=False", "lazy"])

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime.tensor import XlaTensor
+from xla_native_functions.runtime.core.tensor import XlaTensor
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int8,
           torch.uint8, torch.bool, torch.complex64]
@@ -68,7 +68,7 @@ def test_cpu_conversion_is_zero_copy_where_dlpack_allows():
 
 def test_our_tensors_convert_without_copy_and_views_read_correctly():
     x = xnf.to_xla(torch.arange(12.0).reshape(3, 4))
-    assert xnf.to_jax(x) is x._store.value
+    assert xnf.to_jax(x) is x._store.array
     np.testing.assert_array_equal(np.asarray(xnf.to_jax(x.t()[1:])), torch.arange(12.0).reshape(3, 4).t()[1:].numpy())
 
 
@@ -316,7 +316,7 @@ def test_repr_of_a_tensor_traced_by_jax():
     import jax
     import jax.numpy as jnp
 
-    from xla_native_functions.runtime.tensor import from_array
+    from xla_native_functions.runtime.core.tensor import from_array
 
     seen = []
 

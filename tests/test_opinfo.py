@@ -84,12 +84,14 @@ OPINFOS = [
 ]
 
 DTYPES = ("float32", "int64", "float64")
-MODES = ("eager", "compiled", "inplace", "grad", "error_inputs")
+# `operator`: the OpInfo's Python operator (`x << y`), whose aten op may differ from the
+# function's (__lshift__ for bitwise_left_shift)
+MODES = ("eager", "compiled", "inplace", "grad", "error_inputs", "operator")
 TIME_LIMIT = 60.0
 
 # Eager bfloat16 for the OpInfos above, and float16 for a few, except where PyTorch's
 # CPU kernel rounds intermediate results to the low precision and we round once (our
-# results are the closer to float64 ones there; see docs/coverage.md): log_softmax near
+# results are the closer to float64 ones there; see docs/reports/coverage.md): log_softmax near
 # 0, batch_norm; and sort, whose order of bfloat16 ties differs.
 LOW_PRECISION_EXCLUDED = {"log_softmax", "nn.functional.batch_norm", "sort"}
 FLOAT16_OPINFOS = {"mul", "exp", "tanh", "mm", "softmax", "nn.functional.layer_norm", "sum", "cat", "nn.functional.conv2d"}

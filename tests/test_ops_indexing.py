@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_lowerings import call_lowering, Case, _arg_kind, as_meta, assert_same, ints, on_device, to_jax, to_meta_arg, to_torch, unambiguous_name
+from lowering_harness import functions_in, call_lowering, Case, as_meta, assert_same, ints, on_device, to_meta_arg, unambiguous_name
 
 import xla_native_functions as xnf
 from xla_native_functions.lowerings import distance as lower_distance
@@ -37,17 +37,8 @@ LOWER_MODULES = [lower_indexing, lower_scatter, lower_loss, lower_embedding_bag,
 SHAPE_MODULES = [shape_indexing, shape_scatter, shape_loss, shape_embedding_bag, shape_distance]
 
 
-def _collect(modules, predicate):
-    found = {}
-    for module in modules:
-        for name, fn in vars(module).items():
-            if predicate(name) and inspect.isfunction(fn) and fn.__module__ == module.__name__:
-                found[name] = fn
-    return found
-
-
-LOWERINGS = _collect(LOWER_MODULES, lambda n: n.startswith("lower_"))
-SHAPE_FNS = _collect(SHAPE_MODULES, lambda n: n.endswith("_output_shape"))
+LOWERINGS = functions_in(LOWER_MODULES, prefix="lower_", operators_only=True)
+SHAPE_FNS = functions_in(SHAPE_MODULES, suffix="_output_shape", operators_only=True)
 
 
 def run_lowering(op, args, kwargs):
@@ -405,7 +396,7 @@ def test_data_indices_out_of_range_never_clamp():
 def cpu_fallback_for_other_families():
     # Samples also call ops of other families (remainder in take_along_dim, aminmax);
     # those may run on CPU here, ours must not (checked by the metrics below).
-    from xla_native_functions.runtime.metrics import metrics
+    from xla_native_functions.runtime.platform.metrics import metrics
 
     old = xnf.config.allow_cpu_fallback
     xnf.config.allow_cpu_fallback = True
@@ -559,13 +550,13 @@ def _grads(fn, *tensors):
 def test_getitem_backward():
     mask = x45 > 0
     _grads(lambda t: t[idx(0, 2, 0)] * 2, x45)
-    _grads(lambda t: t[X(mask) if isinstance(t, xnf.runtime.tensor.XlaTensor) else mask], x45)
-    _grads(lambda t: t.gather(1, gidx.to(t.device) if not isinstance(t, xnf.runtime.tensor.XlaTensor) else X(gidx)), f34)
-    _grads(lambda t: t.index_select(0, X(idx(1, 1)) if isinstance(t, xnf.runtime.tensor.XlaTensor) else idx(1, 1)), f34)
+    _grads(lambda t: t[X(mask) if isinstance(t, xnf.runtime.core.tensor.XlaTensor) else mask], x45)
+    _grads(lambda t: t.gather(1, gidx.to(t.device) if not isinstance(t, xnf.runtime.core.tensor.XlaTensor) else X(gidx)), f34)
+    _grads(lambda t: t.index_select(0, X(idx(1, 1)) if isinstance(t, xnf.runtime.core.tensor.XlaTensor) else idx(1, 1)), f34)
 
 
 def _maybe(t, like):
-    return X(t) if isinstance(like, xnf.runtime.tensor.XlaTensor) else t
+    return X(t) if isinstance(like, xnf.runtime.core.tensor.XlaTensor) else t
 
 
 @pytest.mark.parametrize("mode", ["sum", "mean", "max"])

@@ -1,4 +1,4 @@
-"""compile()'s replay (Note [Replay] in runtime/replay.py) against PyTorch CPU: stable
+"""compile()'s replay (Note [Replay] in runtime/frontends/replay.py) against PyTorch CPU: stable
 steps run without their Python, and everything a replay could get wrong either guards
 the replay or keeps the function traced on every call."""
 
@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime import lazy
-from xla_native_functions.runtime.metrics import metrics
-from xla_native_functions.runtime.replay import ReplayWarning
+from xla_native_functions.runtime.exec import graph
+from xla_native_functions.runtime.platform.metrics import metrics
+from xla_native_functions.runtime.frontends.replay import ReplayWarning
 
 STEPS = 8
 
@@ -26,9 +26,9 @@ def cpu(t):
 
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch):
-    monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})
-    monkeypatch.setattr(lazy, "_LAST_KEYS", {})
-    monkeypatch.setattr(lazy, "_TRANSPOSED_COPIES", {})
+    monkeypatch.setattr(graph, "_GRAPH_CACHE", {})
+    monkeypatch.setattr(graph, "_LAST_KEYS", {})
+    monkeypatch.setattr(graph, "_TRANSPOSED_COPIES", {})
     xnf.reset_metrics()
 
 
@@ -356,18 +356,18 @@ def test_inference_weights_multiplied_transposed_by_few_rows_are_passed_as_copie
     with torch.no_grad():
         for _ in range(5):
             torch.testing.assert_close(cpu(forward(xnf.to_xla(x))), ref(x), atol=1e-5, rtol=1e-5)
-        first, last = (id(m.weight._store.value) for m in (ours[0], ours[2]))
-        assert (first in lazy._TRANSPOSED_COPIES) is copied
-        assert last not in lazy._TRANSPOSED_COPIES
+        first, last = (id(m.weight._store.array) for m in (ours[0], ours[2]))
+        assert (first in graph._TRANSPOSED_COPIES) is copied
+        assert last not in graph._TRANSPOSED_COPIES
         ours[0].weight.mul_(-2.0)
         ref[0].weight.mul_(-2.0)
         for _ in range(3):
             torch.testing.assert_close(cpu(forward(xnf.to_xla(x))), ref(x), atol=1e-5, rtol=1e-5)
-        assert (id(ours[0].weight._store.value) in lazy._TRANSPOSED_COPIES) is copied
+        assert (id(ours[0].weight._store.array) in graph._TRANSPOSED_COPIES) is copied
     assert metrics.replays > 0
     del ours, forward
     gc.collect()
-    assert not lazy._TRANSPOSED_COPIES  # each copy is dropped with the array it copies
+    assert not graph._TRANSPOSED_COPIES  # each copy is dropped with the array it copies
 
 
 def test_weights_also_read_untransposed_or_written_are_passed_as_they_are(monkeypatch):
@@ -402,11 +402,11 @@ def test_weights_also_read_untransposed_or_written_are_passed_as_they_are(monkey
             torch.testing.assert_close(cpu(compiled_then_written(xnf.to_xla(x))), then_written(ref_written, x),
                                        atol=1e-5, rtol=1e-5)
     _assert_same_weights(ours, ref)
-    assert not lazy._TRANSPOSED_COPIES
+    assert not graph._TRANSPOSED_COPIES
 
     monkeypatch.setattr(xnf.config, "transposed_weight_copies", False)
-    monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})
+    monkeypatch.setattr(graph, "_GRAPH_CACHE", {})
     inference = xnf.compile(lambda x: ours(x))
     with torch.no_grad():
         torch.testing.assert_close(cpu(inference(xnf.to_xla(x))), ref(x), atol=1e-5, rtol=1e-5)
-    assert not lazy._TRANSPOSED_COPIES
+    assert not graph._TRANSPOSED_COPIES

@@ -15,13 +15,15 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime import dispatch, lazy
-from xla_native_functions.runtime import tensor as xla_tensor_module
-from xla_native_functions.runtime.backend import (ASYNC_DISPATCH_ENV, CACHE_DIR_ENV, MALLOC_DEFAULTS_ENV, NO_COMPILATION_CACHE_ENV,
+from xla_native_functions.runtime.core import views
+from xla_native_functions.runtime.exec import eager, fallback, graph, registry
+from xla_native_functions.runtime.frontends import dispatch
+from xla_native_functions.runtime.core import tensor as xla_tensor_module
+from xla_native_functions.runtime.platform.backend import (ASYNC_DISPATCH_ENV, CACHE_DIR_ENV, MALLOC_DEFAULTS_ENV, NO_COMPILATION_CACHE_ENV,
                                                    SCHEDULER_FLAG)
-from xla_native_functions.runtime.device_guard import PYTHON_GUARD_ENV
-from xla_native_functions.runtime.metrics import metrics
-from xla_native_functions.runtime.tensor import DEVICE, XlaTensor
+from xla_native_functions.runtime.platform.device_guard import PYTHON_GUARD_ENV
+from xla_native_functions.runtime.platform.metrics import metrics
+from xla_native_functions.runtime.core.tensor import DEVICE, XlaTensor
 
 
 def cpu(t):
@@ -31,8 +33,8 @@ def cpu(t):
 @pytest.fixture(autouse=True)
 def fresh_graph_cache(monkeypatch):
     """Compile counts in one test do not depend on graphs other tests compiled."""
-    monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})
-    monkeypatch.setattr(lazy, "_LAST_KEYS", {})
+    monkeypatch.setattr(graph, "_GRAPH_CACHE", {})
+    monkeypatch.setattr(graph, "_LAST_KEYS", {})
 
 
 # ---------------------------------------------------------------- tensors and dtypes
@@ -213,8 +215,8 @@ def test_ops_reading_views_match_torch_and_see_later_writes(view, monkeypatch):
     view reads]), with no strided read of their own: unary, binary with a whole tensor,
     a reduction, a list op, and a matmul, each before and after the base changes."""
     separate_reads = []
-    read = dispatch.strided_read_jit
-    monkeypatch.setattr(dispatch, "strided_read_jit", lambda *a: separate_reads.append(a[1:]) or read(*a))
+    read = views.strided_read_jit
+    monkeypatch.setattr(eager, "strided_read_jit", lambda *a: separate_reads.append(a[1:]) or read(*a))
     ref = torch.arange(24.0).reshape(2, 3, 4)
     ours = xnf.to_xla(ref.clone())
 
@@ -478,7 +480,7 @@ def test_index_value_checks_can_be_turned_off(monkeypatch):
 
 def test_select_slice_split_and_squeeze_layouts_match_torch():
     """Their sizes, strides and offsets are computed in Python on the common path
-    (runtime/views.py `_fast_view_meta`); errors come from PyTorch's own kernels."""
+    (runtime/core/views.py `_fast_view_meta`); errors come from PyTorch's own kernels."""
     calls = [("select", (d, i)) for d in (-3, 0, 1, 2, 3) for i in (-6, -1, 0, 2, 4)]
     calls += [("slice", (d, start, end, step)) for d in (0, -1) for start in (None, -9, -2, 0, 2, 9)
               for end in (None, -9, -1, 1, 3, 9) for step in (1, 2, 0)]
@@ -622,7 +624,7 @@ def test_lazy_mode_training_loop_matches_cpu_and_compiles_once():
             assert metrics.execute_count + metrics.compile_count == len(losses)  # nothing ran yet
             xnf.mark_step()
             losses.append((loss, ref_loss))
-    assert not xnf.runtime.state.tracing
+    assert xnf.runtime.core.context.context.trace is None
     for loss, ref_loss in losses:
         torch.testing.assert_close(cpu(loss), ref_loss, atol=1e-5, rtol=1e-5)
     assert metrics.compile_count == 1 and metrics.cache_hits == 3, xnf.metrics_report()
@@ -825,12 +827,12 @@ def test_multihead_attention_forward_and_backward_match_cpu():
 def kthvalue_in_fallback(monkeypatch):
     """kthvalue listed under `fallback`, whatever today's manifest says."""
     op = torch.ops.aten.kthvalue.default
-    monkeypatch.setitem(dispatch._REGISTRY, op, lambda *args, **kwargs: dispatch.fallback(op, args, kwargs))
+    monkeypatch.setitem(registry.REGISTRY, op, lambda *args, **kwargs: fallback.fallback(op, args, kwargs))
 
 
 @pytest.fixture
 def bessel_j0_unlisted(monkeypatch):
-    monkeypatch.delitem(dispatch._REGISTRY, torch.ops.aten.special_bessel_j0.default, raising=False)
+    monkeypatch.delitem(registry.REGISTRY, torch.ops.aten.special_bessel_j0.default, raising=False)
 
 
 def test_fallback_op_runs_on_cpu_and_is_counted(kthvalue_in_fallback):
@@ -846,7 +848,7 @@ def test_fallback_op_runs_on_cpu_and_is_counted(kthvalue_in_fallback):
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_fallback_writes_into_its_arguments(monkeypatch, mode):
     op = torch.ops.aten.addcmul_.default
-    monkeypatch.setitem(dispatch._REGISTRY, op, lambda *args, **kwargs: dispatch.fallback(op, args, kwargs))
+    monkeypatch.setitem(registry.REGISTRY, op, lambda *args, **kwargs: fallback.fallback(op, args, kwargs))
     x, o = xnf.to_xla(torch.zeros(3)), xnf.to_xla(torch.ones(3))
     view = x[1:]
 
@@ -879,7 +881,7 @@ def test_allow_cpu_fallback_runs_missing_op(monkeypatch, bessel_j0_unlisted):
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_error_during_backward_raises_from_backward(monkeypatch, mode):
     """Note [Errors during backward]: the process survives and backward() raises."""
-    monkeypatch.delitem(dispatch._REGISTRY, torch.ops.aten.threshold_backward.default)
+    monkeypatch.delitem(registry.REGISTRY, torch.ops.aten.threshold_backward.default)
     x = xnf.to_xla(torch.randn(3, 3)).requires_grad_()
 
     def step(a):
@@ -956,14 +958,15 @@ def test_activation_checkpointing(reentrant):
     torch.testing.assert_close(grads[1], grads[0])
 
 
-def test_autocast_on_our_device_warns_and_stays_off():
+def test_autocast_on_our_device_casts_as_cpu_autocast():
+    # tests/test_autocast.py covers the op list, each policy and whole models
     model = torch.nn.Linear(4, 4)
     x = torch.randn(2, 4)
-    expected = model(x)
-    with pytest.warns(UserWarning, match="Disabling autocast"):
-        with torch.autocast("jax", dtype=torch.bfloat16):
-            out = xnf.to_xla(model)(xnf.to_xla(x))
-    assert out.dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(x)
+    with torch.autocast("jax", dtype=torch.bfloat16):
+        out = xnf.to_xla(model)(xnf.to_xla(x))
+    assert out.dtype == expected.dtype == torch.bfloat16
     torch.testing.assert_close(cpu(out), expected)
 
 
@@ -1149,7 +1152,7 @@ def test_replayed_training_steps_do_not_fault_their_buffers_in():
 def test_jax_caches_are_cleared_near_the_limit_of_memory_mappings(monkeypatch):
     # Note [Mappings of compiled code]: with the cap made small, the next compile is
     # "near" it, and everything goes on working after the caches are cleared.
-    from xla_native_functions.runtime.backend import compiled_code_guard
+    from xla_native_functions.runtime.platform.backend import compiled_code_guard
 
     monkeypatch.setattr(compiled_code_guard, "cap", 8)
     monkeypatch.setattr(compiled_code_guard, "CHECK_EVERY", 1)
@@ -1166,7 +1169,7 @@ def test_jax_caches_are_cleared_near_the_limit_of_memory_mappings(monkeypatch):
 def test_library_fusions_go_to_graphs_with_more_convolutions_than_products(convs, linears, library, monkeypatch):
     """Note [XLA CPU library fusions]: a ResNet-like graph gets them, a vision transformer's
     (one patch convolution, many matrix products) and an MLP's do not."""
-    from xla_native_functions.runtime import backend
+    from xla_native_functions.runtime.platform import backend
 
     chosen = []
 
@@ -1174,7 +1177,7 @@ def test_library_fusions_go_to_graphs_with_more_convolutions_than_products(convs
         chosen.append(backend.graph_compiler_options(op_counts))
         return chosen[-1]
 
-    monkeypatch.setattr(lazy, "graph_compiler_options", record)
+    monkeypatch.setattr(graph, "graph_compiler_options", record)
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         *[torch.nn.Conv2d(2, 2, 3, padding=1) for _ in range(convs)],

@@ -7,7 +7,7 @@ TensorMeta, Python numbers that torch wrapped into CPU scalars as numbers, int l
 as tuples) and must give the meta kernel's shapes and dtypes, or raise the exception
 type it raised.
 
-Which OpInfos reach which overload comes from docs/coverage.json (written by
+Which OpInfos reach which overload comes from docs/reports/coverage.json (written by
 scripts/coverage_report.py; a property of torch, not of the manifest), plus the
 OpInfos named like the op.
 """
@@ -24,10 +24,10 @@ import torch
 import opinfo_harness as h
 import xla_native_functions as xnf
 from xla_native_functions import ir
-from xla_native_functions.runtime.ir import ATTR_LIST, SCALAR, TENSOR, TENSOR_LIST, OPT_TENSOR
+from xla_native_functions.runtime.core.ir import ATTR_LIST, SCALAR, TENSOR, TENSOR_LIST, OPT_TENSOR
 from xla_native_functions.shape_fns.common import TensorMeta
 
-COVERAGE = Path(__file__).resolve().parent.parent / "docs" / "coverage.json"
+COVERAGE = Path(__file__).resolve().parent.parent / "docs" / "reports" / "coverage.json"
 MAX_OPINFOS = 4  # per overload
 MAX_CALLS = 40  # per overload
 DTYPES = (torch.float32, torch.int64, torch.bool)

@@ -1,4 +1,4 @@
-"""Note [Sparse updates] (runtime/sparse_updates.py): compiled graphs apply a scaled
+"""Note [Sparse updates] (runtime/exec/sparse_updates.py): compiled graphs apply a scaled
 scatter-add into zeros to a dense tensor as one scatter, with the dense program's values."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime import lazy
-from xla_native_functions.runtime.metrics import metrics
-from xla_native_functions.runtime.sparse_updates import fold_sparse_updates
+from xla_native_functions.runtime.exec import graph
+from xla_native_functions.runtime.platform.metrics import metrics
+from xla_native_functions.runtime.exec.sparse_updates import fold_sparse_updates
 
 ROWS, DIM = 12, 3
 
@@ -144,7 +144,7 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_compiled_sgd_on_embedding_tables_matches_torch_and_is_folded(name, monkeypatch):
-    monkeypatch.setattr(lazy, "_GRAPH_CACHE", {})  # the count is taken when a graph is traced
+    monkeypatch.setattr(graph, "_GRAPH_CACHE", {})  # the count is taken when a graph is traced
     build, kind = CASES[name]
     torch.manual_seed(0)
     ref_model = build()

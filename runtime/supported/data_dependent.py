@@ -12,10 +12,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...shape_fns.common import broadcast_shapes
-from ..dispatch import X64, cpu_to_jax, host_tensor
-from ..tensor import XlaTensor, from_array
-from .tensor_ops import host_array
+from ...shape_fns.common import broadcast_shapes, scalar_type_name
+from ..core.convert import X64, cpu_to_jax, host_array, host_tensor
+from ..core.tensor import XlaTensor, from_array
 
 _REDUCED = (torch.float16, torch.bfloat16)
 
@@ -152,7 +151,7 @@ def impl_bincount(self, weights=None, minlength=0):
     # PyTorch's checks, in its order: dtype, minlength, the empty shortcut (int64
     # zeros whatever the weights), then rank, sign and the weights' length.
     if self.dtype not in _INTEGRAL:
-        raise NotImplementedError(f"\"bincount_cpu\" not implemented for '{_type_name(self.dtype)}'")
+        raise NotImplementedError(f"\"bincount_cpu\" not implemented for '{scalar_type_name(self.dtype)}'")
     if minlength < 0:
         raise RuntimeError("minlength should be >= 0")
     if self.dim() == 1 and self.numel() == 0:
@@ -196,7 +195,7 @@ def impl_equal(self, other):
 
 def impl_allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
     if self.dtype != other.dtype:
-        raise RuntimeError(f"{_type_name(self.dtype)} did not match {_type_name(other.dtype)}")
+        raise RuntimeError(f"{scalar_type_name(self.dtype)} did not match {scalar_type_name(other.dtype)}")
     if self.is_complex() and equal_nan:
         raise RuntimeError("isclose with equal_nan=True is not supported for complex inputs.")
     if rtol < 0:
@@ -224,14 +223,6 @@ def impl_allclose(self, other, rtol=1e-05, atol=1e-08, equal_nan=False):
             actual = actual.astype(np.float32)
         close |= np.isfinite(actual) & (actual <= allowed)
     return bool(close.all())
-
-
-def _type_name(dtype):
-    return {
-        torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-        torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
-        torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
-    }.get(dtype, str(dtype))
 
 
 def _lengths(t):

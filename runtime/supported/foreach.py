@@ -19,12 +19,12 @@ foreach ops 3.0-3.8 ms against 2.7-3.3 ms; one executable per element was slower
 either (0.64 and 3.9 ms). While tracing
 they record one node per element, as the element op would. Every other foreach op
 (unlisted ones: _foreach_erf, _foreach_frac, ...) runs PyTorch's per-tensor loop, whose
-per-element ops come back here (`per_tensor_loop` in runtime/dispatch.py): correct, one
+per-element ops come back here (`per_tensor_loop` in runtime/exec/mutation.py): correct, one
 op per element. So does an in-place foreach op whose lists alias (`lists_alias`).
 An in-place foreach op otherwise runs its functional form with the tensors it writes in
-`state.foreach_into`, and the executable writes each result into its tensor, donating
+`context.foreach_into`, and the executable writes each result into its tensor, donating
 the buffer when nothing else holds it (Note [Donated in-place updates] in
-runtime/dispatch.py): an optimizer step updates its large parameters in place. A whole
+runtime/exec/mutation.py): an optimizer step updates its large parameters in place. A whole
 tensor whose buffer is not donated takes its result directly too, without a result
 tensor to unwrap (about 10 us less per parameter and op: the small zoo MLP's AdamW
 step, six parameters, took 3.6-3.9 ms instead of 4.2-6.9).
@@ -34,16 +34,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 
-from .. import state
-from ..config import config
-from ..dispatch import (
-    X64, attr_list, donatable, lower_checked, operand, operand_opt, run_node, scalar_operand, update_in_place,
-    write_inplace,
-)
-from ..ir import ATTR_LIST, OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR
-from ..tensor import XlaTensor, from_array
+from ..core.context import context
+from ..core.convert import X64
+from ..core.ir import ATTR_LIST, OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR
+from ..core.tensor import XlaTensor, from_array
+from ..exec.eager import attr_list, lower_checked, operand, operand_opt, run_node, scalar_operand
+from ..exec.mutation import donatable, take_buffer, update_in_place, write_inplace
+from ..exec.registry import node
+from ..platform.config import config
+from ..platform.executable_cache import eager_jit
 
 ELEMENTS_PER_EXECUTABLE = 8  # Note [Foreach ops]: XLA CPU runs up to 8 kernels in order
 _UNWRAP = {TENSOR: operand, OPT_TENSOR: operand_opt, SCALAR: scalar_operand}
@@ -60,12 +60,6 @@ def enable_foreach_optimizers() -> None:
 
 
 # ---------------------------------------------------------------- one executable per call
-
-
-def _ir(name: str) -> Any:
-    from ... import ir  # the generated IR classes (ir.py imports this module)
-
-    return getattr(ir, name)
 
 
 _EXECUTABLES: dict[tuple[str, bool], Any] = {}
@@ -91,7 +85,7 @@ def _executable(cls: Any, in_place: bool) -> Any:
             return outs
 
         run.__name__ = f"foreach_{cls.name}"
-        exe = jax.jit(run, static_argnums=2, donate_argnums=0 if in_place else ())
+        exe = eager_jit(run, static_argnums=2, donate_argnums=0 if in_place else ())
         _EXECUTABLES[(cls.name, in_place)] = exe
     return exe
 
@@ -111,37 +105,51 @@ def _layout(cls: Any) -> tuple:
     return layout
 
 
-def _each(cls_name: str, per_element: list[tuple]) -> list[Any]:
-    """The element op `cls_name` on each argument tuple: one executable per 8 elements
+def _each(name: str, per_element: list[tuple]) -> list[Any]:
+    """The element op `name` (its unambiguous name) on each argument tuple: one executable per 8 elements
     eagerly, one node per element while tracing. Inside an in-place foreach op on these
-    tensors (state.foreach_into), the results are written into each element's `self`
+    tensors (context.foreach_into), the results are written into each element's `self`
     here, its buffer donated where nothing else holds it, and `self` itself is returned."""
-    cls = _ir(cls_name)
-    if state.tracing:
+    cls = node(name)
+    if context.trace is not None:
         return [run_node(cls, args) for args in per_element]
-    into = state.foreach_into
+    into = context.foreach_into
     in_place = into is not None and len(into) == len(per_element) and all(
         t is args[0] for t, args in zip(into, per_element))
     dynamic_at, static_at = _layout(cls)
     min_bytes = config.donate_min_bytes
     donated, dynamic, static = [], [], []
+    taken = []  # (storage, its array) of each buffer taken out to be donated
     for args in per_element:
         self = args[0]
         # donatable() rules out most elements by size; asking it only for large ones
         # keeps this loop short (it runs for every parameter in every optimizer op).
         donates = in_place and self.__class__ is XlaTensor and self.nbytes >= min_bytes and donatable(self, args[1:])
-        if donates:
-            donated.append(operand(self))
         dynamic.append([unwrap(args[i]) for i, unwrap in dynamic_at if i or not donates])
         static.append((tuple(attr_list(args[i]) if is_list else args[i] for i, is_list in static_at), donates))
+        if donates:
+            array, given = take_buffer(self._store)
+            taken.append((self._store, array))
+            donated.append(given)
     exe = _executable(cls, in_place)
     outs, used = [], 0
-    with X64:
-        for start in range(0, len(per_element), ELEMENTS_PER_EXECUTABLE):
-            part = static[start:start + ELEMENTS_PER_EXECUTABLE]
-            donors = sum(donates for _, donates in part)
-            outs += exe(donated[used:used + donors], dynamic[start:start + ELEMENTS_PER_EXECUTABLE], tuple(part))
-            used += donors
+    try:
+        with X64:
+            for start in range(0, len(per_element), ELEMENTS_PER_EXECUTABLE):
+                part = static[start:start + ELEMENTS_PER_EXECUTABLE]
+                donors = sum(donates for _, donates in part)
+                outs += exe(donated[used:used + donors], dynamic[start:start + ELEMENTS_PER_EXECUTABLE], tuple(part))
+                used += donors
+    except BaseException:
+        # raised while tracing a part, before its buffers were donated: an element of a
+        # part that ran takes its result, as its buffer is gone; the others get theirs back
+        taken.reverse()
+        for i, (_, donates) in enumerate(static):
+            if donates:
+                store, array = taken.pop()
+                store.array = outs[i] if i < len(outs) else array
+        raise
+    del taken, donated
     if not in_place:
         return [from_array(out) for out in outs]
     results = []
@@ -171,36 +179,36 @@ def _check_scalars(tensors: Any, scalars: Any) -> None:
         raise RuntimeError("Tensor list must have same number of elements as scalar list.")
 
 
-def _binary(list_cls: str, scalar_cls: str):
+def _binary(list_op: str, scalar_op: str):
     """The List, Scalar, ScalarList and Tensor forms of a binary op."""
 
     def on_list(self, other, alpha=None):
         _check_lists(self, other)
         extra = () if alpha is None else (alpha,)
-        return _each(list_cls, [(a, b, *extra) for a, b in zip(self, other)])
+        return _each(list_op, [(a, b, *extra) for a, b in zip(self, other)])
 
     def on_scalar(self, scalar, alpha=None):
         _check_lists(self)
         extra = () if alpha is None else (alpha,)
-        return _each(scalar_cls, [(a, scalar, *extra) for a in self])
+        return _each(scalar_op, [(a, scalar, *extra) for a in self])
 
     def on_scalars(self, scalars, alpha=None):
         _check_scalars(self, scalars)
         extra = () if alpha is None else (alpha,)
-        return _each(scalar_cls, [(a, s, *extra) for a, s in zip(self, scalars)])
+        return _each(scalar_op, [(a, s, *extra) for a, s in zip(self, scalars)])
 
     def on_tensor(self, other, alpha=None):
         _check_lists(self)
         extra = () if alpha is None else (alpha,)
-        return _each(list_cls, [(a, other, *extra) for a in self])
+        return _each(list_op, [(a, other, *extra) for a in self])
 
     return on_list, on_scalar, on_scalars, on_tensor
 
 
-_add = _binary("AddTensor", "AddScalar")
-_sub = _binary("SubTensor", "SubScalar")
-_mul = _binary("MulTensor", "MulScalar")
-_div = _binary("DivTensor", "DivScalar")
+_add = _binary("add_Tensor", "add_Scalar")
+_sub = _binary("sub_Tensor", "sub_Scalar")
+_mul = _binary("mul_Tensor", "mul_Scalar")
+_div = _binary("div_Tensor", "div_Scalar")
 
 
 def impl__foreach_add_List(self, other, *, alpha=1):
@@ -265,96 +273,96 @@ def impl__foreach_div_Tensor(self, other):
 
 def impl__foreach_maximum_List(self, other):
     _check_lists(self, other)
-    return _each("Maximum", list(zip(self, other)))
+    return _each("maximum", list(zip(self, other)))
 
 
 def impl__foreach_minimum_List(self, other):
     _check_lists(self, other)
-    return _each("Minimum", list(zip(self, other)))
+    return _each("minimum", list(zip(self, other)))
 
 
 def impl__foreach_addcmul_Scalar(self, tensor1, tensor2, value=1):
     _check_lists(self, tensor1, tensor2)
-    return _each("Addcmul", [(a, b, c, value) for a, b, c in zip(self, tensor1, tensor2)])
+    return _each("addcmul", [(a, b, c, value) for a, b, c in zip(self, tensor1, tensor2)])
 
 
 def impl__foreach_addcmul_ScalarList(self, tensor1, tensor2, scalars):
     _check_lists(self, tensor1, tensor2)
     _check_scalars(self, scalars)
-    return _each("Addcmul", [(a, b, c, s) for a, b, c, s in zip(self, tensor1, tensor2, scalars)])
+    return _each("addcmul", [(a, b, c, s) for a, b, c, s in zip(self, tensor1, tensor2, scalars)])
 
 
 def impl__foreach_addcdiv_Scalar(self, tensor1, tensor2, value=1):
     _check_lists(self, tensor1, tensor2)
-    return _each("Addcdiv", [(a, b, c, value) for a, b, c in zip(self, tensor1, tensor2)])
+    return _each("addcdiv", [(a, b, c, value) for a, b, c in zip(self, tensor1, tensor2)])
 
 
 def impl__foreach_addcdiv_ScalarList(self, tensor1, tensor2, scalars):
     _check_lists(self, tensor1, tensor2)
     _check_scalars(self, scalars)
-    return _each("Addcdiv", [(a, b, c, s) for a, b, c, s in zip(self, tensor1, tensor2, scalars)])
+    return _each("addcdiv", [(a, b, c, s) for a, b, c, s in zip(self, tensor1, tensor2, scalars)])
 
 
 def impl__foreach_lerp_Scalar(self, tensors1, weight):
     _check_lists(self, tensors1)
-    return _each("LerpScalar", [(a, b, weight) for a, b in zip(self, tensors1)])
+    return _each("lerp_Scalar", [(a, b, weight) for a, b in zip(self, tensors1)])
 
 
 def impl__foreach_lerp_ScalarList(self, tensors1, weight):
     _check_lists(self, tensors1)
     _check_scalars(self, weight)
-    return _each("LerpScalar", [(a, b, w) for a, b, w in zip(self, tensors1, weight)])
+    return _each("lerp_Scalar", [(a, b, w) for a, b, w in zip(self, tensors1, weight)])
 
 
 def impl__foreach_lerp_List(self, tensors1, weights):
     _check_lists(self, tensors1, weights)
-    return _each("LerpTensor", list(zip(self, tensors1, weights)))
+    return _each("lerp_Tensor", list(zip(self, tensors1, weights)))
 
 
 def impl__foreach_pow_List(self, exponent):
     _check_lists(self, exponent)
-    return _each("PowTensorTensor", list(zip(self, exponent)))
+    return _each("pow_Tensor_Tensor", list(zip(self, exponent)))
 
 
 def impl__foreach_pow_Scalar(self, exponent):
     _check_lists(self)
-    return _each("PowTensorScalar", [(a, exponent) for a in self])
+    return _each("pow_Tensor_Scalar", [(a, exponent) for a in self])
 
 
 def impl__foreach_pow_ScalarAndTensor(self, exponent):
     _check_lists(exponent)
-    return _each("PowScalar", [(self, e) for e in exponent])
+    return _each("pow_Scalar", [(self, e) for e in exponent])
 
 
 def impl__foreach_norm_Scalar(self, ord=2, dtype=None):
     _check_lists(self)
-    return _each("LinalgVectorNorm", [(a, ord, None, False, dtype) for a in self])
+    return _each("linalg_vector_norm", [(a, ord, None, False, dtype) for a in self])
 
 
-def _unary(cls_name: str, self: Any) -> list[Any]:
+def _unary(name: str, self: Any) -> list[Any]:
     _check_lists(self)
-    return _each(cls_name, [(a,) for a in self])
+    return _each(name, [(a,) for a in self])
 
 
 def impl__foreach_abs(self):
-    return _unary("Abs", self)
+    return _unary("abs", self)
 
 
 def impl__foreach_neg(self):
-    return _unary("Neg", self)
+    return _unary("neg", self)
 
 
 def impl__foreach_reciprocal(self):
-    return _unary("Reciprocal", self)
+    return _unary("reciprocal", self)
 
 
 def impl__foreach_sign(self):
-    return _unary("Sign", self)
+    return _unary("sign", self)
 
 
 def impl__foreach_sqrt(self):
-    return _unary("Sqrt", self)
+    return _unary("sqrt", self)
 
 
 def impl__foreach_zero_(self):
-    write_inplace(self, _unary("Zero", self))
+    write_inplace(self, _unary("zero", self))

@@ -19,56 +19,13 @@ import jax
 import numpy as np
 import torch
 
-from ...lowerings.indexing import index_put_values, index_tensor, masked_select_positions
 from ...shape_fns.common import TensorMeta, broadcast_shapes
-from ...shape_fns.indexing import check_indices, index_meta, index_put_meta, masked_select_meta
-from .. import state
-from ..dispatch import X64, cpu_to_jax, host_tensor, run_node
-from ..ir import ATTR, TENSOR, TENSOR_LIST, Node
-from ..tensor import XlaTensor, from_array
-from .tensor_ops import host_array
-
-
-class IndexTensor(Node):
-    __slots__ = ()
-    op = name = "index_tensor"
-    arg_kinds = (TENSOR, TENSOR_LIST)
-
-    @staticmethod
-    def lower(self, indices):
-        return index_tensor(self, indices)
-
-    @staticmethod
-    def output_shape(self, indices):
-        return index_meta(self, indices)
-
-
-class IndexPut(Node):
-    __slots__ = ()
-    op = name = "index_put_values"
-    arg_kinds = (TENSOR, TENSOR_LIST, TENSOR, ATTR)
-
-    @staticmethod
-    def lower(self, indices, values, accumulate):
-        return index_put_values(self, indices, values, accumulate)
-
-    @staticmethod
-    def output_shape(self, indices, values, accumulate):
-        return index_put_meta(self, indices, values, accumulate)
-
-
-class MaskedSelect(Node):
-    __slots__ = ()
-    op = name = "masked_select_positions"
-    arg_kinds = (TENSOR, TENSOR, TENSOR)
-
-    @staticmethod
-    def lower(self, mask, positions):
-        return masked_select_positions(self, mask, positions)
-
-    @staticmethod
-    def output_shape(self, mask, positions):
-        return masked_select_meta(self, mask, positions.shape[0])
+from ...shape_fns.indexing import check_indices
+from ..core.context import context
+from ..core.convert import X64, cpu_to_jax, host_array, host_tensor
+from ..core.tensor import XlaTensor, from_array
+from ..exec.eager import run_node
+from ..exec.registry import node
 
 
 def _device(t):
@@ -115,9 +72,9 @@ def _expand_masks(self, indices):
 def _traced(indices):
     """True while recording IR, or when an index is a JAX tracer (the torch.compile
     backend and interop run these ops inside jax.jit): no value can be read."""
-    if state.tracing:
+    if context.trace is not None:
         return True
-    return any(isinstance(ix, XlaTensor) and isinstance(ix._store.value, jax.core.Tracer) for ix in indices)
+    return any(isinstance(ix, XlaTensor) and isinstance(ix._store.array, jax.core.Tracer) for ix in indices)
 
 
 def _check_bounds(self, indices):
@@ -134,7 +91,7 @@ def _check_bounds(self, indices):
 
 
 def _prepare(self, indices):
-    if state.tracing:  # eager mode keeps CPU index tensors on the CPU (`_index_operand`)
+    if context.trace is not None:  # eager mode keeps CPU index tensors on the CPU (`_index_operand`)
         indices = [_device(ix) for ix in indices]
     check_indices(TensorMeta(tuple(self.shape), self.dtype), [None if ix is None else TensorMeta(tuple(ix.shape), ix.dtype) for ix in indices])
     return indices
@@ -155,9 +112,9 @@ def impl_index_Tensor(self, indices):
     if any(_is_mask(ix) for ix in indices):
         indices = _expand_masks(self, indices)
     _check_bounds(self, indices)
-    if not state.tracing:
+    if context.trace is None:
         indices = [_index_operand(ix) for ix in indices]
-    return run_node(IndexTensor, (self, indices))
+    return run_node(node("index_gather"), (self, indices))
 
 
 def impl_index_put(self, indices, values, accumulate=False):
@@ -168,9 +125,9 @@ def impl_index_put(self, indices, values, accumulate=False):
     if masks and not (_traced(indices) and simple_mask):
         indices = _expand_masks(self, indices)
     _check_bounds(self, indices)
-    if not state.tracing:
+    if context.trace is None:
         indices = [_index_operand(ix) for ix in indices]
-    return run_node(IndexPut, (self, list(indices), values, bool(accumulate)))
+    return run_node(node("index_put_values"), (self, list(indices), values, bool(accumulate)))
 
 
 def impl_masked_select(self, mask):
@@ -179,4 +136,4 @@ def impl_masked_select(self, mask):
         raise RuntimeError(f"masked_select: expected BoolTensor for mask")
     shape = broadcast_shapes(tuple(self.shape), tuple(mask.shape))
     positions = np.flatnonzero(np.broadcast_to(_host(mask), shape)).astype(np.int64)
-    return run_node(MaskedSelect, (self, mask, _device(host_tensor(positions))))
+    return run_node(node("masked_select_positions"), (self, mask, _device(host_tensor(positions))))

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import torch
 
-from .. import state
-from ..dispatch import X64, jax_to_cpu, value
-from ..tensor import XlaTensor
+from ...shape_fns.common import TensorMeta
+from ...shape_fns.linalg_solve import lstsq_check
+from ..core.context import context
+from ..core.convert import X64, host_array, jax_to_cpu
+from ..core.tensor import XlaTensor
+from ..exec.eager import run_node, value
+from ..exec.registry import handler, node
 
 
 def impl__linalg_check_errors(info, api_name, *, is_matrix):
-    if state.tracing:
+    if context.trace is not None:
         return None
     if isinstance(info, XlaTensor):
         with X64:
@@ -26,50 +30,25 @@ def impl__linalg_check_errors(info, api_name, *, is_matrix):
     return None
 
 
-def _registered(op):
-    from ..dispatch import _REGISTRY
-
-    return _REGISTRY[op]
-
-
 def impl_cholesky(self, upper=False):
     # The deprecated torch.cholesky raises on a matrix that is not positive-definite,
     # like linalg.cholesky: the factorization plus the same info check.
-    factor, info = _registered(torch.ops.aten.linalg_cholesky_ex.default)(self, upper=upper)
+    factor, info = handler(torch.ops.aten.linalg_cholesky_ex.default)(self, upper=upper)
     impl__linalg_check_errors(info, "cholesky", is_matrix=self.dim() == 2)
     return factor
 
 
-from ...lowerings.linalg_solve import lstsq_values
-from ...shape_fns.linalg_solve import lstsq_check, lstsq_values_shape
-from ..dispatch import run_node
-from ..ir import ATTR, TENSOR, Node
-
-
-class LinalgLstsq(Node):
-    """linalg.lstsq with its driver resolved and the residuals' presence decided."""
-
-    __slots__ = ()
-    op = name = "linalg_lstsq_values"
-    arg_kinds = (TENSOR, TENSOR, ATTR, ATTR, ATTR)
-    lower = staticmethod(lstsq_values)
-    output_shape = staticmethod(lstsq_values_shape)
-
-
 def impl_linalg_lstsq(self, b, rcond=None, *, driver=None):
-    from ...shape_fns.common import TensorMeta
-    from .tensor_ops import host_array
-
     driver = "gelsy" if driver is None else driver
     lstsq_check(TensorMeta(tuple(self.shape), self.dtype), TensorMeta(tuple(b.shape), b.dtype), driver)
     m, n = self.shape[-2:]
     residuals = m > n and driver != "gelsy"
-    solution, res, rank, sv = run_node(LinalgLstsq, (self, b, rcond, driver, residuals))
+    solution, res, rank, sv = run_node(node("linalg_lstsq_values"), (self, b, rcond, driver, residuals))
     if residuals and driver in ("gelsd", "gelss"):
         # Their residuals exist only when every matrix has full column rank: a shape
         # that depends on the values, so the ranks are read on the host.
         with X64:
             full = bool((jax_to_cpu(host_array(rank)) == n).all())
         if not full:
-            res = _registered(torch.ops.aten.new_zeros.default)(res, [0])
+            res = handler(torch.ops.aten.new_zeros.default)(res, [0])
     return solution, res, rank, sv

@@ -7,23 +7,14 @@ from __future__ import annotations
 
 import torch
 
-from ...lowerings.normalization import batch_norm_with_update
-from ...shape_fns.normalization import batch_norm_with_update_meta
-from ..dispatch import run_node, write_inplace
-from ..ir import ATTR, OPT_TENSOR, TENSOR, Node
-
-
-class NativeBatchNorm(Node):
-    __slots__ = ()
-    op = name = "native_batch_norm"
-    arg_kinds = (TENSOR, OPT_TENSOR, OPT_TENSOR, OPT_TENSOR, OPT_TENSOR, ATTR, ATTR, ATTR)
-    lower = staticmethod(batch_norm_with_update)
-    output_shape = staticmethod(batch_norm_with_update_meta)
+from ..exec.eager import run_node
+from ..exec.mutation import write_inplace
+from ..exec.registry import node
 
 
 def impl_native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
     out, mean, invstd, new_mean, new_var = run_node(
-        NativeBatchNorm, (input, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps))
+        node("batch_norm_with_update"), (input, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps))
     )
     if new_mean is not None:
         write_inplace(running_mean, new_mean)

@@ -9,109 +9,42 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from ...shape_fns.common import TensorMeta, to_numpy_dtype
-from .. import state
-from ..dispatch import X64, run_node, value
-from ..ir import ATTR, TENSOR, Node
-from ..tensor import from_array
-
-def key_array():
-    """A new JAX key, drawn from PyTorch's default CPU generator: torch.manual_seed,
-    fork_rng and get/set_rng_state govern our numbers too."""
-    with torch._C._DisableTorchDispatch():
-        seed = int(torch.empty((), dtype=torch.int64).random_())
-    with X64:
-        return jax.random.PRNGKey(seed)
-
-
-def next_key():
-    """A new key tensor (see key_array)."""
-    t = from_array(key_array())
-    if state.trace is not None and state.trace.probe is not None:
-        state.trace.probe.note_key(t._store)
-    return t
-
-
-class _RandomNode(Node):
-    __slots__ = ()
-    arg_kinds = (TENSOR, ATTR, ATTR)
-
-    @staticmethod
-    def output_shape(key, size, dtype):
-        return TensorMeta(tuple(size), dtype)
-
-
-class RandomNormal(_RandomNode):
-    __slots__ = ()
-    op = name = "random_normal"
-
-    @staticmethod
-    def lower(key, size, dtype):
-        return jax.random.normal(key, size, to_numpy_dtype(dtype))
-
-
-class RandomUniform(_RandomNode):
-    __slots__ = ()
-    op = name = "random_uniform"
-
-    @staticmethod
-    def lower(key, size, dtype):
-        return jax.random.uniform(key, size, to_numpy_dtype(dtype))
-
-
-class Dropout(Node):
-    __slots__ = ()
-    op = name = "dropout"
-    arg_kinds = (TENSOR, TENSOR, ATTR)
-
-    @staticmethod
-    def lower(key, x, p):
-        keep = jax.random.bernoulli(key, 1.0 - p, x.shape)
-        scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
-        return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros((), x.dtype)), keep
-
-    @staticmethod
-    def output_shape(key, x, p):
-        return x, TensorMeta(x.shape, torch.bool)
+from ...shape_fns.common import broadcast_shapes, scalar_type_name
+from ..core.context import context
+from ..core.convert import X64
+from ..core.tensor import from_array
+from ..exec.eager import run_node, value
+from ..exec.mutation import write_inplace
+from ..exec.registry import handler, node
 
 
 def impl_randn(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return run_node(RandomNormal, (next_key(), tuple(size), dtype or torch.get_default_dtype()))
+    return run_node(node("random_normal"), (tuple(size), dtype or torch.get_default_dtype()))
 
 
 def impl_rand(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return run_node(RandomUniform, (next_key(), tuple(size), dtype or torch.get_default_dtype()))
+    return run_node(node("random_uniform"), (tuple(size), dtype or torch.get_default_dtype()))
 
 
 def impl_native_dropout(input, p, train):
     if train is False:
-        from ..dispatch import _REGISTRY
-
-        clone = _REGISTRY[torch.ops.aten.clone.default](input)
-        ones = _REGISTRY[torch.ops.aten.ones_like.default](input, dtype=torch.bool)
+        clone = handler(torch.ops.aten.clone.default)(input)
+        ones = handler(torch.ops.aten.ones_like.default)(input, dtype=torch.bool)
         return clone, ones
-    return run_node(Dropout, (next_key(), input, float(p)))
+    return run_node(node("random_dropout"), (input, float(p)))
 
 
 def _key(generator=None):
-    """next_key, or a key drawn from an explicit torch.Generator."""
+    """A key drawn from an explicit torch.Generator; None (the runtime draws one) without."""
     if generator is None:
-        return next_key()
-    if state.trace is not None and state.trace.probe is not None:
-        state.trace.probe.fail("it draws random numbers from an explicit torch.Generator")
+        return None
+    if context.trace is not None:
+        context.trace.refuse_replay("it draws random numbers from an explicit torch.Generator")
     with torch._C._DisableTorchDispatch():
         seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
     with X64:
         key = jax.random.PRNGKey(seed)
     return from_array(key)
-
-
-def _compute_dtype(dtype):
-    # Reduced-precision floats sample in float32 and round once, like PyTorch CPU.
-    np_dtype = to_numpy_dtype(dtype)
-    if dtype in (torch.float16, torch.bfloat16):
-        return jnp.float32, np_dtype
-    return np_dtype, np_dtype
 
 
 # The largest value random_() draws (inclusive): 2**digits for floats (every integer
@@ -123,121 +56,13 @@ _RANDOM_HIGH = {
 }
 
 
-class Sample(Node):
-    """Numbers of one distribution with static parameters, in a shape and dtype."""
-
-    __slots__ = ()
-    op = name = "random_sample"
-    arg_kinds = (TENSOR, ATTR, ATTR, ATTR, ATTR)
-
-    @staticmethod
-    def lower(key, kind, shape, dtype, params):
-        compute, out = _compute_dtype(dtype)
-        if kind == "uniform":
-            low, high = params
-            return jax.random.uniform(key, shape, compute, low, high).astype(out)
-        if kind == "normal":
-            mean, std = params
-            return (mean + std * jax.random.normal(key, shape, compute)).astype(out)
-        if kind == "log_normal":
-            mean, std = params
-            return jnp.exp(mean + std * jax.random.normal(key, shape, compute)).astype(out)
-        if kind == "exponential":
-            (lambd,) = params
-            return (jax.random.exponential(key, shape, compute) / lambd).astype(out)
-        if kind == "cauchy":
-            median, sigma = params
-            return (median + sigma * jax.random.cauchy(key, shape, compute)).astype(out)
-        if kind == "geometric":
-            (p,) = params
-            u = jax.random.uniform(key, shape, jnp.float64, jnp.finfo(jnp.float64).tiny, 1.0)
-            # Trials up to the first success: ceil(log(u) / log(1 - p)), at least 1.
-            draws = jnp.maximum(jnp.ceil(jnp.log(u) / jnp.log1p(-p)), 1.0)
-            return draws.astype(out)
-        if kind == "bernoulli":
-            (p,) = params
-            return jax.random.bernoulli(key, p, shape).astype(out)
-        if kind == "integers":
-            low, high = params  # [low, high)
-            if high - low > 2**62:
-                # randint's maxval is exclusive and int64-bounded: draw 63 random bits.
-                bits = jax.random.bits(key, shape, jnp.uint64) >> jnp.uint64(1)
-                return (bits.astype(jnp.int64) + low).astype(out)
-            return jax.random.randint(key, shape, low, high, jnp.int64).astype(out)
-        if kind == "permutation":
-            (n,) = params
-            return jax.random.permutation(key, n).astype(out)
-        raise ValueError(kind)
-
-    @staticmethod
-    def output_shape(key, kind, shape, dtype, params):
-        return TensorMeta(tuple(shape), dtype)
-
-
 def _sample(kind, shape, dtype, params, generator=None):
-    return run_node(Sample, (_key(generator), kind, tuple(shape), dtype, tuple(params)))
+    return run_node(node("random_sample"), (kind, tuple(shape), dtype, tuple(float(p) for p in params)), _key(generator))
 
 
-class BernoulliTensor(Node):
-    """Bernoulli draws with per-element probabilities `p`, in `self`'s shape and dtype."""
-
-    __slots__ = ()
-    op = name = "bernoulli_tensor"
-    arg_kinds = (TENSOR, TENSOR, TENSOR)
-
-    @staticmethod
-    def lower(key, self, p):
-        u = jax.random.uniform(key, self.shape, jnp.float64 if p.dtype == jnp.float64 else jnp.float32)
-        return (u < jnp.broadcast_to(p, self.shape)).astype(self.dtype)
-
-    @staticmethod
-    def output_shape(key, self, p):
-        from ...shape_fns.common import broadcast_shapes
-
-        if broadcast_shapes(tuple(self.shape), tuple(p.shape)) != tuple(self.shape):
-            raise RuntimeError(f"expand: the shape of p {list(p.shape)} cannot be expanded to {list(self.shape)}")
-        return TensorMeta(tuple(self.shape), self.dtype)
-
-
-class NormalTensor(Node):
-    """mean + std * N(0, 1), broadcasting tensor and float means and deviations."""
-
-    __slots__ = ()
-    op = name = "normal_tensor"
-    arg_kinds = (TENSOR, TENSOR, TENSOR, ATTR, ATTR)
-
-    @staticmethod
-    def lower(key, mean, std, shape, dtype):
-        compute, out = _compute_dtype(dtype)
-        z = jax.random.normal(key, shape, compute)
-        return (mean.astype(compute) + std.astype(compute) * z).astype(out)
-
-    @staticmethod
-    def output_shape(key, mean, std, shape, dtype):
-        return TensorMeta(tuple(shape), dtype)
-
-
-class Multinomial(Node):
-    __slots__ = ()
-    op = name = "multinomial"
-    arg_kinds = (TENSOR, TENSOR, ATTR, ATTR)
-
-    @staticmethod
-    def lower(key, probs, num_samples, replacement):
-        p = probs.astype(jnp.float64) if probs.dtype == jnp.float64 else probs.astype(jnp.float32)
-        rows = p.reshape(-1, p.shape[-1])
-        logits = jnp.log(rows)  # zero probabilities are never drawn
-        if replacement:
-            draws = jax.random.categorical(key, logits, axis=-1, shape=(num_samples, rows.shape[0])).T
-        else:
-            # Gumbel top-k: k draws without replacement, weighted by the probabilities.
-            g = jax.random.gumbel(key, rows.shape, rows.dtype)
-            _, draws = jax.lax.top_k(logits + g, num_samples)
-        return draws.reshape(probs.shape[:-1] + (num_samples,)).astype(jnp.int64)
-
-    @staticmethod
-    def output_shape(key, probs, num_samples, replacement):
-        return TensorMeta(tuple(probs.shape[:-1]) + (num_samples,), torch.int64)
+def _integers(shape, dtype, low, high, generator=None):
+    """Integers in [low, high)."""
+    return run_node(node("random_integers"), (tuple(shape), dtype, int(low), int(high)), _key(generator))
 
 
 def _check_float(op, dtype):
@@ -289,21 +114,19 @@ def impl_bernoulli_p(self, p, *, generator=None):
 
 
 def impl_bernoulli(self, *, generator=None):
-    return run_node(BernoulliTensor, (_key(generator), self, self))
+    return run_node(node("random_bernoulli"), (self, self), _key(generator))
 
 
 def impl_bernoulli_Tensor(self, p, *, generator=None):
-    return run_node(BernoulliTensor, (_key(generator), self, p))
+    return run_node(node("random_bernoulli"), (self, p), _key(generator))
 
 
 def _normal(mean, std, shape, dtype, generator):
-    return run_node(NormalTensor, (_key(generator), mean, std, tuple(shape), dtype))
+    return run_node(node("random_normal_affine"), (mean, std, tuple(shape), dtype), _key(generator))
 
 
 def _tensor_like(x, ref):
-    from ..dispatch import _REGISTRY
-
-    return _REGISTRY[torch.ops.aten.scalar_tensor.default](float(x), dtype=ref)
+    return handler(torch.ops.aten.scalar_tensor.default)(float(x), dtype=ref)
 
 
 def impl_normal_Tensor_float(mean, std=1, *, generator=None):
@@ -317,8 +140,6 @@ def impl_normal_float_Tensor(mean, std, *, generator=None):
 
 
 def impl_normal_Tensor_Tensor(mean, std, *, generator=None):
-    from ...shape_fns.common import broadcast_shapes, promote_dtypes
-
     shape = broadcast_shapes(tuple(mean.shape), tuple(std.shape))
     dtype = torch.promote_types(mean.dtype, std.dtype)
     return _normal(mean, std, shape, dtype, generator)
@@ -337,7 +158,7 @@ def _check_range(low, high):
 
 def impl_randint_low(low, high, size, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
     _check_range(low, high)
-    return _sample("integers", size, dtype or torch.int64, (int(low), int(high)))
+    return _integers(size, dtype or torch.int64, low, high)
 
 
 def impl_randint(high, size, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
@@ -346,7 +167,7 @@ def impl_randint(high, size, *, dtype=torch.int64, layout=None, device=None, pin
 
 def impl_randint_like_low_dtype(self, low, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     _check_range(low, high)
-    return _sample("integers", self.shape, dtype or self.dtype, (int(low), int(high)))
+    return _integers(self.shape, dtype or self.dtype, low, high)
 
 
 def impl_randint_like(self, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -357,12 +178,12 @@ def impl_random(self, *, generator=None):
     high = _RANDOM_HIGH.get(self.dtype)
     if high is None:
         raise NotImplementedError(f'"random_" not implemented for \'{self.dtype}\'')
-    return _sample("integers", self.shape, self.dtype, (0, high + 1), generator)
+    return _integers(self.shape, self.dtype, 0, high + 1, generator)
 
 
 def impl_random_to(self, to, *, generator=None):
     _check_range(0, to)
-    return _sample("integers", self.shape, self.dtype, (0, int(to)), generator)
+    return _integers(self.shape, self.dtype, 0, to, generator)
 
 
 def impl_rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -376,7 +197,7 @@ def impl_randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=No
 def impl_randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
     if n < 0:
         raise RuntimeError(f"n must be non-negative, got{n}")
-    return _sample("permutation", (n,), dtype or torch.int64, (int(n),))
+    return run_node(node("random_permutation"), (int(n), dtype or torch.int64))
 
 
 @jax.jit
@@ -410,9 +231,9 @@ def impl_multinomial(self, num_samples, replacement=False, *, generator=None):
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
     if n > 2**24:
         raise RuntimeError("number of categories cannot exceed 2^24")
-    if not state.tracing:
+    if context.trace is None:
         _check_probabilities(value(self))
-    return run_node(Multinomial, (_key(generator), self, int(num_samples), bool(replacement)))
+    return run_node(node("random_multinomial"), (self, int(num_samples), bool(replacement)), _key(generator))
 
 
 def _rrelu_with_noise(self, noise, lower, upper, training, generator):
@@ -420,8 +241,6 @@ def _rrelu_with_noise(self, noise, lower, upper, training, generator):
     element <= 0 is scaled by a slope drawn from U(lower, upper), and `noise` records the
     slope of every element (1 where the input is positive); otherwise it is leaky_relu
     with the mean slope and `noise` is left alone."""
-    from ..dispatch import _type_name
-
     aten = torch.ops.aten
     if tuple(self.shape) != tuple(noise.shape):
         raise RuntimeError(
@@ -432,9 +251,9 @@ def _rrelu_with_noise(self, noise, lower, upper, training, generator):
         # PyTorch averages the bounds in double precision.
         return aten.leaky_relu.default(self, (float(lower) + float(upper)) / 2), None
     if not self.dtype.is_floating_point:
-        raise NotImplementedError(f"\"rrelu_with_noise_out_cpu\" not implemented for '{_type_name(self.dtype)}'")
+        raise NotImplementedError(f"\"rrelu_with_noise_out_cpu\" not implemented for '{scalar_type_name(self.dtype)}'")
     if noise.dtype != self.dtype:
-        raise RuntimeError(f"expected scalar type {_type_name(self.dtype)} but found {_type_name(noise.dtype)}")
+        raise RuntimeError(f"expected scalar type {scalar_type_name(self.dtype)} but found {scalar_type_name(noise.dtype)}")
     if float(lower) > float(upper):
         # PyTorch raises this only when it draws a slope (some element <= 0); the data
         # is not read on the host here, so it is raised for every input.
@@ -449,8 +268,6 @@ def _rrelu_with_noise(self, noise, lower, upper, training, generator):
 
 
 def impl_rrelu_with_noise(self, noise, lower=0.125, upper=0.3333333333333333, training=False, generator=None):
-    from ..dispatch import write_inplace
-
     result, new_noise = _rrelu_with_noise(self, noise, lower, upper, training, generator)
     if new_noise is not None:
         write_inplace(noise, new_noise)
@@ -458,8 +275,6 @@ def impl_rrelu_with_noise(self, noise, lower=0.125, upper=0.3333333333333333, tr
 
 
 def impl_rrelu_with_noise_(self, noise, lower=0.125, upper=0.3333333333333333, training=False, generator=None):
-    from ..dispatch import write_inplace
-
     result, new_noise = _rrelu_with_noise(self, noise, lower, upper, training, generator)
     if new_noise is not None:
         write_inplace(noise, new_noise)

@@ -6,10 +6,11 @@ import math
 
 import jax.numpy as jnp
 
-from ..dispatch import X64, restride_inplace
-from ..ir import Value
-from ..lazy import materialize
-from ..tensor import Storage, XlaTensor, contiguous_strides
+from ...shape_fns.storage_size import contiguous_nbytes_overflow, numel_overflows
+from ..core.convert import X64
+from ..core.tensor import Storage, XlaTensor, contiguous_strides
+from ..exec.eager import value
+from ..exec.mutation import restride_inplace
 
 
 def _channels_last_strides(size: tuple[int, ...]) -> tuple[int, ...]:
@@ -23,6 +24,12 @@ def impl_resize_(self, size, *, memory_format=None):
     size = tuple(size)
     if any(s < 0 for s in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
+    # PyTorch's order: the new sizes' element count, then the storage they need
+    # (Note [Overflowing sizes]; an XLA array of that size would abort the process).
+    if numel_overflows(size):
+        raise RuntimeError("numel: integer multiplication overflow")
+    if contiguous_nbytes_overflow(size, self.dtype.itemsize, self.storage_offset()):
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(size)}")
     if memory_format is None and tuple(self.shape) == size:
         return self  # as PyTorch: same sizes, no format asked for, strides kept
     if memory_format is torch.channels_last and len(size) == 4:
@@ -31,16 +38,21 @@ def impl_resize_(self, size, *, memory_format=None):
         strides = contiguous_strides(size)
     else:
         raise RuntimeError(f"resize_ with memory_format {memory_format} is not supported for a {len(size)}-d size")
+    if self._real:
+        raise RuntimeError(
+            "resize_ of a view of a complex tensor as reals (view_as_real, .real, .imag) is not supported: resize the "
+            "complex tensor, or clone() the view first"
+        )
     store = self._store
     offset = self.storage_offset()
     needed = offset + math.prod(size)
-    traced = store.value.__class__ is Value
-    capacity = math.prod(store.value.meta.shape if traced else store.value.shape)
+    capacity = math.prod(store.shape())
     if needed > capacity:
         # PyTorch grows the storage in place; here `self` gets a grown copy of it, so
         # other tensors still on the old storage no longer alias `self`.
+        whole = XlaTensor(store, store.shape(), self.dtype)
         with X64:
-            flat = jnp.ravel(materialize(store) if traced else store.value)
+            flat = jnp.ravel(value(whole))
             store = Storage(jnp.concatenate([flat, jnp.zeros(needed - capacity, flat.dtype)]))
     restride_inplace(self, XlaTensor(store, size, self.dtype, strides, offset))
     return self

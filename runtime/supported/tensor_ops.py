@@ -6,67 +6,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...shape_fns.common import TensorMeta, to_numpy_dtype
-from .. import state
-from ..dispatch import X64, cpu_to_jax, jax_to_cpu, run_node, value, _alias
-from ..inference import of_kind
-from ..ir import ATTR, SCALAR, TENSOR, Node, Value
-from ..lazy import materialize_value, traced_value
-from ..tensor import XlaTensor, from_array
-
-
-class CopyTo(Node):
-    """`src` broadcast to a shape and cast to a dtype: the value copy_ writes."""
-
-    __slots__ = ()
-    op = name = "copy_to"
-    arg_kinds = (TENSOR, ATTR, ATTR)
-
-    @staticmethod
-    def lower(src, shape, dtype):
-        import jax.numpy as jnp
-
-        from ...lowerings.common import cast
-
-        return jnp.broadcast_to(cast(src, to_numpy_dtype(dtype)), shape)
-
-    @staticmethod
-    def output_shape(src, shape, dtype):
-        from ...shape_fns.common import broadcast_shapes
-
-        if broadcast_shapes(tuple(src.shape), tuple(shape)) != tuple(shape):
-            raise RuntimeError(f"The size of tensor a ({shape}) must match the size of tensor b ({src.shape})")
-        return TensorMeta(tuple(shape), dtype)
-
-
-def _host_value(t):
-    """The concrete array of a tensor, running the pending trace if needed."""
-    if state.tracing:
-        return materialize_value(traced_value(t))
-    return value(t)
-
-
-def host_array(t) -> np.ndarray:
-    """A tensor's values as a read-only NumPy array, for reads on the host (`.cpu()`,
-    `.item()`, `to_torch`, data-dependent ops). A view of a concrete storage is applied
-    to the storage's buffer with NumPy strides, as PyTorch reads a CPU view, instead of
-    running a strided read in JAX: a call into XLA costs more than the copy that follows."""
-    if state.tracing:
-        return np.asarray(materialize_value(traced_value(t)))
-    store = t._store
-    base = store.value
-    if base.__class__ is not Value:
-        host = np.asarray(base)
-        if t._whole:
-            return host
-        shape = tuple(t.shape)
-        if 0 in shape:  # PyTorch lets an empty view's offset lie past the storage's end
-            return np.empty(shape, host.dtype)
-        if host.flags.c_contiguous:
-            itemsize = host.itemsize
-            return np.ndarray(shape, host.dtype, buffer=host.reshape(-1), offset=t.storage_offset() * itemsize,
-                              strides=tuple(s * itemsize for s in t.stride()))
-    return np.asarray(value(t))
+from ...shape_fns.storage_size import check_strided_storage_size
+from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
+from ..core.tensor import XlaTensor, from_array
+from ..core.views import as_complex_layout, as_real_layout
+from ..exec.eager import run_node
+from ..exec.mutation import alias, of_kind, write_inplace
+from ..exec.registry import node
 
 
 def _on_device(t):
@@ -90,14 +36,14 @@ def impl__to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None
                 return self.to(dtype=dtype, copy=True)
         with X64:
             return jax_to_cpu(host_array(self)).to(dtype)
-    return run_node(CopyTo, (_on_device(self), tuple(self.shape), dtype))
+    return run_node(node("copy_to"), (_on_device(self), tuple(self.shape), dtype))
 
 
 def impl_copy(self, src, non_blocking=False):
     if not isinstance(self, XlaTensor):
         with X64:
             return from_array(cpu_to_jax(_host_cpu(src).to(self.dtype).expand(self.shape).contiguous()))
-    return run_node(CopyTo, (_on_device(src), tuple(self.shape), self.dtype))
+    return run_node(node("copy_to"), (_on_device(src), tuple(self.shape), self.dtype))
 
 
 def _host_cpu(t):
@@ -107,7 +53,8 @@ def _host_cpu(t):
 
 
 def impl_alias(self):
-    return _alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset(), base=self)
+    return alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset(), real=self._real,
+                 base=self)
 
 
 def impl_detach(self):
@@ -118,9 +65,7 @@ def impl_empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_
     # Zeros, from the zeros op's cached executable: jnp.zeros called eagerly runs JAX's
     # op-by-op dispatch, 75 to 113 us per torch.empty against 17 us this way, and every
     # BatchNorm call makes one (cuDNN's empty reserve space).
-    from ... import ir  # the generated IR classes (ir.py imports this module)
-
-    return run_node(ir.Zeros, (tuple(size), dtype or torch.get_default_dtype(), None, None, None))
+    return run_node(node("zeros"), (tuple(size), dtype or torch.get_default_dtype(), None, None, None))
 
 
 def impl__efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -140,26 +85,6 @@ def impl_nonzero(self):
         return from_array(jnp.asarray(idx.reshape(-1, self.dim())))
 
 
-class IntegerRange(Node):
-    """start + step * [0, n) in int64, cast to an integer dtype: what PyTorch's arange
-    computes for integer start and step (its accumulator type for integers is int64)."""
-
-    __slots__ = ()
-    op = name = "integer_range"
-    arg_kinds = (SCALAR, SCALAR, ATTR, ATTR)
-
-    @staticmethod
-    def lower(start, step, n, dtype):
-        import jax.numpy as jnp
-
-        iota = jnp.arange(n, dtype=jnp.int64)
-        return (jnp.int64(start) + jnp.int64(step) * iota).astype(to_numpy_dtype(dtype))
-
-    @staticmethod
-    def output_shape(start, step, n, dtype):
-        return TensorMeta((n,), dtype)
-
-
 def impl_arange_start_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
     # The length depends on the values: PyTorch computes it (and validates the
     # arguments) on the host, and so do we. A range of Python integers (positions,
@@ -167,7 +92,7 @@ def impl_arange_start_step(start, end, step=1, *, dtype=None, layout=None, devic
     # whose floating-point rounding (vectorized or not, by position) we do not reproduce.
     n = _integer_range_length(start, end, step, dtype)
     if n is not None:
-        return run_node(IntegerRange, (start, step, n, dtype or torch.int64))
+        return run_node(node("integer_range"), (start, step, n, dtype or torch.int64))
     with torch._C._DisableTorchDispatch():
         cpu = torch.arange(start, end, step, dtype=dtype)
     return from_array(cpu_to_jax(cpu))
@@ -193,9 +118,24 @@ def impl_arange_start(start, end, *, dtype=None, layout=None, device=None, pin_m
     return impl_arange_start_step(start, end, 1, dtype=dtype)
 
 
+def impl_range_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # torch.range (deprecated, end included): a short host computation, like arange's
+    # floating ranges, with PyTorch's checks and its accumulation order.
+    with torch._C._DisableTorchDispatch():
+        cpu = torch.ops.aten.range.step(start, end, step, dtype=dtype)
+    return from_array(cpu_to_jax(cpu))
+
+
+def impl_range(start, end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return impl_range_step(start, end, 1, dtype=dtype)
+
+
 def impl_empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     # A fresh contiguous tensor: nothing can observe the requested strides before a
-    # write, and PyTorch's own users (copy, clone) only need the size.
+    # write, and PyTorch's own users (copy, clone) only need the size. The strides
+    # still decide whether PyTorch can allocate it (Note [Overflowing sizes]).
+    if all(n >= 0 for n in size):  # else the zeros below raise PyTorch's error for that
+        check_strided_storage_size(size, stride, dtype or torch.get_default_dtype())
     return impl_empty_memory_format(size, dtype=dtype)
 
 
@@ -223,15 +163,13 @@ def impl_lift_fresh(self):
 def impl__conj(self):
     # PyTorch returns a view with the conjugate bit set, resolved lazily. The runtime has
     # no conjugated views: the conjugate is materialised, so a write into it does not
-    # reach `self` (documented in docs/coverage.md).
+    # reach `self` (docs/semantics.md).
     return of_kind(self, torch.ops.aten._conj_physical.default(self))
 
 
 def impl_polygamma_(self, n):
     # The in-place form puts `self` first, so torchgen does not group it with the
     # functional polygamma(n, self) and nothing derives it.
-    from ..dispatch import write_inplace
-
     return write_inplace(self, torch.ops.aten.polygamma.default(n, self))
 
 
@@ -239,58 +177,24 @@ def impl_conj_physical_(self):
     # A real tensor is its own conjugate: PyTorch returns it untouched.
     if not self.is_complex():
         return self
-    from ..dispatch import write_inplace
-
     return write_inplace(self, torch.ops.aten._conj_physical.default(self))
 
 
 # view_as_real / view_as_complex reinterpret PyTorch's memory (a complex element is two
-# reals side by side). A storage here holds one JAX array of one dtype, so these return
-# the reinterpreted values as new tensors: right values everywhere, but a write into the
-# result does not reach `self` (docs/semantics.md).
-
-
-class ViewAsReal(Node):
-    __slots__ = ()
-    op = name = "view_as_real"
-    arg_kinds = (TENSOR,)
-
-    @staticmethod
-    def lower(self):
-        import jax.numpy as jnp
-
-        return jnp.stack([jnp.real(self), jnp.imag(self)], axis=-1)
-
-    @staticmethod
-    def output_shape(self):
-        if not self.dtype.is_complex:
-            raise RuntimeError("view_as_real is only supported for complex tensors")
-        return TensorMeta(tuple(self.shape) + (2,), self.dtype.to_real())
-
-
-class ViewAsComplex(Node):
-    __slots__ = ()
-    op = name = "view_as_complex"
-    arg_kinds = (TENSOR,)
-
-    @staticmethod
-    def lower(self):
-        return self[..., 0] + 1j * self[..., 1]
-
-    @staticmethod
-    def output_shape(self):
-        if self.dtype not in (torch.float32, torch.float64):
-            raise RuntimeError(
-                "view_as_complex is only supported for float and double tensors, but got a tensor of scalar type: "
-                f"{self.dtype}"
-            )
-        if not self.shape or self.shape[-1] != 2:
-            raise RuntimeError("Tensor must have a last dimension of size 2")
-        return TensorMeta(tuple(self.shape[:-1]), self.dtype.to_complex())
+# reals side by side). view_as_real of a complex tensor is a view of its storage as
+# reals (`_real`, Note [Views and mutation] in runtime/core/tensor.py), and so are
+# z.real and z.imag, which PyTorch builds on it: writes through them land in z.
+# view_as_complex of such a view is a complex view of the storage again. A storage holds
+# an array of one dtype, so view_as_complex of any other real tensor computes the
+# complex values into a new tensor: right values, but a write into the result does not
+# reach `self` (docs/semantics.md).
 
 
 def impl_view_as_real(self):
-    return of_kind(self, run_node(ViewAsReal, (self,)))
+    if self.__class__ is not XlaTensor or not self.is_complex():
+        return run_node(node("complex_as_pairs"), (self,))  # raises PyTorch's error for a real tensor
+    size, stride, offset = as_real_layout(tuple(self.shape), self.stride(), self.storage_offset())
+    return alias(self._store, self.dtype.to_real(), size, stride, offset, real=True, base=self)
 
 
 def impl_view_as_complex(self):
@@ -301,4 +205,8 @@ def impl_view_as_complex(self):
             raise RuntimeError("Tensor must have a stride divisible by 2 for all but last dimension")
         if self.storage_offset() % 2:
             raise RuntimeError("Tensor must have a storage_offset divisible by 2")
-    return of_kind(self, run_node(ViewAsComplex, (self,)))
+    if self.__class__ is XlaTensor and self._real:
+        layout = as_complex_layout(tuple(self.shape), self.stride(), self.storage_offset())
+        if layout is not None:
+            return alias(self._store, self.dtype.to_complex(), *layout, base=self)
+    return of_kind(self, run_node(node("pairs_as_complex"), (self,)))

@@ -11,13 +11,15 @@ import torch
 @dataclass
 class Case:
     """A model with its inputs: `model(*inputs)` is the forward pass and
-    `loss_fn(output, target)` the training loss (a scalar tensor)."""
+    `loss_fn(output, target)` the training loss (a scalar tensor). Inference runs under
+    torch.no_grad(), or torch.inference_mode() with `inference_mode`."""
 
     model: torch.nn.Module
     inputs: tuple[Any, ...]
     target: Any
     loss_fn: Callable[[Any, Any], torch.Tensor]
     kwargs: dict[str, Any] | None = None
+    inference_mode: bool = False
 
 
 @dataclass(frozen=True)

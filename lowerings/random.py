@@ -1,0 +1,106 @@
+"""Random numbers from JAX's generator: the runtime's internal random nodes. Each takes
+the key the runtime drew for its call as `ctx.key` (an operand, so a traced loop gets new
+numbers every step without recompiling)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from ..shape_fns.common import to_numpy_dtype
+
+
+def _compute_dtype(dtype):
+    # Reduced-precision floats sample in float32 and round once, like PyTorch CPU.
+    np_dtype = to_numpy_dtype(dtype)
+    if dtype in (torch.float16, torch.bfloat16):
+        return jnp.float32, np_dtype
+    return np_dtype, np_dtype
+
+
+def lower_random_normal(size, dtype, *, ctx):
+    return jax.random.normal(ctx.key, size, to_numpy_dtype(dtype))
+
+
+def lower_random_uniform(size, dtype, *, ctx):
+    return jax.random.uniform(ctx.key, size, to_numpy_dtype(dtype))
+
+
+def lower_random_dropout(input, p, *, ctx):
+    """(input with elements zeroed with probability p and the rest scaled by 1 / (1 - p),
+    the mask of kept elements)."""
+    keep = jax.random.bernoulli(ctx.key, 1.0 - p, input.shape)
+    scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
+    return jnp.where(keep, input * jnp.asarray(scale, input.dtype), jnp.zeros((), input.dtype)), keep
+
+
+def lower_random_sample(kind, shape, dtype, params, *, ctx):
+    """Numbers of one distribution with static parameters, in a shape and dtype."""
+    key = ctx.key
+    compute, out = _compute_dtype(dtype)
+    if kind == "uniform":
+        low, high = params
+        return jax.random.uniform(key, shape, compute, low, high).astype(out)
+    if kind == "normal":
+        mean, std = params
+        return (mean + std * jax.random.normal(key, shape, compute)).astype(out)
+    if kind == "log_normal":
+        mean, std = params
+        return jnp.exp(mean + std * jax.random.normal(key, shape, compute)).astype(out)
+    if kind == "exponential":
+        (lambd,) = params
+        return (jax.random.exponential(key, shape, compute) / lambd).astype(out)
+    if kind == "cauchy":
+        median, sigma = params
+        return (median + sigma * jax.random.cauchy(key, shape, compute)).astype(out)
+    if kind == "geometric":
+        (p,) = params
+        u = jax.random.uniform(key, shape, jnp.float64, jnp.finfo(jnp.float64).tiny, 1.0)
+        # Trials up to the first success: ceil(log(u) / log(1 - p)), at least 1.
+        draws = jnp.maximum(jnp.ceil(jnp.log(u) / jnp.log1p(-p)), 1.0)
+        return draws.astype(out)
+    if kind == "bernoulli":
+        (p,) = params
+        return jax.random.bernoulli(key, p, shape).astype(out)
+    raise ValueError(kind)
+
+
+def lower_random_integers(shape, dtype, low, high, *, ctx):
+    """Integers in [low, high), drawn in int64 and cast to `dtype`."""
+    if high - low > 2**62:
+        # randint's maxval is exclusive and int64-bounded: draw 63 random bits.
+        bits = jax.random.bits(ctx.key, shape, jnp.uint64) >> jnp.uint64(1)
+        return (bits.astype(jnp.int64) + low).astype(to_numpy_dtype(dtype))
+    return jax.random.randint(ctx.key, shape, low, high, jnp.int64).astype(to_numpy_dtype(dtype))
+
+
+def lower_random_permutation(n, dtype, *, ctx):
+    return jax.random.permutation(ctx.key, n).astype(to_numpy_dtype(dtype))
+
+
+def lower_random_bernoulli(self, p, *, ctx):
+    """Bernoulli draws with per-element probabilities `p`, in `self`'s shape and dtype."""
+    u = jax.random.uniform(ctx.key, self.shape, jnp.float64 if p.dtype == jnp.float64 else jnp.float32)
+    return (u < jnp.broadcast_to(p, self.shape)).astype(self.dtype)
+
+
+def lower_random_normal_affine(mean, std, shape, dtype, *, ctx):
+    """mean + std * N(0, 1), broadcasting tensor and float means and deviations."""
+    compute, out = _compute_dtype(dtype)
+    z = jax.random.normal(ctx.key, shape, compute)
+    return (mean.astype(compute) + std.astype(compute) * z).astype(out)
+
+
+def lower_random_multinomial(probs, num_samples, replacement, *, ctx):
+    key = ctx.key
+    p = probs.astype(jnp.float64) if probs.dtype == jnp.float64 else probs.astype(jnp.float32)
+    rows = p.reshape(-1, p.shape[-1])
+    logits = jnp.log(rows)  # zero probabilities are never drawn
+    if replacement:
+        draws = jax.random.categorical(key, logits, axis=-1, shape=(num_samples, rows.shape[0])).T
+    else:
+        # Gumbel top-k: k draws without replacement, weighted by the probabilities.
+        g = jax.random.gumbel(key, rows.shape, rows.dtype)
+        _, draws = jax.lax.top_k(logits + g, num_samples)
+    return draws.reshape(probs.shape[:-1] + (num_samples,)).astype(jnp.int64)

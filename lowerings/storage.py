@@ -1,0 +1,93 @@
+"""Internal nodes of the runtime's storage model (Note [Views and mutation] in
+runtime/core/tensor.py): reading and writing a view of a storage, the cast of a value
+written into a tensor of another dtype, and the value `copy_` writes."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from ..shape_fns.common import NUMPY_TO_TORCH, to_numpy_dtype
+from ..shape_fns.storage_size import check_storage_size
+from .common import cast
+
+
+def _slice_plan(numel: int, size, stride, offset):
+    """How to read a strided view with slices, reshapes and a transpose instead of a
+    gather: possible when the non-broadcast dims, ordered by stride, nest without
+    overlap (each stride a multiple of the next, each extent within the next stride),
+    which covers transposes, slices with steps, selects and diagonals."""
+    dims = [(i, n, s) for i, (n, s) in enumerate(zip(size, stride)) if n != 1 and s != 0]
+    dims.sort(key=lambda d: -d[2])
+    for (_, _, sa), (_, nb, sb) in zip(dims, dims[1:]):
+        if sb <= 0 or sa % sb or nb * sb > sa:
+            return None
+    if dims and dims[-1][2] <= 0:
+        return None
+    length = dims[0][1] * dims[0][2] if dims else 1
+    block = [dims[0][1]] if dims else [1]
+    block += [a[2] // b[2] for a, b in zip(dims, dims[1:])]
+    block += [dims[-1][2]] if dims else [1]
+    return dims, length, tuple(block), max(0, offset + length - numel)
+
+
+def lower_strided_read(base, size, stride, offset):
+    """The view (size, stride, offset) of `base` read as a flat buffer."""
+    check_storage_size(size, NUMPY_TO_TORCH[base.dtype])  # an expanded view may not fit: Note [Overflowing sizes]
+    flat = base.reshape(-1)
+    if math.prod(size) == 0:
+        return jnp.zeros(size, base.dtype)
+    plan = _slice_plan(flat.shape[0], size, stride, offset)
+    if plan is None:
+        index = offset + sum(
+            jnp.arange(n, dtype=jnp.int64).reshape([n if j == i else 1 for j in range(len(size))]) * s
+            for i, (n, s) in enumerate(zip(size, stride))
+        )
+        return flat[index]
+    dims, length, block, pad = plan
+    if pad:
+        flat = jnp.pad(flat, (0, pad))
+    seg = jax.lax.slice(flat, (offset,), (offset + length,)).reshape(block)
+    index = (slice(None),) + tuple(slice(0, d[1]) for d in dims[1:]) + (0,)
+    picked = seg[index] if dims else seg.reshape(())
+    order = [d[0] for d in dims]
+    picked = jnp.transpose(picked, sorted(range(len(order)), key=lambda k: order[k]))
+    kept = sorted(order)
+    shape = [size[i] if i in kept else 1 for i in range(len(size))]
+    return jnp.broadcast_to(picked.reshape(shape), size)
+
+
+def lower_strided_write(base, src, size, stride, offset):
+    """`base` with the view (size, stride, offset) replaced by `src` (broadcast to size)."""
+    check_storage_size(size, NUMPY_TO_TORCH[base.dtype])
+    src = jnp.broadcast_to(src.astype(base.dtype), size)
+    flat = base.reshape(-1)
+    index = offset + sum(
+        jnp.arange(n, dtype=jnp.int64).reshape([n if j == i else 1 for j in range(len(size))]) * s
+        for i, (n, s) in enumerate(zip(size, stride))
+    )
+    return flat.at[jnp.asarray(index).reshape(-1)].set(src.reshape(-1)).reshape(base.shape)
+
+
+def lower_cast_to(self, dtype):
+    """A value written into a tensor of another dtype, cast as the write casts it."""
+    return self.astype(to_numpy_dtype(dtype))
+
+
+def lower_copy_to(src, shape, dtype):
+    """`src` broadcast to a shape and cast to a dtype: the value copy_ writes."""
+    return jnp.broadcast_to(cast(src, to_numpy_dtype(dtype)), shape)
+
+
+def lower_complex_as_pairs(self):
+    """view_as_real's values: real and imaginary parts side by side in a last dim of 2."""
+    return jnp.stack([jnp.real(self), jnp.imag(self)], axis=-1)
+
+
+def lower_pairs_as_complex(self):
+    """view_as_complex's values: a last dim of 2 read as (real, imaginary). Built by
+    lax.complex, not re + 1j * im, whose product turns an infinite imaginary part into
+    a NaN real one."""
+    return jax.lax.complex(self[..., 0], self[..., 1])

@@ -1,0 +1,188 @@
+"""Values between PyTorch CPU and JAX, and host reads of our tensors' values.
+
+JAX runs 32-bit unless told otherwise; PyTorch's int64/float64 need its x64 mode, which
+this package enters only around its own JAX calls (`X64`).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from ...shape_fns.common import TORCH_TO_NUMPY
+from ..platform.executable_cache import eager_jit
+from .context import context
+from .sharing import wait_for_write
+from .tensor import NO_VALUE_MESSAGE
+from .views import strided_read_jit
+
+
+class _X64(threading.local):
+    """Re-entrant `jax.enable_x64(True)`: PyTorch's int64/float64 need JAX's x64 mode,
+    scoped to our calls so other JAX code in the process is not affected. (One reused
+    jax context object is not re-entrant, and nesting happens: an op implementation may
+    call other ops.) JAX's setting is per thread, and so is the nesting depth."""
+
+    def __init__(self):
+        self.depth = 0
+        self.cm = jax.enable_x64(True)
+
+    def __enter__(self):
+        depth = self.depth  # one read and one write of the thread's state each way
+        if not depth:
+            self.cm.__enter__()
+        self.depth = depth + 1
+
+    def __exit__(self, *exc):
+        depth = self.depth - 1
+        self.depth = depth
+        if not depth:
+            self.cm.__exit__(*exc)
+
+
+X64 = _X64()
+
+
+def cpu_to_jax(t: torch.Tensor) -> jax.Array:
+    if t.dim() > 64:
+        raise RuntimeError("only tensors with up to 64 dims are supported")  # NumPy's limit, and PyTorch's
+    t = t.detach().resolve_conj().resolve_neg()
+    if t.dtype == torch.bfloat16:
+        arr = t.contiguous().view(torch.int16).numpy().view(TORCH_TO_NUMPY[torch.bfloat16])
+    else:
+        arr = t.contiguous().numpy()
+    with X64:
+        return _from_host(arr)
+
+
+# The copy of a host array into a buffer of XLA's own (one an in-place op can donate:
+# device_put's buffers are not reliably donated, and it shares memory NumPy does not
+# own, like a torch tensor's). One executable per shape, as jnp.asarray compiles, but
+# counted against config.eager_cache_bytes (Note [Memory of eager executables]).
+_from_host = eager_jit(lambda a: jnp.array(a, copy=True))
+
+
+def host_tensor(arr: np.ndarray) -> torch.Tensor:
+    """A CPU tensor sharing `arr`'s memory, also inside the environment (which moves the
+    tensors torch.tensor and torch.from_numpy create to our device)."""
+    if not torch._C._len_torch_dispatch_stack():
+        return torch.from_numpy(arr)
+    with torch._C._DisableTorchDispatch():
+        return torch.from_numpy(arr)
+
+
+_NUMPY_BFLOAT16 = TORCH_TO_NUMPY[torch.bfloat16]
+
+
+def jax_to_cpu(a: jax.Array) -> torch.Tensor:
+    arr = np.asarray(a)
+    if arr.dtype == _NUMPY_BFLOAT16:
+        return host_tensor(arr.view(np.int16).copy()).view(torch.bfloat16)
+    return host_tensor(arr.copy())
+
+
+# ---------------------------------------------------------------- sharing memory
+# Where the memory can be shared instead of copied: the Dynamo backend's graph inputs
+# and outputs, and interop's to_jax of CPU tensors.
+
+_NUMPY_SHOWN = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
+                torch.uint8, torch.bool, torch.complex64, torch.complex128}
+_NUMPY_SHOWN_ARRAYS = frozenset(np.dtype(TORCH_TO_NUMPY[d]) for d in _NUMPY_SHOWN)
+# From this size on, handing a result buffer to torch through DLPack (5 to 30 us,
+# whatever the size) beats copying it (about 0.6 ms per MB here).
+_HANDOVER_BYTES = 1 << 16
+
+
+def numpy_view(t: torch.Tensor) -> np.ndarray | None:
+    """A NumPy view of a CPU tensor's memory, or None where NumPy cannot show it as it
+    is (conjugate or negative bits, dtypes NumPy lacks). `jax.jit` reads such an
+    argument in place, for 2 to 3 us whatever its size; making a JAX array of it first
+    costs 18 to 60 us."""
+    if t.is_conj() or t.is_neg():
+        return None
+    t = t.detach()
+    if t.dtype in _NUMPY_SHOWN:
+        return t.numpy()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_NUMPY_BFLOAT16)
+    return None
+
+
+def shared_array(t: torch.Tensor) -> jax.Array | None:
+    """A JAX array on the CPU tensor's own memory (DLPack), or None where XLA would copy
+    it (DLPack copies a buffer XLA cannot use in place, an unaligned one, say)."""
+    if t.is_conj() or t.is_neg():
+        return None
+    try:
+        with X64:
+            arr = jax.dlpack.from_dlpack(t.detach())
+    except Exception:
+        return None
+    return arr if arr.unsafe_buffer_pointer() == t.data_ptr() else None
+
+
+def jax_to_cpu_handover(a: jax.Array) -> torch.Tensor:
+    """A CPU tensor of a fresh result buffer that JAX no longer refers to: small ones are
+    copied through NumPy (1 to 3 us), larger ones handed over by DLPack without a copy."""
+    if a.dtype in _NUMPY_SHOWN_ARRAYS and a.nbytes < _HANDOVER_BYTES:
+        return torch.from_numpy(np.array(a))
+    return torch.from_dlpack(a)
+
+
+def host_array(t) -> np.ndarray:
+    """A tensor's values as a read-only NumPy array, for reads on the host (`.cpu()`,
+    `.item()`, `to_torch`, data-dependent ops). While this thread traces, the trace
+    gives the value (running what it recorded, and telling compile() what was read).
+    A view of a concrete storage is applied to the storage's buffer with NumPy strides,
+    as PyTorch reads a CPU view, instead of running a strided read in JAX: a call into
+    XLA costs more than the copy that follows."""
+    trace = context.trace
+    if trace is not None:
+        return np.asarray(trace.host_value(t))
+    store = t._store
+    base = store.array
+    if base is None or store.pending is not None:
+        base = current_array(store)
+    host = np.asarray(base)
+    if t._whole:
+        return host
+    shape = tuple(t.shape)
+    if t._real:  # a view of complex memory as reals: the same bytes, two reals per element
+        host = np.ascontiguousarray(host).reshape(-1).view(TORCH_TO_NUMPY[t.dtype])
+    if 0 in shape:  # PyTorch lets an empty view's offset lie past the storage's end
+        return np.empty(shape, host.dtype)
+    if host.flags.c_contiguous:
+        itemsize = host.itemsize
+        return np.ndarray(shape, host.dtype, buffer=host.reshape(-1), offset=t.storage_offset() * itemsize,
+                          strides=tuple(s * itemsize for s in t.stride()))
+    with X64:
+        return np.asarray(strided_read_jit(base, shape, tuple(t.stride()), t.storage_offset()))
+
+
+def current_array(store) -> jax.Array:
+    """The array of a storage that a trace holds (or that has none): Note [Per-thread
+    trace] in context.py. The thread of that trace runs what it recorded; any other
+    thread reads the array from before the trace, as if it ran first, and waits for a
+    write in flight in another thread (Note [Threads and storages] in sharing.py)."""
+    while True:
+        trace = store.owner
+        if trace is not None and trace is context.trace:
+            return trace.materialize(store)
+        array = store.array
+        if array is not None:
+            return array
+        if not wait_for_write(store):
+            break
+    array = store.array  # a write that ended before the wait began
+    if array is not None:
+        return array
+    if store.owner is not None:
+        raise RuntimeError(
+            "this tensor is made by ops that another thread is recording (compile() or lazy_mode()) and that have "
+            "not run yet: read it in that thread, or after its traced call returns or mark_step() runs"
+        )
+    raise RuntimeError(NO_VALUE_MESSAGE)

@@ -1,0 +1,324 @@
+"""XlaTensor: a torch.Tensor backed by JAX.
+
+Note [Views and mutation]
+Tensors share a Storage, exactly as PyTorch tensors share memory: a Storage holds
+one array (a jax.Array; a JAX tracer inside a JAX transformation) in the shape of the
+tensor that created it, and every tensor on it has PyTorch's size, stride and storage offset
+into that value read as a flat, contiguous buffer. A tensor that spans its whole
+storage contiguously (`_whole`) reads the value directly; any other view reads it
+through a strided gather (runtime/core/views.py; inside the consuming op's executable for
+views from offset 0, Note [Fused view reads] in runtime/exec/eager.py) and writes
+through a strided scatter, so a write through any view lands in the base and in every
+other view of it, as in PyTorch. View ops compute new sizes and strides only (no JAX
+work); mutation replaces the storage's value and bumps its version, which invalidates
+cached view values. The new value always has the old one's shape and dtype: a tensor
+that needs another (resize_ beyond the storage) gets a new Storage, so compile()'s
+replay guards a storage's identity, not its array's shape.
+
+A storage holds one array of one dtype, while PyTorch can view a complex tensor's memory
+as reals (`view_as_real`, and so `z.real` and `z.imag`): each complex element is two
+reals side by side. A tensor with `_real` set is such a view of a complex storage: its
+size, stride and offset count reals in the storage's array read as pairs
+(core/views.py `real_pairs`), and a write through it lands in the complex array
+(`complex_from_pairs`), so `z.real.mul_(2)` and `z.imag[1] = -1` change `z` as in
+PyTorch. Such a view is never `_whole`, so only the view paths (strided reads and
+writes) ask for the flag; every other tensor reads the class default, False.
+
+While a trace records (Note [Per-thread trace] in core/context.py), the storages it
+reads or writes also hold their IR value (`pending`) and the trace that owns it
+(`owner`); the trace's sync writes the results into `array` and clears both. A
+storage the trace wrote has no array until then (`array` None), so nothing can read a
+value from before the write: the owning thread runs the trace to read it, any other
+thread is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Any
+
+import jax
+import torch
+from torch.utils.backend_registration import _DummyBackendModule, _setup_privateuseone_for_python_backend
+
+from ...shape_fns.common import NUMPY_TO_TORCH
+from ..platform import hook_errors
+from ..platform.device_guard import install_native_device_guard
+from .autocast import install_autocast_fallthrough, install_autocast_kernels
+from .device_storage import DeviceStorage, pickled_form, storage_address
+from .inference import made_like
+from .sharing import wait_for_write
+
+DEVICE_NAME = "jax"
+
+
+class _DeviceModule(_DummyBackendModule):
+    """`torch.jax`: PyTorch's placeholder device module, plus what autocast and activation
+    checkpointing ask of it: autocast's supported dtypes (Note [Autocast] in
+    core/autocast.py), and each device's random state, which checkpointing saves and
+    restores. Our random numbers are drawn from PyTorch's CPU generator
+    (runtime/supported/random.py), so the device has no random state of its own."""
+
+    def device(self, index: Any) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    def get_rng_state(self, device: Any = None) -> torch.Tensor:
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_rng_state(self, new_state: torch.Tensor, device: Any = None) -> None:
+        pass
+
+    def get_amp_supported_dtype(self) -> list[torch.dtype]:
+        # torch.autocast("jax", ...) asks this first: the kernels are registered then.
+        install_autocast_kernels()
+        return [torch.bfloat16, torch.float16]
+
+
+def _register_device() -> torch.device:
+    # A renamed PrivateUse1 device must also be registered as a Python backend, or
+    # autograd aborts the process on backward() ("PyTorch is not linked with support for
+    # jax devices").
+    if torch._C._get_privateuse1_backend_name() != DEVICE_NAME:
+        _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_DeviceModule())
+        install_native_device_guard()  # Note [Native device guard]
+        install_autocast_fallthrough()  # Note [Autocast] in core/autocast.py
+    return torch.device(DEVICE_NAME, 0)
+
+
+DEVICE = _register_device()
+
+
+NO_VALUE_MESSAGE = (
+    "this tensor was made inside a traced call (compile() or lazy_mode()) whose recorded ops could not run, so it "
+    "holds no value: recompute it"
+)
+
+
+class Storage:
+    """Shared memory of a family of views; see Note [Views and mutation]."""
+
+    __slots__ = ("array", "pending", "owner", "version", "__weakref__")
+
+    def __init__(self, array: Any):
+        self.array = array
+        self.pending = None  # the IR Value the owning trace gave this storage
+        self.owner = None  # that trace
+        self.version = 0
+
+    def shape(self) -> tuple[int, ...]:
+        while True:
+            pending, array = self.pending, self.array
+            if pending is not None:
+                return tuple(pending.meta.shape)
+            if array is not None:
+                return tuple(array.shape)
+            # a write in flight in another thread (Note [Threads and storages]), or none
+            if not wait_for_write(self) and self.array is None and self.pending is None:
+                raise RuntimeError(NO_VALUE_MESSAGE)
+
+
+_NO_KWARGS: dict[str, Any] = {}
+_dispatch: Any = None
+
+
+def register_dispatcher(dispatch: Any) -> None:
+    """Every op on an XlaTensor goes to `dispatch(func, args, kwargs)`: the torch entry
+    of the frontends layer, which registers itself here at install (this layer cannot
+    import it)."""
+    global _dispatch
+    _dispatch = dispatch
+
+
+_CONTIGUOUS_STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    try:
+        return _CONTIGUOUS_STRIDES[shape]  # every view op asks: memoised
+    except (KeyError, TypeError):  # TypeError: a list, or symbolic sizes
+        pass
+    strides = []
+    acc = 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    strides = tuple(reversed(strides))
+    if isinstance(shape, tuple) and all(type(s) is int for s in shape):
+        if len(_CONTIGUOUS_STRIDES) >= 4096:
+            _CONTIGUOUS_STRIDES.clear()
+        _CONTIGUOUS_STRIDES[shape] = strides
+    return strides
+
+
+class XlaTensor(torch.Tensor):
+    _store: Storage
+    _whole: bool
+    _cache: Any  # (storage version, value) of a view's last read
+    _real = False  # a view of a complex storage as reals (Note [Views and mutation])
+
+    @staticmethod
+    def __new__(cls, store: Storage, shape, dtype: torch.dtype, strides=None, offset: int = 0, requires_grad: bool = False):
+        if strides is None:
+            r = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=DEVICE, requires_grad=requires_grad)
+            r._whole = True
+        else:
+            r = torch.Tensor._make_wrapper_subclass(
+                cls, shape, strides=strides, storage_offset=offset, dtype=dtype, device=DEVICE, requires_grad=requires_grad
+            )
+            r._whole = False
+        r._store = store
+        r._cache = None
+        return r
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    # Every op reaches __torch_dispatch__, which returns XlaTensors itself. The default
+    # __torch_function__, run in Python ahead of dispatch for every torch call, would
+    # only re-wrap those results: 3-5 us per call (x.sum(1): 31 against 14 us).
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @property
+    def data(self):
+        return torch.Tensor.data.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # torch copies sizes, strides and offset into this TensorImpl (and rejects a
+        # tensor of another device), but our storage lives on the Python object.
+        if new.__class__ is XlaTensor and new.is_inference() is not self.is_inference():
+            # torch also copies the key set, and refuses one that differs on a device
+            # like ours: `self` stays what it is (Note [Inference mode] in core/inference.py).
+            new = made_like(self, same_layout, new)
+        torch.Tensor.data.__set__(self, new)
+        self._store, self._whole, self._cache, self._real = new._store, new._whole, None, new._real
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or _NO_KWARGS)
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        if isinstance(self._store.array, jax.core.Tracer):  # inside jax.jit/grad/vmap (interop)
+            return f"XlaTensor(<traced by JAX>, size={tuple(self.shape)}, dtype={self.dtype}, device='{self.device}')"
+        text = repr(self._host_copy())
+        suffix = f", device='{self.device}'"
+        if text.endswith(")"):
+            grad = ""
+            if self.grad_fn is not None:
+                grad = f", grad_fn=<{type(self.grad_fn).__name__}>"
+            elif self.requires_grad:
+                grad = ", requires_grad=True"
+            text = text[:-1] + suffix + grad + ")"
+        return text
+
+    def _host_copy(self) -> torch.Tensor:
+        """A PyTorch CPU copy of the values (`_to_copy` to the CPU, through dispatch)."""
+        return self.detach().to("cpu")
+
+    # With PyTorch's Python device guard an exception from a hook would abort the
+    # process: Note [Hook errors during backward] in runtime/platform/hook_errors.py.
+    def register_hook(self, hook):
+        return torch.Tensor.register_hook(self, hook_errors.tensor_hook(hook))
+
+    def register_post_accumulate_grad_hook(self, hook):
+        return torch.Tensor.register_post_accumulate_grad_hook(self, hook_errors.post_accumulate_grad_hook(hook))
+
+    def tolist(self):
+        return self._host_copy().tolist()
+
+    def numpy(self, *, force: bool = False):
+        return self._host_copy().numpy()
+
+    def __reduce_ex__(self, protocol):
+        # Pickling (torch.save of a moved module's state) stores a CPU copy, sharing
+        # memory as this tensor does (Note [Device addresses] in core/device_storage.py).
+        return pickled_form(self, protocol, _whole_storage)
+
+    # Note [Device addresses] in core/device_storage.py
+    def data_ptr(self) -> int:
+        if self.untyped_storage().nbytes() == 0:
+            return 0
+        return storage_address(self._store) + self.storage_offset() * self.element_size()
+
+    def storage(self) -> DeviceStorage:
+        return DeviceStorage(self)
+
+    def __deepcopy__(self, memo: dict) -> XlaTensor:
+        # PyTorch's default copies a tensor subclass by its storage when data_ptr() is not
+        # 0, which reads host memory this tensor does not have. A copy is a clone (a new
+        # storage) with the same requires_grad, .grad and Python attributes (a parameter
+        # stays a parameter); memo keeps tied tensors tied.
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at the "
+                "moment: detach() the tensor first"
+            )
+        with torch.no_grad():
+            new = self.clone()
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        extra = {k: v for k, v in self.__dict__.items() if k not in ("_store", "_whole", "_cache")}
+        if extra:
+            new.__dict__.update(copy.deepcopy(extra, memo))
+        return new
+
+
+_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+
+
+def _whole_storage(t: XlaTensor) -> XlaTensor | None:
+    """A tensor spanning t's whole storage (None while a trace holds its value, or when
+    the storage holds another dtype than t)."""
+    store = t._store
+    array = store.array
+    if array is None or store.pending is not None or NUMPY_TO_TORCH.get(array.dtype) != t.dtype:
+        return None
+    if t._whole:
+        return t
+    return tensor_on(store, tuple(array.shape), t.dtype)
+
+
+def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
+    """A new tensor owning a new storage holding `array`. (XlaTensor.__new__ without its
+    Python call overhead: every eager op result is made here.)"""
+    r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=DEVICE, requires_grad=requires_grad)
+    r._whole = True
+    r._store = Storage(array)
+    r._cache = None
+    return r
+
+
+def tensor_on(store: Storage, shape, dtype: torch.dtype, view: tuple | None = None) -> XlaTensor:
+    """A new tensor on an existing storage, whole or with view = (strides, offset)
+    (XlaTensor.__new__ without its Python call overhead)."""
+    if view is None:
+        r = _make_wrapper_subclass(XlaTensor, shape, dtype=dtype, device=DEVICE)
+    else:
+        r = _make_wrapper_subclass(XlaTensor, shape, strides=view[0], storage_offset=view[1], dtype=dtype, device=DEVICE)
+    r._whole = view is None
+    r._store = store
+    r._cache = None
+    return r
+
+
+def real_view_on(store: Storage, shape, dtype: torch.dtype, view: tuple) -> XlaTensor:
+    """A view of a complex storage as reals, with view = (strides, offset) counted in
+    reals (Note [Views and mutation])."""
+    r = tensor_on(store, shape, dtype, view)
+    r._real = True
+    return r
+
+
+def same_layout(t: XlaTensor) -> XlaTensor:
+    """A new tensor on t's storage with t's size, strides, offset and dtype."""
+    if t._whole:
+        return tensor_on(t._store, tuple(t.shape), t.dtype)
+    view = (tuple(t.stride()), t.storage_offset())
+    if t._real:
+        return real_view_on(t._store, tuple(t.shape), t.dtype, view)
+    return tensor_on(t._store, tuple(t.shape), t.dtype, view)

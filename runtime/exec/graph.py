@@ -1,0 +1,386 @@
+"""A recorded graph as one XLA program: its nodes in order, its inputs, a key by its
+structure (the cache of compiled graphs), and the jitted function that runs it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from collections import Counter
+from typing import Any, Callable
+
+import jax
+
+from ..core.convert import X64
+from ..core.ir import ATTR, ATTR_LIST, Node, ScalarInput, SpecialScalar, Value
+from ..platform.backend import graph_compiler_options
+from ..platform.config import config
+from ..platform.executable_cache import eager_jit
+from ..platform.metrics import metrics
+from .eager import scalar_operand, scoped_lowering
+from .sparse_updates import fold_sparse_updates
+from .registry import node, policy
+
+_GRAPH_CACHE: dict[Any, Callable] = {}
+# The key of the graph last run at each position within a trace: a trace cut by host
+# reads (.item()) runs several graphs per step, each compared with its own predecessor.
+_LAST_KEYS: dict[int, Any] = {}
+
+
+def _collect(roots: list[Value]) -> tuple[list[Node], list[Value], list[ScalarInput]]:
+    """Nodes in topological order, and the graph's array and scalar inputs."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    inputs: list[Value] = []
+    scalars: list[ScalarInput] = []
+    seen_inputs: set[int] = set()
+
+    def visit_arg(a: Any) -> None:
+        if a.__class__ is Value:
+            visit_value(a)
+        elif a.__class__ is ScalarInput:
+            if id(a) not in seen_inputs:
+                seen_inputs.add(id(a))
+                scalars.append(a)
+        elif a.__class__ is list:
+            for x in a:
+                if x is not None:
+                    visit_arg(x)
+
+    def visit_value(v: Value) -> None:
+        if v.node is None:
+            if id(v) not in seen_inputs:
+                seen_inputs.add(id(v))
+                inputs.append(v)
+            return
+        stack = [(v.node, False)]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            for a in reversed(node.args):
+                if a.__class__ is Value and a.node is not None:
+                    if id(a.node) not in seen:
+                        stack.append((a.node, False))
+                else:
+                    if a.__class__ is list:
+                        for x in a:
+                            if x is not None and x.__class__ is Value and x.node is not None and id(x.node) not in seen:
+                                stack.append((x.node, False))
+                            elif x is not None:
+                                visit_arg(x)
+                    elif a.__class__ is Value or a.__class__ is ScalarInput:
+                        visit_arg(a)
+
+    for r in roots:
+        visit_value(r)
+    return order, inputs, scalars
+
+
+def _graph_key(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], roots: list[Value]) -> tuple:
+    ids: dict[int, Any] = {}
+    for i, v in enumerate(inputs):
+        ids[id(v)] = ("in", i)
+    for i, s in enumerate(scalars):
+        ids[id(s)] = ("s", i)
+    node_index = {id(n): i for i, n in enumerate(order)}
+
+    def ref(a: Any) -> Any:
+        if a.__class__ is Value:
+            return ids[id(a)] if a.node is None else (node_index[id(a.node)], a.index)
+        if a.__class__ is ScalarInput:
+            return ids[id(a)]
+        if a.__class__ is list:
+            return tuple(None if x is None else ref(x) for x in a)
+        return a
+
+    body = tuple(
+        (n.static_key(), tuple(ref(a) for k, a in zip(n.arg_kinds, n.args) if k not in (ATTR, ATTR_LIST)))
+        for n in order
+    )
+    signature = tuple((v.meta.shape, v.meta.dtype) for v in inputs) + tuple(type(s.value) for s in scalars)
+    return body, signature, tuple(ref(r) for r in roots)
+
+
+# Note [Transposed weights]
+# nn.Linear multiplies by its weight's transpose (x @ W.t()), and XLA CPU's product
+# kernel reads a transposed right operand slowly when the left one has few rows: on the
+# 2-core machine of docs/performance.md, 16x1024 @ (1024x1024).t() took 0.31-0.35 ms
+# and 0.21-0.24 ms with the weight stored transposed (PyTorch: 0.38-0.51 ms), 4x512 @
+# (2048x512).t() 0.17 against 0.08 ms, 64 rows 0.92 against 0.75 ms. With one row, with
+# 128 rows or more, or with weights of up to 512x256 elements, the two are about the
+# same. So an input the graph reads only through that transpose, as the right operand
+# of mm or addmm with 2 to 64 rows on the left, with at least 2**18 elements, and does
+# not write, is given to the executable as a transposed copy. The copy is made once per
+# array and kept while the array lives: once per parameter in inference, at the cost of
+# its memory again (`config.transposed_weight_copies = False` turns this off). Training
+# graphs also read the weight untransposed (the input's gradient), so they take their
+# inputs as they are.
+# The products whose right operand may come transposed are the manifest's policy
+# `transposed_weight_operands`: op -> (right, left) operand positions.
+TRANSPOSED_WEIGHT_ROWS = range(2, 65)
+TRANSPOSED_WEIGHT_MIN_ELEMENTS = 1 << 18
+
+
+def _transposed_inputs(order: list[Node], in_pos: dict[int, int], read_only: set[int], roots: list[Value]) -> set[int]:
+    """Positions of the inputs to pass transposed (Note [Transposed weights])."""
+    reads: dict[int, int] = {}  # id(strided_read node) -> position of the input it transposes
+    strided_read = node("strided_read")
+    products = policy("transposed_weight_operands")
+    for n in order:
+        if n.__class__ is strided_read:
+            base, size, stride, offset = n.args
+            shape = base.meta.shape
+            if (id(base) in read_only and len(shape) == 2 and shape[0] * shape[1] >= TRANSPOSED_WEIGHT_MIN_ELEMENTS
+                    and offset == 0 and tuple(size) == shape[::-1] and tuple(stride) == (1, shape[1])):
+                reads[id(n)] = in_pos[id(base)]
+    chosen = set(reads.values())
+
+    def use(a: Any, consumer: Node | None, position: int) -> None:
+        if a.__class__ is list:
+            for x in a:
+                use(x, None, -1)
+        elif a.__class__ is Value:
+            if a.node is None:
+                if not (consumer.__class__ is strided_read and id(consumer) in reads):
+                    chosen.discard(in_pos.get(id(a)))
+            elif id(a.node) in reads:
+                right, left = products.get(getattr(consumer, "name", None), (None, None))
+                if position != right or consumer.args[left].meta.shape[0] not in TRANSPOSED_WEIGHT_ROWS:
+                    chosen.discard(reads[id(a.node)])
+
+    for n in order:
+        for i, a in enumerate(n.args):
+            use(a, n, i)
+    for r in roots:
+        use(r, None, -1)
+    return chosen
+
+
+_TRANSPOSED_COPIES: dict[int, tuple[weakref.ref, Any]] = {}  # id(array) -> (weak reference to it, its transpose)
+_transpose = eager_jit(jax.numpy.transpose)
+
+
+def _transposed_copy(a: Any) -> Any:
+    """`a`'s transpose, made once for as long as `a` lives (Note [Transposed weights])."""
+    entry = _TRANSPOSED_COPIES.get(id(a))
+    if entry is not None and entry[0]() is a:
+        return entry[1]
+    out = _transpose(a)
+    if isinstance(a, jax.core.Tracer):
+        return out
+    key = id(a)
+    _TRANSPOSED_COPIES[key] = (weakref.ref(a, lambda _: _TRANSPOSED_COPIES.pop(key, None)), out)
+    return out
+
+
+# Note [Donated graph inputs]
+# A compiled training step writes its parameters and optimizer state back into their
+# storages. Given as plain inputs, each is read and written to a new buffer every step:
+# for an embedding table updated in a few rows (Note [Sparse updates]) that is two
+# passes over the table where the update touches a few rows. So a graph takes over
+# (jax.jit's donation) the buffers of the inputs whose storages it writes, from
+# config.donate_min_bytes (1 MB) up, and XLA updates them in place: the medium zoo
+# DLRM's compiled SGD step went from 3.5-4.0 to 1.9-2.0 ms (PyTorch: 4.0-5.4 ms).
+# Below that size donation costs more than it saves (docs/performance.md).
+# A donated array must have no other owner: the storage (or, while tracing, the graph
+# input) and the argument list hold it, nothing else, which the executable checks by
+# reference count before each run; an array also held elsewhere (handed out by to_jax,
+# shared by another storage, kept by compile() while it learns a replay plan) is
+# donated as a copy instead. A replay donates only arrays of storages it writes back
+# from that graph, and only when no guard can fail after the graph ran (one graph, no
+# values read back): a failed guard traces the call again from the storages as they
+# were.
+
+
+def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], roots: list[Value],
+           read_only: set[int], donated: tuple[int, ...]) -> Callable:
+    """The graph as a function of its inputs' arrays and its scalars. `read_only`: the
+    ids of the inputs whose storages the graph does not write; `donated`: the positions
+    of the inputs whose buffers it takes over (Note [Donated graph inputs])."""
+    # The function closes over the recorded nodes' structure only through positions, so
+    # a cached executable is valid for any graph with the same key.
+    in_pos = {id(v): i for i, v in enumerate(inputs)}
+    transposed = _transposed_inputs(order, in_pos, read_only, roots) if config.transposed_weight_copies else set()
+    sc_pos = {id(s): i for i, s in enumerate(scalars)}
+    node_pos = {id(n): i for i, n in enumerate(order)}
+
+    def ref(a: Any) -> Any:
+        if a.__class__ is Value:
+            return ("in", in_pos[id(a)]) if a.node is None else ("node", node_pos[id(a.node)], a.index)
+        if a.__class__ is ScalarInput:
+            return ("scalar", sc_pos[id(a)])
+        if a.__class__ is SpecialScalar:
+            return ("const", scalar_operand(a.value))  # a constant of the program
+        if a.__class__ is list:
+            return ("list", [None if x is None else ref(x) for x in a])
+        return ("const", a)
+
+    strided_read = node("strided_read")
+
+    def step(n: Node) -> tuple:
+        if n.__class__ is strided_read and in_pos.get(id(n.args[0])) in transposed:
+            return _same, [ref(n.args[0])]  # the input arrives transposed
+        return scoped_lowering(type(n)), [ref(a) for a in n.args]
+
+    program = [step(n) for n in order]
+    outputs = [ref(r) for r in roots]
+    kept = tuple(i for i in range(len(inputs)) if i not in donated)
+
+    def run(donated_arrays, kept_arrays, scalar_values):
+        arrays = [None] * (len(donated_arrays) + len(kept_arrays))
+        for i, a in zip(donated, donated_arrays):
+            arrays[i] = a
+        for i, a in zip(kept, kept_arrays):
+            arrays[i] = a
+        results: list[Any] = []
+
+        def get(r):
+            tag = r[0]
+            if tag == "in":
+                return arrays[r[1]]
+            if tag == "node":
+                out = results[r[1]]
+                return out[r[2]] if isinstance(out, (tuple, list)) else out
+            if tag == "scalar":
+                return scalar_values[r[1]]
+            if tag == "list":
+                return [None if x is None else get(x) for x in r[1]]
+            return r[1]
+
+        for lower, refs in program:
+            results.append(lower(*[get(r) for r in refs]))
+        return [get(r) for r in outputs]
+
+    executable = jax.jit(fold_sparse_updates(run), donate_argnums=0 if donated else (),
+                         compiler_options=graph_compiler_options(Counter(type(n).name for n in order)))
+    transposed_kept = tuple(k for k, i in enumerate(kept) if i in transposed)
+
+    def call(arrays: list, scalar_values: list, donate: bool = True) -> Any:
+        """Run the graph on `arrays`, a list the caller made for this call, each donated
+        one held besides only by its storage or graph input (Note [Donated graph inputs])."""
+        if not donated and not transposed_kept:
+            return executable([], arrays, scalar_values)
+        given = []
+        for i in donated:
+            # references: `arrays`, the storage or input Value, getrefcount's argument
+            if not donate or sys.getrefcount(arrays[i]) > 3:
+                given.append(copy_array(arrays[i]))
+            else:
+                given.append(arrays[i])
+        rest = [arrays[i] for i in kept]
+        for k in transposed_kept:
+            rest[k] = _transposed_copy(rest[k])
+        return executable(given, rest, scalar_values)
+
+    def lower(arrays: list, scalar_values: list) -> Any:
+        """jax's Lowered of this graph for inputs like `arrays` (arrays or
+        ShapeDtypeStructs) and `scalar_values`: its StableHLO and HLO text."""
+        rest = [arrays[i] for i in kept]
+        for k in transposed_kept:
+            rest[k] = jax.ShapeDtypeStruct(tuple(rest[k].shape)[::-1], rest[k].dtype)
+        return executable.lower([arrays[i] for i in donated], rest, scalar_values)
+
+    call.donated = donated
+    call.lower = lower
+    return call
+
+
+def _donated_inputs(inputs: list[Value], overwritten: dict[int, Value], read_only: set[int]) -> tuple[int, ...]:
+    """Positions of the inputs whose buffers a graph takes over: the values of storages
+    it writes, when large enough (Note [Donated graph inputs]). `overwritten`: inputs
+    that held a storage's value when the trace wrote it; `read_only`: inputs a storage
+    still holds."""
+    return tuple(
+        i for i, v in enumerate(inputs)
+        if id(v) in overwritten and id(v) not in read_only and not isinstance(v.data, jax.core.Tracer)
+        and v.data.nbytes >= config.donate_min_bytes
+    )
+
+
+copy_array = eager_jit(lambda a: jax.numpy.array(a, copy=True))
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def _why(old: tuple, new: tuple) -> str:
+    old_body, old_sig, _, old_donated = old
+    new_body, new_sig, _, new_donated = new
+    if old_sig != new_sig:
+        for i, (a, b) in enumerate(zip(old_sig, new_sig)):
+            if a != b:
+                return f"graph input {i} changed from {a} to {b}"
+        return f"the graph has {len(new_sig)} inputs instead of {len(old_sig)}"
+    if len(old_body) != len(new_body):
+        return f"the graph has {len(new_body)} ops instead of {len(old_body)}"
+    for i, (a, b) in enumerate(zip(old_body, new_body)):
+        if a != b:
+            return f"op {i} ({b[0][0].op}) changed: {a[0][1:]} -> {b[0][1:]}"
+    if old_donated != new_donated:
+        return f"the graph writes other inputs: it takes over inputs {list(new_donated)} instead of {list(old_donated)}"
+    return "the graph's outputs changed"
+
+
+# Functions called with (fn, inputs, scalars) for every graph a trace runs, built or
+# from the cache: `xla_native_functions.hlo()` listens here.
+GRAPH_WATCHERS: list[Callable] = []
+
+
+def input_spec(v: Value) -> Any:
+    """The abstract value of a graph input, for lowering the graph again."""
+    aval = jax.typeof(v.data)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+def dump_graph(text: str, kind: str) -> None:
+    """Write one program's text into `config.debug_dump_graphs`, named by process,
+    sequence and kind (`compile`, `dynamo`)."""
+    directory = config.debug_dump_graphs
+    os.makedirs(directory, exist_ok=True)
+    _DUMPED[0] += 1
+    path = os.path.join(directory, f"{os.getpid()}-{_DUMPED[0]:04d}-{kind}.mlir")
+    with open(path, "w") as f:
+        f.write(text)
+
+
+_DUMPED = [0]
+
+
+def lower_graph(roots: list[Value], overwritten: dict[int, Value], read_only: set[int], segment: int) -> tuple:
+    """The compiled function of the graph computing `roots` (from the cache, or built
+    and counted as a compilation, with the reason when it replaces the graph last run
+    at this position of a trace), and its inputs: (fn, inputs, scalars, key, built)."""
+    order, inputs, scalars = _collect(roots)
+    donated = _donated_inputs(inputs, overwritten, read_only)
+    key = _graph_key(order, inputs, scalars, roots) + (donated,)
+    fn = _GRAPH_CACHE.get(key)
+    built = fn is None
+    if built:
+        metrics.cache_misses += 1
+        previous = _LAST_KEYS.get(segment)
+        if previous is not None:
+            metrics.recompile_reasons.append(_why(previous, key))
+        elif segment:
+            metrics.recompile_reasons.append(
+                f"graph {segment + 1} of one trace: a host read (.item(), printing, a data-dependent "
+                "shape) ran the graph recorded so far, and the trace continued in a new graph"
+            )
+        fn = _build(order, inputs, scalars, roots, read_only, donated)
+        _GRAPH_CACHE[key] = fn
+        if config.debug_dump_graphs:
+            with X64:
+                lowered = fn.lower([input_spec(v) for v in inputs], [scalar_operand(s.value) for s in scalars])
+                dump_graph(lowered.as_text(debug_info=True), "compile")
+    else:
+        metrics.cache_hits += 1
+    _LAST_KEYS[segment] = key
+    for watch in GRAPH_WATCHERS:
+        watch(fn, inputs, scalars)
+    return fn, inputs, scalars, key, built

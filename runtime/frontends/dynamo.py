@@ -1,0 +1,686 @@
+"""The `torch.compile` backend: `torch.compile(model, backend="xla_native")`.
+
+Dynamo captures a graph and guards it; AOTAutograd turns it into ATen-level forward
+and backward graphs (functionalized, decomposed to the ops we lower). Each ATen graph
+becomes one `jax.jit` function: the graph is interpreted once per input signature,
+at JAX trace time, on XlaTensors whose storages hold JAX tracers, so every node goes
+through the same dispatch stubs, lowerings, view and in-place handling as eager mode
+(Note [Tracer-backed tensors]). Later calls replay the compiled executable without
+running Python per op.
+
+Graphs with ops we do not lower are partitioned: maximal supported regions become
+jitted functions, the remaining nodes run on PyTorch CPU, and `dynamo_report()`
+names the ops that caused each split.
+
+Note [Tracer-backed tensors]
+An XlaTensor's storage may hold a JAX tracer instead of a concrete array. Eager
+dispatch then calls each op's cached `jax.jit` executable with tracers, which JAX
+inlines into the enclosing trace (jit inside jit, grad or vmap), so a torch program
+run on such tensors *is* a JAX function. Anything that needs a concrete value
+(`.item()`, `nonzero`, printing) raises JAX's concretization error instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import operator
+import time
+import weakref
+from typing import Any, Callable
+
+import jax
+import numpy as np
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ...lowerings.common import LoweringContext
+from ...lowerings.random import lower_random_dropout, lower_random_normal, lower_random_uniform
+from ...shape_fns.common import NUMPY_TO_TORCH
+from ..core.context import untraced
+from ..core.convert import X64, cpu_to_jax, jax_to_cpu_handover, numpy_view, shared_array
+from ..core.tensor import DEVICE, XlaTensor, contiguous_strides, from_array
+from ..core.views import non_overlapping_and_dense
+from ..exec.custom_ops import register_loaded_library_ops
+from ..exec.eager import value
+from ..exec.graph import dump_graph
+from ..exec.registry import REGISTRY, SECTIONS, policy
+from ..platform.config import config
+from ..platform.metrics import ReplayedOps, metrics
+from .dispatch import dispatch
+from .env import Environment
+from .moved_models import watch_graph_breaks
+
+BACKEND_NAME = "xla_native"
+
+_aten = torch.ops.aten
+
+# Random ops draw from a per-call seed operand, so each replay gets new numbers
+# without recompiling (runtime/supported/random.py draws its key on the host, which
+# inside a trace would freeze one key into the executable).
+_RANDOM = {_aten.native_dropout.default, _aten.rand.default, _aten.randn.default}
+
+# Ops run as other ops inside our graphs. AOT graphs are functionalized, so a view's
+# aliasing is never observed: `view` may run as a reshape. It has to where the graph
+# relied on a layout we do not reproduce (a tensor from a PyTorch CPU partition arrives
+# contiguous in its logical shape, so a permute followed by a view can be invalid on
+# our side though valid on the original). `lift_fresh_copy` copies a constant the model
+# made (`torch.tensor([...])` in its forward) into the graph; here the constant is
+# already a graph value, so the copy is a clone.
+_SUBSTITUTES = {_aten.view.default: _aten._unsafe_view.default, _aten.lift_fresh_copy.default: _aten.clone.default}
+
+# Custom ops that libraries register so that torch.compile leaves their Python alone,
+# and whose results are those of ops we lower; named by their qualified names, so the
+# libraries need not be imported. transformers' mixture-of-experts layers call their
+# grouped-product fallback under torch.compile (weights not in bfloat16): a loop of
+# `mm`s over each expert's rows, zeros elsewhere, which is `_grouped_mm`.
+
+
+def _transformers_grouped_mm(input: Any, weight: Any, offs: Any) -> Any:
+    return torch._grouped_mm(input, weight, offs=offs.to(torch.int32))
+
+
+def _transformers_grouped_mm_backward(input: Any, weight: Any, offs: Any, grad_output: Any) -> Any:
+    offs = offs.to(torch.int32)
+    return (torch._grouped_mm(grad_output, weight.transpose(1, 2), offs=offs),
+            torch._grouped_mm(input.t(), grad_output, offs=offs))
+
+
+_LIBRARY_OPS: dict[str, Callable] = {
+    "transformers::grouped_mm_fallback": _transformers_grouped_mm,
+    "transformers::grouped_mm_fallback_backward": _transformers_grouped_mm_backward,
+}
+
+# Note [as_strided in AOT graphs]
+# as_strided (and its copy and scatter forms) addresses its input's storage, so its
+# result depends on the layout PyTorch gave the input: Longformer cuts overlapping
+# chunks out of a transposed tensor that way. Here views run as reshapes and results
+# are contiguous, so the input's storage order can differ from PyTorch's. The graph
+# records PyTorch's layout of every value (node.meta["val"]); the input is first laid
+# out as PyTorch laid it out (its values in PyTorch's memory order, one flat storage),
+# and the op then addresses that storage relative to the input's first element. A
+# layout with gaps or overlaps, or an address outside the input's own elements, has
+# no such storage and raises. An input laid out as in PyTorch (a view of a graph
+# input, say) is addressed as it is.
+_STORAGE_ADDRESSED = {_aten.as_strided.default, _aten.as_strided_copy.default, _aten.as_strided_scatter.default}
+# Python-level functions FX graphs use on sizes (symbolic ints are concrete while we
+# trace, so these just compute).
+_SIZE_OPS = {_aten.sym_size.int, _aten.sym_stride.int, _aten.sym_numel.default, _aten.sym_storage_offset.default}
+
+
+# ---------------------------------------------------------------- statistics
+
+
+class DynamoStats:
+    """What the backend did: graphs received, partitions, JAX traces and calls."""
+
+    def __init__(self):
+        self.graphs = 0
+        self.partitioned_graphs = 0
+        self.jax_partitions = 0
+        self.traces = 0
+        self.calls = 0
+        self.trace_seconds = 0.0
+        self.split_ops: collections.Counter = collections.Counter()
+        self.input_conversions = 0
+        self.input_cache_hits = 0
+
+
+stats = DynamoStats()
+
+
+def reset_dynamo_stats() -> None:
+    stats.__dict__.update(DynamoStats().__dict__)
+
+
+def dynamo_report() -> str:
+    """A summary of the torch.compile backend's work, including which ops split graphs."""
+    s = stats
+    lines = [
+        f"xla_native_functions torch.compile backend ({BACKEND_NAME!r})",
+        f"  ATen graphs compiled: {s.graphs} ({s.partitioned_graphs} partitioned, {s.jax_partitions} JAX functions)",
+        f"  JAX traces: {s.traces} ({s.trace_seconds:.3f}s tracing and compiling)",
+        f"  calls: {s.calls}; inputs converted: {s.input_conversions}, reused from the cache: {s.input_cache_hits}",
+    ]
+    if s.split_ops:
+        lines.append("  ops run on PyTorch CPU, splitting graphs (op: nodes):")
+        lines += [f"    {op}: {n}" for op, n in sorted(s.split_ops.items())]
+    else:
+        lines.append("  graph splits: none")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- what we lower
+
+
+def _op_name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        name = target._schema.name.removeprefix("aten::")
+        return name if target._overloadname == "default" else f"{name}.{target._overloadname}"
+    return getattr(target, "__name__", str(target))
+
+
+def is_supported(target: Any) -> bool:
+    """Whether an FX node's target can run inside a jitted graph."""
+    if isinstance(target, torch._ops.OpOverload):
+        if target in _RANDOM or target in _SIZE_OPS or target in _SUBSTITUTES:
+            return True
+        if target._schema.name in _LIBRARY_OPS:
+            return True
+        if target not in REGISTRY or _op_name(target).replace(".", "_") in policy("host_only"):
+            return False  # host_only: results on the host (Python numbers, data-dependent shapes)
+        return SECTIONS.get(_op_name(target)) != "fallback"
+    return target is operator.getitem or getattr(target, "__module__", None) in ("_operator", "math")
+
+
+def decompositions() -> dict[Any, Callable]:
+    """PyTorch's core ATen decompositions, minus the ops we lower as they are. (Those
+    include the CPU flash-attention forward, whose decomposition in torch 2.13 returns a
+    logsumexp that the backward kernel AOTAutograd still calls does not expect.)"""
+    from torch._decomp import core_aten_decompositions
+
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in REGISTRY}
+
+
+class _InputCache:
+    """One slot per graph input position: what was passed for the CPU tensor seen
+    there last, reused while it is the same tensor on the same memory with the same
+    shape, strides and dtype. What is passed is never a copy: it reads the tensor's
+    memory as it is at the call, so in-place writes need no reconversion, and writes
+    through `.data` (`p.data.add_(...)`, as EMA updates and old optimizers do), which
+    bump no version counter, are seen too. A tensor seen for the first time goes in as
+    a NumPy view of its memory; seen again, as a JAX array sharing that memory, which
+    a jitted call takes 1 to 3 us faster: parameters are shared once, at their second
+    call, in inference and in training alike. Tensors NumPy cannot show are copied on
+    every call."""
+
+    __slots__ = ("refs", "keys", "arrays")
+
+    def __init__(self, n: int):
+        self.refs: list[Any] = [None] * n
+        self.keys: list[Any] = [None] * n
+        self.arrays: list[Any] = [None] * n
+
+    def get(self, i: int, t: torch.Tensor) -> Any:
+        if isinstance(t, XlaTensor):
+            return value(t)
+        ref = self.refs[i]
+        key = (t.data_ptr(), t.shape, t.stride(), t.dtype)
+        if ref is not None and ref() is t and self.keys[i] == key:
+            stats.input_cache_hits += 1
+            arr = self.arrays[i]
+            if type(arr) is np.ndarray:  # seen twice: share it, once
+                shared = shared_array(t)
+                arr = self.arrays[i] = _Unshareable(arr) if shared is None else shared
+            return arr.view if type(arr) is _Unshareable else arr
+        stats.input_conversions += 1
+        arr = numpy_view(t)
+        if arr is None:
+            self.refs[i] = None
+            return cpu_to_jax(t)
+        self.refs[i] = weakref.ref(t)
+        self.keys[i] = key
+        self.arrays[i] = arr
+        return arr
+
+
+class _Unshareable:
+    """A NumPy view whose memory XLA could not take in place: passed as it is."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view: np.ndarray):
+        self.view = view
+
+
+# ---------------------------------------------------------------- one graph as one jax.jit
+
+# Functions called with (graph, dynamic, statics) for every call of a JaxGraph's jitted
+# function: `xla_native_functions.hlo(..., mode="dynamo")` listens here.
+GRAPH_WATCHERS: list[Callable] = []
+
+_TENSOR, _DYNAMIC, _STATIC = 0, 1, 2
+
+
+class JaxGraph:
+    """An FX graph (ATen ops we lower) as one jitted JAX function, called with and
+    returning PyTorch CPU tensors."""
+
+    def __init__(self, gm: torch.fx.GraphModule, keep_on_jax: frozenset[int] = frozenset()):
+        self.gm = gm
+        self.graph = gm.graph
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.has_random = any(n.op == "call_function" and n.target in _RANDOM for n in gm.graph.nodes)
+        self.constants = {}
+        # AOTAutograd calls its compilers under its fake-tensor mode; constants are real.
+        # They are copied (nothing outside the graph writes them), in x64 mode.
+        with unset_fake_temporarily():
+            for n in gm.graph.nodes:
+                if n.op == "get_attr":
+                    obj = _fetch_attr(gm, n.target)
+                    self.constants[n.target] = cpu_to_jax(obj) if isinstance(obj, torch.Tensor) else obj
+        self.kinds: tuple[int, ...] | None = None
+        self.strides = _expected_strides(gm)
+        # Outputs only the backward graph reads (saved activations) stay JAX arrays,
+        # wrapped as our tensors: no transfer to torch and back. A backward graph
+        # partitioned around a CPU op gets them in the layout PyTorch gave them
+        # (`_Partitioned`), whatever layout the forward promised.
+        self.keep_on_jax = keep_on_jax
+        self.cache = _InputCache(len(self.placeholders))
+        # How each trace's flat array results map back to the graph's outputs.
+        self.layout: dict[Any, tuple] = {}
+        # the ops each trace ran, counted again by every later call (Note [Counting
+        # replayed ops] in platform/metrics.py), by the trace's static arguments
+        self.op_counts: dict[Any, ReplayedOps] = {}
+        self.jitted = jax.jit(self._trace, static_argnums=(1,))
+
+    # -- trace time
+
+    def _trace(self, dynamic: tuple, statics: tuple):
+        started = time.perf_counter()
+        stats.traces += 1
+        calls = metrics.calls_by_id
+        calls_before = dict(calls)
+        try:
+            with untraced(), torch.no_grad():
+                result = self._interpret(dynamic, statics)
+        finally:
+            stats.trace_seconds += time.perf_counter() - started
+        self.op_counts[statics] = ReplayedOps(
+            tuple((k, n - calls_before.get(k, 0)) for k, n in calls.items() if n > calls_before.get(k, 0)))
+        return result
+
+    def _interpret(self, dynamic: tuple, statics: tuple):
+        dyn = iter(dynamic[1:] if self.has_random else dynamic)
+        stat = iter(statics)
+        seed = dynamic[0] if self.has_random else None
+        env: dict[torch.fx.Node, Any] = {}
+        inputs: list[Any] = []
+        for node, kind in zip(self.placeholders, self.kinds):
+            if kind == _TENSOR:
+                arr = next(dyn)
+                v = None if arr is None else from_array(arr)
+            elif kind == _DYNAMIC:
+                v = next(dyn)
+            else:
+                v = next(stat)
+            env[node] = v
+            inputs.append(v)
+        versions = [x._store.version if isinstance(x, XlaTensor) else None for x in inputs]
+        random_index = 0
+        out_node = None
+        for node in self.graph.nodes:
+            op = node.op
+            if op == "placeholder":
+                continue
+            if op == "output":
+                out_node = node
+                break
+            if op == "get_attr":
+                c = self.constants[node.target]
+                env[node] = from_array(c) if isinstance(c, jax.Array) else c
+                continue
+            if op != "call_function":
+                raise NotImplementedError(f"{op} nodes are not supported by the {BACKEND_NAME} backend ({node.format_node()})")
+            args = torch.fx.node.map_arg(node.args, env.__getitem__)
+            kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+            target = node.target
+            target = _SUBSTITUTES.get(target, target)
+            if target in _RANDOM:
+                with jax.named_scope(target.name()):  # Note [Op names in programs] in exec/eager.py
+                    env[node] = _random(target, jax.random.fold_in(jax.random.PRNGKey(seed), random_index), args, kwargs)
+                random_index += 1
+            elif target in _STORAGE_ADDRESSED:
+                env[node] = _with_pytorch_layout(target, node, args, kwargs)
+            elif isinstance(target, torch._ops.OpOverload) and target._schema.name in _LIBRARY_OPS:
+                env[node] = _LIBRARY_OPS[target._schema.name](*args, **kwargs)
+            elif isinstance(target, torch._ops.OpOverload):
+                if "device" in kwargs and kwargs["device"] is not None:
+                    kwargs = dict(kwargs, device=DEVICE)  # AOT graphs name the CPU device of the fake inputs
+                if target in _SIZE_OPS:
+                    env[node] = target(*args, **kwargs)
+                else:
+                    env[node] = dispatch(target, args, kwargs)
+            else:
+                env[node] = target(*args, **kwargs)
+
+        flat, spec = tree_flatten(out_node.args[0])
+        flat = [env[x] if isinstance(x, torch.fx.Node) else x for x in flat]
+        arrays: list[Any] = []
+        plan: list[Any] = []  # per output: ("array", i) | ("input", i) | ("same", j) | ("const", v)
+        seen: dict[int, int] = {}
+        input_pos = {id(x): i for i, x in enumerate(inputs) if isinstance(x, XlaTensor)}
+        for j, o in enumerate(flat):
+            if isinstance(o, XlaTensor):
+                if id(o) in seen:
+                    plan.append(("same", seen[id(o)]))
+                elif id(o) in input_pos and o._store.version == versions[input_pos[id(o)]]:
+                    plan.append(("input", input_pos[id(o)]))
+                else:
+                    plan.append(("array", len(arrays)))
+                    arrays.append(value(o))
+                seen[id(o)] = j
+            elif isinstance(o, torch.Tensor):
+                raise TypeError(f"graph output {j} is a {type(o).__name__}, not a tensor of this backend")
+            else:
+                plan.append(("const", o))
+        # Inputs written in place: their new values are extra outputs, copied into
+        # the caller's tensors after the call.
+        mutated = []
+        for i, x in enumerate(inputs):
+            if isinstance(x, XlaTensor) and x._store.version != versions[i]:
+                mutated.append((i, len(arrays)))
+                arrays.append(x._store.array)
+        # Python numbers among the outputs come from sizes, which AOT graphs take as
+        # (static) int inputs: the statics identify them.
+        self.layout[statics] = (tuple(plan), spec, tuple(mutated))
+        return arrays
+
+    # -- call time
+
+    def _classify(self, args: tuple) -> tuple[int, ...]:
+        kinds = []
+        for a in args:
+            if isinstance(a, torch.Tensor) or a is None:
+                kinds.append(_TENSOR)
+            elif isinstance(a, float):
+                kinds.append(_DYNAMIC)
+            else:
+                kinds.append(_STATIC)
+        return tuple(kinds)
+
+    # AOTAutograd's boxed convention (one list, which we may clear to free inputs
+    # early) where it asks for it; its backward wrapper calls with plain arguments.
+    _boxed_call = True
+
+    def __call__(self, *args) -> Any:
+        if len(args) == 1 and type(args[0]) is list:
+            flat = tuple(args[0])
+            args[0].clear()
+            return self.run(*flat)
+        return self.run(*args)
+
+    def run(self, *args):
+        stats.calls += 1
+        kinds = self.kinds
+        if kinds is None:
+            kinds = self.kinds = self._classify(args)
+        dynamic: list[Any] = []
+        statics: list[Any] = []
+        if self.has_random:
+            with torch._C._DisableTorchDispatch():
+                dynamic.append(int(torch.empty((), dtype=torch.int64).random_(0, 2**31 - 1)))
+        cache = self.cache
+        with X64:
+            for i, (a, kind) in enumerate(zip(args, kinds)):
+                if kind == _TENSOR:
+                    dynamic.append(None if a is None else cache.get(i, a))
+                elif kind == _DYNAMIC:
+                    dynamic.append(a)
+                else:
+                    statics.append(_static(a))
+            statics_t = tuple(statics)
+            traces = stats.traces
+            outs = self.jitted(tuple(dynamic), statics_t)
+            jax.block_until_ready(outs)
+            if stats.traces == traces:  # not traced now: count the ops as the trace did
+                self.op_counts[statics_t].runs += 1
+            elif config.debug_dump_graphs:
+                dump_graph(self.jitted.lower(tuple(dynamic), statics_t).as_text(debug_info=True), "dynamo")
+            for watch in GRAPH_WATCHERS:
+                watch(self, tuple(dynamic), statics_t)
+            plan, spec, mutated = self.layout[statics_t]
+            results = []
+            for kind, x in plan:
+                if kind == "array" and len(results) in self.keep_on_jax:
+                    results.append(from_array(outs[x]))
+                elif kind == "array":
+                    t = jax_to_cpu_handover(outs[x])
+                    stride = self.strides.get(len(results))
+                    if stride is not None and t.stride() != stride:
+                        t = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
+                    results.append(t)
+                elif kind == "input":
+                    results.append(args[x])
+                elif kind == "same":
+                    results.append(results[x])
+                else:
+                    results.append(x)
+            for i, k in mutated:
+                with torch.no_grad():
+                    args[i].copy_(jax_to_cpu_handover(outs[k]))
+        return tree_unflatten(results, spec)
+
+
+def _with_pytorch_layout(target: Any, node: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
+    """as_strided, as_strided_copy or as_strided_scatter of args[0] addressed as PyTorch
+    stored it (Note [as_strided in AOT graphs])."""
+    scatter = target is _aten.as_strided_scatter.default
+    x, rest = args[0], dict(zip(("size", "stride", "storage_offset"), args[2:] if scatter else args[1:]), **kwargs)
+    meta = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or (tuple(x.stride()), x.storage_offset()) == (meta.stride(), meta.storage_offset()):
+        return dispatch(target, args, kwargs)  # laid out as in PyTorch, on a storage made the same way
+    shape, strides, first = tuple(meta.shape), tuple(meta.stride()), meta.storage_offset()
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))  # outermost dim first
+    size, stride = list(rest["size"]), list(rest["stride"])
+    offset = (first if rest.get("storage_offset") is None else rest["storage_offset"]) - first
+    last = offset + sum((n - 1) * st for n, st in zip(size, stride)) if all(n > 0 for n in size) else offset
+    if not non_overlapping_and_dense(shape, strides) or offset < 0 or min(stride, default=0) < 0 or last >= max(x.numel(), 1):
+        raise NotImplementedError(
+            f"{_op_name(target)} at {node.name}: its input's PyTorch layout (strides {list(strides)}) or the addresses it "
+            f"reads (size {size}, stride {stride}) reach memory outside the input's elements, which the {BACKEND_NAME} "
+            "backend cannot reproduce; run the model eagerly or with xla_native_functions.compile"
+        )
+    flat = x.permute(order).reshape(-1)  # x's values in PyTorch's memory order
+    if not scatter:
+        return dispatch(target, (flat, size, stride, offset), {})
+    written = dispatch(target, (flat, args[1], size, stride, offset), {})
+    inverse = sorted(range(len(order)), key=order.__getitem__)
+    return written.reshape([shape[d] for d in order]).permute(inverse)
+
+
+def _expected_strides(gm: torch.fx.GraphModule) -> dict[int, tuple[int, ...]]:
+    """Strides of the graph's outputs as traced, where they are not contiguous. Our
+    results come back contiguous; PyTorch kernels that later consume them (a CPU
+    partition, the backward graph's saved activations) may depend on the layout the
+    graph promised, as the CPU flash-attention backward does."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    out = [n for n in gm.graph.nodes if n.op == "output"][0]
+    flat, _ = tree_flatten(out.args[0])
+    strides = {}
+    for j, x in enumerate(flat):
+        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            continue
+        try:
+            stride = tuple(int(s) for s in val.stride())
+            shape = tuple(int(s) for s in val.shape)
+        except Exception:  # symbolic: the layout follows the call's sizes
+            continue
+        if stride != contiguous_strides(shape) and is_non_overlapping_and_dense_or_false(val):
+            strides[j] = stride
+    return strides
+
+
+def _static(a: Any) -> Any:
+    if isinstance(a, torch.SymInt):
+        return int(a)
+    if isinstance(a, list):
+        return tuple(a)
+    return a
+
+
+def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _random(target: Any, key: jax.Array, args: tuple, kwargs: dict) -> Any:
+    if target is _aten.native_dropout.default:
+        x, p = args[0], args[1]
+        train = args[2] if len(args) > 2 else kwargs.get("train")
+        if train is False:
+            return dispatch(target, (x, p, train), {})
+        out, mask = lower_random_dropout(value(x), float(p), ctx=LoweringContext(key))
+        return from_array(out), from_array(mask)
+    size = tuple(args[0])
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    sample = lower_random_normal if target is _aten.randn.default else lower_random_uniform
+    out = sample(size, dtype, ctx=LoweringContext(key))
+    assert NUMPY_TO_TORCH[out.dtype] == dtype
+    return from_array(out)
+
+
+# ---------------------------------------------------------------- partitioning
+
+
+class _JaxSubgraph(torch.nn.Module):
+    def __init__(self, fn: JaxGraph):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn.run(*args)
+
+
+class _Partitioned:
+    _boxed_call = True
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm = gm
+        self.placeholder_vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+        # the ops this graph runs on PyTorch CPU on every call, counted as op calls and
+        # CPU fallbacks (Note [Counting replayed ops] in platform/metrics.py)
+        cpu_ops = collections.Counter(n.target for n in gm.graph.nodes
+                                      if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
+        for op in cpu_ops:
+            metrics.ops_by_id.setdefault(id(op), op)
+        self.cpu_counts = ReplayedOps(tuple((id(op), n) for op, n in cpu_ops.items()),
+                                      tuple((str(op), n) for op, n in cpu_ops.items()))
+
+    def __call__(self, *args) -> Any:
+        if len(args) == 1 and type(args[0]) is list:
+            flat = list(args[0])
+            args[0].clear()
+        else:
+            flat = list(args)
+        for i, a in enumerate(flat):
+            if isinstance(a, XlaTensor):  # a saved activation kept on the JAX side
+                flat[i] = _to_cpu_like(a, self.placeholder_vals[i] if i < len(self.placeholder_vals) else None)
+        self.cpu_counts.runs += 1
+        return self.gm(*flat)
+
+
+def _to_cpu_like(t: XlaTensor, val: Any) -> torch.Tensor:
+    with X64:
+        out = jax_to_cpu_handover(value(t))
+    try:
+        stride = tuple(int(s) for s in val.stride())
+    except Exception:
+        return out
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    if stride != out.stride() and is_non_overlapping_and_dense_or_false(val):
+        out = torch.empty_strided(out.shape, stride, dtype=out.dtype).copy_(out)
+    return out
+
+
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
+    """Compile one ATen-level FX graph: one jitted function if we lower all its ops,
+    otherwise supported regions as jitted functions and the rest on PyTorch CPU."""
+    stats.graphs += 1
+    unsupported = [n for n in gm.graph.nodes if n.op == "call_function" and not is_supported(n.target)]
+    if not unsupported:
+        stats.jax_partitions += 1
+        return JaxGraph(gm)
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupport
+
+    class Support(OperatorSupport):
+        def is_node_supported(self, submodules, node):
+            return node.op == "call_function" and is_supported(node.target)
+
+    stats.partitioned_graphs += 1
+    for n in unsupported:
+        stats.split_ops[_op_name(n.target)] += 1
+    partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
+    partitions = partitioner.propose_partitions()
+    fused = partitioner.fuse_partitions(partitions)
+    for node in list(fused.graph.nodes):
+        if node.op == "call_module" and node.target.startswith("fused_"):
+            sub = getattr(fused, node.target)
+            if not any(n.op == "call_function" and n.target is not operator.getitem for n in sub.graph.nodes):
+                continue
+            stats.jax_partitions += 1
+            setattr(fused, node.target, _JaxSubgraph(JaxGraph(sub)))
+    fused.recompile()
+    return _Partitioned(fused)
+
+
+def _compile_forward_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
+    keep: frozenset[int] = frozenset()
+    context = torch._guards.TracingContext.try_get()
+    saved = getattr(getattr(context, "fw_metadata", None), "tensors_saved_for_backwards_slice", None)
+    if isinstance(saved, slice) and all(
+        is_supported(n.target) for n in gm.graph.nodes if n.op == "call_function"
+    ):
+        n_outputs = len(tree_flatten([n for n in gm.graph.nodes if n.op == "output"][0].args[0])[0])
+        keep = frozenset(range(*saved.indices(n_outputs)))
+        stats.graphs += 1
+        stats.jax_partitions += 1
+        return JaxGraph(gm, keep)
+    return compile_aten_graph(gm, example_inputs)
+
+
+def _compile_backward_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> Callable:
+    # Dynamo must not trace the compiler or the backward it returns. AOTAutograd's own
+    # wrapper for that hides the boxed calling convention, so it is done here.
+    compiled = torch._dynamo.disable(compile_aten_graph, reason="backward compiler")(gm, example_inputs)
+    wrapped = torch._dynamo.disable(compiled, reason="compiled backward graph")
+    wrapped._boxed_call = True
+    return wrapped
+
+
+_compile_backward_graph._is_wrapped_bw_compiler = True
+
+
+def _run_runtime_without_dynamo() -> None:
+    """Dynamo cannot trace an XlaTensor (a Python subclass whose data is a JAX array):
+    code that `torch.compile` wraps and that meets one breaks the graph and runs the op
+    eagerly, which calls our `__torch_dispatch__`. Dynamo would then try to compile the
+    runtime's own frames (and JAX's) and fail; this makes it run them, and everything
+    they call, as plain Python, so such code gives eager mode's results."""
+    from torch._dynamo.eval_frame import set_code_exec_strategy
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+    skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+    for fn in (XlaTensor.__torch_dispatch__, Environment.__torch_dispatch__):
+        set_code_exec_strategy(getattr(fn, "__func__", fn).__code__, skip)
+
+
+def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    """The `torch.compile` backend function (registered as "xla_native")."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    register_loaded_library_ops()  # Note [Library operators] in runtime/exec/custom_ops.py
+    return aot_autograd(
+        fw_compiler=_compile_forward_graph,
+        bw_compiler=_compile_backward_graph,
+        inference_compiler=compile_aten_graph,
+        decompositions=decompositions(),
+    )(gm, example_inputs)
+
+
+def __getattr__(name: str) -> Any:
+    # `backend` is what torch.compile looks up (through the entry point, or imported):
+    # only then is torch._dynamo loaded, which keeps `import xla_native_functions` cheap.
+    if name == "backend":
+        _run_runtime_without_dynamo()
+        watch_graph_breaks()  # Note [Moved models under torch.compile] in frontends/moved_models.py
+        globals()["backend"] = _backend
+        return _backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

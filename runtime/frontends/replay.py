@@ -1,0 +1,882 @@
+"""compile(): trace a call, then replay its executable without re-running the Python.
+
+Note [Replay]
+Tracing every call (runtime/exec/trace.py) costs about 12 us of Python per op, which on
+small models is more than the work itself. So `compile(fn)` traces the first calls of
+each call signature with a `Probe` watching, turns each trace into a `Plan` (where
+every graph input comes from, where every output goes, what the call returns, which
+`.grad`s it sets) and, once two consecutive traces give the same plan, replays it with
+straight-line Python generated for that plan (`generate_replay`): read the inputs'
+current arrays, run the cached executables, write the results back, build the returned
+tensors. No op runs through Python.
+
+A plan is only made when the trace shows nothing a replay would get wrong:
+  - no op on a CPU tensor made before the call (default AdamW keeps its step counter
+    on the CPU and computes its step size from `.item()`), no CPU fallback op, no
+    explicit torch.Generator;
+  - no tensor created by the call kept anywhere except the returned value and
+    `.grad` (a module attribute, a list, new optimizer state), counted by references;
+  - no returned tensor that requires grad unless the call ran backward itself (a replay
+    builds no autograd graph; the loss of a training step comes back detached).
+A value read on the host (`.item()`, a data-dependent shape) cuts the trace into
+several graphs; the replay runs them in turn and compares each value read with the
+traced one before going on, so it guards the Python that depended on it. Two equal
+consecutive plans also mean the Python numbers the graphs received did not change
+between calls. Before each replay, guards check the call signature (structure, shapes,
+strides, dtypes, Python values of the arguments), every tensor the call reads besides
+its arguments is alive and holds the traced storage (whose array keeps its shape and
+dtype for life, Note [Views and mutation]), the arguments' arrays have the traced
+shapes and dtypes, `.grad`s are in the traced state (None
+or not), grad mode, the hyperparameters of every optimizer stepped in the call (a
+scheduled learning rate) and the `training` flag of every module called. A failed
+guard traces the call again, with nothing written. Python state beyond these (a
+global counter, an attribute read by the function) is taken as constant, as jax.jit
+does; `compile(fn, replay=False)` traces every call instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import sys
+import threading
+import time
+import warnings
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ..core.context import context
+from ..core.convert import X64
+from ..core.inference import made_like
+from ..core.sharing import WRITE_LOCK
+from ..core.tensor import DEVICE, Storage, XlaTensor, real_view_on, tensor_on
+from ..exec.eager import scalar_operand
+from ..exec.graph import copy_array
+from ..exec.keys import key_array
+from ..exec.trace import active_traces, tracing
+from ..platform.config import config
+from ..platform.metrics import ReplayedOps, metrics
+
+ARG, OBJ, KEY, CONST, SEG = "arg", "obj", "key", "const", "seg"
+# Traces of one signature without two equal plans in a row, after which it is traced on
+# every call without probing.
+MAX_PROBES = 6
+# Call signatures remembered per compiled function.
+MAX_SIGNATURES = 64
+_SIMPLE = (int, float, bool, str, type(None), complex, torch.dtype, torch.device)
+_LIFT_FRESH = torch.ops.aten.lift_fresh.default
+
+
+class Probe:
+    """What one traced call touched: the observer of its trace (Note [Trace observers] in
+    exec/trace.py)."""
+
+    def __init__(self):
+        # Storages that existed before the call (or were made concrete in it) and that the
+        # trace read or wrote: id -> the stablest tensor on it (the base of a view). `held`
+        # is the probe's only strong reference to them, which build_plan counts on.
+        self.owners: dict[int, weakref.ref] = {}
+        self.held: dict[int, Storage] = {}
+        self.input_store: dict[int, int] = {}  # id(graph input Value) -> id(its storage)
+        # storages a graph of this call wrote: id -> (graph, output position, weakref)
+        self.produced: dict[int, tuple] = {}
+        self.input_seg: dict[int, tuple] = {}  # id(graph input Value) -> (graph, output position)
+        # values read on the host: ("root", graph, output position, array) or
+        # ("input", graph being recorded, input Value, array)
+        self.reads: list[tuple] = []
+        self.keys: set[int] = set()  # storages of random keys drawn during the call
+        self.graphs: list[tuple] = []
+        self.failure: str | None = None
+        self.optimizers: dict[int, Any] = {}
+        self.modules: dict[int, Any] = {}
+        # id(tensor) -> its version counter before the call wrote through it (None: an
+        # inference tensor, which has none): for the arguments and the owners of storages
+        self.versions: dict[int, int | None] = {}
+
+    def note_owner(self, store: Storage, t: XlaTensor, v: Any) -> None:
+        sid = id(store)
+        made = self.produced.get(sid)
+        if made is not None and made[2]() is store:  # written by an earlier graph of the call
+            if v is not None:
+                self.input_seg[id(v)] = made[:2]
+            return
+        if sid not in self.owners:
+            base = t
+            while base._base is not None:
+                base = base._base
+            if base.__class__ is not XlaTensor or base._store is not store:
+                base = t
+            self.owners[sid] = weakref.ref(base)
+            self.held[sid] = store
+            self.versions.setdefault(id(base), version_of(base))
+        if v is not None:
+            self.input_store[id(v)] = sid
+
+    def note_key(self, store: Storage) -> None:
+        self.keys.add(id(store))
+        self.held[id(store)] = store
+
+    def note_graph(self, pending, inputs, scalars, key, fn) -> None:
+        j = len(self.graphs)
+        for k, s in enumerate(pending):
+            self.produced[id(s)] = (j, k, weakref.ref(s))
+        self.graphs.append(([weakref.ref(s) for s in pending], inputs, scalars, key, fn))
+
+    def note_read(self, v: Any, store: Storage | None, array: Any) -> None:
+        """A value read on the host: an input Value, or the storage a graph just wrote."""
+        if store is None:
+            self.reads.append(("input", len(self.graphs), v, np.asarray(array)))
+            return
+        made = self.produced.get(id(store))
+        if made is None or made[2]() is not store:
+            self.fail("it reads a tensor's value on the host in a way a replay cannot check")
+            return
+        self.reads.append(("root", made[0], made[1], np.asarray(array)))
+
+    def fail(self, why: str) -> None:
+        if self.failure is None:
+            self.failure = why
+
+
+class _HostOpWatch(TorchDispatchMode):
+    """Fails the probe on any op that touches a CPU tensor made before the call (default
+    AdamW's step counter): a replay would skip it. CPU tensors the call makes from Python
+    values (`torch.triu_indices`) are constants, compared between traces like any other."""
+
+    def __init__(self, probe: Probe):
+        super().__init__()
+        self.probe = probe
+        self.made: dict[int, weakref.ref] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func is _LIFT_FRESH:
+            # torch.tensor / torch.as_tensor of Python data (pack_padded_sequence's
+            # lengths): its argument was just made from values, a constant of the call
+            self.made[id(out)] = weakref.ref(out)
+            return out
+        if self.probe.failure is None:
+            for x in tree_flatten((args, kwargs))[0]:
+                if isinstance(x, torch.Tensor) and x.device.type == "cpu" and not self._made(x):
+                    self.probe.fail(
+                        f"it runs {func} on a CPU tensor made before the call, which a replay would skip "
+                        "(default AdamW keeps its step counter on the CPU: AdamW(..., capturable=True) "
+                        "keeps it on our device)"
+                    )
+                    return out
+            for x in tree_flatten(out)[0]:
+                if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+                    self.made[id(x)] = weakref.ref(x)
+        return out
+
+    def _made(self, x: torch.Tensor) -> bool:
+        ref = self.made.get(id(x))
+        return ref is not None and ref() is x
+
+
+def version_of(t: XlaTensor) -> int | None:
+    """`t._version`, or None for an inference tensor, which has no version counter."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
+class Plan:
+    """How to replay one traced call; see Note [Replay]."""
+
+    __slots__ = ("segments", "writebacks", "outputs", "out_spec", "grad_guards", "grad_effects", "optimizers",
+                 "modules", "grad_enabled", "inference_mode", "bumps", "fingerprint", "complete", "objects",
+                 "object_stores", "args", "whole_args", "requires_grad", "late_reads", "run", "op_counts")
+
+
+def _hyperparameters(opt: Any) -> tuple:
+    """What a replay guards of an optimizer it steps: each group's hyperparameters and
+    parameters (by identity: a parameter taken out of its group is no longer updated),
+    and how many parameters have state."""
+    groups = []
+    for g in opt.param_groups:
+        groups.append(tuple((k, v if isinstance(v, (*_SIMPLE, tuple)) else ("id", id(v)))
+                            for k, v in g.items() if k != "params"))
+        groups.append(tuple(map(id, g["params"])))
+    return tuple(groups), len(opt.state)
+
+
+def _layout(t: XlaTensor) -> tuple:
+    return tuple(t.shape), t.dtype, None if t._whole else (tuple(t.stride()), t.storage_offset()), t._real
+
+
+def _orphans(probe: Probe) -> set[int]:
+    """Storages the call touched whose tensor died but that something else still holds
+    (a view made inside the call): a replay could not find them."""
+    orphans = set()
+    for sid, ref in probe.owners.items():
+        t = ref()
+        if t is None or t._store is not probe.held[sid]:
+            # references: probe.held, getrefcount's argument
+            if sys.getrefcount(probe.held[sid]) > 2:
+                orphans.add(sid)
+    return orphans
+
+
+def _source_of(sid: int, probe: Probe, arg_stores: dict[int, int], orphans: set[int]) -> tuple | str:
+    i = arg_stores.get(sid)
+    if i is not None:
+        return (ARG, i)
+    if sid in probe.keys:
+        return (KEY, None)
+    ref = probe.owners.get(sid)
+    if ref is None:
+        return (CONST, None)
+    t = ref()
+    if t is not None and t._store is probe.held[sid]:
+        return (OBJ, ref)
+    if sid in orphans:
+        return "a tensor it reads or writes is reachable only through a view made inside the call"
+    return (CONST, None)  # a temporary made on the host during the call
+
+
+def _account(accounted: dict[int, set[int]], sid: int, t: XlaTensor) -> None:
+    """Count `t`, and the base a view keeps alive, as tensors a replay rebuilds."""
+    held = accounted.setdefault(sid, set())
+    held.add(id(t))
+    base = t._base
+    if base is not None and base.__class__ is XlaTensor and id(base._store) == sid:
+        held.add(id(base))
+
+
+def _escaped(alive: dict[int, Storage], accounted: dict[int, set[int]]) -> bool:
+    """True when a storage made by the call has more tensors on it than the returned
+    value and the new .grads account for."""
+    for collected in (False, True):
+        if collected:
+            gc.collect()  # tensors in reference cycles the collector has not freed yet
+        # references: `alive` and getrefcount's argument (no loop variable holds a storage)
+        if all(sys.getrefcount(alive[sid]) - 2 <= len(accounted.get(sid, ())) for sid in alive):
+            return False
+    return True
+
+
+def _fp_array(a: np.ndarray) -> tuple:
+    return (a.shape, str(a.dtype), a.tobytes())
+
+
+def _fp_source(src: tuple) -> tuple:
+    kind, x = src
+    if kind == OBJ:
+        return (OBJ, id(x()))
+    if kind == CONST:
+        return (CONST,) + _fp_array(np.asarray(x))
+    return src
+
+
+def _fp_value(x: Any) -> Any:
+    if isinstance(x, _SIMPLE):
+        return (type(x), repr(x))  # repr: NaN equals itself
+    return ("id", id(x))
+
+
+def grad_holders(probe: Probe, leaves: list) -> dict[int, XlaTensor]:
+    """Leaf tensors requiring grad that the call read or wrote, and the parameters of the
+    optimizers it stepped: the call may set their .grad."""
+    known = {}
+    for x in leaves:
+        if x.__class__ is XlaTensor and x.requires_grad and x.is_leaf:
+            known[id(x)] = x
+    touched = [ref() for ref in probe.owners.values()]
+    touched += [p for o in probe.optimizers.values() for g in o.param_groups for p in g["params"]]
+    for t in touched:
+        if t.__class__ is XlaTensor and t.requires_grad and t.is_leaf:
+            known[id(t)] = t
+    return known
+
+
+class Segment:
+    """One graph of a replayed call: a host read (.item(), a data-dependent shape) ends a
+    segment, and the value it read becomes a guard checked before the next one runs."""
+
+    __slots__ = ("fn", "key", "sources", "shapes", "scalars", "reads", "input_reads")
+
+
+def _segment_source(v: Any, probe: Probe, arg_stores: dict[int, int], orphans: set[int]) -> tuple | str:
+    seg = probe.input_seg.get(id(v))
+    if seg is not None:
+        return (SEG, seg)
+    sid = probe.input_store.get(id(v))
+    src = (CONST, None) if sid is None else _source_of(sid, probe, arg_stores, orphans)
+    if not isinstance(src, str) and src[0] == CONST:
+        src = (CONST, v.data)
+    return src
+
+
+def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTensor], pre_grads: dict[int, tuple],
+               grad_enabled: bool, inference_mode: bool = False) -> Plan | str:
+    """The replay plan of a traced call, or why it cannot be replayed. `known`: the
+    call's grad_holders, `pre_grads`: their .grad before the call."""
+    if probe.failure is not None:
+        return probe.failure
+    arg_stores: dict[int, int] = {}
+    for i, x in enumerate(leaves):
+        if x.__class__ is XlaTensor:
+            arg_stores.setdefault(id(x._store), i)
+    orphans = _orphans(probe)
+    plan = Plan()
+    plan.grad_enabled = grad_enabled
+    plan.inference_mode = inference_mode
+    plan.segments = []
+    writebacks: dict[int, tuple] = {}  # storage id -> ((segment, root), source)
+    new_roots: dict[int, tuple] = {}  # storage id -> (segment, root)
+    alive: dict[int, Storage] = {}
+    for j, (pending, inputs, scalars, key, fn) in enumerate(probe.graphs):
+        seg = Segment()
+        seg.fn, seg.key = fn, key
+        seg.sources, seg.shapes, seg.reads, seg.input_reads = [], [], [], []
+        for v in inputs:
+            src = _segment_source(v, probe, arg_stores, orphans)
+            if isinstance(src, str):
+                return src
+            seg.sources.append(src)
+            seg.shapes.append((tuple(v.data.shape), v.data.dtype))
+        seg.scalars = [sc.value for sc in scalars]
+        for k, ref in enumerate(pending):
+            s = ref()
+            if s is None:
+                continue
+            sid = id(s)
+            if sid in probe.owners or sid in arg_stores:
+                src = _source_of(sid, probe, arg_stores, orphans)
+                if isinstance(src, str):
+                    return src
+                if src[0] is ARG or src[0] is OBJ:
+                    writebacks[sid] = ((j, k), src)
+            else:
+                new_roots[sid] = (j, k)
+                alive[sid] = s
+        s = None
+        plan.segments.append(seg)
+    plan.late_reads = []  # inputs read on the host after the last graph
+    for kind, j, x, expected in probe.reads:
+        if kind == "root":
+            plan.segments[j].reads.append((x, expected))
+            continue
+        src = _segment_source(x, probe, arg_stores, orphans)
+        if isinstance(src, str):
+            return src
+        (plan.segments[j].input_reads if j < len(plan.segments) else plan.late_reads).append((src, expected))
+    plan.writebacks = list(writebacks.values())
+
+    accounted: dict[int, set[int]] = {}
+    out_leaves, out_spec = ([result], None) if result.__class__ is XlaTensor else tree_flatten(result)
+    plan.out_spec = out_spec
+    plan.outputs = []
+    leaf_pos = {id(x): i for i, x in enumerate(leaves)}
+    out_pos: dict[int, int] = {}
+    returns_grad_fn = False
+    for j, x in enumerate(out_leaves):
+        if not isinstance(x, torch.Tensor):
+            plan.outputs.append(("py", x))
+            continue
+        if x.__class__ is not XlaTensor:
+            return "it returns a tensor that is not on our device"
+        if id(x) in out_pos:
+            plan.outputs.append(("dup", out_pos[id(x)]))
+            continue
+        out_pos[id(x)] = j
+        if id(x) in leaf_pos:
+            plan.outputs.append((ARG, leaf_pos[id(x)]))
+            continue
+        returns_grad_fn = returns_grad_fn or x.requires_grad
+        sid = id(x._store)
+        if sid in new_roots:
+            _account(accounted, sid, x)
+            plan.outputs.append(("new", new_roots[sid], _layout(x)))
+        elif sid in probe.owners or sid in arg_stores:
+            src = _source_of(sid, probe, arg_stores, orphans)
+            if isinstance(src, str) or src[0] not in (ARG, OBJ):
+                return "it returns a view of a temporary tensor made on the host"
+            same = src[0] == OBJ and src[1]() is x
+            plan.outputs.append(("same", src) if same else ("view", src, _layout(x)))
+        else:
+            plan.outputs.append(("fixed", x))
+
+    # Version counters: each tensor the call wrote in place, and each new result it
+    # wrote after making it, advance by as much as in the trace (PyTorch bumps one per
+    # in-place op); a replay writes storages without running those ops.
+    plan.bumps = []
+    for _, src in plan.writebacks:
+        t = leaves[src[1]] if src[0] is ARG else src[1]()
+        before, now = probe.versions.get(id(t)), version_of(t)
+        if before is not None and now is not None and now > before:
+            plan.bumps.append((src, now - before))
+    for j, x in enumerate(out_leaves):
+        if plan.outputs[j][0] == "new":
+            now = version_of(x)
+            if now:
+                plan.bumps.append((("out", j), now))
+
+    # .grad: the state of each tensor that may hold one, before the call and after
+    plan.complete = all(i in pre_grads for i in known)
+    plan.grad_guards, plan.grad_effects = [], []
+    for i, t in known.items():
+        before = pre_grads.get(i, (None, "unknown"))[1]
+        after = t.grad
+        ref = weakref.ref(t)
+        if before is None or isinstance(before, str):
+            guard = before
+        elif id(before._store) in probe.owners:  # read or written in the call
+            guard = ("is", weakref.ref(before))
+        else:
+            guard = "tensor"
+        plan.grad_guards.append((ref, guard))
+        if after is None:
+            if before is not None:
+                plan.grad_effects.append((ref, None))
+        elif after is not before:
+            sid = id(after._store) if after.__class__ is XlaTensor else None
+            if sid not in new_roots:
+                return "it sets a .grad to a tensor that is not one of its results"
+            _account(accounted, sid, after)
+            plan.grad_effects.append((ref, (new_roots[sid], _layout(after))))
+
+    # A replay builds no autograd graph. A result that requires grad (the loss) is still
+    # fine when the call ran backward itself, and it comes back detached.
+    if returns_grad_fn and not (plan.grad_effects or any(isinstance(g, tuple) for _, g in plan.grad_guards)):
+        return ("it returns a tensor that requires grad without running backward itself, and a replay "
+                "builds no autograd graph (return .detach(), or run under torch.no_grad())")
+
+    # Tensors the call made must be held only by what a replay rebuilds.
+    after = x = None  # drop this frame's references before counting
+    if _escaped(alive, accounted):
+        return ("it keeps a tensor it made outside its return value and .grad (a module attribute, "
+                "a list, new optimizer state), which a replay would not update")
+    alive.clear()
+
+    # Tensors read through OBJ sources must still hold the traced storages, and argument
+    # storages must not be among them (the signature guards aliasing between arguments).
+    objects = {}
+    read = [src for seg in plan.segments for src in seg.sources + [r[0] for r in seg.input_reads]]
+    for src in read + [r[0] for r in plan.late_reads] + [src for _, src in plan.writebacks] + \
+            [o[1] for o in plan.outputs if o[0] in ("same", "view")]:
+        if src[0] is OBJ:
+            t = src[1]()
+            objects[id(t)] = (src[1], weakref.ref(t._store))
+    plan.objects = list(objects.values())
+    plan.requires_grad = tuple(ref().requires_grad for ref, _ in plan.objects)
+    plan.object_stores = frozenset(id(store_ref()) for _, store_ref in plan.objects)
+    plan.args = sorted({i for i, x in enumerate(leaves) if x.__class__ is XlaTensor})
+    plan.whole_args = frozenset(i for i in plan.args if leaves[i]._whole)
+    t = None
+    plan.optimizers = [(weakref.ref(o), _hyperparameters(o)) for o in probe.optimizers.values()]
+    plan.modules = [(weakref.ref(m), m.training) for m in probe.modules.values()]
+    plan.fingerprint = (
+        tuple((seg.key, tuple(_fp_source(src) for src in seg.sources), tuple(_fp_value(v) for v in seg.scalars),
+               tuple((k, _fp_array(e)) for k, e in seg.reads),
+               tuple((_fp_source(src), _fp_array(e)) for src, e in seg.input_reads)) for seg in plan.segments),
+        tuple((_fp_source(src), _fp_array(e)) for src, e in plan.late_reads),
+        tuple((k, _fp_source(src)) for k, src in plan.writebacks),
+        tuple(o if o[0] in ("new", "dup", ARG) else
+              (o[0], _fp_source(o[1])) + o[2:] if o[0] in ("same", "view") else
+              (o[0], _fp_value(o[1])) for o in plan.outputs),
+        out_spec,
+        tuple((id(r()), g if not isinstance(g, tuple) else id(g[1]())) for r, g in plan.grad_guards),
+        tuple((id(r()), e) for r, e in plan.grad_effects),
+        tuple((id(r()), h) for r, h in plan.optimizers),
+        tuple((id(r()), tr) for r, tr in plan.modules),
+        grad_enabled,
+        inference_mode,
+        tuple((_fp_source(src) if src[0] != "out" else src, n) for src, n in plan.bumps),
+        plan.requires_grad,
+    )
+    for seg in plan.segments:
+        seg.scalars = [scalar_operand(v) for v in seg.scalars]
+    return plan
+
+
+_GUARD_FAILED = object()
+
+
+def _owned(tensors: tuple) -> bool:
+    """Whether a trace (of another thread) holds one of these tensors' storages."""
+    return any(t._store.owner is not None for t in tensors)
+
+
+def _same_value(a: Any, expected: np.ndarray) -> bool:
+    a = np.asarray(a)
+    return a.shape == expected.shape and a.dtype == expected.dtype and np.array_equal(a, expected, equal_nan=a.dtype.kind in "fc")
+
+
+def generate_replay(plan: Plan) -> Callable[[Any], Any]:
+    """The plan as one straight-line Python function of the call's flattened arguments:
+    every guard, input, write-back and output spelled out, since looping over the plan's
+    lists costs more than the executable call on small models. It returns _GUARD_FAILED,
+    before any effect on tensors, when a guard does not hold."""
+    env: dict[str, Any] = {
+        "FAILED": _GUARD_FAILED, "grad_enabled": torch.is_grad_enabled, "hyper": _hyperparameters, "X64": X64,
+        "key_array": key_array, "copy": copy_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
+        "Storage": Storage, "tensor_on": tensor_on, "real_view_on": real_view_on, "unflatten": tree_unflatten,
+        "write_lock": WRITE_LOCK, "active_traces": active_traces, "owned": _owned,
+        "made_like": made_like, "inference_mode": torch.is_inference_mode_enabled, "bump": torch._C._increment_version,
+    }
+    lines: list[str] = []
+
+    def const(value: Any) -> str:
+        name = f"c{len(env)}"
+        env[name] = value
+        return name
+
+    def emit(text: str, indent: int = 1) -> None:
+        lines.append("    " * indent + text)
+
+    emit(f"if grad_enabled() is not {plan.grad_enabled} or inference_mode() is not {plan.inference_mode}: return FAILED")
+    for ref, hyper in plan.optimizers:
+        emit(f"o = {const(ref)}()")
+        emit(f"if o is None or hyper(o) != {const(hyper)}: return FAILED")
+    if plan.modules:  # one comparison for all: a module that died reads as None
+        modes = ", ".join(f"getattr({const(ref)}(), 'training', None)" for ref, _ in plan.modules)
+        emit(f"if ({modes},) != {const(tuple(training for _, training in plan.modules))}: return FAILED")
+    for ref, guard in plan.grad_guards:
+        emit(f"t = {const(ref)}()")
+        if guard is None:
+            emit("if t is None or t.grad is not None: return FAILED")
+        elif guard == "tensor":
+            emit("if t is None or t.grad is None: return FAILED")
+        else:
+            emit(f"if t is None or t.grad is None or t.grad is not {const(guard[1])}(): return FAILED")
+    objects: dict[int, str] = {}  # id(weakref) -> the local holding its tensor
+    for i, (ref, store_ref) in enumerate(plan.objects):
+        objects[id(ref)] = f"o{i}"
+        emit(f"o{i} = {const(ref)}()")
+        emit(f"if o{i} is None or o{i}._store is not {const(store_ref)}(): return FAILED")
+    if plan.object_stores:
+        stores = const(plan.object_stores)
+        for i in plan.args:  # an argument that is now one of the tensors the call reads itself
+            emit(f"if id(leaves[{i}]._store) in {stores}: return FAILED")
+    if plan.grad_enabled and plan.objects:
+        # autograd records only through tensors that require grad: a parameter frozen
+        # (or unfrozen) since the trace would get no gradient (or one), so no update
+        flags = ", ".join(f"o{i}.requires_grad" for i in range(len(plan.objects)))
+        emit(f"if ({flags},) != {const(plan.requires_grad)}: return FAILED")
+    used = [f"o{i}" for i in range(len(plan.objects))] + [f"leaves[{i}]" for i in plan.args]
+    if used:  # a tensor another thread's trace holds: tracing again raises the clear error
+        emit(f"if active_traces and owned(({', '.join(used)},)): return FAILED")
+
+    def tensor(src: tuple) -> str:
+        return f"leaves[{src[1]}]" if src[0] is ARG else objects[id(src[1])]
+
+    def array(src: tuple) -> str:
+        kind, x = src
+        if kind is ARG or kind is OBJ:
+            return f"{tensor(src)}._store.array"
+        if kind is SEG:
+            return f"r{x[0]}[{x[1]}]"
+        return "key_array()" if kind is KEY else const(x)
+
+    def on(store: str, spec: tuple, like: str | None = None) -> str:
+        """A tensor on `store` with a _layout; a view of a complex storage as reals
+        keeps its flag (Note [Views and mutation]); `like`: a tensor whose kind it takes
+        (Note [Inference mode] in core/inference.py)."""
+        shape, dtype, view, real = spec
+        make = 'real_view_on' if real else 'tensor_on'
+        if like is not None:
+            return f"made_like({like}, {make}, {store}, {shape!r}, {const(dtype)}, {view!r})"
+        return f"{make}({store}, {shape!r}, {const(dtype)}, {view!r})"
+
+    for j, seg in enumerate(plan.segments):
+        for src, expected in seg.input_reads:
+            emit(f"if not same({array(src)}, {const(expected)}): return FAILED")
+        names = []
+        for k, (src, (shape, dtype)) in enumerate(zip(seg.sources, seg.shapes)):
+            names.append(f"a{j}_{k}")
+            emit(f"a{j}_{k} = {array(src)}")
+            # An OBJ's storage is guarded and a storage's array keeps its aval; a whole
+            # argument's array has the shape and dtype its signature key holds.
+            if src[0] is ARG and src[1] not in plan.whole_args:
+                emit(f"if a{j}_{k}.shape != {shape!r} or a{j}_{k}.dtype != {const(dtype)}: return FAILED")
+        # Note [Donated graph inputs]: a buffer is handed over only from a storage this
+        # graph writes back, and only where no guard can fail after it ran.
+        written = {src for (jj, _), src in plan.writebacks if jj == j}
+        final = len(plan.segments) == 1 and not seg.reads and not plan.late_reads
+        donated = getattr(seg.fn, "donated", ())
+        copied = [k for k in donated if not (final and seg.sources[k] in written)]
+        taken = [k for k in donated if k not in copied]
+        for k in copied:
+            emit(f"a{j}_{k} = copy(a{j}_{k})")
+        emit(f"args = [{', '.join(names)}]")
+        if copied:
+            emit(" = ".join(f"a{j}_{k}" for k in copied) + " = None")  # the list holds them alone
+        # Note [Threads and storages]: a buffer to donate leaves its storage first, so no
+        # other thread can pick it up; one that holds it shows in the executable's count.
+        for k in taken:
+            emit(f"{tensor(seg.sources[k])}._store.array = None")
+        emit("start = perf()")
+        if taken:
+            emit("try:")
+            emit("with X64:", 2)
+            emit(f"r{j} = {const(seg.fn)}(args, {const(seg.scalars)})", 3)
+            emit("except BaseException:")
+            for k in taken:
+                emit(f"{tensor(seg.sources[k])}._store.array = a{j}_{k}", 2)
+            emit("raise", 2)
+            emit(" = ".join(f"a{j}_{k}" for k in taken) + " = None")
+        else:
+            emit("with X64:")
+            emit(f"r{j} = {const(seg.fn)}(args, {const(seg.scalars)})", 2)
+        emit("metrics.execute_seconds += perf() - start")
+        for k, expected in seg.reads:
+            emit(f"if not same(r{j}[{k}], {const(expected)}): return FAILED")
+    for src, expected in plan.late_reads:
+        emit(f"if not same({array(src)}, {const(expected)}): return FAILED")
+    emit(f"metrics.execute_count += {len(plan.segments)}")
+    emit(f"metrics.cache_hits += {len(plan.segments)}")
+    emit("metrics.replays += 1")
+    # Note [Counting replayed ops] in platform/metrics.py: the ops of the traced call
+    emit(f"{const(ReplayedOps(plan.op_counts))}.runs += 1")
+    for (j, k), src in plan.writebacks:
+        emit(f"s = {tensor(src)}._store")
+        emit(f"s.array = r{j}[{k}]")
+        emit("s.version += 1")
+    made: dict[tuple, str] = {}
+
+    def new_store(at: tuple) -> str:
+        if at not in made:
+            made[at] = f"n{at[0]}_{at[1]}"
+            emit(f"{made[at]} = Storage(r{at[0]}[{at[1]}])")
+        return made[at]
+
+    for ref, effect in plan.grad_effects:
+        value = "None" if effect is None else on(new_store(effect[0]), effect[1])
+        emit(f"{const(ref)}().grad = {value}")
+    for i, o in enumerate(plan.outputs):
+        kind = o[0]
+        if kind == "new":
+            value = on(new_store(o[1]), o[2])
+        elif kind is ARG:
+            value = f"leaves[{o[1]}]"
+        elif kind == "same":
+            value = tensor(o[1])
+        elif kind == "view":  # of an argument: a normal tensor if that is one (Note [Inference mode])
+            value = on(f"{tensor(o[1])}._store", o[2], like=tensor(o[1]))
+        elif kind == "dup":
+            value = f"out{o[1]}"
+        else:  # "py", "fixed"
+            value = const(o[1])
+        emit(f"out{i} = {value}")
+    if plan.bumps:
+        bumped = [tensor(src) if src[0] != "out" else f"out{src[1]}" for src, n in plan.bumps for _ in range(n)]
+        emit(f"bump(({', '.join(bumped)},))")
+    if plan.out_spec is None:
+        emit("return out0")
+    else:
+        emit(f"return unflatten([{', '.join(f'out{i}' for i in range(len(plan.outputs)))}], {const(plan.out_spec)})")
+    # The replay reads and writes back storages as one write (Note [Threads and storages]).
+    body = "\n".join("    " + line for line in lines)
+    exec(f"def replay(leaves):\n    with write_lock:\n{body}\n", env)
+    return env["replay"]
+
+
+def signature(args: tuple, kwargs: dict) -> tuple[Any, list] | None:
+    """The cache key of a call (structure, tensor metadata, aliasing, Python values) and
+    its flattened arguments; None when an argument cannot be guarded (a CPU tensor). A
+    tensor spanning its whole storage is keyed without its strides and offset, which
+    that implies, and with a different tuple length from any other view."""
+    if kwargs or any(a.__class__ in _CONTAINERS for a in args):
+        leaves = []
+        spec = _structure((args, kwargs), leaves)
+        if spec is _OTHER:  # a named tuple, an OrderedDict, a registered pytree class
+            leaves, spec = tree_flatten((args, kwargs))
+    else:
+        leaves, spec = args, len(args)
+    key: list[Any] = [spec]
+    stores: dict[int, int] = {}
+    for x in leaves:
+        cls = x.__class__
+        if cls is XlaTensor:
+            # is_inference: an inference tensor is refused where a normal one is not
+            # (saved for backward, written outside inference mode: Note [Inference mode])
+            if x._whole:
+                key.append((x.shape, x.dtype, x.requires_grad, x.is_inference(),
+                            stores.setdefault(id(x._store), len(stores))))
+            else:
+                key.append((x.shape, x.stride(), x.storage_offset(), x.dtype, x.requires_grad, x.is_inference(),
+                            stores.setdefault(id(x._store), len(stores))))
+        elif cls in _SIMPLE:
+            key.append((cls, x))
+        elif isinstance(x, torch.Tensor):
+            return None
+        else:
+            key.append(("id", id(x)))
+    return tuple(key), leaves
+
+
+_CONTAINERS = (list, tuple, dict)
+_LEAF, _OTHER = "leaf", "other"
+
+
+def _structure(x: Any, leaves: list) -> Any:
+    """The nesting of plain tuples, lists and dicts in `x`, whose other values are
+    appended to `leaves` (torch's tree_flatten costs about 2 us per node, this a tenth of
+    that), or _OTHER if `x` holds another container type."""
+    cls = x.__class__
+    if cls is tuple or cls is list or cls is dict:
+        inner = []
+        for e in (x.values() if cls is dict else x):
+            c = e.__class__
+            if c is tuple or c is list or c is dict:
+                e = _structure(e, leaves)
+                if e is _OTHER:
+                    return _OTHER
+                inner.append(e)
+            elif c is XlaTensor or not isinstance(e, _CONTAINERS):
+                leaves.append(e)
+                inner.append(_LEAF)
+            else:
+                return _OTHER
+        return (cls, tuple(x), tuple(inner)) if cls is dict else (cls, tuple(inner))
+    if isinstance(x, _CONTAINERS):
+        return _OTHER
+    leaves.append(x)
+    return _LEAF
+
+
+class _Signature:
+    """What compile() knows about one call signature."""
+
+    __slots__ = ("plan", "candidate", "probes", "known", "holds")
+
+    def __init__(self, leaves):
+        self.plan: Plan | None = None
+        self.candidate: Plan | None = None
+        self.probes = 0
+        self.known: list = []
+        # non-tensor arguments are keyed by id: hold them so the id is not reused
+        self.holds = [x for x in leaves if not isinstance(x, (torch.Tensor, *_SIMPLE))]
+
+
+def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signature) -> Any:
+    probe = Probe()
+    pre_grads = {}
+    for ref in entry.known:
+        t = ref()
+        if t is not None:
+            pre_grads[id(t)] = (t, t.grad)
+
+    # The hooks are global: only this thread's optimizers and modules belong to the call.
+    thread = threading.get_ident()
+
+    def on_step(opt, a, k):
+        if threading.get_ident() == thread:
+            probe.optimizers.setdefault(id(opt), opt)
+
+    def on_forward(module, a):
+        if threading.get_ident() == thread:
+            probe.modules.setdefault(id(module), module)
+
+    hooks = [register_optimizer_step_pre_hook(on_step),
+             torch.nn.modules.module.register_module_forward_pre_hook(on_forward)]
+    grad_enabled = torch.is_grad_enabled()
+    inference_mode = torch.is_inference_mode_enabled()
+    for x in leaves:
+        if x.__class__ is XlaTensor:
+            probe.versions[id(x)] = version_of(x)
+    calls = metrics.calls_by_id
+    calls_before = dict(calls)
+    try:
+        with tracing(observer=probe):
+            with _HostOpWatch(probe):
+                result = fn(*args, **kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+    leaves = list(leaves)
+    known = grad_holders(probe, leaves)
+    plan = build_plan(probe, leaves, result, known, pre_grads, grad_enabled, inference_mode)
+    if not isinstance(plan, str):  # what a replay of this call counts (Note [Counting replayed ops])
+        plan.op_counts = tuple((k, n - calls_before.get(k, 0)) for k, n in calls.items() if n > calls_before.get(k, 0))
+    entry.known = [weakref.ref(t) for t in known.values()]
+    del known
+    del pre_grads, probe
+    entry.probes += 1
+    if isinstance(plan, str):
+        entry.candidate = None
+        if entry.probes >= MAX_PROBES:
+            _note(fn, plan)
+    else:
+        previous, entry.candidate = entry.candidate, plan
+        if plan.complete and previous is not None and previous.fingerprint == plan.fingerprint:
+            plan.run = generate_replay(plan)
+            entry.plan, entry.candidate, entry.probes = plan, None, 0
+        elif entry.probes >= MAX_PROBES:
+            _note(fn, "what it records (the graph, the Python numbers it passes, where its tensors come "
+                      "from) changed between consecutive calls")
+    return result
+
+
+class ReplayWarning(UserWarning):
+    """A compile()d function will be traced on every call: correct, but each call runs
+    its Python and records every op again, several times slower than a replay."""
+
+
+def _note(fn: Callable, why: str, stacklevel: int = 4) -> None:
+    """Record why `fn` is traced on every call, and warn at the user's call (stacklevel:
+    from here through _probe and compiled)."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    note = f"{name} is traced on every call: {why}"
+    if note not in metrics.replay_notes:
+        metrics.replay_notes.append(note)
+        # Default AdamW takes a compiled step back to eager mode's time or worse (the small
+        # zoo BERT's AdamW step: 22 to 32 ms; 1.7 ms with capturable=True), so say so.
+        warnings.warn(f"compile(): {note}. Each call re-runs its Python and records every op; "
+                      "metrics_report() lists the reasons", ReplayWarning, stacklevel=stacklevel)
+
+
+def compile(fn: Callable, *, replay: bool = True) -> Callable:
+    """Run `fn` (forward, backward, optimizer step, any torch code on XlaTensors) as one
+    XLA program per call: its ops are traced, lowered together and cached by the graph's
+    structure, so a steady loop compiles once. With `replay` (the default) a call whose
+    trace is stable is then replayed without running its Python (Note [Replay] in
+    frontends/replay.py); `replay=False` traces every call."""
+    signatures: dict[Any, _Signature] = {}
+
+    def traced(*args, **kwargs):
+        with tracing():
+            return fn(*args, **kwargs)
+
+    if not replay:
+        return functools.wraps(fn)(traced)
+
+    @functools.wraps(fn)
+    def compiled(*args, **kwargs):
+        if context.trace is not None or config.debug_print_each_op or config.debug_accuracy_for_each_op:
+            return traced(*args, **kwargs)
+        sig = signature(args, kwargs)
+        if sig is None:
+            _note(fn, "an argument is a tensor that is not on our device", stacklevel=3)
+            return traced(*args, **kwargs)
+        key, leaves = sig
+        if torch.is_autocast_enabled(DEVICE.type):  # autocast entered around the call: its casts are traced
+            key = (key, torch.get_autocast_dtype(DEVICE.type))
+        entry = signatures.get(key)
+        if entry is None:
+            if len(signatures) >= MAX_SIGNATURES:
+                _note(fn, f"it was called with more than {MAX_SIGNATURES} argument signatures", stacklevel=3)
+                return traced(*args, **kwargs)
+            entry = signatures[key] = _Signature(leaves)
+        if entry.plan is not None:
+            out = entry.plan.run(leaves)
+            if out is not _GUARD_FAILED:
+                return out
+            entry.plan = None
+        if entry.probes >= MAX_PROBES:
+            return traced(*args, **kwargs)
+        return _probe(fn, args, kwargs, leaves, entry)
+
+    compiled.signatures = signatures
+    return compiled
+
