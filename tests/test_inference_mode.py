@@ -357,6 +357,30 @@ def test_data_assignment_keeps_the_kind():
     assert inference.is_inference() and torch.equal(xnf.to_torch(inference), B)
 
 
+
+def test_lazy_module_materialized_in_inference_mode():
+    """A moved lazy module's first forward under inference mode materializes its
+    parameters through `.data =` on a placeholder (core/uninitialized.py): the output
+    matches PyTorch CPU's, an inference tensor; the parameters stay normal tensors
+    (PyTorch CPU's become inference tensors, docs/semantics.md), so training later works."""
+    torch.manual_seed(0)
+    cpu = nn.LazyLinear(4)
+    ours = xnf.to_xla(nn.LazyLinear(4))
+    x = torch.randn(2, 3)
+    with torch.inference_mode():
+        expected = cpu(x)
+        got = ours(xnf.to_xla(x))
+    assert got.is_inference() and expected.is_inference() and tuple(ours.weight.shape) == (4, 3)
+    assert isinstance(ours.weight, nn.Parameter) and not ours.weight.is_inference() and ours.weight.requires_grad
+    with torch.no_grad():
+        ours.weight.copy_(xnf.to_xla(cpu.weight.detach()))
+        ours.bias.copy_(xnf.to_xla(cpu.bias.detach()))
+    with torch.inference_mode():
+        got = ours(xnf.to_xla(x))
+    torch.testing.assert_close(xnf.to_torch(got), expected)
+    ours(xnf.to_xla(x)).sum().backward()
+    torch.testing.assert_close(xnf.to_torch(ours.bias.grad), torch.full((4,), 2.0))
+
 # ----------------------------------------------------------------- compile(), lazy_mode(), Dynamo
 
 

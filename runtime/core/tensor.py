@@ -47,7 +47,7 @@ from ..platform import hook_errors
 from ..platform.device_guard import install_native_device_guard
 from .autocast import install_autocast_fallthrough, install_autocast_kernels
 from .device_storage import DeviceStorage, pickled_form, storage_address
-from .inference import made_like
+from .inference import made_in_mode
 from .sharing import wait_for_write
 
 DEVICE_NAME = "jax"
@@ -187,10 +187,15 @@ class XlaTensor(torch.Tensor):
     def data(self, new: torch.Tensor) -> None:
         # torch copies sizes, strides and offset into this TensorImpl (and rejects a
         # tensor of another device), but our storage lives on the Python object.
-        if new.__class__ is XlaTensor and new.is_inference() is not self.is_inference():
+        if new.__class__ is XlaTensor:
             # torch also copies the key set, and refuses one that differs on a device
-            # like ours: `self` stays what it is (Note [Inference mode] in core/inference.py).
-            new = made_like(self, same_layout, new)
+            # like ours: `self` stays what it is (Note [Inference mode] in
+            # core/inference.py). Read without __torch_function__, which a placeholder
+            # of a lazy module (core/uninitialized.py) refuses.
+            with torch._C.DisableTorchFunctionSubclass():
+                inference = self.is_inference()
+            if new.is_inference() is not inference:
+                new = made_in_mode(inference, same_layout, new)
         torch.Tensor.data.__set__(self, new)
         self._store, self._whole, self._cache, self._real = new._store, new._whole, None, new._real
 

@@ -534,7 +534,8 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     def emit(text: str, indent: int = 1) -> None:
         lines.append("    " * indent + text)
 
-    emit(f"if grad_enabled() is not {plan.grad_enabled} or inference_mode() is not {plan.inference_mode}: return FAILED")
+    emit(f"if grad_enabled() is not {plan.grad_enabled} or inference_mode() is not {plan.inference_mode}:")
+    emit("return FAILED", 2)
     for ref, hyper in plan.optimizers:
         emit(f"o = {const(ref)}()")
         emit(f"if o is None or hyper(o) != {const(hyper)}: return FAILED")

@@ -53,8 +53,8 @@ def _host_cpu(t):
 
 
 def impl_alias(self):
-    return alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset(), real=self._real,
-                 base=self)
+    return alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset(),
+                 real=self._real, base=self)
 
 
 def impl_detach(self):
