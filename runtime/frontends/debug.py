@@ -43,14 +43,7 @@ def _debug_call(func: Any, handler: Any, args: tuple[Any, ...], kwargs: dict[str
     if config.debug_print_each_op:
         shown = ", ".join([_describe(a) for a in args] + [f"{k}={_describe(v)}" for k, v in kwargs.items()])
         print(f"[xla_native_functions] {func}({shown})")
-    reference = None
-    if config.debug_accuracy_for_each_op:
-        cpu_args, cpu_kwargs = tree_map(_to_cpu, (args, kwargs))
-        with torch._C._DisableTorchDispatch():
-            try:
-                reference = func(*cpu_args, **cpu_kwargs)
-            except Exception:  # the op itself will raise below, or has no CPU meaning
-                reference = None
+    reference = cpu_reference(func, args, kwargs) if config.debug_accuracy_for_each_op else None
     _active[0] = False
     out = handler(*args, **kwargs)
     _active[0] = True
@@ -59,9 +52,25 @@ def _debug_call(func: Any, handler: Any, args: tuple[Any, ...], kwargs: dict[str
     return out
 
 
-def _compare(func: Any, out: Any, reference: Any) -> None:
+def cpu_reference(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`func` run by PyTorch on CPU copies of its arguments (None if PyTorch raises): the
+    reference of the accuracy check. Taken before the op runs, which may write into its
+    arguments."""
+    cpu_args, cpu_kwargs = tree_map(_to_cpu, (args, kwargs))
+    with torch._C._DisableTorchDispatch():
+        try:
+            return func(*cpu_args, **cpu_kwargs)
+        except Exception:  # the op itself will raise, or has no CPU meaning
+            return None
+
+
+def differences(out: Any, reference: Any) -> list[tuple[float, float]]:
+    """(max abs, max rel) difference of every result of ours that differs from PyTorch's
+    beyond `config.accuracy_atol`/`accuracy_rtol` (`torch.allclose`; integer and bool
+    results must be equal, and count their unequal elements)."""
     ours, _ = tree_flatten(tree_map(_to_cpu, out))
     ref, _ = tree_flatten(reference)
+    found = []
     for a, b in zip(ours, ref):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
             continue
@@ -75,7 +84,13 @@ def _compare(func: Any, out: Any, reference: Any) -> None:
             max_abs = max_rel = float((a != b).sum().item())
             bad = bool(max_abs)
         if bad:
-            print(
-                f"[xla_native_functions] accuracy: {func} differs from PyTorch CPU: max abs {max_abs:.3g}, "
-                f"max rel {max_rel:.3g}, at {user_call_site()}"
-            )
+            found.append((max_abs, max_rel))
+    return found
+
+
+def _compare(func: Any, out: Any, reference: Any) -> None:
+    for max_abs, max_rel in differences(out, reference):
+        print(
+            f"[xla_native_functions] accuracy: {func} differs from PyTorch CPU: max abs {max_abs:.3g}, "
+            f"max rel {max_rel:.3g}, at {user_call_site()}"
+        )
