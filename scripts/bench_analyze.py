@@ -69,7 +69,7 @@ def bench(name: str, size: str, turns: int, calls: int) -> dict:
             step()
     finally:
         analysis.finish()
-    cpu_ratios, wall_ratios, eager_ms, analysed_ms = [], [], [], []
+    cpu_ratios, wall_ratios, eager_ms, analysed_ms, eager_wall, analysed_wall = [], [], [], [], [], []
     for _ in range(turns):
         plain = timed(step, calls)
         analysis.start()
@@ -79,6 +79,8 @@ def bench(name: str, size: str, turns: int, calls: int) -> dict:
             analysis.finish()
         eager_ms.append(plain[0] * 1e3)
         analysed_ms.append(watched[0] * 1e3)
+        eager_wall.append(plain[1] * 1e3)
+        analysed_wall.append(watched[1] * 1e3)
         cpu_ratios.append(watched[0] / plain[0])
         wall_ratios.append(watched[1] / plain[1])
     start = time.perf_counter()
@@ -89,6 +91,8 @@ def bench(name: str, size: str, turns: int, calls: int) -> dict:
         "ops per step": report["support"]["occurrences"]["total"] // max(analysis.optimizer_steps, 1),
         "eager ms": statistics.median(eager_ms),
         "analysed ms": statistics.median(analysed_ms),
+        "eager wall ms": statistics.median(eager_wall),
+        "analysed wall ms": statistics.median(analysed_wall),
         "cpu ratio": statistics.median(cpu_ratios),
         "wall ratio": statistics.median(wall_ratios),
         "report s": report_s,
@@ -103,12 +107,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=5, help="steps per turn and way")
     args = parser.parse_args()
     rows = [bench(name, args.size, args.turns, args.calls) for name in args.models.split(",")]
-    print("step times are the thread's CPU time; ratios are analysed / eager, medians over turns")
-    print(f"{'model':<16} {'ops/step':>8} {'eager ms':>9} {'analysed ms':>12} {'cpu ratio':>10} {'wall ratio':>11} "
-          f"{'report s':>9}")
+    print("per step, medians: the thread's CPU time (cpu) and wall time; ratios are analysed / eager, median over turns")
+    print(f"| model | ops/step | eager cpu ms | analysed cpu ms | cpu ratio | eager wall ms | analysed wall ms | "
+          "wall ratio | report s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"{r['model']:<16} {r['ops per step']:>8} {r['eager ms']:>9.2f} {r['analysed ms']:>12.2f} "
-              f"{r['cpu ratio']:>10.2f} {r['wall ratio']:>11.2f} {r['report s']:>9.3f}")
+        print(f"| {r['model']} | {r['ops per step']} | {r['eager ms']:.2f} | {r['analysed ms']:.2f} | {r['cpu ratio']:.2f} | "
+              f"{r['eager wall ms']:.2f} | {r['analysed wall ms']:.2f} | {r['wall ratio']:.2f} | {r['report s']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -234,10 +234,8 @@ def _graphs(analysis: Any) -> dict:
             "ended_by": ended,
         }
         if g.lower is not None:
-            entry["hlo"] = annotated_hlo(g.lower, analysis.site_list)
+            entry["hlo"] = annotated_hlo(g.lower, g.site_of or (lambda parts: None))
         programs.append(entry)
-    for g in getattr(analysis, "dynamo_programs", []):
-        programs.append(g)
     syncs = []
     for (op, site), n in analysis.host_syncs.items():
         syncs.append({"op": op, "count": n, "call_site": _site(site)})
@@ -263,15 +261,16 @@ def _graphs(analysis: Any) -> dict:
 
 # ---------------------------------------------------------------- lowerings (verbosity 1 and 2)
 
-_OP_NAME = re.compile(r'(?:^|[=\s"])((?:stablehlo|chlo|mhlo|sdy)\.[a-z_0-9]+)')
+# an operation at the start of a statement, after its results: `%0 = stablehlo.add ...`,
+# `%1:2 = "stablehlo.sort"(...)`, `stablehlo.return ...`
+_OPERATION = re.compile(r'^\s*(?:%[^=]*=\s*)?"?((?:stablehlo|chlo)\.[a-z_0-9]+)')
 
 
 def stablehlo_operations(text: str) -> dict[str, int]:
-    """StableHLO operation names in a module's text, with their counts."""
+    """The StableHLO (and CHLO) operations in a module's text, with their counts."""
     found: Counter = Counter()
     for line in text.splitlines():
-        line = line.split(" loc(")[0]
-        match = _OP_NAME.search(line.split("=", 1)[1] if "=" in line and not line.lstrip().startswith("func.func") else line)
+        match = _OPERATION.match(line)
         if match and match.group(1) != "stablehlo.return":
             found[match.group(1)] += 1
     return dict(sorted(found.items()))
@@ -304,7 +303,9 @@ def _lower_one(func: Any, example: Any) -> Any:
             new[i] = from_array(a)
         a, k = tree_unflatten(new, spec)
         out = func(*a, **k)
-        return [value(t) for t in tree_flatten(out)[0] if isinstance(t, XlaTensor)]
+        # the results, and the arguments after the op (the writes of in-place and out= forms)
+        return ([value(t) for t in tree_flatten(out)[0] if isinstance(t, XlaTensor)],
+                [value(new[i]) for i in positions])
 
     with untraced(), X64:
         return jax.jit(run).lower(*shapes)
@@ -321,20 +322,28 @@ def lowered_operations(analysis: Any) -> dict[str, Any]:
         try:
             text = _lower_one(rec.func, example).as_text(debug_info=False)
             out[rec.name] = {"inputs": analysis_signature(sig), "operations": stablehlo_operations(text)}
-        except Exception as error:  # a report detail: the op ran, only lowering it alone failed
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError):
             out[rec.name] = {"inputs": analysis_signature(sig), "operations": {},
-                             "error": f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"}
+                             "error": "reads values on the host: no program of its own"}
+        except Exception as error:  # a report detail: the op ran, only lowering it alone failed
+            message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            out[rec.name] = {"inputs": analysis_signature(sig), "operations": {},
+                             "error": f"{type(error).__name__}: {message}"}
     return out
 
 
-_INSTRUCTION = re.compile(r'^(\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*[^=]*?)(?:,\s*metadata=\{([^}]*)\})(.*)$')
+_INSTRUCTION = re.compile(r'^(\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*.*?),\s*metadata=\{([^}]*)\}(.*)$')
+# the tables of source locations that HLO text with debug information starts with
+_DEBUG_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _OP_NAME_META = re.compile(r'op_name="([^"]*)"')
 
 
-def annotated_hlo(lower: Any, sites: list) -> dict:
+def annotated_hlo(lower: Any, site_of: Any) -> dict:
     """Verbosity 2: a compiled graph's HLO text, each instruction's metadata replaced by
-    the aten op and call site it came from (its named scopes, Note [Labelled nodes] in
-    exec/graph.py), and the instructions counted by aten op."""
+    the aten op and call site it came from (its named scopes: the op's own, Note [Op
+    names in programs] in exec/eager.py, and the label of its node, Note [Labelled
+    nodes] in exec/graph.py), and the instructions counted by aten op. `site_of(scope names)`: the call site, or None."""
     try:
         with X64:
             text = lower().as_text(dialect="hlo", debug_info=True)
@@ -342,7 +351,16 @@ def annotated_hlo(lower: Any, sites: list) -> dict:
         return {"error": f"{type(error).__name__}: {error}", "text": "", "instructions_by_op": {}}
     lines = []
     by_op: Counter = Counter()
+    in_table = False
     for line in text.splitlines():
+        if line.strip() in _DEBUG_TABLES:
+            in_table = True
+            continue
+        if in_table:
+            if line.strip():
+                continue
+            in_table = False
+            continue
         match = _INSTRUCTION.match(line)
         if not match:
             lines.append(line)
@@ -351,12 +369,14 @@ def annotated_hlo(lower: Any, sites: list) -> dict:
         op_name = _OP_NAME_META.search(meta or "")
         parts = op_name.group(1).split("/") if op_name else []
         aten = next((p for p in parts if "::" in p), "")
-        label = next((p for p in parts if re.fullmatch(r"site\d+", p)), None)
-        note = aten or "(graph plumbing)"
-        if label is not None and int(label[4:]) < len(sites):
-            s = sites[int(label[4:])]
+        if not aten:  # a parameter, or an instruction of a helper function JAX called
+            lines.append(f"{head}{tail}")
+            continue
+        note = aten
+        s = site_of(parts)
+        if s is not None:
             note += f" at {_path(s.file)}:{s.line}" + (f" ({s.module})" if s.module else "")
-        by_op[aten or "(graph plumbing)"] += 1
+        by_op[aten] += 1
         lines.append(f"{head}{tail}  // {note}")
     return {"text": "\n".join(lines), "instructions_by_op": dict(sorted(by_op.items()))}
 
@@ -575,7 +595,7 @@ SCHEMA: dict[str, Any] = {
                     "required": ["index", "kind", "op_count", "ops", "runs", "compilations", "ended_by"],
                     "additionalProperties": False,
                     "properties": {
-                        "index": {"type": "integer"}, "kind": {"enum": ["trace", "dynamo"]},
+                        "index": {"type": "integer"}, "kind": {"enum": ["trace", "dynamo", "aten"]},
                         "op_count": {"type": "integer", "minimum": 0},
                         "ops": {"type": "object", "additionalProperties": {"type": "integer"}},
                         "runs": {"type": "integer", "minimum": 0},
@@ -593,7 +613,6 @@ SCHEMA: dict[str, Any] = {
                                                "instructions_by_op": {"type": "object",
                                                                       "additionalProperties": {"type": "integer"}}},
                                 "additionalProperties": False},
-                        "aten_graphs": {"type": "array", "items": {"type": "object"}},
                     },
                 }},
             },

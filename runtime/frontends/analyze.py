@@ -43,11 +43,13 @@ node with its forward call site. The same mode notes the torch functions PyTorch
 decomposes before they reach us (CompositeImplicitAutograd: `aten::linear` into
 `aten::t` and `aten::addmm`).
 
-Steps: `--steps N` stops the program after N optimizer steps, or, for a program
-that steps no optimizer, before the N+1th call of a top-level module (a module called
-while no other module runs), by raising `AnalysisStopped` (a BaseException, so the
-program's own `except Exception` does not swallow it); the report is written as for a
-finished run.
+Steps: `--steps N` stops the program after N optimizer steps (when the next step
+starts: the next call of a top-level module, a module called while no other module
+runs, or the next optimizer step, so the program's code after `optimizer.step()`, its
+logging, still runs), or, for a program that steps no optimizer, before the N+1th call
+of a top-level module, by raising `AnalysisStopped` (a BaseException, so the program's
+own `except Exception` does not swallow it); the report is written as for a finished
+run.
 """
 
 from __future__ import annotations
@@ -118,9 +120,14 @@ _NOT_COMPARED_NAMES = {"aten::empty.memory_format", "aten::empty_like", "aten::e
 
 
 class AnalysisStopped(BaseException):
-    """Ends the analysed program early: `--steps` reached, or an op that runs neither
-    here nor on PyTorch CPU. A BaseException, so the program's own `except Exception`
-    lets it through; the report is written as for a finished run."""
+    """Ends the analysed program early: `--steps` reached, or (`failed`) an op that runs
+    neither here nor on PyTorch CPU, or a compiled graph that failed. A BaseException, so
+    the program's own `except Exception` lets it through; the report is written as for a
+    finished run."""
+
+    def __init__(self, message: str, failed: bool = False):
+        super().__init__(message)
+        self.failed = failed
 
 
 @dataclass
@@ -173,17 +180,48 @@ class _Op:
         self.factory = isinstance(func, torch._ops.OpOverload) and is_factory(func)
 
 
-def _signature(args: tuple, kwargs: dict) -> tuple:
-    """The dtypes and shapes of an op's tensor arguments (None for other arguments)."""
+# what an op's tensor arguments are: ours, CPU tensors with elements (not 0-dim), both
+OURS, CPU = 1, 2
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple[tuple, int]:
+    """The dtypes and shapes of an op's tensor arguments (None for other arguments),
+    and whose tensors they are (OURS | CPU)."""
     sig = []
+    where = 0
     for a in (*args, *kwargs.values()):
         if isinstance(a, torch.Tensor):
             sig.append((a.dtype, tuple(a.shape)))
+            where |= OURS if a.__class__ is XlaTensor else (CPU if a.dim() else 0)
         elif a.__class__ in (list, tuple) and a and isinstance(a[0], torch.Tensor):
             sig.append(tuple((t.dtype, tuple(t.shape)) if isinstance(t, torch.Tensor) else None for t in a))
+            for t in a:
+                if isinstance(t, torch.Tensor):
+                    where |= OURS if t.__class__ is XlaTensor else (CPU if t.dim() else 0)
         else:
             sig.append(None)
-    return tuple(sig)
+    return tuple(sig), where
+
+
+def _move_cpu_arguments(func: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """An op mixing our tensors with CPU tensors the analysis did not see made (from
+    NumPy, loaded from a file): the CPU tensors it only reads, moved to our device as
+    the environment would have made them. Ones it writes stay (their writes must land)."""
+    written = {i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write}
+    names = [a.name for a in func._schema.arguments]
+
+    def move(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.__class__ is not XlaTensor and x.dim() and x.device.type == "cpu" \
+                and x.layout == torch.strided:
+            moved = from_array(cpu_to_jax(x))
+            return moved.requires_grad_(True) if x.requires_grad else moved
+        if x.__class__ in (list, tuple):
+            return type(x)(move(y) for y in x)
+        return x
+
+    args = tuple(a if i in written else move(a) for i, a in enumerate(args))
+    kwargs = {k: v if k in names and names.index(k) in written else move(v) for k, v in kwargs.items()}
+    return args, kwargs
 
 
 def _failure_reason(error: BaseException) -> str:
@@ -247,6 +285,7 @@ class _Graph:
     compiles: list[dict] = field(default_factory=list)  # when it was built, and why
     ended_by: Counter = field(default_factory=Counter)  # (cause, Site) -> times
     lower: Callable[[], Any] | None = None  # its jax Lowered, for verbosity 2
+    site_of: Callable[[list[str]], Site | None] | None = None  # an instruction's call site from its scopes
 
 
 class _Module:
@@ -281,6 +320,8 @@ class Analysis:
         self.optimizer_steps = 0
         self.top_calls = 0
         self.stopped: str | None = None
+        self.stop_pending: str | None = None  # --steps reached: stop when the next step starts
+        self.stop_failed = False
         self.error: dict | None = None
         self.exit_status: int | None = None
         self.function_products: list | None = None
@@ -300,6 +341,7 @@ class Analysis:
         self._reasons = 0
         self._input_names: dict[int, str] = {}
         self._dynamo_root = ""  # the name of the top-level module being compiled
+        self._aten_programs: dict[tuple, _Graph] = {}
         self._dynamo_failures: dict[Any, int] = {}
         self._metrics_before: dict[int, int] = {}
         self._fallbacks_before: Counter = Counter()
@@ -389,12 +431,16 @@ class Analysis:
             self.function_products.append(rec.name)
         if func is _TO_COPY:
             kwargs = self._keep_on_device(args, kwargs)
-        sig = _signature(args, kwargs)
-        if rec.factory and not any(sig) and creates_on_jax(kwargs):
-            kwargs = {**kwargs, "device": DEVICE}  # the environment's rule (frontends/env.py)
-        elif func is LIFT_FRESH and args[0].__class__ is not XlaTensor and args[0].device.type == "cpu":
+        sig, where = _signature(args, kwargs)
+        if func is LIFT_FRESH and args[0].__class__ is not XlaTensor and args[0].device.type == "cpu":
             rec.count += 1
             return from_array(cpu_to_jax(args[0]))  # torch.tensor(data): moved, as the environment does
+        if where == CPU or (not where and not rec.factory and any(sig)):
+            return func(*args, **kwargs)  # CPU tensors only: PyTorch's op, not this backend's
+        if where == OURS | CPU:
+            args, kwargs = _move_cpu_arguments(func, args, kwargs)
+        elif rec.factory and not any(sig) and creates_on_jax(kwargs):
+            kwargs = {**kwargs, "device": DEVICE}  # the environment's rule (frontends/env.py)
         first = sig not in rec.seen
         if first:
             if len(rec.seen) < 4096:
@@ -438,7 +484,10 @@ class Analysis:
                 for k, n in metrics.calls_by_id.items() if k != key and n > calls_before.get(k, 0)
                 and k in metrics.ops_by_id})
         if reference is not None:
-            found = differences(out, reference)
+            try:
+                found = differences(out, reference)
+            except Exception:  # a result PyTorch's cannot be compared with (another layout, say)
+                found = []
             if found:
                 entry = self.accuracy.setdefault((rec.name, self.current_site()), [0, 0.0, 0.0])
                 entry[0] += 1
@@ -458,8 +507,8 @@ class Analysis:
             if _no_cpu_kernel(cpu_error):
                 self._note_unsupported(rec, "no CPU kernel", 0.0, detail=reason)
                 raise AnalysisStopped(
-                    f"{rec.name} is not lowered ({reason}) and has no CPU kernel either: the program cannot go on") \
-                    from None
+                    f"{rec.name} is not lowered ({reason}) and has no CPU kernel either: the program cannot go on",
+                    failed=True) from None
             if error is not None and not isinstance(error, OperatorNotFound):
                 raise error  # PyTorch raises too: an error of the program, not of this backend
             if error is not None:
@@ -535,6 +584,8 @@ class Analysis:
     def module_pre_hook(self, module: torch.nn.Module, args: Any) -> None:
         stack = self.module_stack
         if not stack:
+            if self.stop_pending is not None:
+                raise AnalysisStopped(self.stop_pending)
             if self.options.steps is not None and self.optimizer_steps == 0 and self.top_calls >= self.options.steps:
                 raise AnalysisStopped(f"--steps {self.options.steps}: stopped before call {self.top_calls + 1} of a "
                                       "top-level module (the program steps no optimizer)")
@@ -567,10 +618,15 @@ class Analysis:
                 not module.training or not torch.is_grad_enabled()):
             self.end_step(f"end of the call of {self._root(module)[1]}")
 
-    def _root(self, module: torch.nn.Module) -> tuple[Any, str, dict[int, str]]:
+    def name_root(self, module: torch.nn.Module, name: str) -> None:
+        """Call a top-level module `name` in module paths."""
+        self.roots.pop(id(module), None)
+        self._root(module, name)
+
+    def _root(self, module: torch.nn.Module, name: str | None = None) -> tuple[Any, str, dict[int, str]]:
         entry = self.roots.get(id(module))
         if entry is None or entry[0] is not module:
-            name = _variable_name(module) or type(module).__name__
+            name = name or _variable_name(module) or type(module).__name__
             paths = {id(m): sub for sub, m in module.named_modules()}
             entry = self.roots[id(module)] = (module, name, paths)
             for sub, p in module.named_parameters():
@@ -585,7 +641,12 @@ class Analysis:
             self.end_step(f"{type(optimizer).__name__}.step()")
             self.in_steps = True
         if self.options.steps is not None and self.optimizer_steps >= self.options.steps:
-            raise AnalysisStopped(f"--steps {self.options.steps}: stopped after {self.optimizer_steps} optimizer steps")
+            # raised when the next step starts, so that the program ends this one (its logging)
+            self.stop_pending = f"--steps {self.options.steps}: stopped after {self.optimizer_steps} optimizer steps"
+
+    def optimizer_pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.stop_pending is not None:
+            raise AnalysisStopped(self.stop_pending)
 
     # -- compiled mode: graphs
 
@@ -598,7 +659,8 @@ class Analysis:
         try:
             trace.sync()
         except Exception as error:
-            raise AnalysisStopped(f"a compiled graph failed at {cause}: {type(error).__name__}: {error}") from error
+            raise AnalysisStopped(f"a compiled graph failed at {cause}: {type(error).__name__}: {error}",
+                                  failed=True) from error
         finally:
             self.boundary = None
         trace.segment = 0
@@ -617,6 +679,7 @@ class Analysis:
                 specs = [input_spec(v) for v in inputs]
                 values = [scalar_operand(s.value) for s in scalars]
                 g.lower = lambda fn=fn, specs=specs, values=values: fn.lower(specs, values)
+                g.site_of = self._labelled_site
         g.runs += 1
         if self.boundary is not None:
             cause, site = self.boundary
@@ -637,6 +700,39 @@ class Analysis:
             self._compiled_positions.add(position)
         if self._label_graphs:
             graph_module.NODE_LABELS.clear()
+
+    def _labelled_site(self, scopes: list[str]) -> Site | None:
+        for scope in scopes:
+            if scope.startswith("site") and scope[4:].isdigit() and int(scope[4:]) < len(self.site_list):
+                return self.site_list[int(scope[4:])]
+        return None
+
+    def watch_jax_graph(self, graph: Any, dynamic: tuple, statics: tuple) -> None:
+        """Dynamo mode: every call of one of the backend's jitted ATen graphs (or of a
+        JAX partition of one), recorded as a program of its own."""
+        key = (id(graph), statics)
+        g = self._aten_programs.get(key)
+        if g is None:
+            ops = Counter(_op_name(n.target) for n in graph.graph.nodes
+                          if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
+            g = self._aten_programs[key] = _Graph(len(self.graphs), "aten", ops)
+            self.graphs.append(g)
+            g.compiles.append({"reason": "first trace of this ATen graph for these inputs", "run": 1, "ended_by": "",
+                               "site": _NO_SITE})
+            if self.options.verbosity >= 2:
+                # Each op runs as a call of its own eager executable inside these
+                # programs, whose instructions name their aten op but not the FX node
+                # (the call instructions carry no metadata): no call sites here.
+                def lower(graph: Any = graph, dynamic: tuple = dynamic, statics: tuple = statics) -> Any:
+                    calls = dict(metrics.calls_by_id)  # tracing again must not count its ops
+                    try:
+                        return graph.jitted.lower(dynamic, statics)
+                    finally:
+                        metrics.calls_by_id.clear()
+                        metrics.calls_by_id.update(calls)
+
+                g.lower = lower
+        g.runs += 1
 
     def _name_inputs(self, reason: str, inputs: list) -> str:
         match = re.match(r"graph input (\d+) changed", reason)
@@ -741,7 +837,7 @@ class Analysis:
 
     def start(self) -> None:
         from torch.nn.modules import module as nn_module
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self._metrics_before = dict(metrics.calls_by_id)
         self._fallbacks_before = Counter(metrics.fallback_calls)
@@ -756,7 +852,8 @@ class Analysis:
             post = nn_module.register_module_forward_hook(self.module_post_hook, always_call=True)
             self._undo += [pre.remove, post.remove]
         opt = register_optimizer_step_post_hook(self.optimizer_post_hook)
-        self._undo.append(opt.remove)
+        opt_pre = register_optimizer_step_pre_hook(self.optimizer_pre_hook)
+        self._undo += [opt.remove, opt_pre.remove]
         if mode == "dynamo":
             self._start_dynamo()
             return
@@ -802,6 +899,8 @@ class Analysis:
             logger.propagate = propagate
 
         self._undo.append(undo_log)
+        dynamo.GRAPH_WATCHERS.append(self.watch_jax_graph)
+        self._undo.append(lambda: dynamo.GRAPH_WATCHERS.remove(self.watch_jax_graph))
         from torch._dynamo.utils import guard_failures
 
         self._dynamo_failures = {code: len(f) for code, f in guard_failures.items()}
@@ -813,6 +912,8 @@ class Analysis:
             if (depth[0] or isinstance(module, (torch._dynamo.eval_frame.OptimizedModule, torch.fx.GraphModule))
                     or torch.compiler.is_compiling() or _is_library_caller(sys._getframe(1))):
                 return original_call(module, *args, **kwargs)  # not a call of the program's own
+            if self.stop_pending is not None:
+                raise AnalysisStopped(self.stop_pending)
             if self.options.steps is not None and self.optimizer_steps == 0 and self.top_calls >= self.options.steps:
                 raise AnalysisStopped(f"--steps {self.options.steps}: stopped before call {self.top_calls + 1} of a "
                                       "top-level module (the program steps no optimizer)")
@@ -1134,9 +1235,13 @@ def run(analysis: Analysis, body: Callable[[], Any]) -> Any:
         result = body()
     except AnalysisStopped as stop:
         analysis.stopped = str(stop)
+        analysis.stop_failed = stop.failed
     except SystemExit as exit_:
         code = exit_.code
         analysis.exit_status = code if isinstance(code, int) else (0 if code is None else 1)
+    except KeyboardInterrupt:
+        analysis.stopped = "interrupted (KeyboardInterrupt)"
+        analysis.stop_failed = True
     except Exception as error:
         analysis.error = _describe_error(error)
         analysis.error["traceback"] = traceback.format_exc(limit=-12)
@@ -1162,13 +1267,13 @@ def analyze(fn: Callable, *args: Any, mode: str = "eager", verbosity: int = 0, a
     if mode != "dynamo":
         if isinstance(fn, torch.nn.Module):
             fn = _moved(copy.deepcopy(fn))
+            analysis.name_root(fn, "model")
         args, kwargs = tree_map(lambda x: _moved_tensor(x), (args, kwargs))
     if mode == "dynamo":
-        target = fn if isinstance(fn, torch.nn.Module) else None
+        analysis._dynamo_root = "model" if isinstance(fn, torch.nn.Module) else ""
 
         def body() -> Any:
-            if target is not None:
-                return target(*args, **kwargs)  # a top-level module call: compiled by the analysis
+            analysis.top_calls += 1
             return torch.compile(fn, backend=analysis.dynamo_backend)(*args, **kwargs)
     else:
         def body() -> Any:
@@ -1264,7 +1369,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     print(analysis_report.summary(report, output / "result.json", overwritten=existed), file=sys.stderr)
     status = 0
-    if analysis.error is not None:
+    if analysis.error is not None or analysis.stop_failed:
         status = 1
     elif analysis.exit_status:
         status = analysis.exit_status

@@ -57,6 +57,8 @@ def cpu_reference(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
     reference of the accuracy check. Taken before the op runs, which may write into its
     arguments."""
     cpu_args, cpu_kwargs = tree_map(_to_cpu, (args, kwargs))
+    if cpu_kwargs.get("device") is not None:  # a factory asked for our device
+        cpu_kwargs["device"] = torch.device("cpu")
     with torch._C._DisableTorchDispatch():
         try:
             return func(*cpu_args, **cpu_kwargs)
