@@ -37,7 +37,7 @@ SUMMARY_SITES = 3
 # ---------------------------------------------------------------- building
 
 
-def _path(file: str) -> str:
+def relative_path(file: str) -> str:
     """`file` relative to the current directory when it is inside it."""
     if not os.path.isabs(file):
         return file
@@ -51,7 +51,7 @@ def _path(file: str) -> str:
 def _site(site: Any) -> dict:
     source = linecache.getline(site.file, site.line).strip() if site.line else ""
     return {
-        "file": _path(site.file),
+        "file": relative_path(site.file),
         "line": site.line,
         "function": site.function,
         "source": source,
@@ -153,7 +153,7 @@ def build(analysis: Any, versions: dict[str, str]) -> dict:
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "program": {
-            "name": _path(analysis.program),
+            "name": relative_path(analysis.program),
             "mode": options.mode,
             "verbosity": options.verbosity,
             "steps_option": options.steps,
@@ -375,7 +375,7 @@ def annotated_hlo(lower: Any, site_of: Any) -> dict:
         note = aten
         s = site_of(parts)
         if s is not None:
-            note += f" at {_path(s.file)}:{s.line}" + (f" ({s.module})" if s.module else "")
+            note += f" at {relative_path(s.file)}:{s.line}" + (f" ({s.module})" if s.module else "")
         by_op[aten] += 1
         lines.append(f"{head}{tail}  // {note}")
     return {"text": "\n".join(lines), "instructions_by_op": dict(sorted(by_op.items()))}

@@ -396,7 +396,7 @@ class Analysis:
         """Tag the autograd nodes a torch function made with its call site."""
         if isinstance(out, torch.Tensor):
             tensors = (out,)
-        elif out.__class__ in (tuple, list):
+        elif isinstance(out, (tuple, list)):  # torch.return_types too
             tensors = [x for x in out if isinstance(x, torch.Tensor)]
         else:
             return
@@ -427,8 +427,6 @@ class Analysis:
             if getattr(func, "namespace", None) == "profiler":  # record_function markers: not computation
                 return func(*args, **kwargs)
             rec = self.ops[key] = _Op(func)
-        if self.function_products is not None:
-            self.function_products.append(rec.name)
         if func is _TO_COPY:
             kwargs = self._keep_on_device(args, kwargs)
         sig, where = _signature(args, kwargs)
@@ -437,6 +435,8 @@ class Analysis:
             return from_array(cpu_to_jax(args[0]))  # torch.tensor(data): moved, as the environment does
         if where == CPU or (not where and not rec.factory and any(sig)):
             return func(*args, **kwargs)  # CPU tensors only: PyTorch's op, not this backend's
+        if self.function_products is not None:
+            self.function_products.append(rec.name)
         if where == OURS | CPU:
             args, kwargs = _move_cpu_arguments(func, args, kwargs)
         elif rec.factory and not any(sig) and creates_on_jax(kwargs):
@@ -642,7 +642,7 @@ class Analysis:
             self.in_steps = True
         if self.options.steps is not None and self.optimizer_steps >= self.options.steps:
             # raised when the next step starts, so that the program ends this one (its logging)
-            self.stop_pending = f"--steps {self.options.steps}: stopped after {self.optimizer_steps} optimizer steps"
+            self.stop_pending = f"--steps {self.options.steps}: stopped after {self.optimizer_steps} optimizer step{'s' if self.optimizer_steps != 1 else ''}"
 
     def optimizer_pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.stop_pending is not None:
@@ -1213,15 +1213,21 @@ def _versions() -> dict[str, str]:
 
 
 def _describe_error(error: BaseException) -> dict:
+    """The program's exception: where in its code it was raised, and its traceback
+    from the program's first frame (the analysis's and runpy's frames left out)."""
     frames = traceback.extract_tb(error.__traceback__)
-    user = [f for f in frames if not f.filename.startswith(_our_dirs()) and not f.filename.startswith(_TORCH_DIR)
-            and "runpy" not in f.filename and f.filename != _THIS_FILE]
+    while frames and (frames[0].filename.startswith(_our_dirs()) or "runpy" in frames[0].filename):
+        frames = frames[1:]
+    user = [f for f in frames if not f.filename.startswith(_our_dirs()) and not f.filename.startswith(_TORCH_DIR)]
     where = user[-1] if user else (frames[-1] if frames else None)
+    text = "".join(["Traceback (most recent call last):\n", *traceback.format_list(frames[-12:]),
+                    *traceback.format_exception_only(type(error), error)])
     return {
         "type": type(error).__name__,
         "message": str(error).strip()[:2000],
-        "file": where.filename if where else "",
+        "file": analysis_report.relative_path(where.filename) if where else "",
         "line": where.lineno if where else 0,
+        "traceback": text,
     }
 
 
@@ -1244,7 +1250,6 @@ def run(analysis: Analysis, body: Callable[[], Any]) -> Any:
         analysis.stop_failed = True
     except Exception as error:
         analysis.error = _describe_error(error)
-        analysis.error["traceback"] = traceback.format_exc(limit=-12)
     finally:
         analysis.finish()
         analysis.wall_seconds = time.perf_counter() - started
