@@ -86,6 +86,8 @@ class Result:
     order_problems: list[str] = field(default_factory=list)  # also in warnings; main() refuses to write
     # manifest entries of libraries that could not be imported: op -> why
     unavailable: dict[str, str] = field(default_factory=dict)
+    # scaffold stubs not filled in yet ("path:line: name"); also in warnings, errors with --check
+    unfinished: list[str] = field(default_factory=list)
 
 
 def _suggest(name: str, db: SchemaDatabase) -> str:
@@ -394,6 +396,12 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
     functions, orphan_warnings, with_ctx = check_sources(manifest, specs, root)
     warnings += orphan_warnings
     specs = [dataclasses.replace(s, ctx=True) if s.name in with_ctx else s for s in specs]
+    unfinished = sorted(f"{fn.path}:{fn.line}: {fn.name}" for fn in functions.values() if fn.unfinished)
+    if unfinished:
+        warnings.append(
+            f"warning: {len(unfinished)} handwritten function(s) are unfinished stubs (python -m codegen.scaffold wrote "
+            "them); their ops raise NotImplementedError until they are filled in, and --check fails:\n"
+            + "\n".join(f"  {u}" for u in unfinished))
     _check_class_names(specs)
     check_policy(manifest, specs)
     exact = {op for op, _, _ in manifest.fact("out_exact_dtype").ops}
@@ -447,7 +455,8 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         "ops.txt": env.get_template("ops.txt.j2").render(context),
         "analyze.py": env.get_template("analyze.py.j2").render(context),  # python -m xla_native_functions.analyze
     }
-    return Result(files=files, warnings=warnings, ops=specs, order_problems=order_problems, unavailable=unavailable)
+    return Result(files=files, warnings=warnings, ops=specs, order_problems=order_problems, unavailable=unavailable,
+                  unfinished=unfinished)
 
 
 def _read_tree(path: Path) -> dict[str, str]:
@@ -799,6 +808,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise ManifestError("\n".join(result.order_problems))
             for w in result.warnings:
                 print(w, file=sys.stderr)
+            if args.check and result.unfinished:
+                raise ManifestError(f"{len(result.unfinished)} unfinished stub(s) (see the warning above): fill them in "
+                                    "before committing")
             if args.check:
                 diff = stale_diff(result.files, target)
                 if diff:

@@ -78,6 +78,11 @@ def torchgen_schema_text(schema_text: str) -> str:
     return name + paren + rest
 
 
+def mangle_safe(name: str) -> str:
+    """A name usable inside a class body (see OpSpec.shape_fn_ref)."""
+    return "_rt" + name if name.startswith("__") else name
+
+
 def class_name(name: str) -> str:
     """CamelCase of an unambiguous name, leading underscores kept: `add_Tensor` -> `AddTensor`,
     `_softmax` -> `_Softmax`, `sum_dim_IntList` -> `SumDimIntList`."""
@@ -304,6 +309,13 @@ class OpSpec:
     @property
     def impl(self) -> str:
         return f"impl_{self.name}"
+
+    @property
+    def shape_fn_ref(self) -> str:
+        """How ir.py calls the shape function from inside the IR class: Python mangles a
+        name starting with two underscores there (`__lshift___Tensor_output_shape` in
+        class `__LshiftTensor`), so such a function is imported under `_rt` + its name."""
+        return mangle_safe(self.shape_fn)
 
     @property
     def attr_positions(self) -> tuple[int, ...]:

@@ -10,6 +10,10 @@ from pathlib import Path
 from .diagnostics import parse_python
 from .manifest import ManifestError
 
+# A stub `python -m codegen.scaffold` wrote and nobody filled in yet: a body (after an
+# optional docstring) that only raises NotImplementedError("unfinished: ...").
+UNFINISHED = "unfinished:"
+
 
 @dataclass(frozen=True)
 class FunctionSource:
@@ -21,6 +25,7 @@ class FunctionSource:
     kwonly: tuple[str, ...]
     defaults: dict[str, str]  # parameter -> default source text
     has_varargs: bool
+    unfinished: bool = False  # a scaffold stub (UNFINISHED)
 
 
 def _read_function(node: ast.FunctionDef, module: str, path: str) -> FunctionSource:
@@ -41,7 +46,20 @@ def _read_function(node: ast.FunctionDef, module: str, path: str) -> FunctionSou
         kwonly=tuple(p.arg for p in a.kwonlyargs),
         defaults=defaults,
         has_varargs=a.vararg is not None or a.kwarg is not None,
+        unfinished=_is_unfinished(node),
     )
+
+
+def _is_unfinished(node: ast.FunctionDef) -> bool:
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or not isinstance(body[0].exc, ast.Call):
+        return False
+    call = body[0].exc
+    return (isinstance(call.func, ast.Name) and call.func.id == "NotImplementedError" and len(call.args) == 1
+            and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
+            and call.args[0].value.startswith(UNFINISHED))
 
 
 def scan_functions(root: Path, folder: str, prefix: str | None = None, suffix: str | None = None) -> dict[str, FunctionSource]:

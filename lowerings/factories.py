@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
+import jax.scipy.special as jss
 from jax import lax
 import torch
 
@@ -257,3 +258,36 @@ def lower_integer_range(start, step, length, dtype):
     computes for integer start and step (its accumulator type for integers is int64)."""
     iota = jnp.arange(length, dtype=jnp.int64)
     return (jnp.int64(start) + jnp.int64(step) * iota).astype(to_numpy_dtype(dtype))
+
+
+# kaiser_window: PyTorch CPU fills arange(n) in the window's dtype, then computes
+# i0(beta * sqrt(|1 - ((i - alpha) / alpha)^2|)) / i0(beta), alpha = (n - 1) / 2, in the
+# dtype's "opmath" type (float32 for float16/bfloat16), rounding once at the end. A
+# periodic window is the symmetric window one longer, without its last value.
+
+
+def _kaiser_window(window_length, periodic, beta, dtype):
+    out = _dtype(dtype)
+    if window_length == 0:
+        return jnp.zeros((0,), out)
+    if window_length == 1:
+        return jnp.ones((1,), out)
+    n = window_length + 1 if periodic else window_length
+    compute = jnp.float64 if out == jnp.float64 else jnp.float32
+    position = jnp.arange(n).astype(out).astype(compute)
+    alpha = jnp.asarray((n - 1) / 2.0, compute)
+    b = jnp.asarray(beta, compute)
+    window = jss.i0(b * jnp.sqrt(jnp.abs(1 - jnp.square((position - alpha) / alpha)))) / jss.i0(b)
+    return window[:window_length].astype(out)
+
+
+def lower_kaiser_window(window_length, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _kaiser_window(window_length, True, 12.0, dtype)
+
+
+def lower_kaiser_window_periodic(window_length, periodic, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _kaiser_window(window_length, periodic, 12.0, dtype)
+
+
+def lower_kaiser_window_beta(window_length, periodic, beta, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _kaiser_window(window_length, periodic, beta, dtype)

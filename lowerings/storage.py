@@ -9,7 +9,8 @@ import math
 import jax
 import jax.numpy as jnp
 
-from ..shape_fns.common import to_numpy_dtype
+from ..shape_fns.common import NUMPY_TO_TORCH, to_numpy_dtype
+from ..shape_fns.storage_size import check_storage_size
 from .common import cast
 
 
@@ -34,6 +35,7 @@ def _slice_plan(numel: int, size, stride, offset):
 
 def lower_strided_read(base, size, stride, offset):
     """The view (size, stride, offset) of `base` read as a flat buffer."""
+    check_storage_size(size, NUMPY_TO_TORCH[base.dtype])  # an expanded view may not fit: Note [Overflowing sizes]
     flat = base.reshape(-1)
     if math.prod(size) == 0:
         return jnp.zeros(size, base.dtype)
@@ -59,6 +61,7 @@ def lower_strided_read(base, size, stride, offset):
 
 def lower_strided_write(base, src, size, stride, offset):
     """`base` with the view (size, stride, offset) replaced by `src` (broadcast to size)."""
+    check_storage_size(size, NUMPY_TO_TORCH[base.dtype])
     src = jnp.broadcast_to(src.astype(base.dtype), size)
     flat = base.reshape(-1)
     index = offset + sum(
@@ -84,5 +87,7 @@ def lower_complex_as_pairs(self):
 
 
 def lower_pairs_as_complex(self):
-    """view_as_complex's values: a last dim of 2 read as (real, imaginary)."""
-    return self[..., 0] + 1j * self[..., 1]
+    """view_as_complex's values: a last dim of 2 read as (real, imaginary). Built by
+    lax.complex, not re + 1j * im, whose product turns an infinite imaginary part into
+    a NaN real one."""
+    return jax.lax.complex(self[..., 0], self[..., 1])

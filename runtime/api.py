@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.nn.parameter import is_lazy
 from torch.utils._pytree import tree_map
 
 from .core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from .core.ir import Node
+from .core import uninitialized
 from .core.tensor import XlaTensor, from_array
-from .exec import custom_ops, index_checks
+from .exec import custom_ops, division_checks, index_checks
 from .exec.custom_ops import register_lowering
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
-from .frontends import dispatch
+from .frontends import dispatch, forked_child
 from .frontends.analyze import analyze
 from .frontends.analyze import main as analyze_main
 from .frontends import op_counters as metrics
@@ -22,6 +24,7 @@ from .frontends.env import default_env
 from .frontends.hlo import hlo
 from .frontends.interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x64
 from .frontends.lazy import lazy_mode, mark_step
+from .frontends.moved_models import watch_graph_breaks
 from .frontends.replay import compile
 from .platform.config import config
 from .platform.debug_env import apply_debug_env
@@ -53,22 +56,35 @@ __all__ = [
 ]
 
 
-def _move_module(module: torch.nn.Module, convert) -> torch.nn.Module:
+def _move_module(module: torch.nn.Module, convert, convert_lazy) -> torch.nn.Module:
+    # Uninitialized parameters and buffers of lazy modules stay uninitialized, on the new
+    # device (Note [Lazy modules] in runtime/core/uninitialized.py).
     memo: dict[int, Any] = {}
     for m in module.modules():
         for name, p in list(m._parameters.items()):
             if p is None:
                 continue
             if id(p) not in memo:
-                memo[id(p)] = torch.nn.Parameter(convert(p.detach()), requires_grad=p.requires_grad)
+                if is_lazy(p):
+                    memo[id(p)] = convert_lazy(p)
+                else:
+                    memo[id(p)] = torch.nn.Parameter(convert(p.detach()), requires_grad=p.requires_grad)
             m._parameters[name] = memo[id(p)]
         for name, b in list(m._buffers.items()):
             if b is None:
                 continue
             if id(b) not in memo:
-                memo[id(b)] = convert(b)
+                memo[id(b)] = convert_lazy(b) if is_lazy(b) else convert(b)
             m._buffers[name] = memo[id(b)]
     return module
+
+
+def _lazy_to_xla(t: torch.Tensor) -> torch.Tensor:
+    return t if isinstance(t, XlaTensor) else uninitialized.to_device(t)
+
+
+def _lazy_to_torch(t: torch.Tensor) -> torch.Tensor:
+    return uninitialized.to_cpu(t) if isinstance(t, XlaTensor) else t
 
 
 def _tensor_to_xla(t: torch.Tensor) -> XlaTensor:
@@ -96,14 +112,15 @@ def to_xla(obj: Any) -> Any:
     """Move tensors, modules (parameters and buffers, in place, ties kept) or any pytree
     of them to JAX."""
     if isinstance(obj, torch.nn.Module):
-        return _move_module(obj, _tensor_to_xla)
+        watch_graph_breaks(only_if_loaded=True)  # Note [Moved models under torch.compile]
+        return _move_module(obj, _tensor_to_xla, _lazy_to_xla)
     return tree_map(lambda x: _tensor_to_xla(x) if isinstance(x, torch.Tensor) else x, obj)
 
 
 def to_torch(obj: Any) -> Any:
     """Move tensors, modules or pytrees back to PyTorch CPU tensors."""
     if isinstance(obj, torch.nn.Module):
-        return _move_module(obj, _tensor_to_torch)
+        return _move_module(obj, _tensor_to_torch, _lazy_to_torch)
     if isinstance(obj, torch.Tensor):
         return _tensor_to_torch(obj)
     return tree_map(lambda x: _tensor_to_torch(x) if isinstance(x, torch.Tensor) else x, obj)
@@ -120,12 +137,13 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     the schema each was generated for) and the entries whose library did not import
     (Note [Library operators] in runtime/exec/custom_ops.py)."""
     apply_debug_env(config)
-    REGISTRY.update(index_checks.install(registry))
+    REGISTRY.update(division_checks.install(index_checks.install(registry)))
     SECTIONS.update(sections)
     NODES.update(nodes)
     POLICY.update(policy or {})
     check_tracer_nodes()
     dispatch.install(registry)
+    forked_child.install()
     enable_foreach_optimizers()
     if library_ops or unavailable:
         custom_ops.install_library_ops(library_ops or {}, unavailable or {})

@@ -4,7 +4,7 @@ against baselines measured in the same run (PyTorch CPU eager, plain jax.numpy, 
 same computation written in JAX). `compile()` is measured both ways: replaying stable
 calls (the default) and tracing every call (`replay=False`).
 
-    python scripts/bench_runtime.py
+    python scripts/bench_runtime.py [row ...]
 """
 
 from __future__ import annotations
@@ -67,6 +67,19 @@ def eager_add() -> None:
     print(f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
           f"-> {ratio(runs, 'ours', 'jnp'):.2f}x jax.numpy, {ratio(runs, 'ours', 'torch'):.1f}x torch (target <= 2x jax.numpy)")
     eager_floor(a, b)
+
+
+def eager_in_place() -> None:
+    """In-place adds, eager: a small tensor (a fresh buffer per write) and a 4 MB one
+    (its buffer donated, Note [Donated in-place updates]), against PyTorch's in-place add."""
+    for shape in ((16, 16), (1024, 1024)):
+        a, b = torch.randn(shape), torch.randn(shape)
+        xa, xb = xnf.to_xla(a), xnf.to_xla(b)
+        runs = paired_us({"torch": lambda: a.add_(b), "ours": lambda: xa.add_(xb)}, number=2000 if shape[0] < 64 else 200,
+                         repeat=15)
+        t_torch, t_ours = _median(runs["torch"]), _median(runs["ours"])
+        print(f"eager {shape[0]}x{shape[1]} float32 add_ (median us per op): torch CPU {t_torch:7.1f}   ours {t_ours:7.1f}"
+              f"  -> {ratio(runs, 'ours', 'torch'):.1f}x torch")
 
 
 class _Prebuilt(torch.Tensor):
@@ -245,12 +258,15 @@ def transformer_blocks() -> None:
     _report("2 transformer blocks forward, batch 8 x 16 tokens x 64 (median us per step)", t)
 
 
+ROWS = ("eager_add", "eager_in_place", "tracing_cost", "mlp_step", "mlp_training_step", "transformer_blocks")
+
+
 def main() -> None:
-    eager_add()
-    tracing_cost()
-    mlp_step()
-    mlp_training_step()
-    transformer_blocks()
+    """Every row, or those named on the command line (`bench_runtime.py eager_in_place`)."""
+    for name in sys.argv[1:] or ROWS:
+        if name not in ROWS:
+            raise SystemExit(f"unknown row {name!r}: one of {', '.join(ROWS)}")
+        globals()[name]()
 
 
 if __name__ == "__main__":

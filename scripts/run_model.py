@@ -23,6 +23,7 @@ cache is off here (XLA_NATIVE_FUNCTIONS_NO_COMPILATION_CACHE=0 turns it on; Note
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import json
@@ -317,10 +318,14 @@ def run(
     kwargs = case.kwargs or {}
     ref_in = (case.inputs, kwargs, case.target)
     inductor_step = None
+    dynamo_settings = contextlib.ExitStack()
     if mode == "dynamo":
         # The backend takes CPU modules and tensors, like inductor, which is timed
         # alongside as the baseline torch.compile users know.
         torch._dynamo.reset()
+        # Dynamo leaves nn.RNN/LSTM/GRU out of its graphs (they run eagerly, on the CPU)
+        # unless told to trace them.
+        dynamo_settings.enter_context(torch._dynamo.config.patch(allow_rnn=True))
         ours_model = copy.deepcopy(ref_model)
         ours_in = copy.deepcopy(ref_in)
         inductor_model, inductor_in = copy.deepcopy(ref_model), copy.deepcopy(ref_in)
@@ -450,6 +455,7 @@ def run(
         rec["where"] = _where(e)
     finally:
         xnf.config.allow_cpu_fallback = fallback_setting
+        dynamo_settings.close()
     rec["compiles"] = _compiles(mode) - compiles_before
     rec["fallbacks"] = {
         op: n - fallbacks_before.get(op, 0)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta
+from .common import TensorMeta, scalar_type_name
+from .storage_size import check_strided_storage_size
 
 
 def _check_size(size) -> tuple[int, ...]:
@@ -67,8 +68,11 @@ def zero_output_shape(self):
 
 
 def new_empty_strided_output_shape(self, size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    # The result is contiguous: the requested strides only matter to memory layout.
-    return TensorMeta(_check_size(size), dtype or self.dtype)
+    # The result is contiguous: the requested strides only matter to memory layout, and
+    # to whether PyTorch could allocate it.
+    size = _check_size(size)
+    check_strided_storage_size(size, stride, dtype or self.dtype)
+    return TensorMeta(size, dtype or self.dtype)
 
 
 def _check_eye(n, m):
@@ -167,3 +171,31 @@ def empty_permuted_output_shape(size, physical_layout, *, dtype=None, layout=Non
 
 def integer_range_output_shape(start, step, length, dtype):
     return TensorMeta((length,), dtype)
+
+
+def _window_meta(name, window_length, dtype, layout):
+    # PyTorch's window_function_checks, then arange's refusal of complex dtypes (reached
+    # from two elements on).
+    dtype = _default(dtype)
+    if layout is not None and layout != torch.strided:
+        raise RuntimeError(f"{name} is not implemented for sparse types, got: {layout}")
+    if not (dtype.is_floating_point or dtype.is_complex):
+        raise RuntimeError(f"{name} expects floating point dtypes, got: {dtype}")
+    if window_length < 0:
+        raise RuntimeError(f"{name} requires non-negative window_length, got window_length={window_length}")
+    if dtype.is_complex and window_length > 1:
+        raise NotImplementedError(f"\"arange_cpu\" not implemented for '{scalar_type_name(dtype)}'")
+    return TensorMeta((window_length,), dtype)
+
+
+def kaiser_window_output_shape(window_length, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _window_meta("kaiser_window", window_length, dtype, layout)
+
+
+def kaiser_window_periodic_output_shape(window_length, periodic, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _window_meta("kaiser_window", window_length, dtype, layout)
+
+
+def kaiser_window_beta_output_shape(window_length, periodic, beta, *, dtype=None, layout=None, device=None,
+                                    pin_memory=None):
+    return _window_meta("kaiser_window", window_length, dtype, layout)

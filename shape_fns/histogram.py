@@ -275,8 +275,9 @@ def index_reduce_output_shape(self, dim, index, source, reduce, *, include_self=
         raise RuntimeError(
             f"index_reduce_(): Number of indices ({numel}) should be equal to source.size(dim): ({n}), for dim: {d}"
         )
-    self_shape, src_shape = tuple(self.shape) or (1,), tuple(source.shape) or (1,)
-    if len(self_shape) != len(src_shape) or any(a != b for k, (a, b) in enumerate(zip(self_shape, src_shape)) if k != d):
+    self_shape, src_shape = tuple(self.shape), tuple(source.shape)
+    if (len(self_shape) != len(src_shape) or any(a != b for k, (a, b) in enumerate(zip(self_shape, src_shape)) if k != d)
+            if self_shape and src_shape else self_shape != src_shape):  # with a scalar on either side, whole shapes
         raise RuntimeError(
             "source tensor shape must match self tensor shape, excluding the specified dimension. "
             f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}"

@@ -21,6 +21,8 @@ def index_select_output_shape(self, dim, index):
     if index.dtype not in _INDEX_DTYPES:
         raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
     if not self.shape:
+        if index.numel() != 1:
+            raise RuntimeError(f"index_select(): Index to scalar can have only 1 value, got {index.numel()} value(s)")
         return TensorMeta((), self.dtype)
     shape = list(self.shape)
     shape[d] = index.numel()
@@ -101,9 +103,10 @@ def index_add_output_shape(self, dim, index, source, *, alpha=1):
         raise RuntimeError(
             f"index_add_(): self ({scalar_type_name(self.dtype)}) and source ({scalar_type_name(source.dtype)}) must have the same scalar type"
         )
-    if source.ndim and self.ndim and (
-        source.ndim != self.ndim or any(source.shape[i] != self.shape[i] for i in range(self.ndim) if i != d)
-    ):
+    # with a scalar on either side the whole shapes must match
+    if (source.ndim != self.ndim or any(source.shape[i] != self.shape[i] for i in range(self.ndim) if i != d)) if (
+        source.ndim and self.ndim
+    ) else tuple(source.shape) != tuple(self.shape):
         raise RuntimeError(
             "source tensor shape must match self tensor shape, excluding the specified dimension. "
             f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}"
@@ -117,6 +120,8 @@ def index_add_output_shape(self, dim, index, source, *, alpha=1):
 
 
 def index_copy_output_shape(self, dim, index, source):
+    if index.ndim <= 1 and index.dtype != torch.int64:
+        raise RuntimeError(f"index_copy_(): Expected a long tensor for index, but got {scalar_type_name(index.dtype)}")
     d = _check_index_along("index_copy_", self, dim, index, (torch.int64,))
     if source.dtype != self.dtype:
         raise RuntimeError(

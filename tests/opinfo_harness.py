@@ -15,7 +15,9 @@ per-sample counts:
 Modes: eager, compiled (`xla_native_functions.compile`), inplace (op.inplace_variant on
 a contiguous input and on a strided view of a larger buffer), grad (float64, a fixed
 random projection of the outputs, gradients w.r.t. every differentiable input),
-error_inputs (op.error_inputs, dtype-independent, reported under "any").
+error_inputs (op.error_inputs, dtype-independent, reported under "any"). One more mode,
+not part of the sweep's MODES, is run when asked: operator (eager, through the OpInfo's
+Python operator, `x << y` for bitwise_left_shift, whose aten op can differ: __lshift__).
 
 `run_units` runs units in a worker subprocess with a time limit per unit: a hang is
 killed and recorded as `timeout`, a process abort (e.g. an exception escaping a C++
@@ -35,6 +37,7 @@ import warnings
 from typing import Any, Callable, Iterable
 
 MODES = ("eager", "compiled", "inplace", "grad", "error_inputs")
+EXTRA_MODES = ("operator",)
 DTYPE_NAMES = ("float32", "float64", "int64", "bool", "bfloat16", "float16")
 DEFAULT_DTYPES = ("float32", "float64", "int64", "bool")
 ANY_DTYPE = "any"  # error_inputs do not depend on a dtype
@@ -102,6 +105,8 @@ def plan_units(keys: Iterable[str], dtypes: Iterable[str], modes: Iterable[str])
                 continue
             for mode in modes:
                 if mode == "inplace" and op.inplace_variant is None:
+                    continue
+                if mode == "operator" and op.operator_variant is None:
                     continue
                 if mode == "grad" and (dt != "float64" or not op.supports_autograd or key in NONDETERMINISTIC):
                     continue
@@ -366,6 +371,13 @@ def overload_name(func) -> str:
 def _setup_worker() -> None:
     global _xnf
     warnings.simplefilter("ignore")
+    # the package of this checkout, whichever copy is installed (codegen/repo_import.py)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from codegen.repo_import import use_repo
+
+    use_repo(root)
     import jax
 
     cache = os.environ.get("XNF_JAX_CACHE_DIR")
@@ -424,8 +436,9 @@ def run_unit(key: str, dtype: str, mode: str, time_limit: float = 60.0, referenc
         return it
 
     try:
-        if mode in ("eager", "compiled"):
-            fn = op.op if mode == "eager" else xnf.compile(lambda *a, **k: op.op(*a, **k))
+        if mode in ("eager", "compiled", "operator"):
+            fn = op.op if mode == "eager" else op.operator_variant if mode == "operator" else xnf.compile(
+                lambda *a, **k: op.op(*a, **k))
             streak = 0
             it = iter(samples())
             for s in it:
@@ -433,7 +446,11 @@ def run_unit(key: str, dtype: str, mode: str, time_limit: float = 60.0, referenc
                     t.truncated = True
                     break
                 before = (t.not_found, dict(t.missing))
-                _forward_sample(op, fn, _sample_tuple(s), t, tol, kind, aten_ops if mode == "eager" else None)
+                if mode == "operator" and (s.kwargs or len(s.args) != 1 or not isinstance(s.input, torch.Tensor)):
+                    t.skipped += 1  # a binary Python operator takes two operands, no options
+                    continue
+                _forward_sample(op, fn, _sample_tuple(s), t, tol, kind, aten_ops if mode == "eager" else None,
+                                reference_fn=fn if mode == "operator" else None)
                 blocked = [m for m, n in t.missing.items() if n > before[1].get(m, 0)]
                 if t.passed or t.failed or t.errored > t.not_found:
                     streak = 0
@@ -492,14 +509,14 @@ def _random_sample(op, s) -> bool:
     return rule is not None and bool(rule(*(s if isinstance(s, tuple) else _sample_tuple(s))))
 
 
-def _forward_sample(op, fn, s, t: Tally, tol, kind: str, aten_ops: set | None) -> None:
+def _forward_sample(op, fn, s, t: Tally, tol, kind: str, aten_ops: set | None, reference_fn=None) -> None:
     import torch
     import xla_native_functions as xnf
 
     if kind == "value" and _random_sample(op, s):
         kind = "random"
     try:
-        expected = _call(op.op, s)
+        expected = _call(reference_fn or op.op, s)
     except Exception:
         t.skipped += 1
         return

@@ -6,14 +6,11 @@ writes docs/reports/architectures.md."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import architectures  # noqa: E402
+import architectures
 
 REPRESENTATIVE = ("mixtral", "wav2vec2", "mamba", "whisper", "swin")
 

@@ -28,101 +28,18 @@ from pathlib import Path
 import expecttest
 import pytest
 
+from codegen import generate as gen
+from codegen.generate import main, render, write_atomically
+from codegen.manifest import load_manifest
+from codegen.model import class_name, default_expr, make_op_spec, python_name, unambiguous_name
+from codegen.schemas import load_schema_database
+from codegen_harness import (COUNTS, GOOD_MANIFEST, IMPLS, LOWERINGS, SHAPE_FNS, make_root, manifest_error,
+                             render_error, scrub, write_manifest)
+from torchgen.model import Argument
+
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `codegen` is not part of the installed package
-    sys.path.insert(0, str(REPO))
-
-from codegen import generate as gen  # noqa: E402
-from codegen.generate import main, render, write_atomically  # noqa: E402
-from codegen.manifest import ManifestError, load_manifest  # noqa: E402
-from codegen.model import class_name, default_expr, make_op_spec, python_name, unambiguous_name  # noqa: E402
-from codegen.schemas import load_schema_database  # noqa: E402
-from torchgen.model import Argument  # noqa: E402
-
 GENERATED = REPO / "generated" / "xla_native_functions"
 TORCH = load_schema_database().torch_version  # as the messages spell it, e.g. 2.13.0+cpu
-
-# ----------------------------------------------------------------------------- helpers
-
-# A small, valid manifest (line numbers matter: the messages quote them).
-GOOD_MANIFEST = """\
-backend: XLA
-full_codegen:
-  - abs
-  - add.Tensor
-supported:
-  - nonzero
-fallback:
-  - kthvalue
-"""
-
-# The handwritten half for GOOD_MANIFEST: `def lower_abs` is at line 4,
-# `def lower_add_Tensor` at line 8 (likewise for the shape functions).
-LOWERINGS = '''\
-"""Synthetic lowerings."""
-
-
-def lower_abs(self):
-    return self
-
-
-def lower_add_Tensor(self, other, *, alpha=1):
-    return self
-'''
-SHAPE_FNS = '''\
-"""Synthetic shape functions."""
-
-
-def abs_output_shape(self):
-    return self
-
-
-def add_Tensor_output_shape(self, other, *, alpha=1):
-    return self
-'''
-IMPLS = '''\
-def _helper(x):
-    return x
-
-
-def impl_nonzero(self):
-    return self
-'''
-
-COUNTS = "full_codegen 2 (+4 in-place/out=), supported 1 (+1 in-place/out=), fallback 1 (+1 in-place/out=)"
-
-
-def scrub(text: str, tmp_path: Path) -> str:
-    return text.replace(str(tmp_path), "<tmp>")
-
-
-def write_manifest(tmp_path: Path, text: str, name: str = "manifest.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
-
-def manifest_error(tmp_path: Path, text: str) -> str:
-    """The message of load_manifest's error for a manifest with this text."""
-    path = write_manifest(tmp_path, text)
-    with pytest.raises(ManifestError) as info:
-        load_manifest(path)
-    return scrub(str(info.value), tmp_path)
-
-
-def render_error(tmp_path: Path, manifest_text: str, root: Path) -> str:
-    path = write_manifest(tmp_path, manifest_text)
-    with pytest.raises(ManifestError) as info:
-        render(path, root=root)
-    return scrub(str(info.value), tmp_path)
-
-
-def make_root(path: Path, lowerings: str | None = LOWERINGS, shape_fns: str | None = SHAPE_FNS, impls: str | None = IMPLS) -> Path:
-    for folder, text, name in (("lowerings", lowerings, "pointwise.py"), ("shape_fns", shape_fns, "pointwise.py"), ("runtime", impls, "ops.py")):
-        (path / folder).mkdir(parents=True, exist_ok=True)
-        if text is not None:
-            (path / folder / name).write_text(text)
-    return path
 
 
 @pytest.fixture
@@ -1013,8 +930,7 @@ _donating_add__Tensor = _rt_eager_executable(ir.AddTensor, in_place=True)
 
 def add__Tensor(self, other, *, alpha=1):
     if _rt_donatable(self, (other,)):
-        with _rt_x64:
-            return _rt_update_in_place(self, _donating_add__Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
+        return _rt_donate(self, _donating_add__Tensor, _rt_operand(other), _rt_scalar(alpha))
     _rt_check_in_place_overlap(self, (other,), False)
     return _rt_write_inplace(self, add_Tensor(self, other, alpha=alpha))
 """,

@@ -4,18 +4,13 @@ never registered as operators; and the real package's internal nodes run."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `codegen` is not part of the installed package
-    sys.path.insert(0, str(REPO))
-
-from codegen.generate import render  # noqa: E402
-from codegen.manifest import ManifestError, load_manifest  # noqa: E402
+from codegen.generate import render
+from codegen.manifest import ManifestError, load_manifest
 
 MANIFEST = """\
 backend: XLA

@@ -165,7 +165,7 @@ def test_library_entries_get_namespaced_names_and_are_registered_by_name(tmp_pat
             "Scalar offset) -> Tensor', dispatch.testlib_mix),\n") in registry
     assert 'UNAVAILABLE_LIBRARY_OPS = {\n}' in registry
     assert '    "testlib::rms_norm": "supported",\n' in registry
-    assert "_install(REGISTRY, SECTIONS, NODES, LIBRARY_OPS, UNAVAILABLE_LIBRARY_OPS)" in files["__init__.py"]
+    assert "_install(REGISTRY, SECTIONS, NODES, LIBRARY_OPS, UNAVAILABLE_LIBRARY_OPS, policy=POLICY)" in files["__init__.py"]
     assert "full_codegen\ttestlib::halves(Tensor x, SymInt dim) -> (Tensor, Tensor)\n" in files["ops.txt"]
     for name, text in files.items():
         if name.endswith(".py"):

@@ -8,17 +8,11 @@ other arguments are static.
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass, field
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
-import numpy as np
 import pytest
 import torch
-from torch.testing import make_tensor
 
 from xla_native_functions.lowerings import creation as lower_creation
 from xla_native_functions.lowerings import linalg as lower_linalg
@@ -33,166 +27,24 @@ from xla_native_functions.shape_fns import pointwise as shape_pointwise
 from xla_native_functions.shape_fns import reduction as shape_reduction
 from xla_native_functions.shape_fns import shape_ops as shape_shape_ops
 from xla_native_functions.shape_fns.common import TensorMeta
+from lowering_harness import (Case, ErrorCase, T, as_meta, assert_params_match_schema, assert_same, functions_in, ints,
+                              on_device, run_lowering, run_shape_fn, to_torch, unambiguous_name)
 
 aten = torch.ops.aten
 
 
-def _collect(modules, predicate):
-    found = {}
-    for module in modules:
-        for name, fn in vars(module).items():
-            if predicate(name) and inspect.isfunction(fn) and fn.__module__ == module.__name__:
-                assert name not in found, f"{name} defined twice"
-                found[name] = fn
-    return found
-
-
-LOWERINGS = _collect(
-    [lower_pointwise, lower_reduction, lower_linalg, lower_shape_ops, lower_nn, lower_creation],
-    lambda name: name.startswith("lower_"),
+LOWERINGS = functions_in(
+    [lower_pointwise, lower_reduction, lower_linalg, lower_shape_ops, lower_nn, lower_creation], prefix="lower_"
 )
-SHAPE_FNS = _collect(
-    [shape_pointwise, shape_reduction, shape_linalg, shape_shape_ops, shape_nn, shape_creation],
-    lambda name: name.endswith("_output_shape"),
+SHAPE_FNS = functions_in(
+    [shape_pointwise, shape_reduction, shape_linalg, shape_shape_ops, shape_nn, shape_creation], suffix="_output_shape"
 )
-
-
-def unambiguous_name(op: torch._ops.OpOverload) -> str:
-    name = op._schema.name.split("::")[1]
-    return f"{name}_{op._schema.overload_name}" if op._schema.overload_name else name
-
-
-# ---------------------------------------------------------------------------- harness
-
-
-def to_jax(x: Any) -> Any:
-    if not isinstance(x, torch.Tensor):
-        return x  # a Python number in a Tensor position traces to a weak scalar
-    if x.dtype is torch.bfloat16:
-        return jnp.asarray(x.view(torch.int16).numpy().view(ml_dtypes.bfloat16))
-    return jnp.asarray(x.numpy())
-
-
-def to_torch(x: Any) -> Any:
-    if x is None:
-        return None
-    if isinstance(x, (tuple, list)):
-        return tuple(to_torch(v) for v in x)
-    x = np.asarray(x)
-    if x.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(x.copy())
-
-
-def _arg_kind(arg: torch._C.Argument) -> str:
-    t = str(arg.type)
-    if t in ("Tensor", "Optional[Tensor]"):
-        return "tensor"
-    if t == "List[Tensor]":
-        return "tensors"
-    if t in ("number", "Optional[number]"):
-        return "scalar"
-    return "static"
-
-
-def run_lowering(op, args, kwargs):
-    return call_lowering(LOWERINGS[f"lower_{unambiguous_name(op)}"], op, args, kwargs)
-
-
-def call_lowering(fn, op, args, kwargs):
-    """Run lowering `fn` of aten `op` the way the runtime does (Scalars dynamic, attributes static)."""
-    bound = inspect.signature(fn).bind(*args, **kwargs).arguments
-    kinds = {a.name: _arg_kind(a) for a in op._schema.arguments}
-    with jax.enable_x64(True):
-        call_args, static = {}, []
-        for name, value in bound.items():
-            kind = kinds[name]
-            if kind == "tensor":
-                call_args[name] = to_jax(value)
-            elif kind == "tensors":
-                call_args[name] = tuple(to_jax(t) for t in value)
-            elif kind == "scalar":
-                call_args[name] = value
-            else:
-                call_args[name] = tuple(value) if isinstance(value, list) else value
-                static.append(name)
-        out = jax.jit(fn, static_argnames=tuple(static))(**call_args)
-        return to_torch(out)
-
-
-def to_meta_arg(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return TensorMeta(tuple(x.shape), x.dtype)
-    if isinstance(x, list):
-        return [to_meta_arg(v) for v in x] if x and isinstance(x[0], torch.Tensor) else tuple(x)
-    return x
-
-
-def run_shape_fn(op, args, kwargs):
-    fn = SHAPE_FNS[f"{unambiguous_name(op)}_output_shape"]
-    return fn(*map(to_meta_arg, args), **{k: to_meta_arg(v) for k, v in kwargs.items()})
-
-
-def on_device(op, args, kwargs, device, ref=None):
-    def move(x):
-        if isinstance(x, torch.Tensor):
-            return x.to(device)
-        if isinstance(x, list):
-            return [move(v) for v in x]
-        return x
-
-    kwargs = {k: move(v) for k, v in kwargs.items()}
-    if any(a.name == "device" for a in op._schema.arguments):
-        kwargs.setdefault("device", device)
-    return (ref or op)(*map(move, args), **kwargs)
-
-
-def as_meta(result: Any) -> Any:
-    if result is None:
-        return None
-    if isinstance(result, (tuple, list)):
-        return tuple(as_meta(r) for r in result)
-    return TensorMeta(tuple(result.shape), result.dtype)
-
-
-def assert_same(ours, expected, **tol):
-    if isinstance(expected, (tuple, list)):
-        assert isinstance(ours, tuple) and len(ours) == len(expected)
-        for o, e in zip(ours, expected):
-            assert_same(o, e, **tol)
-    elif expected is None:
-        assert ours is None
-    else:
-        torch.testing.assert_close(ours, expected, equal_nan=True, **tol)
 
 
 # ---------------------------------------------------------------------------- cases
 
 
-@dataclass
-class Case:
-    id: str
-    op: Any
-    args: tuple
-    kwargs: dict = field(default_factory=dict)
-    tol: dict = field(default_factory=dict)
-    # False where PyTorch's meta kernel disagrees with its CPU kernel; the shape
-    # function then follows CPU and is checked against the CPU result instead.
-    meta_agrees: bool = True
-    # The reference, when the aten overload itself refuses a Python number in a Tensor
-    # position (only add/sub/mul/div accept one): the public function, which wraps it.
-    ref: Any = None
-
-
 torch.manual_seed(0)
-
-
-def T(*shape, dtype=torch.float32, low=None, high=None):
-    return make_tensor(shape, dtype=dtype, device="cpu", low=low, high=high)
-
-
-def ints(*shape, low=-9, high=10, dtype=torch.int64):
-    return T(*shape, dtype=dtype, low=low, high=high)
 
 
 f23, f3, f0d = T(2, 3), T(3), T()
@@ -506,50 +358,8 @@ def test_signatures_match(name):
         assert_params_match_schema(fn, schema)
 
 
-def assert_params_match_schema(fn, schema, check_defaults=True):
-    """`fn` takes exactly the schema's parameters: names, order, keyword-only-ness,
-    which have defaults (and, with `check_defaults`, their values)."""
-    params = list(inspect.signature(fn).parameters.values())
-    assert [p.name for p in params] == [a.name for a in schema.arguments]
-    for p, a in zip(params, schema.arguments):
-        kind = inspect.Parameter.KEYWORD_ONLY if a.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
-        assert p.kind is kind, p.name
-        assert (p.default is inspect.Parameter.empty) == (not a.has_default_value()), p.name
-        if check_defaults and a.has_default_value():
-            default = a.default_value
-            default = tuple(default) if isinstance(default, list) else default
-            assert p.default == default, p.name
-
-
 # ---------------------------------------------------------------------------- errors
 
-
-@dataclass
-class ErrorCase:
-    id: str
-    op: Any
-    args: tuple
-    kwargs: dict = field(default_factory=dict)
-
-
-# PyTorch CPU's _grouped_mm refusals (the messages are compared in test_ops_linalg.py).
-GROUPED_MM_ERRORS = {
-    "float64": ((T(8, 4, dtype=torch.float64), T(3, 4, 8, dtype=torch.float64), _offs(2, 4, 8)), {}),
-    "int32": ((T(8, 4, dtype=torch.int32), T(3, 4, 8, dtype=torch.int32), _offs(2, 4, 8)), {}),
-    "4d": ((T(2, 3, 8, 4), T(3, 4, 8), _offs(2, 4, 8)), {}),
-    "contraction": ((T(8, 4), T(3, 8, 8), _offs(2, 4, 8)), {}),
-    "offsets_missing": ((T(8, 4), T(3, 4, 8)), {}),
-    "offsets_with_3d_3d": ((T(3, 8, 4), T(3, 4, 8), _offs(2, 4, 8)), {}),
-    "offsets_2d": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8).reshape(3, 1)), {}),
-    "offsets_int64": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8).long()), {}),
-    "bias": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8)), {"bias": T(3, 8)}),
-    "out_dtype": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8)), {"out_dtype": torch.bfloat16}),
-    "group_count": ((T(8, 4), T(3, 4, 8), _offs(2, 8)), {}),
-    "group_count_3d_2d": ((T(2, 8, 4), T(4, 8), _offs(2, 4, 8)), {}),
-    "batch_3d_3d": ((T(2, 8, 4), T(3, 4, 8)), {}),
-    "mixed_dtypes": ((T(8, 4), T(3, 4, 8, dtype=torch.bfloat16), _offs(2, 4, 8)), {}),
-    "mixed_dtypes_3d_3d": ((T(3, 8, 4), T(3, 4, 8, dtype=torch.bfloat16)), {}),
-}
 
 ERROR_CASES = [
     ErrorCase("mm_inner_mismatch", aten.mm.default, (T(2, 3), T(4, 5))),
@@ -560,7 +370,6 @@ ERROR_CASES = [
     ErrorCase("addmm_dtype_mismatch", aten.addmm.default, (T(5, dtype=torch.float64), T(2, 3), T(3, 5))),
     ErrorCase("bmm_batch_mismatch", aten.bmm.default, (T(2, 2, 3), T(3, 3, 5))),
     ErrorCase("bmm_not_3d", aten.bmm.default, (T(2, 3), T(3, 5))),
-    *[ErrorCase(f"grouped_mm_{name}", aten._grouped_mm.default, args, kwargs) for name, (args, kwargs) in GROUPED_MM_ERRORS.items()],
     ErrorCase("select_out_of_range", aten.select.int, (T(2, 3), 0, 5)),
     ErrorCase("select_negative_out_of_range", aten.select.int, (T(2, 3), 1, -4)),
     ErrorCase("select_0d", aten.select.int, (f0d, 0, 0)),

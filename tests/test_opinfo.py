@@ -84,7 +84,9 @@ OPINFOS = [
 ]
 
 DTYPES = ("float32", "int64", "float64")
-MODES = ("eager", "compiled", "inplace", "grad", "error_inputs")
+# `operator`: the OpInfo's Python operator (`x << y`), whose aten op may differ from the
+# function's (__lshift__ for bitwise_left_shift)
+MODES = ("eager", "compiled", "inplace", "grad", "error_inputs", "operator")
 TIME_LIMIT = 60.0
 
 # Eager bfloat16 for the OpInfos above, and float16 for a few, except where PyTorch's

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 import xla_native_functions as xnf
-from test_lowerings import T, as_meta, assert_same, ints, on_device, to_jax, to_meta_arg, to_torch, unambiguous_name
+from lowering_harness import functions_in, cases_elsewhere, T, as_meta, assert_same, ints, on_device, to_jax, to_meta_arg, to_torch, unambiguous_name
 from xla_native_functions.lowerings import conv as lower_conv
 from xla_native_functions.lowerings import normalization as lower_norm
 from xla_native_functions.lowerings import padding as lower_padding
@@ -33,20 +33,8 @@ LOWER_MODULES = [lower_conv, lower_norm, lower_pooling, lower_padding, lower_ups
 SHAPE_MODULES = [shape_conv, shape_norm, shape_pooling, shape_padding, shape_upsample]
 
 
-def _functions(modules, prefix="", suffix=""):
-    found = {}
-    for module in modules:
-        for name, fn in vars(module).items():
-            if inspect.isfunction(fn) and fn.__module__ == module.__name__ and name.startswith(prefix) and name.endswith(suffix):
-                found[name] = fn
-    return found
-
-
-LOWERINGS = _functions(LOWER_MODULES, prefix="lower_")
-SHAPE_FNS = _functions(SHAPE_MODULES, suffix="_output_shape")
-# batch_norm_with_update is an internal node (the manifest's `internal` section), tested
-# below through native_batch_norm.
-del LOWERINGS["lower_batch_norm_with_update"], SHAPE_FNS["batch_norm_with_update_output_shape"]
+LOWERINGS = functions_in(LOWER_MODULES, prefix="lower_", operators_only=True)
+SHAPE_FNS = functions_in(SHAPE_MODULES, suffix="_output_shape", operators_only=True)
 # native_batch_norm is `supported` (it writes the running statistics in place); its
 # node computes batch_norm_with_update, checked here through a wrapper of its schema.
 
@@ -358,10 +346,7 @@ def test_shape_fn_matches_meta(case):
 
 
 def test_every_op_is_covered():
-    import test_ops_fractional_pool
-    import test_ops_nn_sampling  # the sampling and fractional pooling ops' cases live there
-
-    tested = {unambiguous_name(c.op) for c in CASES} | test_ops_nn_sampling.OPS_UNDER_TEST | test_ops_fractional_pool.OPS_UNDER_TEST
+    tested = {unambiguous_name(c.op) for c in CASES} | cases_elsewhere("test_ops_conv.py")
     assert {f"lower_{n}" for n in tested} >= set(LOWERINGS)
     assert {f"{n}_output_shape" for n in tested} >= set(SHAPE_FNS)
 

@@ -18,7 +18,7 @@ import warnings
 import jax
 import pytest
 import torch
-from test_lowerings import as_meta, assert_same, call_lowering, Case, on_device, to_jax, to_meta_arg, to_torch, unambiguous_name
+from lowering_harness import functions_in, as_meta, assert_same, call_lowering, Case, on_device, to_jax, to_meta_arg, to_torch, unambiguous_name
 
 import xla_native_functions as xnf
 from xla_native_functions.lowerings import histogram as lower_histogram
@@ -30,17 +30,8 @@ aten = torch.ops.aten
 nan = float("nan")
 
 
-def _collect(modules, predicate):
-    return {
-        name: fn
-        for module in modules
-        for name, fn in vars(module).items()
-        if predicate(name) and inspect.isfunction(fn) and fn.__module__ == module.__name__
-    }
-
-
-LOWERINGS = _collect([lower_histogram, lower_scatter], lambda n: n.startswith("lower_"))
-SHAPE_FNS = _collect([shape_histogram, shape_scatter], lambda n: n.endswith("_output_shape"))
+LOWERINGS = functions_in([lower_histogram, lower_scatter], prefix="lower_")
+SHAPE_FNS = functions_in([shape_histogram, shape_scatter], suffix="_output_shape")
 
 
 def run_lowering(op, args, kwargs):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from test_lowerings import T, as_meta, assert_same, ints, on_device, run_lowering, run_shape_fn, to_meta_arg
+from lowering_harness import T, as_meta, assert_same, ints, on_device, to_meta_arg
 from xla_native_functions.runtime.core.tensor import DEVICE
 from xla_native_functions.shape_fns import complex_ops as shape_complex
 from xla_native_functions.shape_fns import factories as shape_factories

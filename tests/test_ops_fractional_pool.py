@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import xla_native_functions as xnf
-from test_lowerings import as_meta, call_lowering, to_meta_arg
+from lowering_harness import CASES_LIVE_IN, as_meta, call_lowering, to_meta_arg
 from xla_native_functions.lowerings import pooling as lower_pooling
 from xla_native_functions.shape_fns import pooling as shape_pooling
 
@@ -24,12 +24,7 @@ aten = torch.ops.aten
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 # The pooling lowerings whose cases live in this file (tests/test_ops_conv.py checks
 # that every pooling lowering has cases somewhere).
-OPS_UNDER_TEST = {
-    "fractional_max_pool2d",
-    "fractional_max_pool2d_backward",
-    "fractional_max_pool3d",
-    "fractional_max_pool3d_backward",
-}
+OPS_UNDER_TEST = CASES_LIVE_IN["test_ops_fractional_pool.py"]
 
 # (input shape, kernel_size, output_size)
 CONFIGS_2D = [

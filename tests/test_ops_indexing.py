@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_lowerings import call_lowering, Case, _arg_kind, as_meta, assert_same, ints, on_device, to_jax, to_meta_arg, to_torch, unambiguous_name
+from lowering_harness import functions_in, call_lowering, Case, as_meta, assert_same, ints, on_device, to_meta_arg, unambiguous_name
 
 import xla_native_functions as xnf
 from xla_native_functions.lowerings import distance as lower_distance
@@ -37,20 +37,8 @@ LOWER_MODULES = [lower_indexing, lower_scatter, lower_loss, lower_embedding_bag,
 SHAPE_MODULES = [shape_indexing, shape_scatter, shape_loss, shape_embedding_bag, shape_distance]
 
 
-def _collect(modules, predicate):
-    found = {}
-    for module in modules:
-        for name, fn in vars(module).items():
-            if predicate(name) and inspect.isfunction(fn) and fn.__module__ == module.__name__:
-                found[name] = fn
-    return found
-
-
-# Internal nodes (the manifest's `internal` section) are tested through the aten ops
-# built on them (index.Tensor, index_put, masked_select).
-_INTERNAL = {name for name, cls in xnf.runtime.exec.registry.NODES.items() if cls.section == "internal"}
-LOWERINGS = _collect(LOWER_MODULES, lambda n: n.startswith("lower_") and n[len("lower_"):] not in _INTERNAL)
-SHAPE_FNS = _collect(SHAPE_MODULES, lambda n: n.endswith("_output_shape") and n[:-len("_output_shape")] not in _INTERNAL)
+LOWERINGS = functions_in(LOWER_MODULES, prefix="lower_", operators_only=True)
+SHAPE_FNS = functions_in(SHAPE_MODULES, suffix="_output_shape", operators_only=True)
 
 
 def run_lowering(op, args, kwargs):

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import xla_native_functions as xnf
-from test_lowerings import T, as_meta, assert_params_match_schema, call_lowering, ints, to_meta_arg
+from lowering_harness import T, as_meta, assert_params_match_schema, call_lowering, ints, to_meta_arg
 from xla_native_functions.lowerings import rrelu as lower_rrelu
 from xla_native_functions.registry import REGISTRY
 from xla_native_functions.shape_fns import rrelu as shape_rrelu

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import xla_native_functions as xnf
-from test_lowerings import GROUPED_MM_ERRORS, Case, ErrorCase, T, _collect, as_meta, assert_same, ints, on_device, run_lowering, run_shape_fn, unambiguous_name
+from lowering_harness import cases_elsewhere, Case, ErrorCase, T, functions_in, as_meta, assert_same, ints, on_device, run_lowering, run_shape_fn, unambiguous_name
 from xla_native_functions.lowerings import fft as lower_fft
 from xla_native_functions.lowerings import linalg_decomp as lower_decomp
 from xla_native_functions.lowerings import matmul as lower_matmul
@@ -19,8 +19,8 @@ from xla_native_functions.shape_fns import linalg_decomp as shape_decomp
 from xla_native_functions.shape_fns import matmul as shape_matmul
 
 aten = torch.ops.aten
-LOWERINGS = _collect([lower_matmul, lower_fft, lower_decomp], lambda n: n.startswith("lower_"))
-SHAPE_FNS = _collect([shape_matmul, shape_fft, shape_decomp], lambda n: n.endswith("_output_shape"))
+LOWERINGS = functions_in([lower_matmul, lower_fft, lower_decomp], prefix="lower_")
+SHAPE_FNS = functions_in([shape_matmul, shape_fft, shape_decomp], suffix="_output_shape")
 
 torch.manual_seed(0)
 f64 = torch.float64
@@ -156,7 +156,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_lowering_matches_cpu(case):
     expected = case.op(*case.args, **case.kwargs)
-    ours = run_lowering_here(case.op, case.args, case.kwargs)
+    ours = run_lowering(case.op, case.args, case.kwargs)
     assert_same(ours, expected, **case.tol)
 
 
@@ -164,32 +164,7 @@ def test_lowering_matches_cpu(case):
 def test_shape_fn_matches_meta(case):
     device = "meta" if case.meta_agrees else "cpu"
     expected = as_meta(on_device(case.op, case.args, case.kwargs, device))
-    assert run_shape_fn_here(case.op, case.args, case.kwargs) == expected
-
-
-def run_lowering_here(op, args, kwargs):
-    # The shared harness looks functions up in its own tables; point it at ours.
-    import test_lowerings
-
-    saved = dict(test_lowerings.LOWERINGS)
-    test_lowerings.LOWERINGS.update(LOWERINGS)
-    try:
-        return run_lowering(op, args, kwargs)
-    finally:
-        test_lowerings.LOWERINGS.clear()
-        test_lowerings.LOWERINGS.update(saved)
-
-
-def run_shape_fn_here(op, args, kwargs):
-    import test_lowerings
-
-    saved = dict(test_lowerings.SHAPE_FNS)
-    test_lowerings.SHAPE_FNS.update(SHAPE_FNS)
-    try:
-        return run_shape_fn(op, args, kwargs)
-    finally:
-        test_lowerings.SHAPE_FNS.clear()
-        test_lowerings.SHAPE_FNS.update(saved)
+    assert run_shape_fn(case.op, case.args, case.kwargs) == expected
 
 
 # Ops whose results are unique only up to phases: compare what is unique.
@@ -234,7 +209,7 @@ PHASE_CASES = [
 def test_phase_ambiguous_lowering_matches_cpu_invariants(case):
     name = unambiguous_name(case.op)
     expected = case.op(*case.args, **case.kwargs)
-    ours = run_lowering_here(case.op, case.args, case.kwargs)
+    ours = run_lowering(case.op, case.args, case.kwargs)
     for o, e in zip(ours, expected):
         assert (o.shape, o.dtype) == (e.shape, e.dtype)
     for o, e in zip(_reconstruct(name, ours), _reconstruct(name, expected)):
@@ -246,13 +221,11 @@ def test_phase_ambiguous_lowering_matches_cpu_invariants(case):
 
 @pytest.mark.parametrize("case", PHASE_CASES, ids=lambda c: c.id)
 def test_phase_ambiguous_shape_fn_matches_meta(case):
-    assert run_shape_fn_here(case.op, case.args, case.kwargs) == as_meta(on_device(case.op, case.args, case.kwargs, "meta"))
+    assert run_shape_fn(case.op, case.args, case.kwargs) == as_meta(on_device(case.op, case.args, case.kwargs, "meta"))
 
 
 def test_every_op_is_covered():
-    from test_ops_linalg2 import NEW_OPS  # geqrf, ormqr, pinv, lstsq, eig, LDL: cases there
-
-    tested = {unambiguous_name(c.op) for c in CASES + PHASE_CASES} | NEW_OPS
+    tested = {unambiguous_name(c.op) for c in CASES + PHASE_CASES} | cases_elsewhere("test_ops_linalg.py")
     assert {f"lower_{n}" for n in tested} >= set(LOWERINGS)
     assert {f"{n}_output_shape" for n in tested} >= set(SHAPE_FNS)
 
@@ -325,7 +298,7 @@ def test_shape_fn_raises_like_cpu(case):
     with pytest.raises(Exception) as cpu_error:
         case.op(*case.args, **case.kwargs)
     with pytest.raises(Exception) as our_error:
-        run_shape_fn_here(case.op, case.args, case.kwargs)
+        run_shape_fn(case.op, case.args, case.kwargs)
     assert type(our_error.value) is type(cpu_error.value), (cpu_error.value, our_error.value)
 
 
@@ -443,7 +416,7 @@ def test_cholesky_info_on_failure():
     """info is the order of the first leading minor that is not positive definite; the
     factor of a failed matrix is unspecified (LAPACK leaves a partial one, we NaN)."""
     a = torch.tensor([[[4.0, 2.0], [2.0, 5.0]], [[1.0, 2.0], [2.0, 1.0]], [[-1.0, 0.0], [0.0, 1.0]]], dtype=f64)
-    low, info = run_lowering_here(aten.linalg_cholesky_ex.default, (a,), {})
+    low, info = run_lowering(aten.linalg_cholesky_ex.default, (a,), {})
     expected_low, expected_info = aten.linalg_cholesky_ex(a)
     torch.testing.assert_close(info, expected_info)
     torch.testing.assert_close(low[0], expected_low[0])
@@ -469,6 +442,30 @@ def test_solve_and_eigh_on_xla_tensors():
 
 
 # ---------------------------------------------------------------- grouped products (Note [Grouped matrix products])
+
+
+def _offs(*ends):
+    return torch.tensor(ends, dtype=torch.int32)
+
+
+# PyTorch CPU's _grouped_mm refusals.
+GROUPED_MM_ERRORS = {
+    "float64": ((T(8, 4, dtype=torch.float64), T(3, 4, 8, dtype=torch.float64), _offs(2, 4, 8)), {}),
+    "int32": ((T(8, 4, dtype=torch.int32), T(3, 4, 8, dtype=torch.int32), _offs(2, 4, 8)), {}),
+    "4d": ((T(2, 3, 8, 4), T(3, 4, 8), _offs(2, 4, 8)), {}),
+    "contraction": ((T(8, 4), T(3, 8, 8), _offs(2, 4, 8)), {}),
+    "offsets_missing": ((T(8, 4), T(3, 4, 8)), {}),
+    "offsets_with_3d_3d": ((T(3, 8, 4), T(3, 4, 8), _offs(2, 4, 8)), {}),
+    "offsets_2d": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8).reshape(3, 1)), {}),
+    "offsets_int64": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8).long()), {}),
+    "bias": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8)), {"bias": T(3, 8)}),
+    "out_dtype": ((T(8, 4), T(3, 4, 8), _offs(2, 4, 8)), {"out_dtype": torch.bfloat16}),
+    "group_count": ((T(8, 4), T(3, 4, 8), _offs(2, 8)), {}),
+    "group_count_3d_2d": ((T(2, 8, 4), T(4, 8), _offs(2, 4, 8)), {}),
+    "batch_3d_3d": ((T(2, 8, 4), T(3, 4, 8)), {}),
+    "mixed_dtypes": ((T(8, 4), T(3, 4, 8, dtype=torch.bfloat16), _offs(2, 4, 8)), {}),
+    "mixed_dtypes_3d_3d": ((T(3, 8, 4), T(3, 4, 8, dtype=torch.bfloat16)), {}),
+}
 
 
 @pytest.mark.parametrize("name", sorted(GROUPED_MM_ERRORS))

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from test_lowerings import T, as_meta, assert_same, call_lowering, on_device, to_meta_arg, unambiguous_name
+from lowering_harness import functions_in, CASES_LIVE_IN, T, as_meta, assert_same, call_lowering, on_device, to_meta_arg, unambiguous_name
 from xla_native_functions.lowerings import grid_sample as lower_grid_sample
 from xla_native_functions.lowerings import nn_misc as lower_nn_misc
 from xla_native_functions.lowerings import pooling as lower_pooling
@@ -31,31 +31,11 @@ aten = torch.ops.aten
 D = torch.float64
 F32_TOL = dict(atol=1e-4, rtol=1e-4)
 
-OPS_UNDER_TEST = {
-    "max_unpool2d", "max_unpool3d",
-    "grid_sampler_2d", "grid_sampler_3d", "grid_sampler_2d_backward", "grid_sampler_3d_backward",
-    "upsample_bicubic2d", "upsample_bicubic2d_backward",
-    "_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d",
-    "_upsample_nearest_exact1d_backward", "_upsample_nearest_exact2d_backward", "_upsample_nearest_exact3d_backward",
-    "_upsample_bilinear2d_aa", "_upsample_bilinear2d_aa_backward",
-    "_upsample_bicubic2d_aa", "_upsample_bicubic2d_aa_backward",
-    "adaptive_max_pool3d", "adaptive_max_pool3d_backward",
-    "_trilinear", "_euclidean_dist", "embedding_renorm",
-    "_weight_norm_interface", "_weight_norm_interface_backward",
-}  # fmt: skip
+OPS_UNDER_TEST = CASES_LIVE_IN["test_ops_nn_sampling.py"]
 
 
-def _functions(modules, prefix="", suffix=""):
-    found = {}
-    for module in modules:
-        for name, fn in vars(module).items():
-            if inspect.isfunction(fn) and fn.__module__ == module.__name__ and name.startswith(prefix) and name.endswith(suffix):
-                found[name] = fn
-    return found
-
-
-LOWERINGS = _functions([lower_grid_sample, lower_nn_misc, lower_pooling, lower_unpool, lower_upsample], prefix="lower_")
-SHAPE_FNS = _functions([shape_grid_sample, shape_nn_misc, shape_pooling, shape_unpool, shape_upsample], suffix="_output_shape")
+LOWERINGS = functions_in([lower_grid_sample, lower_nn_misc, lower_pooling, lower_unpool, lower_upsample], prefix="lower_")
+SHAPE_FNS = functions_in([shape_grid_sample, shape_nn_misc, shape_pooling, shape_unpool, shape_upsample], suffix="_output_shape")
 
 
 def run_lowering(op, args, kwargs):

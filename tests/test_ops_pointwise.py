@@ -23,45 +23,19 @@ from xla_native_functions.lowerings import pointwise_math as lower_math
 from xla_native_functions.lowerings import pointwise_scalar as lower_scalar
 from xla_native_functions.lowerings import special as lower_special
 from xla_native_functions.shape_fns import activation as shape_activation
-from xla_native_functions.shape_fns import pointwise as shape_pointwise
 from xla_native_functions.shape_fns import pointwise_binary as shape_binary
 from xla_native_functions.shape_fns import pointwise_math as shape_math
 from xla_native_functions.shape_fns import pointwise_scalar as shape_scalar
 from xla_native_functions.shape_fns import special as shape_special
-from test_lowerings import Case, T, _arg_kind, _collect, as_meta, assert_same, ints, to_jax, to_meta_arg, to_torch, unambiguous_name
+from lowering_harness import LOWERINGS as HARNESS_LOWERINGS, cases_elsewhere, cpu_result, run_lowering, run_shape_fn, Case, T, functions_in, as_meta, assert_same, ints, to_jax, unambiguous_name
 
 aten = torch.ops.aten
 
 LOWER_MODULES = [lower_math, lower_binary, lower_scalar, lower_activation, lower_special]
 SHAPE_MODULES = [shape_math, shape_binary, shape_scalar, shape_activation, shape_special]
-LOWERINGS = _collect(LOWER_MODULES, lambda name: name.startswith("lower_"))
-SHAPE_FNS = _collect(SHAPE_MODULES, lambda name: name.endswith("_output_shape"))
+LOWERINGS = functions_in(LOWER_MODULES, prefix="lower_")
+SHAPE_FNS = functions_in(SHAPE_MODULES, suffix="_output_shape")
 # Cases may also exercise ops of lowerings/pointwise.py (covered by test_lowerings.py).
-ALL_LOWERINGS = {**LOWERINGS, **_collect([lower_pointwise], lambda name: name.startswith("lower_"))}
-ALL_SHAPE_FNS = {**SHAPE_FNS, **_collect([shape_pointwise], lambda name: name.endswith("_output_shape"))}
-
-
-def run_lowering(op, args, kwargs):
-    fn = ALL_LOWERINGS[f"lower_{unambiguous_name(op)}"]
-    bound = inspect.signature(fn).bind(*args, **kwargs).arguments
-    kinds = {a.name: _arg_kind(a) for a in op._schema.arguments}
-    with jax.enable_x64(True):
-        call_args, static = {}, []
-        for name, value in bound.items():
-            kind = kinds[name]
-            if kind == "tensor":
-                call_args[name] = to_jax(value)
-            elif kind == "scalar":
-                call_args[name] = value
-            else:
-                call_args[name] = value
-                static.append(name)
-        return to_torch(jax.jit(fn, static_argnames=tuple(static))(**call_args))
-
-
-def run_shape_fn(op, args, kwargs):
-    fn = ALL_SHAPE_FNS[f"{unambiguous_name(op)}_output_shape"]
-    return fn(*map(to_meta_arg, args), **{k: to_meta_arg(v) for k, v in kwargs.items()})
 
 
 def to_meta_device(x):
@@ -468,16 +442,9 @@ def _activation_cases():
 CASES = _unary_cases() + _binary_cases() + _scalar_cases() + _specific_cases() + _activation_cases()
 
 
-def _expected(case):
-    try:
-        return (case.ref or case.op)(*case.args, **case.kwargs), None
-    except Exception as e:  # noqa: BLE001 - the type is compared below
-        return None, e
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_matches_cpu(case):
-    expected, error = _expected(case)
+    expected, error = cpu_result(case)
     if error is not None:
         with pytest.raises(Exception) as ours:
             run_shape_fn(case.op, case.args, case.kwargs)
@@ -489,7 +456,7 @@ def test_matches_cpu(case):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_shape_fn_matches_meta(case):
-    expected, error = _expected(case)
+    expected, error = cpu_result(case)
     if error is not None:
         pytest.skip("CPU rejects this input (checked in test_matches_cpu)")
     args = [to_meta_device(a) for a in case.args]
@@ -499,15 +466,13 @@ def test_shape_fn_matches_meta(case):
 
 
 def test_every_op_is_covered():
-    from test_ops_special import MY_LOWERINGS  # special polynomials, Bessel, shrink ops: cases there
-
-    elsewhere = {n.removeprefix("lower_") for n in MY_LOWERINGS}
+    elsewhere = cases_elsewhere("test_ops_pointwise.py")
     tested = {unambiguous_name(c.op) for c in CASES}
     assert {f"lower_{n}" for n in tested | elsewhere} >= set(LOWERINGS), set(LOWERINGS) - {
         f"lower_{n}" for n in tested | elsewhere
     }
     assert {f"{n}_output_shape" for n in tested | elsewhere} >= set(SHAPE_FNS)
-    assert {f"lower_{n}" for n in tested} <= set(ALL_LOWERINGS)
+    assert {f"lower_{n}" for n in tested} <= set(HARNESS_LOWERINGS)
 
 
 OPS = {unambiguous_name(c.op): c.op for c in CASES if f"lower_{unambiguous_name(c.op)}" in LOWERINGS}

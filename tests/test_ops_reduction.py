@@ -8,12 +8,11 @@ import inspect
 import math
 import warnings
 
-import jax
 import pytest
 import torch
 
 import xla_native_functions as xnf
-from test_lowerings import call_lowering, Case, ErrorCase, T, _arg_kind, _collect, as_meta, assert_same, ints, on_device, to_jax, to_meta_arg, to_torch, unambiguous_name
+from lowering_harness import run_lowering, run_shape_fn, Case, ErrorCase, T, functions_in, as_meta, assert_same, ints, on_device, unambiguous_name
 from xla_native_functions.lowerings import cumulative as lower_cumulative
 from xla_native_functions.lowerings import rearrange as lower_rearrange
 from xla_native_functions.lowerings import sort as lower_sort
@@ -27,19 +26,9 @@ from xla_native_functions.shape_fns import statistics as shape_statistics
 
 aten = torch.ops.aten
 
-LOWERINGS = _collect([lower_statistics, lower_sort, lower_cumulative, lower_rearrange, lower_split], lambda n: n.startswith("lower_"))
-SHAPE_FNS = _collect(
-    [shape_statistics, shape_sort, shape_cumulative, shape_rearrange, shape_split], lambda n: n.endswith("_output_shape")
-)
-
-
-def run_lowering(op, args, kwargs):
-    return call_lowering(LOWERINGS[f"lower_{unambiguous_name(op)}"], op, args, kwargs)
-
-
-def run_shape_fn(op, args, kwargs):
-    fn = SHAPE_FNS[f"{unambiguous_name(op)}_output_shape"]
-    return fn(*map(to_meta_arg, args), **{k: to_meta_arg(v) for k, v in kwargs.items()})
+LOWERINGS = functions_in([lower_statistics, lower_sort, lower_cumulative, lower_rearrange, lower_split], prefix="lower_")
+SHAPE_FNS = functions_in([shape_statistics, shape_sort, shape_cumulative, shape_rearrange, shape_split],
+                         suffix="_output_shape")
 
 
 torch.manual_seed(0)

@@ -10,9 +10,7 @@ instead and the comparison with CPU uses the error PyTorch itself makes there.
 from __future__ import annotations
 
 import inspect
-import math
 
-import jax
 import pytest
 import torch
 
@@ -23,32 +21,13 @@ from xla_native_functions.lowerings import special_polynomials as lower_polynomi
 from xla_native_functions.shape_fns import activation as shape_activation
 from xla_native_functions.shape_fns import special as shape_special
 from xla_native_functions.shape_fns import special_polynomials as shape_polynomials
-from test_lowerings import Case, T, _arg_kind, _collect, as_meta, assert_same, ints, to_jax, to_meta_arg, to_torch, unambiguous_name
-from test_ops_pointwise import _expected
+from lowering_harness import CASES_LIVE_IN, cpu_result, run_lowering, run_shape_fn, Case, T, functions_in, as_meta, assert_same, ints, unambiguous_name
 
 aten = torch.ops.aten
 NAN, INF = float("nan"), float("inf")
 
-LOWERINGS = _collect([lower_activation, lower_special, lower_polynomials], lambda n: n.startswith("lower_"))
-SHAPE_FNS = _collect([shape_activation, shape_special, shape_polynomials], lambda n: n.endswith("_output_shape"))
-
-
-def run_lowering(op, args, kwargs):
-    fn = LOWERINGS[f"lower_{unambiguous_name(op)}"]
-    bound = inspect.signature(fn).bind(*args, **kwargs).arguments
-    kinds = {a.name: _arg_kind(a) for a in op._schema.arguments}
-    with jax.enable_x64(True):
-        call_args, static = {}, []
-        for name, value in bound.items():
-            call_args[name] = to_jax(value) if kinds[name] == "tensor" else value
-            if kinds[name] not in ("tensor", "scalar"):
-                static.append(name)
-        return to_torch(jax.jit(fn, static_argnames=tuple(static))(**call_args))
-
-
-def run_shape_fn(op, args, kwargs):
-    fn = SHAPE_FNS[f"{unambiguous_name(op)}_output_shape"]
-    return fn(*map(to_meta_arg, args), **{k: to_meta_arg(v) for k, v in kwargs.items()})
+LOWERINGS = functions_in([lower_activation, lower_special, lower_polynomials], prefix="lower_")
+SHAPE_FNS = functions_in([shape_activation, shape_special, shape_polynomials], suffix="_output_shape")
 
 
 def _tol(dtype):
@@ -247,23 +226,12 @@ def _activation_cases():
 
 
 CASES = _polynomial_cases() + _bessel_cases() + _gamma_cases() + _activation_cases()
-MY_LOWERINGS = {
-    name
-    for name in LOWERINGS
-    if LOWERINGS[name].__module__ == lower_polynomials.__name__
-    or name.startswith(("lower_special_bessel", "lower_special_modified_bessel_k", "lower_special_scaled", "lower_special_airy"))
-    or name
-    in {
-        "lower_igamma", "lower_igammac", "lower_threshold", "lower_hardshrink", "lower_hardshrink_backward",
-        "lower_softshrink", "lower_softshrink_backward", "lower_celu", "lower_renorm", "lower_dist",
-        "lower_native_dropout_backward", "lower_ldexp_Tensor",
-    }
-}
+MY_LOWERINGS = {f"lower_{name}" for name in CASES_LIVE_IN["test_ops_special.py"]}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_matches_cpu(case):
-    expected, error = _expected(case)
+    expected, error = cpu_result(case)
     if error is not None:
         with pytest.raises(Exception) as ours:
             run_shape_fn(case.op, case.args, case.kwargs)
@@ -275,7 +243,7 @@ def test_matches_cpu(case):
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_shape_fn_matches_meta(case):
-    expected, error = _expected(case)
+    expected, error = cpu_result(case)
     if error is not None:
         pytest.skip("CPU rejects this input (checked in test_matches_cpu)")
     if not case.meta_agrees:

@@ -5,21 +5,18 @@ once (scripts/run_model.py's `run`) and its record shared by the checks below.""
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import run_model  # noqa: E402
-from zoo import MODELS  # noqa: E402
+import run_model
+from zoo import MODELS
 
 CASES = (
     [(m, "eager", "inference") for m in MODELS]
     + [(m, "compiled", "inference") for m in ("mlp", "resnet", "dlrm", "gpt2", "transformer", "attention")]
     + [(m, "eager", "train-sgd") for m in MODELS]
-    + [(m, "compiled", "train-sgd") for m in ("mlp", "resnet", "dlrm", "llama")]
+    + [(m, "compiled", "train-sgd") for m in ("mlp", "resnet", "dlrm", "llama", "lstm_lm", "gru_classifier")]
     + [("mlp", "eager", "train-adamw")]
     + [(m, "compiled", "train-adamw") for m in ("mlp", "dlrm", "gpt2")]
     + [("mlp", "dynamo", "inference"), ("mlp", "dynamo", "train-adamw")]

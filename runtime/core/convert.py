@@ -14,7 +14,10 @@ import numpy as np
 import torch
 
 from ...shape_fns.common import TORCH_TO_NUMPY
+from ..platform.executable_cache import eager_jit
 from .context import context
+from .sharing import wait_for_write
+from .tensor import NO_VALUE_MESSAGE
 from .views import strided_read_jit
 
 
@@ -53,7 +56,14 @@ def cpu_to_jax(t: torch.Tensor) -> jax.Array:
     else:
         arr = t.contiguous().numpy()
     with X64:
-        return jnp.asarray(arr)
+        return _from_host(arr)
+
+
+# The copy of a host array into a buffer of XLA's own (one an in-place op can donate:
+# device_put's buffers are not reliably donated, and it shares memory NumPy does not
+# own, like a torch tensor's). One executable per shape, as jnp.asarray compiles, but
+# counted against config.eager_cache_bytes (Note [Memory of eager executables]).
+_from_host = eager_jit(lambda a: jnp.array(a, copy=True))
 
 
 def host_tensor(arr: np.ndarray) -> torch.Tensor:
@@ -141,6 +151,8 @@ def host_array(t) -> np.ndarray:
     if t._whole:
         return host
     shape = tuple(t.shape)
+    if t._real:  # a view of complex memory as reals: the same bytes, two reals per element
+        host = np.ascontiguousarray(host).reshape(-1).view(TORCH_TO_NUMPY[t.dtype])
     if 0 in shape:  # PyTorch lets an empty view's offset lie past the storage's end
         return np.empty(shape, host.dtype)
     if host.flags.c_contiguous:
@@ -154,19 +166,23 @@ def host_array(t) -> np.ndarray:
 def current_array(store) -> jax.Array:
     """The array of a storage that a trace holds (or that has none): Note [Per-thread
     trace] in context.py. The thread of that trace runs what it recorded; any other
-    thread reads the array from before the trace, as if it ran first."""
-    trace = store.owner
-    if trace is not None and trace is context.trace:
-        return trace.materialize(store)
-    array = store.array
+    thread reads the array from before the trace, as if it ran first, and waits for a
+    write in flight in another thread (Note [Threads and storages] in sharing.py)."""
+    while True:
+        trace = store.owner
+        if trace is not None and trace is context.trace:
+            return trace.materialize(store)
+        array = store.array
+        if array is not None:
+            return array
+        if not wait_for_write(store):
+            break
+    array = store.array  # a write that ended before the wait began
     if array is not None:
         return array
-    if trace is not None:
+    if store.owner is not None:
         raise RuntimeError(
             "this tensor is made by ops that another thread is recording (compile() or lazy_mode()) and that have "
             "not run yet: read it in that thread, or after its traced call returns or mark_step() runs"
         )
-    raise RuntimeError(
-        "this tensor was made inside a traced call (compile() or lazy_mode()) whose recorded ops could not run, so "
-        "it holds no value: recompute it"
-    )
+    raise RuntimeError(NO_VALUE_MESSAGE)

@@ -15,6 +15,15 @@ cached view values. The new value always has the old one's shape and dtype: a te
 that needs another (resize_ beyond the storage) gets a new Storage, so compile()'s
 replay guards a storage's identity, not its array's shape.
 
+A storage holds one array of one dtype, while PyTorch can view a complex tensor's memory
+as reals (`view_as_real`, and so `z.real` and `z.imag`): each complex element is two
+reals side by side. A tensor with `_real` set is such a view of a complex storage: its
+size, stride and offset count reals in the storage's array read as pairs
+(core/views.py `real_pairs`), and a write through it lands in the complex array
+(`complex_from_pairs`), so `z.real.mul_(2)` and `z.imag[1] = -1` change `z` as in
+PyTorch. Such a view is never `_whole`, so only the view paths (strided reads and
+writes) ask for the flag; every other tensor reads the class default, False.
+
 While a trace records (Note [Per-thread trace] in core/context.py), the storages it
 reads or writes also hold their IR value (`pending`) and the trace that owns it
 (`owner`); the trace's sync writes the results into `array` and clears both. A
@@ -26,6 +35,7 @@ thread is refused.
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Any
 
 import jax
@@ -33,17 +43,21 @@ import torch
 from torch.utils.backend_registration import _DummyBackendModule, _setup_privateuseone_for_python_backend
 
 from ...shape_fns.common import NUMPY_TO_TORCH
+from ..platform import hook_errors
 from ..platform.device_guard import install_native_device_guard
+from .autocast import install_autocast_fallthrough, install_autocast_kernels
+from .device_storage import DeviceStorage, pickled_form, storage_address
+from .sharing import wait_for_write
 
 DEVICE_NAME = "jax"
 
 
 class _DeviceModule(_DummyBackendModule):
-    """`torch.jax`: PyTorch's placeholder device module, plus what activation
-    checkpointing asks of it: it saves and restores each device's random state and
-    re-enters its autocast state (off: autocast has no kernels here). Our random numbers
-    are drawn from PyTorch's CPU generator (runtime/supported/random.py), so the device
-    has no random state of its own."""
+    """`torch.jax`: PyTorch's placeholder device module, plus what autocast and activation
+    checkpointing ask of it: autocast's supported dtypes (Note [Autocast] in
+    core/autocast.py), and each device's random state, which checkpointing saves and
+    restores. Our random numbers are drawn from PyTorch's CPU generator
+    (runtime/supported/random.py), so the device has no random state of its own."""
 
     def device(self, index: Any) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
@@ -55,7 +69,9 @@ class _DeviceModule(_DummyBackendModule):
         pass
 
     def get_amp_supported_dtype(self) -> list[torch.dtype]:
-        return []  # no autocast kernels: torch.autocast("jax") warns and stays off
+        # torch.autocast("jax", ...) asks this first: the kernels are registered then.
+        install_autocast_kernels()
+        return [torch.bfloat16, torch.float16]
 
 
 def _register_device() -> torch.device:
@@ -65,10 +81,17 @@ def _register_device() -> torch.device:
     if torch._C._get_privateuse1_backend_name() != DEVICE_NAME:
         _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_DeviceModule())
         install_native_device_guard()  # Note [Native device guard]
+        install_autocast_fallthrough()  # Note [Autocast] in core/autocast.py
     return torch.device(DEVICE_NAME, 0)
 
 
 DEVICE = _register_device()
+
+
+NO_VALUE_MESSAGE = (
+    "this tensor was made inside a traced call (compile() or lazy_mode()) whose recorded ops could not run, so it "
+    "holds no value: recompute it"
+)
 
 
 class Storage:
@@ -83,7 +106,15 @@ class Storage:
         self.version = 0
 
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.array.shape if self.pending is None else self.pending.meta.shape)
+        while True:
+            pending, array = self.pending, self.array
+            if pending is not None:
+                return tuple(pending.meta.shape)
+            if array is not None:
+                return tuple(array.shape)
+            # a write in flight in another thread (Note [Threads and storages]), or none
+            if not wait_for_write(self) and self.array is None and self.pending is None:
+                raise RuntimeError(NO_VALUE_MESSAGE)
 
 
 _NO_KWARGS: dict[str, Any] = {}
@@ -123,6 +154,7 @@ class XlaTensor(torch.Tensor):
     _store: Storage
     _whole: bool
     _cache: Any  # (storage version, value) of a view's last read
+    _real = False  # a view of a complex storage as reals (Note [Views and mutation])
 
     @staticmethod
     def __new__(cls, store: Storage, shape, dtype: torch.dtype, strides=None, offset: int = 0, requires_grad: bool = False):
@@ -155,7 +187,7 @@ class XlaTensor(torch.Tensor):
         # torch copies sizes, strides and offset into this TensorImpl (and rejects a
         # tensor of another device), but our storage lives on the Python object.
         torch.Tensor.data.__set__(self, new)
-        self._store, self._whole, self._cache = new._store, new._whole, None
+        self._store, self._whole, self._cache, self._real = new._store, new._whole, None, new._real
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -179,6 +211,14 @@ class XlaTensor(torch.Tensor):
         """A PyTorch CPU copy of the values (`_to_copy` to the CPU, through dispatch)."""
         return self.detach().to("cpu")
 
+    # With PyTorch's Python device guard an exception from a hook would abort the
+    # process: Note [Hook errors during backward] in runtime/platform/hook_errors.py.
+    def register_hook(self, hook):
+        return torch.Tensor.register_hook(self, hook_errors.tensor_hook(hook))
+
+    def register_post_accumulate_grad_hook(self, hook):
+        return torch.Tensor.register_post_accumulate_grad_hook(self, hook_errors.post_accumulate_grad_hook(hook))
+
     def tolist(self):
         return self._host_copy().tolist()
 
@@ -186,11 +226,56 @@ class XlaTensor(torch.Tensor):
         return self._host_copy().numpy()
 
     def __reduce_ex__(self, protocol):
-        # Pickling (torch.save of a moved module's state) stores a CPU copy.
-        return self._host_copy().__reduce_ex__(protocol)
+        # Pickling (torch.save of a moved module's state) stores a CPU copy, sharing
+        # memory as this tensor does (Note [Device addresses] in core/device_storage.py).
+        return pickled_form(self, protocol, _whole_storage)
+
+    # Note [Device addresses] in core/device_storage.py
+    def data_ptr(self) -> int:
+        if self.untyped_storage().nbytes() == 0:
+            return 0
+        return storage_address(self._store) + self.storage_offset() * self.element_size()
+
+    def storage(self) -> DeviceStorage:
+        return DeviceStorage(self)
+
+    def __deepcopy__(self, memo: dict) -> XlaTensor:
+        # PyTorch's default copies a tensor subclass by its storage when data_ptr() is not
+        # 0, which reads host memory this tensor does not have. A copy is a clone (a new
+        # storage) with the same requires_grad, .grad and Python attributes (a parameter
+        # stays a parameter); memo keeps tied tensors tied.
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at the "
+                "moment: detach() the tensor first"
+            )
+        with torch.no_grad():
+            new = self.clone()
+        new.requires_grad_(self.requires_grad)
+        memo[id(self)] = new
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        extra = {k: v for k, v in self.__dict__.items() if k not in ("_store", "_whole", "_cache")}
+        if extra:
+            new.__dict__.update(copy.deepcopy(extra, memo))
+        return new
 
 
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+
+
+def _whole_storage(t: XlaTensor) -> XlaTensor | None:
+    """A tensor spanning t's whole storage (None while a trace holds its value, or when
+    the storage holds another dtype than t)."""
+    store = t._store
+    array = store.array
+    if array is None or store.pending is not None or NUMPY_TO_TORCH.get(array.dtype) != t.dtype:
+        return None
+    if t._whole:
+        return t
+    return tensor_on(store, tuple(array.shape), t.dtype)
 
 
 def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
@@ -213,4 +298,12 @@ def tensor_on(store: Storage, shape, dtype: torch.dtype, view: tuple | None = No
     r._whole = view is None
     r._store = store
     r._cache = None
+    return r
+
+
+def real_view_on(store: Storage, shape, dtype: torch.dtype, view: tuple) -> XlaTensor:
+    """A view of a complex storage as reals, with view = (strides, offset) counted in
+    reals (Note [Views and mutation])."""
+    r = tensor_on(store, shape, dtype, view)
+    r._real = True
     return r

@@ -8,14 +8,47 @@ import math
 import jax
 import torch
 
-from ...lowerings.storage import lower_strided_read, lower_strided_write
+from ...lowerings.storage import lower_complex_as_pairs, lower_pairs_as_complex, lower_strided_read, lower_strided_write
+from ..platform.executable_cache import eager_jit
 from .tensor import contiguous_strides
 
 
 # The eager reads and writes of views (the lowerings of the internal nodes strided_read
 # and strided_write, which traced graphs record).
-strided_read_jit = jax.jit(lower_strided_read, static_argnums=(1, 2, 3))
-strided_write_jit = jax.jit(lower_strided_write, static_argnums=(2, 3, 4))
+strided_read_jit = eager_jit(lower_strided_read, static_argnums=(1, 2, 3))
+strided_write_jit = eager_jit(lower_strided_write, static_argnums=(2, 3, 4))
+
+
+# A view of a complex storage as reals (a `_real` tensor, Note [Views and mutation] in
+# tensor.py) reads and writes the storage's array as PyTorch's memory holds it: each
+# element two reals (complex_as_pairs), written back by pairs_as_complex. Traced graphs
+# record the same two internal nodes around their strided_read and strided_write.
+
+
+def real_strided_read(base: jax.Array, size, stride, offset) -> jax.Array:
+    return lower_strided_read(lower_complex_as_pairs(base), size, stride, offset)
+
+
+def real_strided_write(base: jax.Array, src: jax.Array, size, stride, offset) -> jax.Array:
+    return lower_pairs_as_complex(lower_strided_write(lower_complex_as_pairs(base), src, size, stride, offset))
+
+
+real_strided_read_jit = eager_jit(real_strided_read, static_argnums=(1, 2, 3))
+real_strided_write_jit = eager_jit(real_strided_write, static_argnums=(2, 3, 4))
+
+
+def as_real_layout(size, stride, offset) -> tuple:
+    """view_as_real's layout of a complex view: a trailing dim of the two parts, strides
+    and offset counted in reals."""
+    return tuple(size) + (2,), tuple(2 * s for s in stride) + (1,), 2 * offset
+
+
+def as_complex_layout(size, stride, offset) -> tuple | None:
+    """view_as_complex's layout of a view as reals, or None if its parts are not pairs
+    of one element (PyTorch raises for such a view)."""
+    if not size or size[-1] != 2 or stride[-1] != 1 or offset % 2 or any(s % 2 for s in stride[:-1]):
+        return None
+    return tuple(size[:-1]), tuple(s // 2 for s in stride[:-1]), offset // 2
 
 
 def _fast_view_meta(name: str, size, stride, offset, args) -> tuple | None:

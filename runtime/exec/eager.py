@@ -12,12 +12,14 @@ import numpy as np
 import torch
 
 from ...shape_fns.common import NUMPY_TO_TORCH, TensorMeta, scalar_type_name
+from ...shape_fns.storage_size import check_result_sizes
 from ..core.context import context
 from ..core.convert import X64, cpu_to_jax, current_array
 from ..core.ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node
 from ..core.tensor import XlaTensor, from_array
 from ...lowerings.storage import lower_strided_read
-from ..core.views import strided_read_jit
+from ..core.views import real_strided_read_jit, strided_read_jit
+from ..platform.executable_cache import eager_jit
 from .keys import next_key
 
 
@@ -81,7 +83,7 @@ jax.tree_util.register_pytree_node(
 def operand(t: Any) -> Any:
     """A tensor argument of an eager executable: its array, or for a view from offset 0
     its storage's array and layout (Note [Fused view reads])."""
-    if t.__class__ is XlaTensor and not t._whole and t.storage_offset() == 0:
+    if t.__class__ is XlaTensor and not t._whole and t.storage_offset() == 0 and not t._real:
         store = t._store
         v = store.array
         if v is None or store.pending is not None:
@@ -141,7 +143,7 @@ def scalar_operand(x: Any) -> Any:
 # jit's own conversion of a Python number, kept as the weakly typed array it makes:
 # about 11 us, where jax.device_put(x) takes 30 (AdamW's step sizes are new numbers
 # every step).
-_number_to_array = jax.jit(lambda x: x)
+_number_to_array = eager_jit(lambda x: x)
 
 
 def _device_scalar(x: Any, cache: dict | None, key: Any) -> Any:
@@ -179,7 +181,7 @@ def read_view(t: XlaTensor) -> Any:
     if base is None or store.pending is not None:
         base = current_array(store)
     with X64:
-        out = strided_read_jit(base, *layout)
+        out = (real_strided_read_jit if t._real else strided_read_jit)(base, *layout)
     t._cache = (store.version, out)
     return out
 
@@ -210,8 +212,8 @@ def eager_executable(cls: type[Node], in_place: bool = False):
 
     run.__name__ = f"{'donating' if in_place else 'eager'}_{cls.name}"
     if in_place:
-        return jax.jit(run, static_argnums=static, donate_argnums=0)
-    return jax.jit(run, static_argnums=static)
+        return eager_jit(run, static_argnums=static, donate_argnums=0)
+    return eager_jit(run, static_argnums=static)
 
 
 def lower_checked(cls: type[Node], args: Any, in_place: bool = False) -> Any:
@@ -221,6 +223,7 @@ def lower_checked(cls: type[Node], args: Any, in_place: bool = False) -> Any:
     kinds = cls.arg_kinds
     args = [_read_operand(k, a) for k, a in zip(kinds, args)]
     metas = cls.output_shape(*[_trace_time_meta(k, a) for k, a in zip(kinds, args)])
+    check_result_sizes(metas)  # before XLA aborts on them: Note [Overflowing sizes]
     with jax.named_scope(scope_name(cls)):  # Note [Op names in programs]
         out = cls.lower(*args)
         _check_output(cls, out, metas)

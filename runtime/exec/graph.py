@@ -15,6 +15,7 @@ from ..core.convert import X64
 from ..core.ir import ATTR, ATTR_LIST, Node, ScalarInput, SpecialScalar, Value
 from ..platform.backend import graph_compiler_options
 from ..platform.config import config
+from ..platform.executable_cache import eager_jit
 from ..platform.metrics import metrics
 from .eager import scalar_operand, scope_name, scoped_lowering
 from .sparse_updates import fold_sparse_updates
@@ -162,7 +163,7 @@ def _transposed_inputs(order: list[Node], in_pos: dict[int, int], read_only: set
 
 
 _TRANSPOSED_COPIES: dict[int, tuple[weakref.ref, Any]] = {}  # id(array) -> (weak reference to it, its transpose)
-_transpose = jax.jit(jax.numpy.transpose)
+_transpose = eager_jit(jax.numpy.transpose)
 
 
 def _transposed_copy(a: Any) -> Any:
@@ -325,7 +326,7 @@ def _donated_inputs(inputs: list[Value], overwritten: dict[int, Value], read_onl
     )
 
 
-copy_array = jax.jit(lambda a: jax.numpy.array(a, copy=True))
+copy_array = eager_jit(lambda a: jax.numpy.array(a, copy=True))
 
 
 def _same(x: Any) -> Any:

@@ -65,8 +65,20 @@ def _dim_size(t: torch.Tensor, dim: int) -> int | None:
     return t.shape[dim] if t.dim() else 1
 
 
+def _first_outside(index: Any, low: int, high: int) -> int:
+    """The first index value, in the index's order, outside [low, high): the one PyTorch's
+    loops stop at. Read only once an error is certain."""
+    if isinstance(index, XlaTensor):
+        flat = np.asarray(host_array(index)).reshape(-1)
+    else:  # a zero-dim CPU index, as PyTorch accepts
+        with torch._C._DisableTorchDispatch():
+            flat = index.detach().reshape(-1).numpy()
+    return int(flat[np.argmax((flat < low) | (flat >= high))])
+
+
 def _along_dim(error: type, message: str, negative_ok: bool = False) -> Callable[..., None]:
-    """Indices into `self` along `dim`: [0, size), or [-size, size) with `negative_ok`."""
+    """Indices into `self` along `dim`: [0, size), or [-size, size) with `negative_ok`.
+    PyTorch names the dimension counted from the front."""
 
     def check(self, dim, index, **_):
         size = _dim_size(self, dim)
@@ -74,11 +86,69 @@ def _along_dim(error: type, message: str, negative_ok: bool = False) -> Callable
         if ext is None:
             return
         low = -size if negative_ok else 0
-        for v in ext:
-            if not low <= v < size:
-                raise error(message.format(index=v, dim=dim, size=size))
+        if not (low <= ext[0] and ext[1] < size):
+            wrapped = dim % max(self.dim(), 1)
+            raise error(message.format(index=_first_outside(index, low, size), dim=wrapped, size=size))
 
     return check
+
+
+_OUT_OF_RANGE = "index out of range in self"
+
+
+def _index_select(self, dim, index, **_):
+    """index_select_out_cpu_'s checks: a 2-D or larger `self` is read along dim 1 by a
+    fast path with its own RuntimeError, and an empty one checks only the range; every
+    other case raises IndexError."""
+    size = _dim_size(self, dim)
+    ext = None if size is None else _extremes(index)
+    if ext is None or (0 <= ext[0] and ext[1] < (size if self.dim() > 1 else self.numel())):
+        return
+    if self.dim() <= 1:
+        raise IndexError(_OUT_OF_RANGE)
+    if self.numel() == 0 and size == 0:
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
+    if self.numel() == 0 or dim % self.dim() == 1:
+        raise RuntimeError(f"INDICES element is out of DATA bounds, id={_first_outside(index, 0, size)} axis_dim={size}")
+    raise IndexError(_OUT_OF_RANGE)
+
+
+def _index_add(self, dim, index, source, alpha=1, **_):
+    """index_add_cpu_'s checks: along the first or last dim of a 2-D or larger `self`,
+    with int64 indices, alpha 1 and a source of self's shape elsewhere, it is a
+    scatter_add and raises scatter's RuntimeError; otherwise its loop raises IndexError."""
+    if self.dim() > 1 and self.numel() == 0:
+        return
+    size = _dim_size(self, dim)
+    ext = None if size is None else _extremes(index)
+    if ext is None or (0 <= ext[0] and ext[1] < (size if self.dim() > 1 else self.numel())):
+        return
+    if self.dim() <= 1:
+        raise IndexError(_OUT_OF_RANGE)
+    d = dim % self.dim()
+    same_elsewhere = source.dim() == self.dim() and all(
+        a == b for i, (a, b) in enumerate(zip(self.shape, source.shape)) if i != d)
+    if ((d == 0 or d == self.dim() - 1) and alpha == 1 and index.dtype == torch.int64 and same_elsewhere
+            and torch.complex32 not in (self.dtype, source.dtype)):
+        raise RuntimeError(_OUT_OF_BOUNDS.format(index=_first_outside(index, 0, size), dim=d, size=size))
+    raise IndexError(_OUT_OF_RANGE)
+
+
+def _index_reduce(self, dim, index, source, reduce=None, include_self=True, **_):
+    """index_reduce_func_impl: without include_self it first fills the indexed slices
+    (index_fill_'s error for values outside [-size, size)), then its loop raises
+    IndexError for any value outside [0, size)."""
+    if self.dim() > 1 and not index.numel():
+        return
+    size = _dim_size(self, dim)
+    ext = None if size is None else _extremes(index)
+    if ext is None:
+        return
+    if not include_self and not (-size <= ext[0] and ext[1] < size):
+        raise IndexError(_OUT_OF_BOUNDS.format(index=_first_outside(index, -size, size), dim=dim % max(self.dim(), 1),
+                                               size=size))
+    if not (0 <= ext[0] and ext[1] < (size if self.dim() > 1 else self.numel())):
+        raise IndexError(_OUT_OF_RANGE)
 
 
 def _take(self, index, **_):
@@ -122,10 +192,11 @@ CHECKS: dict[str, Callable[..., None]] = {
     "scatter": _along_dim(RuntimeError, _OUT_OF_BOUNDS),
     "scatter_add": _along_dim(RuntimeError, _OUT_OF_BOUNDS),
     "scatter_reduce": _along_dim(RuntimeError, _OUT_OF_BOUNDS),
-    "index_add": _along_dim(RuntimeError, _OUT_OF_BOUNDS),
+    "index_add": _index_add,
     "index_copy": _along_dim(IndexError, "index_copy_(): " + _OUT_OF_BOUNDS),
     "index_fill": _along_dim(IndexError, _OUT_OF_BOUNDS, negative_ok=True),
-    "index_select": _along_dim(RuntimeError, "INDICES element is out of DATA bounds, id={index} axis_dim={size}"),
+    "index_reduce": _index_reduce,
+    "index_select": _index_select,
     "take": _take,
     "embedding": _embedding,
     "_embedding_bag": _embedding_bag,
@@ -135,19 +206,36 @@ CHECKS: dict[str, Callable[..., None]] = {
 }
 
 
-def _checked(op: Any, handler: Callable[..., Any], check: Callable[..., None]) -> Callable[..., Any]:
+def _checked(op: Any, handler: Callable[..., Any], check: Callable[..., None],
+             functional: Callable[..., Any] | None) -> Callable[..., Any]:
     names = [a.name for a in op._schema.arguments]
 
     def run(*args, **kwargs):
         if context.trace is None and config.check_index_values:
             bound = dict(zip(names, args))
             bound.update(kwargs)
-            check(**bound)
+            try:
+                check(**bound)
+            except (IndexError, RuntimeError):
+                # PyTorch checks shapes and dtypes before any value: the op's functional
+                # form raises those errors (it writes nothing).
+                if functional is not None:
+                    functional(*args, **{k: v for k, v in kwargs.items() if k != "out"})
+                raise
         return handler(*args, **kwargs)
 
     run.__name__ = getattr(handler, "__name__", "handler")
     run.__wrapped__ = handler
     return run
+
+
+def _functional_form(op: Any) -> Any:
+    """The functional overload of an in-place or out= op (index_copy_ -> index_copy)."""
+    packet = op._schema.name.removeprefix("aten::").removesuffix("_")
+    overload = op._overloadname
+    overload = "default" if overload == "out" else overload.removesuffix("_out")
+    packet_ops = getattr(torch.ops.aten, packet, None)
+    return None if packet_ops is None else getattr(packet_ops, overload, None)
 
 
 def install(registry: dict[Any, Any]) -> dict[Any, Any]:
@@ -157,6 +245,6 @@ def install(registry: dict[Any, Any]) -> dict[Any, Any]:
         packet = op._schema.name.removeprefix("aten::")
         check = CHECKS.get(packet) or CHECKS.get(packet.removesuffix("_"))
         if check is not None:
-            out[op] = _checked(op, handler, check)
+            out[op] = _checked(op, handler, check, registry.get(_functional_form(op)))
     return out
 

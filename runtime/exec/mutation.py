@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import warnings
 from typing import Any, Callable
 
@@ -16,10 +17,12 @@ from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY
 from ..core.context import context
 from ..core.convert import X64, jax_to_cpu, current_array
 from ..core.ir import Node
-from ..core.tensor import Storage, XlaTensor, tensor_on
-from ..core.views import is_whole, non_overlapping_and_dense, overlapping, strided_write_jit, view_meta
+from ..core.tensor import Storage, XlaTensor, real_view_on, tensor_on
+from ..core.views import (is_whole, non_overlapping_and_dense, overlapping, real_strided_write_jit, strided_write_jit,
+                          view_meta)
 from ..platform.config import config
 from .eager import check_in_place_result, value
+from .graph import copy_array
 
 
 
@@ -28,14 +31,19 @@ def make_view(cls: type[Node], args: tuple[Any, ...]) -> Any:
     base = args[0]
     store = base._store
     storage_shape = store.shape()
+    real = base._real
     layout = view_meta(cls.name, cls.op, base, tuple(base.shape), tuple(base.stride()), base.storage_offset(),
-                       math.prod(storage_shape), args)
+                       math.prod(storage_shape) * (2 if real else 1), args)
     if isinstance(layout, list):
-        return [alias(store, base.dtype, *lo, storage_shape) for lo in layout]
-    return alias(store, base.dtype, *layout, storage_shape)
+        return [alias(store, base.dtype, *lo, storage_shape, real) for lo in layout]
+    return alias(store, base.dtype, *layout, storage_shape, real)
 
 
-def alias(store: Storage, dtype: torch.dtype, size, stride, offset, storage_shape=None) -> XlaTensor:
+def alias(store: Storage, dtype: torch.dtype, size, stride, offset, storage_shape=None, real: bool = False) -> XlaTensor:
+    """A tensor on `store` with this layout; `real`: a view of the complex storage as
+    reals (Note [Views and mutation])."""
+    if real:
+        return real_view_on(store, size, dtype, (stride, offset))
     if is_whole(size, stride, offset, store.shape() if storage_shape is None else storage_shape):
         return tensor_on(store, size, dtype)
     return tensor_on(store, size, dtype, (stride, offset))
@@ -57,6 +65,8 @@ def write_into(t: Any, new: Any, check_cast: bool = True) -> None:
     new_dtype = NUMPY_TO_TORCH[new.dtype]
     check_in_place_result(tuple(t.shape), t.dtype, tuple(new.shape), new_dtype, check_cast)
     store = t._store
+    if store.owner is not None:
+        refuse_write_under_trace(store)
     with X64:
         if t._whole:
             store.array = new if new_dtype == t.dtype else new.astype(TORCH_TO_NUMPY[t.dtype])
@@ -66,7 +76,8 @@ def write_into(t: Any, new: Any, check_cast: bool = True) -> None:
             base = store.array
             if base is None or store.pending is not None:
                 base = current_array(store)
-            store.array = strided_write_jit(base, new, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+            write = real_strided_write_jit if t._real else strided_write_jit
+            store.array = write(base, new, tuple(t.shape), tuple(t.stride()), t.storage_offset())
     store.version += 1
     t._cache = None
 
@@ -84,7 +95,10 @@ def write_into(t: Any, new: Any, check_cast: bool = True) -> None:
 # NumPy, DLPack or host memory are PjRt's to protect: it copies instead of donating a
 # buffer with external references. Below config.donate_min_bytes (1 MB) a fresh buffer
 # costs no more (add_ with donation: 1.4x faster at 4 MB, 2.3x at 16 MB, even at 1 MB,
-# slower at 256 KB).
+# slower at 256 KB). Another thread may be about to read the old array, so `donate`
+# takes it out of the storage before counting its references again (Note [Threads and
+# storages] in core/sharing.py): a thread that took it first shows in the count and gets
+# the buffer undonated (a copy is donated), one that comes later waits for the write.
 
 
 def donatable(self: Any, others: tuple[Any, ...]) -> bool:
@@ -95,7 +109,7 @@ def donatable(self: Any, others: tuple[Any, ...]) -> bool:
         return False
     store = self._store
     v = store.array
-    if v is None or isinstance(v, jax.core.Tracer):
+    if v is None or isinstance(v, jax.core.Tracer) or store.owner is not None:
         return False
     del v
     # references: the storage's, and getrefcount's argument
@@ -109,9 +123,56 @@ def donatable(self: Any, others: tuple[Any, ...]) -> bool:
     return True
 
 
+def refuse_write_under_trace(store: Storage) -> None:
+    """An eager write into a storage that a trace holds: the trace of another thread
+    would overwrite it when it runs, or has read the value it replaces (Note [Per-thread
+    trace] in core/context.py). A trace of this thread set aside (untraced()) lets it."""
+    owner = store.owner
+    if owner.active and owner.thread != threading.get_ident():
+        raise RuntimeError(
+            "this tensor is used by a traced call in another thread (compile() or lazy_mode()), whose result would "
+            "overwrite this write or depends on the value it replaces: write it in that thread, or after its traced "
+            "call returns (or its mark_step() runs)"
+        )
+
+
+def take_buffer(store: Storage) -> tuple[Any, Any]:
+    """Take a storage's array out to donate it: (the array, the array to donate). Once
+    the slot is empty no other thread can pick the buffer up (a reader waits for the
+    write, Note [Threads and storages] in core/sharing.py); a thread that took it
+    before shows in the reference count, and then a copy is donated instead."""
+    array = store.array
+    store.array = None
+    # references: `array` and getrefcount's argument
+    if sys.getrefcount(array) > 2:
+        with X64:
+            return array, copy_array(array)
+    return array, array
+
+
+def donate(self: XlaTensor, exe: Any, *operands: Any) -> XlaTensor:
+    """Run `exe`, the donating executable of an in-place op, on self's buffer and the
+    other operands; self's storage takes the result."""
+    store = self._store
+    array, given = take_buffer(store)
+    try:
+        with X64:
+            new = exe(given, *operands)
+    except BaseException:  # raised while tracing, before anything was donated
+        store.array = array
+        raise
+    del array, given
+    store.array = new
+    store.version += 1
+    self._cache = None
+    return self
+
+
 def update_in_place(self: XlaTensor, new: Any) -> XlaTensor:
     """`self`'s storage takes `new`, the result of a donating executable."""
     store = self._store
+    if store.owner is not None:
+        refuse_write_under_trace(store)
     store.array = new
     store.version += 1
     self._cache = None
@@ -130,7 +191,7 @@ def restride_inplace(self: Any, view: XlaTensor) -> Any:
     storage, keeping its identity and autograd state."""
     with torch._C._DisableTorchDispatch():
         self.data = view  # TensorImpl::shallow_copy_from: sizes, strides, offset
-    self._store, self._whole, self._cache = view._store, view._whole, None
+    self._store, self._whole, self._cache, self._real = view._store, view._whole, None, view._real
     return self
 
 
@@ -192,6 +253,8 @@ def overlap_status(a: XlaTensor, b: XlaTensor) -> int:
         return FULL_OVERLAP
     if a._store is not b._store or not a.numel() or not b.numel():
         return NO_OVERLAP
+    if a._real != b._real:  # complex memory seen as reals and as complex: not compared
+        return TOO_HARD
     size_a, stride_a, size_b, stride_b = tuple(a.shape), a.stride(), tuple(b.shape), b.stride()
     if not non_overlapping_and_dense(size_a, stride_a) or not non_overlapping_and_dense(size_b, stride_b):
         return TOO_HARD

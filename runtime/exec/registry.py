@@ -7,18 +7,45 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.ir import Node
+from ..core.sharing import WRITE_LOCK
 from ..platform.metrics import metrics
+
+
+def _serialized(handler: Any) -> Any:
+    """An op that writes tensors holds WRITE_LOCK for its whole run: its read-modify-write
+    of a storage never interleaves with another thread's (Note [Threads and storages] in
+    core/sharing.py). Uncontended, the lock costs about as much as this wrapper's call;
+    a trace takes it too, for the few ops that run while recording (host reads)."""
+    acquire, release = WRITE_LOCK.acquire, WRITE_LOCK.release
+
+    def run(*args, **kwargs):
+        acquire()
+        try:
+            return handler(*args, **kwargs)
+        finally:
+            release()
+
+    run.__wrapped__ = handler
+    return run
+
+
+def _writes(op: Any) -> bool:
+    schema = getattr(op, "_schema", None)
+    return schema is not None and schema.is_mutable
 
 
 class _Registry(dict):
     """aten overload -> handler. The per-op path looks handlers up by id(op) in
-    `by_id`, kept in step with the dict, because hashing an OpOverload runs Python."""
+    `by_id`, kept in step with the dict, because hashing an OpOverload runs Python.
+    Handlers of ops that write tensors are stored serialized (`_serialized`)."""
 
     def __init__(self):
         super().__init__()
         self.by_id: dict[int, Any] = {}
 
     def __setitem__(self, op: Any, handler: Any) -> None:
+        if _writes(op):
+            handler = _serialized(handler)
         super().__setitem__(op, handler)
         self.by_id[id(op)] = handler
         metrics.ops_by_id[id(op)] = op  # names the per-op call counts

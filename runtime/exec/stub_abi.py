@@ -10,12 +10,12 @@ from ..core.ir import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, 
 from .eager import attr_list, eager_executable, operand, operand_opt, operands, scalar_operand, wrap
 from .fallback import fallback
 from .keys import next_key
-from .mutation import (check_in_place_overlap, donatable, lists_alias, make_view, per_tensor_loop, restride_inplace,
-                       update_in_place, write_inplace, write_list_inplace, write_out)
+from .mutation import (check_in_place_overlap, donatable, donate, lists_alias, make_view, per_tensor_loop,
+                       restride_inplace, write_inplace, write_list_inplace, write_out)
 
 __all__ = [
     "ATTR", "ATTR_LIST", "OPT_TENSOR", "SCALAR", "TENSOR", "TENSOR_LIST", "Node", "X64", "attr_list",
-    "check_in_place_overlap", "context", "donatable", "eager_executable", "fallback", "lists_alias", "make_view",
-    "next_key", "operand", "operand_opt", "operands", "per_tensor_loop", "restride_inplace", "scalar_operand", "update_in_place",
-    "wrap", "write_inplace", "write_list_inplace", "write_out",
+    "check_in_place_overlap", "context", "donatable", "donate", "eager_executable", "fallback", "lists_alias",
+    "make_view", "next_key", "operand", "operand_opt", "operands", "per_tensor_loop", "restride_inplace",
+    "scalar_operand", "wrap", "write_inplace", "write_list_inplace", "write_out",
 ]

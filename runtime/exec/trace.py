@@ -33,6 +33,7 @@ error when read.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import weakref
 from typing import Any
@@ -42,10 +43,12 @@ import numpy as np
 import torch
 
 from ...shape_fns.common import NUMPY_TO_TORCH, TensorMeta
+from ...shape_fns.storage_size import check_result_sizes
 from ..core.context import context
 from ..core.convert import X64, current_array
 from ..core.ir import ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node, ScalarInput, SpecialScalar, Value, \
     is_special_scalar
+from ..core.sharing import WRITE_LOCK
 from ..core.tensor import Storage, XlaTensor
 from ..platform.metrics import metrics
 from .eager import check_in_place_result, foreign_value, scalar_operand
@@ -80,8 +83,20 @@ def _arg_meta(kind: str, a: Any) -> Any:
     return a
 
 
+def _record(name: str, v: Value) -> Value:
+    """An internal node of one tensor argument (complex_as_pairs, pairs_as_complex)."""
+    cls = node(name)
+    return _emit(cls((v,)), cls.output_shape(v.meta))
+
+
 def record_strided_read(base: Value, dtype: torch.dtype, size, stride, offset) -> Value:
     return _emit(node("strided_read")((base, size, stride, offset)), TensorMeta(tuple(size), dtype))
+
+
+_SHARED_MESSAGE = (
+    "a tensor is used by two traced calls at once (compile() or lazy_mode() in two threads): its value is pending "
+    "in the other thread's trace; synchronize the threads or give each its own tensors"
+)
 
 
 class Trace:
@@ -90,10 +105,16 @@ class Trace:
     def __init__(self, observer: Any = None):
         self.observer = observer  # Note [Trace observers]
         self.active = True
+        self.thread = threading.get_ident()
+        # held while a graph runs and the storages it writes have no array (Note
+        # [Threads and storages] in core/sharing.py)
+        self.running = threading.Lock()
         self.segment = 0  # graphs run so far by this trace
         self.storages: list[weakref.ref[Storage]] = []  # made, read or written since the last sync
         # graph inputs holding a storage's value when it was written: id -> Value
         self.overwritten: dict[int, Value] = {}
+        # called after each sync, when the values kept with `keep` are concrete
+        self.after_sync: list[Any] = []
 
     # -- values
 
@@ -102,18 +123,18 @@ class Trace:
         return Value(None, 0, _meta_of(array), data=array)
 
     def _enter(self, store: Storage, t: XlaTensor) -> Value:
-        """A storage this trace meets for the first time: its array becomes a graph input."""
-        owner = store.owner
-        if owner is not None and owner is not self and owner.active:
-            raise RuntimeError(
-                "a tensor is used by two traced calls at once (compile() or lazy_mode() in two threads): its "
-                "value is pending in the other thread's trace; synchronize the threads or give each its own tensors"
-            )
-        array = store.array
-        if array is None:
-            array = current_array(store)  # raises: no value to read
-        v = store.pending = self.input(array)
-        store.owner = self
+        """A storage this trace meets for the first time: its array becomes a graph input.
+        Claimed under WRITE_LOCK: no write of another thread is replacing the array read,
+        and none lands after the claim (Note [Threads and storages])."""
+        with WRITE_LOCK:
+            owner = store.owner
+            if owner is not None and owner is not self and owner.active:
+                raise RuntimeError(_SHARED_MESSAGE)
+            array = store.array
+            if array is None:
+                array = current_array(store)  # raises: no value to read
+            v = store.pending = self.input(array)
+            store.owner = self
         self.storages.append(weakref.ref(store))
         if self.observer is not None:
             self.observer.note_owner(store, t, v)
@@ -128,6 +149,8 @@ class Trace:
                 v = self._enter(store, t)
             if t._whole:
                 return v
+            if t._real:
+                v = _record("complex_as_pairs", v)
             return record_strided_read(v, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
         if isinstance(t, torch.Tensor):
             return self.input(foreign_value(t))
@@ -158,6 +181,7 @@ class Trace:
             else:
                 node_args.append(a)
         metas = cls.output_shape(*[_arg_meta(k, a) for k, a in zip(cls.arg_kinds, node_args)])
+        check_result_sizes(metas)  # Note [Overflowing sizes]
         node = cls(tuple(node_args))
         outs = _emit(node, metas)
         if isinstance(outs, tuple):
@@ -188,7 +212,12 @@ class Trace:
             base = old if mine else self._enter(store, t)
             old = base
             layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
-            store.pending = _emit(node("strided_write")((base, new) + layout), base.meta)
+            if t._real:  # through the complex storage's reals (Note [Views and mutation])
+                pairs = _record("complex_as_pairs", base)
+                written = _emit(node("strided_write")((pairs, new) + layout), pairs.meta)
+                store.pending = _record("pairs_as_complex", written)
+            else:
+                store.pending = _emit(node("strided_write")((base, new) + layout), base.meta)
         if old is not None and old.node is None:
             self.overwritten[id(old)] = old
         store.version += 1
@@ -196,13 +225,11 @@ class Trace:
 
     def _enter_written(self, store: Storage) -> None:
         """A storage this trace writes whole before reading it."""
-        owner = store.owner
-        if owner is not None and owner is not self and owner.active:
-            raise RuntimeError(
-                "a tensor is written by two traced calls at once (compile() or lazy_mode() in two threads); "
-                "synchronize the threads or give each its own tensors"
-            )
-        store.owner = self
+        with WRITE_LOCK:
+            owner = store.owner
+            if owner is not None and owner is not self and owner.active:
+                raise RuntimeError(_SHARED_MESSAGE)
+            store.owner = self
         self.storages.append(weakref.ref(store))
 
     # -- replay's observer
@@ -232,14 +259,20 @@ class Trace:
         self._note_read(None, store, store.array)
         return store.array
 
+    def keep(self, v: Value) -> Storage:
+        """A storage no tensor holds that receives `v`'s value at the next sync: a root of
+        the graph, so that an intermediate value becomes concrete with the others."""
+        holder = Storage(None)
+        holder.pending, holder.owner = v, self
+        self.storages.append(weakref.ref(holder))
+        return holder
+
     def materialize_value(self, v: Value) -> Any:
         """The concrete value of an IR value: makes it a temporary root of the trace."""
         if v.node is None:
             self._note_read(v, None, v.data)
             return v.data
-        holder = Storage(None)
-        holder.pending, holder.owner = v, self
-        self.storages.append(weakref.ref(holder))
+        holder = self.keep(v)
         self.sync()
         self._note_read(None, holder, holder.array)
         return holder.array
@@ -256,6 +289,11 @@ class Trace:
 
     def sync(self) -> None:
         """Run everything recorded so far and write the results into their storages."""
+        self._run_graph()
+        for callback in self.after_sync:
+            callback()
+
+    def _run_graph(self) -> None:
         stores = self._live_storages()
         self.storages = []
         overwritten, self.overwritten = self.overwritten, {}
@@ -267,23 +305,24 @@ class Trace:
                 s.pending = s.owner = None
         if not pending:
             return
-        roots = [s.pending for s in pending]
-        fn, inputs, scalars, key, compiling = lower_graph(roots, overwritten, read_only, self.segment)
-        self.segment += 1
-        if self.observer is not None:
-            self.observer.note_graph(pending, inputs, scalars, key, fn)
-        # The storages written give up their old arrays, which the graph may take over
-        # (Note [Donated graph inputs] in exec/graph.py); a failed run puts them back,
-        # from the graph input holding each where there is one, so that nothing else
-        # holds a reference that would stop the donation.
-        inputs_by_array = {id(v.data): v for v in overwritten.values()}
-        previous = []
-        for s in pending:
-            previous.append(inputs_by_array.get(id(s.array), s.array))
-            s.array = None
-        arrays = [v.data for v in inputs]
-        start = time.perf_counter()
+        previous: list[Any] = []
+        self.running.acquire()
         try:
+            roots = [s.pending for s in pending]
+            fn, inputs, scalars, key, compiling = lower_graph(roots, overwritten, read_only, self.segment)
+            self.segment += 1
+            if self.observer is not None:
+                self.observer.note_graph(pending, inputs, scalars, key, fn)
+            # The storages written give up their old arrays, which the graph may take
+            # over (Note [Donated graph inputs] in exec/graph.py); a failed run puts them
+            # back, from the graph input holding each where there is one, so that
+            # nothing else holds a reference that would stop the donation.
+            inputs_by_array = {id(v.data): v for v in overwritten.values()}
+            for s in pending:
+                previous.append(inputs_by_array.get(id(s.array), s.array))
+                s.array = None
+            arrays = [v.data for v in inputs]
+            start = time.perf_counter()
             with X64:
                 # numbers as cached JAX scalars: jit would convert each Python number per call;
                 # compile() learning a replay plan keeps the inputs it saw (no donation)
@@ -292,10 +331,19 @@ class Trace:
                 if compiling:
                     jax.block_until_ready(outs)
         except BaseException:
+            # Nothing of this graph is written: every storage keeps its array
+            # (Note [Failed traces]).
             for s, old in zip(pending, previous):
                 s.array = old.data if old.__class__ is Value else old
+            for s in pending:
                 s.pending = s.owner = None
+            self.running.release()
             raise
+        for s, out in zip(pending, outs):
+            s.array = out
+            s.pending = s.owner = None
+            s.version += 1
+        self.running.release()
         elapsed = time.perf_counter() - start
         if compiling:
             metrics.compile_count += 1
@@ -303,10 +351,6 @@ class Trace:
         else:
             metrics.execute_count += 1
             metrics.execute_seconds += elapsed
-        for s, out in zip(pending, outs):
-            s.array = out
-            s.pending = s.owner = None
-            s.version += 1
 
     def abandon(self) -> None:
         """Drop what was recorded and not run: every storage keeps its array from before
@@ -317,12 +361,25 @@ class Trace:
         self.overwritten = {}
 
 
+# The traces recording now, in every thread: id -> Trace. A compile() replay checks the
+# storages it uses against them only when there is one (frontends/replay.py).
+active_traces: dict[int, Trace] = {}
+
+
 @contextlib.contextmanager
 def tracing(observer: Any = None):
     """Record this thread's ops into a new trace; sync and return to the outer mode at
-    the end (Note [Failed traces] when the block raises)."""
+    the end (Note [Failed traces] when the block raises). Inside a trace of this thread
+    (a compiled function called in lazy mode or by another compiled function) the block
+    joins it: its ops become part of the outer trace, which runs them with its own, as
+    a function inlined into its caller (two traces of one thread would each claim the
+    storages both use)."""
     outer = context.trace
+    if outer is not None and observer is None:
+        yield outer
+        return
     trace = context.trace = Trace(observer)
+    active_traces[id(trace)] = trace
     try:
         yield trace
         trace.sync()
@@ -334,6 +391,7 @@ def tracing(observer: Any = None):
         raise
     finally:
         trace.active = False
+        active_traces.pop(id(trace), None)
         context.trace = outer
 
 

@@ -22,6 +22,7 @@ from ..exec.mutation import per_tensor_loop, resize_out, write_into
 from ..exec.registry import CALLS, HANDLERS, OperatorNotFound
 from ..platform.call_site import user_call_site
 from ..platform.config import config
+from ..platform.hook_errors import backward_errors
 from ..platform.metrics import metrics
 from .debug import debug_call
 
@@ -107,8 +108,9 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 # (std::terminate). So during backward an error is kept, the op returns placeholder
 # zeros of the right shape (the engine runs on to its end, on values nobody will see),
 # and the autograd engine wrapper below raises the kept error from backward() on the
-# caller's thread.
-_backward_errors: list[BaseException] = []
+# caller's thread. Errors raised by hooks are kept in the same list: Note [Hook errors
+# during backward] in runtime/platform/hook_errors.py.
+_backward_errors = backward_errors
 
 
 def take_backward_error() -> BaseException | None:

@@ -50,6 +50,7 @@ from ..platform.config import config
 from ..platform.metrics import ReplayedOps, metrics
 from .dispatch import dispatch
 from .env import Environment
+from .moved_models import watch_graph_breaks
 
 BACKEND_NAME = "xla_native"
 
@@ -679,6 +680,7 @@ def __getattr__(name: str) -> Any:
     # only then is torch._dynamo loaded, which keeps `import xla_native_functions` cheap.
     if name == "backend":
         _run_runtime_without_dynamo()
+        watch_graph_breaks()  # Note [Moved models under torch.compile] in frontends/moved_models.py
         globals()["backend"] = _backend
         return _backend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,6 +15,7 @@ from torch.utils._pytree import tree_flatten
 
 from ..core.convert import cpu_to_jax
 from ..core.tensor import DEVICE, XlaTensor, from_array
+from ..exec.registry import HANDLERS
 from .dispatch import dispatch
 
 
@@ -32,6 +33,11 @@ class Environment(TorchDispatchMode):
             return dispatch(func, args, kwargs)
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         if not tensors and is_factory(func) and creates_on_jax(kwargs):
+            if id(func) not in HANDLERS and has_composite_kernel(func):
+                # A factory built from other ops (hann_window: arange, then pointwise
+                # ops): PyTorch's kernel runs for our device, and the factories it calls
+                # reach our kernels for the device (runtime/frontends/dispatch.py).
+                return func(*args, **{**kwargs, "device": DEVICE})
             return dispatch(func, args, {**kwargs, "device": DEVICE})
         if func is LIFT_FRESH and args[0].device.type == "cpu":
             # torch.tensor(data) builds the tensor on the CPU and then lifts it: like a
@@ -55,6 +61,10 @@ LIFT_FRESH = torch.ops.aten.lift_fresh.default
 
 def is_factory(func: Any) -> bool:
     return any(a.name == "device" for a in func._schema.arguments)
+
+
+def has_composite_kernel(func: Any) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd")
 
 
 _DEFAULT_ENV: list[Environment] = []

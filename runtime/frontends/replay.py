@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import gc
 import sys
+import threading
 import time
 import warnings
 import weakref
@@ -52,11 +53,12 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..core.context import context
 from ..core.convert import X64
-from ..core.tensor import Storage, XlaTensor, tensor_on
+from ..core.sharing import WRITE_LOCK
+from ..core.tensor import DEVICE, Storage, XlaTensor, real_view_on, tensor_on
 from ..exec.eager import scalar_operand
 from ..exec.graph import copy_array
 from ..exec.keys import key_array
-from ..exec.trace import tracing
+from ..exec.trace import active_traces, tracing
 from ..platform.config import config
 from ..platform.metrics import ReplayedOps, metrics
 
@@ -67,6 +69,7 @@ MAX_PROBES = 6
 # Call signatures remembered per compiled function.
 MAX_SIGNATURES = 64
 _SIMPLE = (int, float, bool, str, type(None), complex, torch.dtype, torch.device)
+_LIFT_FRESH = torch.ops.aten.lift_fresh.default
 
 
 class Probe:
@@ -149,6 +152,11 @@ class _HostOpWatch(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if func is _LIFT_FRESH:
+            # torch.tensor / torch.as_tensor of Python data (pack_padded_sequence's
+            # lengths): its argument was just made from values, a constant of the call
+            self.made[id(out)] = weakref.ref(out)
+            return out
         if self.probe.failure is None:
             for x in tree_flatten((args, kwargs))[0]:
                 if isinstance(x, torch.Tensor) and x.device.type == "cpu" and not self._made(x):
@@ -173,19 +181,23 @@ class Plan:
 
     __slots__ = ("segments", "writebacks", "outputs", "out_spec", "grad_guards", "grad_effects", "optimizers",
                  "modules", "grad_enabled", "fingerprint", "complete", "objects", "object_stores", "args", "whole_args",
-                 "late_reads", "run", "op_counts")
+                 "requires_grad", "late_reads", "run", "op_counts")
 
 
 def _hyperparameters(opt: Any) -> tuple:
+    """What a replay guards of an optimizer it steps: each group's hyperparameters and
+    parameters (by identity: a parameter taken out of its group is no longer updated),
+    and how many parameters have state."""
     groups = []
     for g in opt.param_groups:
         groups.append(tuple((k, v if isinstance(v, (*_SIMPLE, tuple)) else ("id", id(v)))
                             for k, v in g.items() if k != "params"))
+        groups.append(tuple(map(id, g["params"])))
     return tuple(groups), len(opt.state)
 
 
 def _layout(t: XlaTensor) -> tuple:
-    return tuple(t.shape), t.dtype, None if t._whole else (tuple(t.stride()), t.storage_offset())
+    return tuple(t.shape), t.dtype, None if t._whole else (tuple(t.stride()), t.storage_offset()), t._real
 
 
 def _orphans(probe: Probe) -> set[int]:
@@ -427,6 +439,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
             t = src[1]()
             objects[id(t)] = (src[1], weakref.ref(t._store))
     plan.objects = list(objects.values())
+    plan.requires_grad = tuple(ref().requires_grad for ref, _ in plan.objects)
     plan.object_stores = frozenset(id(store_ref()) for _, store_ref in plan.objects)
     plan.args = sorted({i for i, x in enumerate(leaves) if x.__class__ is XlaTensor})
     plan.whole_args = frozenset(i for i in plan.args if leaves[i]._whole)
@@ -448,6 +461,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         tuple((id(r()), h) for r, h in plan.optimizers),
         tuple((id(r()), tr) for r, tr in plan.modules),
         grad_enabled,
+        plan.requires_grad,
     )
     for seg in plan.segments:
         seg.scalars = [scalar_operand(v) for v in seg.scalars]
@@ -455,6 +469,11 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
 
 
 _GUARD_FAILED = object()
+
+
+def _owned(tensors: tuple) -> bool:
+    """Whether a trace (of another thread) holds one of these tensors' storages."""
+    return any(t._store.owner is not None for t in tensors)
 
 
 def _same_value(a: Any, expected: np.ndarray) -> bool:
@@ -470,7 +489,8 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     env: dict[str, Any] = {
         "FAILED": _GUARD_FAILED, "grad_enabled": torch.is_grad_enabled, "hyper": _hyperparameters, "X64": X64,
         "key_array": key_array, "copy": copy_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
-        "Storage": Storage, "tensor_on": tensor_on, "unflatten": tree_unflatten,
+        "Storage": Storage, "tensor_on": tensor_on, "real_view_on": real_view_on, "unflatten": tree_unflatten,
+        "write_lock": WRITE_LOCK, "active_traces": active_traces, "owned": _owned,
     }
     lines: list[str] = []
 
@@ -506,6 +526,14 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         stores = const(plan.object_stores)
         for i in plan.args:  # an argument that is now one of the tensors the call reads itself
             emit(f"if id(leaves[{i}]._store) in {stores}: return FAILED")
+    if plan.grad_enabled and plan.objects:
+        # autograd records only through tensors that require grad: a parameter frozen
+        # (or unfrozen) since the trace would get no gradient (or one), so no update
+        flags = ", ".join(f"o{i}.requires_grad" for i in range(len(plan.objects)))
+        emit(f"if ({flags},) != {const(plan.requires_grad)}: return FAILED")
+    used = [f"o{i}" for i in range(len(plan.objects))] + [f"leaves[{i}]" for i in plan.args]
+    if used:  # a tensor another thread's trace holds: tracing again raises the clear error
+        emit(f"if active_traces and owned(({', '.join(used)},)): return FAILED")
 
     def tensor(src: tuple) -> str:
         return f"leaves[{src[1]}]" if src[0] is ARG else objects[id(src[1])]
@@ -518,9 +546,11 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
             return f"r{x[0]}[{x[1]}]"
         return "key_array()" if kind is KEY else const(x)
 
-    def layout(spec: tuple) -> str:
-        shape, dtype, view = spec
-        return f"{shape!r}, {const(dtype)}, {view!r}"
+    def on(store: str, spec: tuple) -> str:
+        """A tensor on `store` with a _layout; a view of a complex storage as reals
+        keeps its flag (Note [Views and mutation])."""
+        shape, dtype, view, real = spec
+        return f"{'real_view_on' if real else 'tensor_on'}({store}, {shape!r}, {const(dtype)}, {view!r})"
 
     for j, seg in enumerate(plan.segments):
         for src, expected in seg.input_reads:
@@ -538,15 +568,30 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         written = {src for (jj, _), src in plan.writebacks if jj == j}
         final = len(plan.segments) == 1 and not seg.reads and not plan.late_reads
         donated = getattr(seg.fn, "donated", ())
-        for k in donated:
-            if not (final and seg.sources[k] in written):
-                emit(f"a{j}_{k} = copy(a{j}_{k})")
+        copied = [k for k in donated if not (final and seg.sources[k] in written)]
+        taken = [k for k in donated if k not in copied]
+        for k in copied:
+            emit(f"a{j}_{k} = copy(a{j}_{k})")
         emit(f"args = [{', '.join(names)}]")
-        if donated:
-            emit(" = ".join(f"a{j}_{k}" for k in donated) + " = None")  # the list holds them alone
+        if copied:
+            emit(" = ".join(f"a{j}_{k}" for k in copied) + " = None")  # the list holds them alone
+        # Note [Threads and storages]: a buffer to donate leaves its storage first, so no
+        # other thread can pick it up; one that holds it shows in the executable's count.
+        for k in taken:
+            emit(f"{tensor(seg.sources[k])}._store.array = None")
         emit("start = perf()")
-        emit("with X64:")
-        emit(f"r{j} = {const(seg.fn)}(args, {const(seg.scalars)})", 2)
+        if taken:
+            emit("try:")
+            emit("with X64:", 2)
+            emit(f"r{j} = {const(seg.fn)}(args, {const(seg.scalars)})", 3)
+            emit("except BaseException:")
+            for k in taken:
+                emit(f"{tensor(seg.sources[k])}._store.array = a{j}_{k}", 2)
+            emit("raise", 2)
+            emit(" = ".join(f"a{j}_{k}" for k in taken) + " = None")
+        else:
+            emit("with X64:")
+            emit(f"r{j} = {const(seg.fn)}(args, {const(seg.scalars)})", 2)
         emit("metrics.execute_seconds += perf() - start")
         for k, expected in seg.reads:
             emit(f"if not same(r{j}[{k}], {const(expected)}): return FAILED")
@@ -570,18 +615,18 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         return made[at]
 
     for ref, effect in plan.grad_effects:
-        value = "None" if effect is None else f"tensor_on({new_store(effect[0])}, {layout(effect[1])})"
+        value = "None" if effect is None else on(new_store(effect[0]), effect[1])
         emit(f"{const(ref)}().grad = {value}")
     for i, o in enumerate(plan.outputs):
         kind = o[0]
         if kind == "new":
-            value = f"tensor_on({new_store(o[1])}, {layout(o[2])})"
+            value = on(new_store(o[1]), o[2])
         elif kind is ARG:
             value = f"leaves[{o[1]}]"
         elif kind == "same":
             value = tensor(o[1])
         elif kind == "view":
-            value = f"tensor_on({tensor(o[1])}._store, {layout(o[2])})"
+            value = on(f"{tensor(o[1])}._store", o[2])
         elif kind == "dup":
             value = f"out{o[1]}"
         else:  # "py", "fixed"
@@ -591,7 +636,9 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         emit("return out0")
     else:
         emit(f"return unflatten([{', '.join(f'out{i}' for i in range(len(plan.outputs)))}], {const(plan.out_spec)})")
-    exec("def replay(leaves):\n" + "\n".join(lines) + "\n", env)
+    # The replay reads and writes back storages as one write (Note [Threads and storages]).
+    body = "\n".join("    " + line for line in lines)
+    exec(f"def replay(leaves):\n    with write_lock:\n{body}\n", env)
     return env["replay"]
 
 
@@ -678,11 +725,16 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
         if t is not None:
             pre_grads[id(t)] = (t, t.grad)
 
+    # The hooks are global: only this thread's optimizers and modules belong to the call.
+    thread = threading.get_ident()
+
     def on_step(opt, a, k):
-        probe.optimizers.setdefault(id(opt), opt)
+        if threading.get_ident() == thread:
+            probe.optimizers.setdefault(id(opt), opt)
 
     def on_forward(module, a):
-        probe.modules.setdefault(id(module), module)
+        if threading.get_ident() == thread:
+            probe.modules.setdefault(id(module), module)
 
     hooks = [register_optimizer_step_pre_hook(on_step),
              torch.nn.modules.module.register_module_forward_pre_hook(on_forward)]
@@ -762,6 +814,8 @@ def compile(fn: Callable, *, replay: bool = True) -> Callable:
             _note(fn, "an argument is a tensor that is not on our device", stacklevel=3)
             return traced(*args, **kwargs)
         key, leaves = sig
+        if torch.is_autocast_enabled(DEVICE.type):  # autocast entered around the call: its casts are traced
+            key = (key, torch.get_autocast_dtype(DEVICE.type))
         entry = signatures.get(key)
         if entry is None:
             if len(signatures) >= MAX_SIGNATURES:

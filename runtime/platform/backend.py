@@ -107,8 +107,9 @@ from pathlib import Path
 import jax
 from jax._src import xla_bridge
 
+from .cache_trust import WITHOUT_CACHE, CACHE_DIR_ENV, cache_root, make_private_dirs, no_cache_reason, refusal, refuse
+
 ASYNC_DISPATCH_ENV = "JAX_CPU_ENABLE_ASYNC_DISPATCH"
-CACHE_DIR_ENV = "XLA_NATIVE_FUNCTIONS_CACHE"  # the generator's cache too (codegen/schemas.py)
 NO_COMPILATION_CACHE_ENV = "XLA_NATIVE_FUNCTIONS_NO_COMPILATION_CACHE"
 MALLOC_DEFAULTS_ENV = "XLA_NATIVE_FUNCTIONS_MALLOC_DEFAULTS"
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
@@ -119,16 +120,6 @@ _allocator = ["glibc's defaults"]
 def env_flag(name: str) -> bool:
     """Whether environment variable `name` is set to 1, true, yes or on."""
     return os.environ.get(name, "0").strip().lower() in ("1", "true", "yes", "on")
-
-
-def cache_root() -> Path:
-    """Where xla_native_functions keeps what it builds once: the C++ device guard and
-    the persistent compilation cache."""
-    chosen = os.environ.get(CACHE_DIR_ENV)
-    if chosen:
-        return Path(chosen)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "xla_native_functions"
 
 
 _compilation_cache = ["off"]
@@ -143,11 +134,25 @@ def use_persistent_compilation_cache() -> None:
     if chosen:
         _compilation_cache[0] = f"{chosen} (JAX's setting, with JAX's thresholds)"
         return
-    path = cache_root() / "jax-compilation-cache"
+    root = cache_root()
+    if root is None:
+        _compilation_cache[0] = f"off ({no_cache_reason()})"
+        return
+    path = root / "jax-compilation-cache"
+    reason = refusal(root)  # Note [Trusted cache directory]; nothing is created in a refused directory
+    if reason:
+        refuse(reason, WITHOUT_CACHE)
+        _compilation_cache[0] = f"off ({reason})"
+        return
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path)
     except OSError as error:
         _compilation_cache[0] = f"off (cannot create {path}: {error.strerror})"
+        return
+    reason = refusal(path)
+    if reason:
+        refuse(reason, "no persistent compilation cache")
+        _compilation_cache[0] = f"off ({reason})"
         return
     if not os.access(path, os.W_OK | os.X_OK):
         _compilation_cache[0] = f"off (cannot write to {path})"

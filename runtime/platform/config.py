@@ -1,8 +1,14 @@
-"""User settings: `xla_native_functions.config.<name> = value`."""
+"""User settings: `xla_native_functions.config.<name> = value`. A misspelt name raises
+AttributeError with the closest setting, a value of the wrong type TypeError naming the
+type the setting takes: a setting that silently does nothing is worse than an error."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+import os
+import typing
+from dataclasses import dataclass, fields
+from typing import Any
 
 
 @dataclass
@@ -27,10 +33,49 @@ class Config:
     # buffer when nothing else can see the old value (Note [Donated in-place updates]
     # in runtime/exec/mutation.py); below it a fresh buffer costs no more.
     donate_min_bytes: int = 1 << 20
+    # Memory that eager mode's compiled executables may hold, in bytes (None: unbounded).
+    # Past it, the ops compiled least recently drop their executables and compile again
+    # when next used (Note [Memory of eager executables] in
+    # runtime/platform/executable_cache.py). The default, 1 GiB, is about 850 executables.
+    eager_cache_bytes: int | None = 1 << 30
     # Compiled graphs take a weight that they multiply only transposed, by a few rows, as
     # a transposed copy kept per weight (Note [Transposed weights] in runtime/exec/graph.py):
     # faster products in small-batch inference, at the cost of those weights' memory.
     transposed_weight_copies: bool = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        accepted = _SETTING_TYPES.get(name)
+        if accepted is None:
+            raise AttributeError(_unknown_setting(name))
+        kind = type(value)
+        if kind not in accepted:
+            if float in accepted and kind is int:
+                value = float(value)  # an int is a fine float
+            elif str in accepted and isinstance(value, os.PathLike):
+                value = os.fspath(value)  # a directory given as a Path
+            else:
+                names = " or ".join("None" if t is type(None) else t.__name__ for t in accepted)
+                article = "an" if names[0] in "aeiou" else "a"
+                raise TypeError(f"xla_native_functions.config.{name} takes {article} {names}, "
+                                f"not {kind.__name__} ({value!r})")
+        object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names that are not settings
+        raise AttributeError(_unknown_setting(name))
+
+
+# setting -> the types it takes (`str | None`: both)
+_SETTING_TYPES: dict[str, tuple[type, ...]] = {
+    f.name: typing.get_args(hint) or (hint,)
+    for f in fields(Config) for hint in [typing.get_type_hints(Config)[f.name]]
+}
+
+
+def _unknown_setting(name: str) -> str:
+    close = difflib.get_close_matches(name, _SETTING_TYPES, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"xla_native_functions.config has no setting {name!r}; {hint}(settings: {', '.join(_SETTING_TYPES)})"
 
 
 config = Config()

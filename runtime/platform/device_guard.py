@@ -12,12 +12,20 @@ and from 29.8 to 25.4 ms in two paired runs (the small MLP's and ResNet's steps 
 within this machine's noise).
 
 So importing xla_native_functions compiles `device_guard.cpp` (about 2 s, once per
-torch installation; the library is kept in XLA_NATIVE_FUNCTIONS_CACHE, else
-$XDG_CACHE_HOME/xla_native_functions or ~/.cache/xla_native_functions) with the C++
-compiler in $CXX, or c++ or g++ from PATH, and registers it in place of the Python
-guard. Without a compiler, or if the build fails, the Python guard stays: everything
-works as before, only slower, and `metrics_report()` says why.
-XLA_NATIVE_FUNCTIONS_PYTHON_DEVICE_GUARD=1 keeps the Python guard.
+torch installation; the library is kept in the cache directory, Note [Trusted cache
+directory]) with the C++ compiler in $CXX (a command, which may carry arguments), or
+c++ or g++ from PATH, and registers it in place of the Python guard. Without a
+compiler, or if the build fails, the Python guard stays: everything works as before,
+only slower, and `metrics_report()` says why. XLA_NATIVE_FUNCTIONS_PYTHON_DEVICE_GUARD=1
+keeps the Python guard. With the Python guard, hooks are wrapped (Note [Hook errors
+during backward]).
+
+Loading a damaged library can kill the process (a truncated one faults with SIGBUS
+inside dlopen), so a library is only loaded after it proved whole: the build appends
+a trailer (a marker and the SHA-256 of the library's bytes, past the end of the ELF
+data, where the loader never looks) and a cached file whose trailer does not match is
+removed and built again, once; the build writes a private temporary file and renames
+it into place, so processes building at once never see each other's partial files.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -32,10 +41,14 @@ from pathlib import Path
 
 import torch
 
-from .backend import cache_root, env_flag
+from .backend import env_flag
+from .cache_trust import WITHOUT_CACHE, cache_root, make_private_dirs, no_cache_reason, refusal, refuse
+from .hook_errors import wrap_hooks
 
 PYTHON_GUARD_ENV = "XLA_NATIVE_FUNCTIONS_PYTHON_DEVICE_GUARD"
 SOURCE = Path(__file__).with_name("device_guard.cpp")
+TRAILER_MARK = b"xnf-device-guard-sha256:"
+_TRAILER_SIZE = len(TRAILER_MARK) + 32
 
 _description = ["Python (PyTorch's guard for a Python-registered device)"]
 _loaded: list[ctypes.CDLL] = []  # the registered guard lives in this library
@@ -48,16 +61,25 @@ class GuardBuildError(RuntimeError):
 def install_native_device_guard() -> None:
     """Register the C++ guard for our device (Note [Native device guard])."""
     if env_flag(PYTHON_GUARD_ENV):
-        _description[0] = f"Python ({PYTHON_GUARD_ENV} is set)"
+        _use_python_guard(f"Python ({PYTHON_GUARD_ENV} is set)")
         return
     try:
-        library = ctypes.CDLL(str(built_library()))
+        library = load_library()
     except (OSError, GuardBuildError, subprocess.SubprocessError) as error:
-        _description[0] = f"Python: the C++ guard was not built ({error})"
+        _use_python_guard(f"Python: the C++ guard was not built ({error})")
         return
     library.xnf_register_device_guard()
     _loaded.append(library)
     _description[0] = "C++ (Note [Native device guard])"
+
+
+def _use_python_guard(description: str) -> None:
+    _description[0] = description
+    wrap_hooks()  # Note [Hook errors during backward]
+
+
+def python_guard_in_use() -> bool:
+    return not _loaded
 
 
 def guard_description() -> str:
@@ -65,31 +87,86 @@ def guard_description() -> str:
     return _description[0]
 
 
-def built_library() -> Path:
-    """The compiled guard for the installed torch, built into the cache if missing."""
+def library_path() -> Path:
+    """Where the guard for the installed torch is cached (checked: Note [Trusted cache
+    directory])."""
+    root = cache_root()
+    if root is None:
+        raise GuardBuildError(no_cache_reason())
     torch_dir = Path(torch.__file__).parent
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     key = hashlib.sha256(SOURCE.read_bytes() + f"|{torch.__version__}|{torch_dir}|{abi}".encode()).hexdigest()[:16]
-    target = cache_root() / f"device_guard-{key}.so"
-    if target.exists():
-        return target
-    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
-    if not compiler:
+    reason = refusal(root)
+    if reason:
+        refuse(reason, WITHOUT_CACHE)
+        raise GuardBuildError(reason)
+    make_private_dirs(root)
+    target = root / f"device_guard-{key}.so"
+    reason = refusal(target)
+    if reason:
+        refuse(reason, "PyTorch's Python device guard")
+        raise GuardBuildError(reason)
+    return target
+
+
+def load_library() -> ctypes.CDLL:
+    """The guard library, loaded once it proved whole; a damaged cached copy is removed
+    and built again, once."""
+    target = library_path()
+    if target.exists() and not is_whole(target):
+        target.unlink(missing_ok=True)
+    if not target.exists():
+        build(target)
+    library = ctypes.CDLL(str(target))
+    library.xnf_register_device_guard  # noqa: B018 (raises AttributeError if missing)
+    return library
+
+
+def is_whole(path: Path) -> bool:
+    """Whether the file ends with the trailer its build appended, matching its bytes."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    body, trailer = data[:-_TRAILER_SIZE], data[-_TRAILER_SIZE:]
+    return len(data) > _TRAILER_SIZE and trailer == TRAILER_MARK + hashlib.sha256(body).digest()
+
+
+def compiler_command() -> list[str]:
+    """The C++ compiler: $CXX split as a shell would (`ccache g++`, `g++ -m64`), else
+    c++ or g++ from PATH."""
+    chosen = os.environ.get("CXX", "").strip()
+    if chosen:
+        try:
+            return shlex.split(chosen)
+        except ValueError as error:
+            raise GuardBuildError(f"CXX={chosen!r} is not a command: {error}") from None
+    found = shutil.which("c++") or shutil.which("g++")
+    if not found:
         raise GuardBuildError("no C++ compiler: set CXX or install g++")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    return [found]
+
+
+def build(target: Path) -> None:
+    """Compile the guard into `target`, atomically."""
+    compiler = compiler_command()
+    torch_dir = Path(torch.__file__).parent
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     fd, partial = tempfile.mkstemp(prefix=target.stem, suffix=".so", dir=target.parent)
     os.close(fd)
-    command = [compiler, "-O2", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+    command = [*compiler, "-O2", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
                f"-I{torch_dir / 'include'}", str(SOURCE), "-o", partial,
                f"-L{torch_dir / 'lib'}", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if done.returncode:
             first = (done.stderr.strip().splitlines() or ["no output"])[0]
-            raise GuardBuildError(f"{compiler} exited with {done.returncode}: {first}")
+            raise GuardBuildError(f"{shlex.join(compiler)} exited with {done.returncode}: {first}")
+        with open(partial, "rb+") as f:
+            body = f.read()
+            f.write(TRAILER_MARK + hashlib.sha256(body).digest())
+        os.chmod(partial, 0o700)  # ours alone, whatever the umask (Note [Trusted cache directory])
         os.replace(partial, target)  # atomic: processes building at once each write their own file
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
-    return target
-

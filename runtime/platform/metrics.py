@@ -9,7 +9,9 @@ from typing import Any
 
 from .backend import (allocator_description, compilation_cache_description, compiled_code_guard, cpu_dispatch_description,
                       schedule_description)
+from .config import config
 from .device_guard import guard_description
+from .executable_cache import EXECUTABLE_BYTES, eager_executables
 
 
 @dataclass
@@ -31,6 +33,11 @@ class Metrics:
     # compile(): calls replayed without running their Python, and why a function is not
     replays: int = 0
     replay_notes: list[str] = field(default_factory=list)
+    # config.debug_accuracy_for_each_op: ops compared with PyTorch CPU, differences
+    # reported, and ops not compared because JAX traced their values (op name: calls)
+    accuracy_checked: int = 0
+    accuracy_differences: int = 0
+    accuracy_skipped: collections.Counter = field(default_factory=collections.Counter)
 
     @property
     def op_calls(self) -> collections.Counter:
@@ -112,6 +119,11 @@ def metrics_report() -> str:
         f"  device guard: {guard_description()}",
         f"  persistent compilation cache: {compilation_cache_description()}",
     ]
+    cache = eager_executables
+    budget = "unbounded" if config.eager_cache_bytes is None else f"budget {config.eager_cache_bytes / 2**20:.0f} MB"
+    lines.append(f"  eager executables: {cache.cached()} held, about {cache.cached() * EXECUTABLE_BYTES / 2**20:.0f} MB "
+                 f"({budget}); {cache.evicted_executables} dropped from {cache.evicted_functions} op caches to stay "
+                 "within it")
     if compiled_code_guard.clears:
         lines.append(f"  JAX caches cleared {compiled_code_guard.clears} times near the process's limit of memory mappings "
                      f"(vm.max_map_count={compiled_code_guard.cap}): inputs of many different shapes compile many "
@@ -122,6 +134,12 @@ def metrics_report() -> str:
     if m.recompile_reasons:
         lines.append("  recompilation reasons:")
         lines += [f"    - {r}" for r in m.recompile_reasons[-20:]]
+    if m.accuracy_checked or m.accuracy_skipped:
+        lines.append(f"  accuracy check: {m.accuracy_checked} op calls compared with PyTorch CPU, "
+                     f"{m.accuracy_differences} beyond the tolerances")
+    if m.accuracy_skipped:
+        lines.append("  accuracy check skipped, values traced by JAX (op: calls):")
+        lines += [f"    {op}: {n}" for op, n in sorted(m.accuracy_skipped.items())]
     op_calls = m.op_calls  # folds replayed graphs' ops, CPU fallbacks among them
     if m.fallback_calls:
         lines.append("  CPU fallbacks (op: calls):")

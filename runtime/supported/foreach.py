@@ -34,16 +34,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 
 from ..core.context import context
 from ..core.convert import X64
 from ..core.ir import ATTR_LIST, OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR
 from ..core.tensor import XlaTensor, from_array
 from ..exec.eager import attr_list, lower_checked, operand, operand_opt, run_node, scalar_operand
-from ..exec.mutation import donatable, update_in_place, write_inplace
+from ..exec.mutation import donatable, take_buffer, update_in_place, write_inplace
 from ..exec.registry import node
 from ..platform.config import config
+from ..platform.executable_cache import eager_jit
 
 ELEMENTS_PER_EXECUTABLE = 8  # Note [Foreach ops]: XLA CPU runs up to 8 kernels in order
 _UNWRAP = {TENSOR: operand, OPT_TENSOR: operand_opt, SCALAR: scalar_operand}
@@ -85,7 +85,7 @@ def _executable(cls: Any, in_place: bool) -> Any:
             return outs
 
         run.__name__ = f"foreach_{cls.name}"
-        exe = jax.jit(run, static_argnums=2, donate_argnums=0 if in_place else ())
+        exe = eager_jit(run, static_argnums=2, donate_argnums=0 if in_place else ())
         _EXECUTABLES[(cls.name, in_place)] = exe
     return exe
 
@@ -119,23 +119,37 @@ def _each(name: str, per_element: list[tuple]) -> list[Any]:
     dynamic_at, static_at = _layout(cls)
     min_bytes = config.donate_min_bytes
     donated, dynamic, static = [], [], []
+    taken = []  # (storage, its array) of each buffer taken out to be donated
     for args in per_element:
         self = args[0]
         # donatable() rules out most elements by size; asking it only for large ones
         # keeps this loop short (it runs for every parameter in every optimizer op).
         donates = in_place and self.__class__ is XlaTensor and self.nbytes >= min_bytes and donatable(self, args[1:])
-        if donates:
-            donated.append(operand(self))
         dynamic.append([unwrap(args[i]) for i, unwrap in dynamic_at if i or not donates])
         static.append((tuple(attr_list(args[i]) if is_list else args[i] for i, is_list in static_at), donates))
+        if donates:
+            array, given = take_buffer(self._store)
+            taken.append((self._store, array))
+            donated.append(given)
     exe = _executable(cls, in_place)
     outs, used = [], 0
-    with X64:
-        for start in range(0, len(per_element), ELEMENTS_PER_EXECUTABLE):
-            part = static[start:start + ELEMENTS_PER_EXECUTABLE]
-            donors = sum(donates for _, donates in part)
-            outs += exe(donated[used:used + donors], dynamic[start:start + ELEMENTS_PER_EXECUTABLE], tuple(part))
-            used += donors
+    try:
+        with X64:
+            for start in range(0, len(per_element), ELEMENTS_PER_EXECUTABLE):
+                part = static[start:start + ELEMENTS_PER_EXECUTABLE]
+                donors = sum(donates for _, donates in part)
+                outs += exe(donated[used:used + donors], dynamic[start:start + ELEMENTS_PER_EXECUTABLE], tuple(part))
+                used += donors
+    except BaseException:
+        # raised while tracing a part, before its buffers were donated: an element of a
+        # part that ran takes its result, as its buffer is gone; the others get theirs back
+        taken.reverse()
+        for i, (_, donates) in enumerate(static):
+            if donates:
+                store, array = taken.pop()
+                store.array = outs[i] if i < len(outs) else array
+        raise
+    del taken, donated
     if not in_place:
         return [from_array(out) for out in outs]
     results = []

@@ -6,6 +6,7 @@ import math
 
 import jax.numpy as jnp
 
+from ...shape_fns.storage_size import contiguous_nbytes_overflow, numel_overflows
 from ..core.convert import X64
 from ..core.tensor import Storage, XlaTensor, contiguous_strides
 from ..exec.eager import value
@@ -23,6 +24,12 @@ def impl_resize_(self, size, *, memory_format=None):
     size = tuple(size)
     if any(s < 0 for s in size):
         raise RuntimeError(f"Trying to create tensor with negative dimension {min(size)}: {list(size)}")
+    # PyTorch's order: the new sizes' element count, then the storage they need
+    # (Note [Overflowing sizes]; an XLA array of that size would abort the process).
+    if numel_overflows(size):
+        raise RuntimeError("numel: integer multiplication overflow")
+    if contiguous_nbytes_overflow(size, self.dtype.itemsize, self.storage_offset()):
+        raise RuntimeError(f"Storage size calculation overflowed with sizes={list(size)}")
     if memory_format is None and tuple(self.shape) == size:
         return self  # as PyTorch: same sizes, no format asked for, strides kept
     if memory_format is torch.channels_last and len(size) == 4:
@@ -31,6 +38,11 @@ def impl_resize_(self, size, *, memory_format=None):
         strides = contiguous_strides(size)
     else:
         raise RuntimeError(f"resize_ with memory_format {memory_format} is not supported for a {len(size)}-d size")
+    if self._real:
+        raise RuntimeError(
+            "resize_ of a view of a complex tensor as reals (view_as_real, .real, .imag) is not supported: resize the "
+            "complex tensor, or clone() the view first"
+        )
     store = self._store
     offset = self.storage_offset()
     needed = offset + math.prod(size)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...shape_fns.storage_size import check_strided_storage_size
 from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from ..core.tensor import XlaTensor, from_array
+from ..core.views import as_complex_layout, as_real_layout
 from ..exec.eager import run_node
 from ..exec.mutation import alias, write_inplace
 from ..exec.registry import node
@@ -51,7 +53,7 @@ def _host_cpu(t):
 
 
 def impl_alias(self):
-    return alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset())
+    return alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset(), real=self._real)
 
 
 def impl_detach(self):
@@ -115,9 +117,24 @@ def impl_arange_start(start, end, *, dtype=None, layout=None, device=None, pin_m
     return impl_arange_start_step(start, end, 1, dtype=dtype)
 
 
+def impl_range_step(start, end, step=1, *, dtype=None, layout=None, device=None, pin_memory=None):
+    # torch.range (deprecated, end included): a short host computation, like arange's
+    # floating ranges, with PyTorch's checks and its accumulation order.
+    with torch._C._DisableTorchDispatch():
+        cpu = torch.ops.aten.range.step(start, end, step, dtype=dtype)
+    return from_array(cpu_to_jax(cpu))
+
+
+def impl_range(start, end, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return impl_range_step(start, end, 1, dtype=dtype)
+
+
 def impl_empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
     # A fresh contiguous tensor: nothing can observe the requested strides before a
-    # write, and PyTorch's own users (copy, clone) only need the size.
+    # write, and PyTorch's own users (copy, clone) only need the size. The strides
+    # still decide whether PyTorch can allocate it (Note [Overflowing sizes]).
+    if all(n >= 0 for n in size):  # else the zeros below raise PyTorch's error for that
+        check_strided_storage_size(size, stride, dtype or torch.get_default_dtype())
     return impl_empty_memory_format(size, dtype=dtype)
 
 
@@ -163,13 +180,20 @@ def impl_conj_physical_(self):
 
 
 # view_as_real / view_as_complex reinterpret PyTorch's memory (a complex element is two
-# reals side by side). A storage here holds one JAX array of one dtype, so these return
-# the reinterpreted values as new tensors: right values everywhere, but a write into the
-# result does not reach `self` (docs/semantics.md).
+# reals side by side). view_as_real of a complex tensor is a view of its storage as
+# reals (`_real`, Note [Views and mutation] in runtime/core/tensor.py), and so are
+# z.real and z.imag, which PyTorch builds on it: writes through them land in z.
+# view_as_complex of such a view is a complex view of the storage again. A storage holds
+# an array of one dtype, so view_as_complex of any other real tensor computes the
+# complex values into a new tensor: right values, but a write into the result does not
+# reach `self` (docs/semantics.md).
 
 
 def impl_view_as_real(self):
-    return run_node(node("complex_as_pairs"), (self,))
+    if self.__class__ is not XlaTensor or not self.is_complex():
+        return run_node(node("complex_as_pairs"), (self,))  # raises PyTorch's error for a real tensor
+    size, stride, offset = as_real_layout(tuple(self.shape), self.stride(), self.storage_offset())
+    return alias(self._store, self.dtype.to_real(), size, stride, offset, real=True)
 
 
 def impl_view_as_complex(self):
@@ -180,4 +204,8 @@ def impl_view_as_complex(self):
             raise RuntimeError("Tensor must have a stride divisible by 2 for all but last dimension")
         if self.storage_offset() % 2:
             raise RuntimeError("Tensor must have a storage_offset divisible by 2")
+    if self.__class__ is XlaTensor and self._real:
+        layout = as_complex_layout(tuple(self.shape), self.stride(), self.storage_offset())
+        if layout is not None:
+            return alias(self._store, self.dtype.to_complex(), *layout)
     return run_node(node("pairs_as_complex"), (self,))

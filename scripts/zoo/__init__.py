@@ -24,6 +24,7 @@ from .dlrm import build_dlrm
 from .hf import build_bert, build_gpt2, build_llama, build_t5, build_vit
 from .mlp import build_mlp
 from .nn_attention import build_attention_classifier, build_transformer
+from .rnn import build_gru_classifier, build_lstm_lm
 from .vision import build_resnet
 
 # Learning rates of the training runs; the AdamW weight tolerance is read against them.
@@ -38,6 +39,11 @@ _CONV = Tolerance(
     output=(1e-4, 1e-4), loss=(1e-5, 1e-5), weights_sgd=(1e-4, 1e-5), weights_adamw=(1e-4, 1e-4),
     reason="convolutions accumulate in a different order than oneDNN; batch statistics "
            "divide by small variances",
+)
+_RECURRENT = Tolerance(
+    output=(1e-5, 1e-5), loss=(1e-5, 1e-5), weights_sgd=(1e-5, 1e-5), weights_adamw=(1e-4, 1e-5),
+    reason="the fused cells add the gate terms in another order than PyTorch CPU's unfused "
+           "cells, and the difference passes through every time step",
 )
 _TRANSFORMER = Tolerance(
     output=(1e-4, 1e-4), loss=(1e-5, 1e-5), weights_sgd=(1e-4, 1e-5), weights_adamw=(1e-4, 1e-4),
@@ -68,6 +74,8 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("vit", "transformers", build_vit, _TRANSFORMER, hf=True),
         ZooModel("transformer", "torch.nn", build_transformer, _TRANSFORMER),
         ZooModel("attention", "torch.nn", build_attention_classifier, _TRANSFORMER),
+        ZooModel("lstm_lm", "recurrent", build_lstm_lm, _RECURRENT),
+        ZooModel("gru_classifier", "recurrent", build_gru_classifier, _RECURRENT),
     ]
 }
 

@@ -1,6 +1,6 @@
 """Helpers shared by the generator fault tests (tests/faults/test_generator_*.py).
 
-The synthetic manifests and handwritten roots come from tests/test_codegen.py. Here:
+The synthetic manifests and handwritten roots come from tests/codegen_harness.py. Here:
 running the generator in a subprocess (so that it can be killed, run twice at once or
 run on a read-only mount), hashing trees and listing leftovers.
 """
@@ -16,13 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-for path in (REPO, REPO / "tests"):  # `codegen` is not installed; test_codegen holds the synthetic inputs
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+from codegen import generate as gen  # noqa: F401 (the tests use it through this module)
+from codegen_harness import GOOD_MANIFEST, make_root, write_manifest  # noqa: F401
 
-from codegen import generate as gen  # noqa: E402
-from test_codegen import GOOD_MANIFEST, make_root, write_manifest  # noqa: E402,F401
+REPO = Path(__file__).resolve().parents[2]
 
 # The test hooks of codegen/generate.py (documented in docs/reliability.md).
 PAUSE_ENV = "XLA_NATIVE_FUNCTIONS_GENERATE_PAUSE_AT"

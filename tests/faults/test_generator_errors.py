@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from generator_helpers import GOOD_MANIFEST, REPO, assert_clean_error, gen, make_root, run_generator, write_manifest
-from test_codegen import IMPLS, LOWERINGS, SHAPE_FNS
+from codegen_harness import IMPLS, LOWERINGS, SHAPE_FNS
 
 
 @pytest.fixture

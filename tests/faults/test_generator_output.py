@@ -43,7 +43,7 @@ from generator_helpers import (
     wait_for_line,
     write_manifest,
 )
-from test_codegen import LOWERINGS
+from codegen_harness import LOWERINGS
 
 GENERATED = REPO / "generated" / "xla_native_functions"
 

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from test_lowerings import (
-    Case, ErrorCase, T, _collect, as_meta, assert_params_match_schema, assert_same, on_device, run_lowering, run_shape_fn,
+from lowering_harness import (
+    CASES_LIVE_IN,
+    Case, ErrorCase, T, functions_in, as_meta, assert_params_match_schema, assert_same, on_device, run_lowering, run_shape_fn,
     unambiguous_name,
 )
 from xla_native_functions.lowerings import linalg_decomp as lower_decomp
@@ -21,10 +22,10 @@ from xla_native_functions.shape_fns import linalg_decomp as shape_decomp
 from xla_native_functions.shape_fns import linalg_solve as shape_solve
 
 aten = torch.ops.aten
-NEW_OPS = {"geqrf", "ormqr", "linalg_pinv_atol_rtol_tensor", "linalg_eig", "linalg_ldl_factor_ex", "linalg_ldl_solve"}
-LOWERINGS = {k: v for k, v in _collect([lower_decomp, lower_solve], lambda n: n.startswith("lower_")).items() if k[len("lower_"):] in NEW_OPS}
+NEW_OPS = CASES_LIVE_IN["test_ops_linalg_solve.py"]  # geqrf, ormqr, pinv, eig, LDL
+LOWERINGS = {k: v for k, v in functions_in([lower_decomp, lower_solve], prefix="lower_").items() if k[len("lower_"):] in NEW_OPS}
 SHAPE_FNS = {
-    k: v for k, v in _collect([shape_decomp, shape_solve], lambda n: n.endswith("_output_shape")).items() if k[: -len("_output_shape")] in NEW_OPS
+    k: v for k, v in functions_in([shape_decomp, shape_solve], suffix="_output_shape").items() if k[: -len("_output_shape")] in NEW_OPS
 }
 
 torch.manual_seed(0)
@@ -105,36 +106,10 @@ CASES = [
 ]
 
 
-def _with_ours(table, mine):
-    import test_lowerings
-
-    saved = dict(getattr(test_lowerings, table))
-    getattr(test_lowerings, table).update(mine)
-    return test_lowerings, saved
-
-
-def run_lowering_here(op, args, kwargs):
-    mod, saved = _with_ours("LOWERINGS", LOWERINGS)
-    try:
-        return run_lowering(op, args, kwargs)
-    finally:
-        mod.LOWERINGS.clear()
-        mod.LOWERINGS.update(saved)
-
-
-def run_shape_fn_here(op, args, kwargs):
-    mod, saved = _with_ours("SHAPE_FNS", SHAPE_FNS)
-    try:
-        return run_shape_fn(op, args, kwargs)
-    finally:
-        mod.SHAPE_FNS.clear()
-        mod.SHAPE_FNS.update(saved)
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_lowering_matches_cpu(case):
     expected = case.op(*case.args, **case.kwargs)
-    ours = run_lowering_here(case.op, case.args, case.kwargs)
+    ours = run_lowering(case.op, case.args, case.kwargs)
     assert_same(ours, expected, **case.tol)
     for o, e in zip(ours if isinstance(ours, tuple) else (ours,), expected if isinstance(expected, tuple) else (expected,)):
         assert (o.shape, o.dtype) == (e.shape, e.dtype)
@@ -142,7 +117,7 @@ def test_lowering_matches_cpu(case):
 
 def test_ldl_pivots_are_lapack_format():
     """Pivots equal CPU's bit for bit: 1x1 blocks positive, 2x2 blocks negative twice."""
-    ld, piv, info = run_lowering_here(aten.linalg_ldl_factor_ex.default, (TWO_BY_TWO,), {})
+    ld, piv, info = run_lowering(aten.linalg_ldl_factor_ex.default, (TWO_BY_TWO,), {})
     expected = torch.linalg.ldl_factor_ex(TWO_BY_TWO)
     assert torch.equal(piv, expected.pivots)
     assert (piv < 0).any()
@@ -168,7 +143,7 @@ def _eig_invariants(w, v):
 @pytest.mark.parametrize("case", EIG_CASES, ids=lambda c: c.id)
 def test_eig_matches_cpu_up_to_sign(case):
     w, v = case.op(*case.args)
-    ow, ov = run_lowering_here(case.op, case.args, {})
+    ow, ov = run_lowering(case.op, case.args, {})
     assert (ow.shape, ow.dtype, ov.shape, ov.dtype) == (w.shape, w.dtype, v.shape, v.dtype)
     for o, e in zip(_eig_invariants(ow, ov), _eig_invariants(w, v)):
         torch.testing.assert_close(o, e, **(case.tol or {"rtol": 1e-7, "atol": 1e-7}))
@@ -183,7 +158,7 @@ def test_shape_fn_matches_meta(case):
         expected = as_meta(on_device(case.op, case.args, case.kwargs, device))
     except NotImplementedError:
         expected = as_meta(case.op(*case.args, **case.kwargs))  # no meta kernel: CPU's result
-    assert run_shape_fn_here(case.op, case.args, case.kwargs) == expected
+    assert run_shape_fn(case.op, case.args, case.kwargs) == expected
 
 
 def test_every_op_is_covered():
@@ -231,7 +206,7 @@ def test_shape_fn_raises_like_cpu(case):
     with pytest.raises(Exception) as cpu_error:
         case.op(*case.args, **case.kwargs)
     with pytest.raises(Exception) as our_error:
-        run_shape_fn_here(case.op, case.args, case.kwargs)
+        run_shape_fn(case.op, case.args, case.kwargs)
     assert type(our_error.value) is type(cpu_error.value), (cpu_error.value, our_error.value)
 
 

@@ -1,0 +1,195 @@
+"""The fused LSTM and GRU cells PyTorch calls for every device but the CPU (nn.LSTM,
+nn.GRU, nn.LSTMCell, nn.GRUCell), and their backward ops, computed as PyTorch's CUDA
+kernels compute them (aten/src/ATen/native/cuda/RNN.cu).
+
+The cells take the two gate projections, `input @ W_ih^T` and `hx @ W_hh^T`, without
+their biases, and return the new state with a `workspace` the backward op reads:
+  LSTM: (rows, 4 * width) = [input, forget, cell, output] gate activations;
+  GRU:  (rows, 5 * width) = [reset, update, new] gate activations, hx, and the hidden
+        projection of the new gate with its bias (`hn + b_hn`).
+The kernels walk the state in its own (rows, width) shape and read every (rows, k * width)
+tensor in that layout, whatever its own 2-d shape: hence the reshapes. Float16 and
+bfloat16 compute in float32 and round each stored value, as the kernels do.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..shape_fns.rnn import GRU_GATES, LSTM_GATES
+from .common import opmath
+
+
+def _gates(x, rows, count, width):
+    """A (rows, count * width)-element gate tensor as (rows, count, width), in float32 at least."""
+    return opmath(x).reshape(rows, count, width)
+
+
+def _bias(bias, count, width):
+    """A bias as (count, width): the kernels index it by the state's width."""
+    return opmath(bias)[: count * width].reshape(count, width)
+
+
+def lower__thnn_fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    rows, width = cx.shape
+    dtype = input_gates.dtype
+    pre = _gates(input_gates, rows, LSTM_GATES, width) + _gates(hidden_gates, rows, LSTM_GATES, width)
+    if input_bias is not None:  # without it the kernel ignores hidden_bias too
+        pre = pre + _bias(input_bias, LSTM_GATES, width) + _bias(hidden_bias, LSTM_GATES, width)
+    ig = lax.logistic(pre[:, 0])
+    fg = lax.logistic(pre[:, 1])
+    cg = jnp.tanh(pre[:, 2])
+    og = lax.logistic(pre[:, 3])
+    cy = fg * opmath(cx) + ig * cg
+    hy = og * jnp.tanh(cy)
+    workspace = jnp.stack([ig, fg, cg, og], axis=1).astype(dtype).reshape(input_gates.shape)
+    return hy.astype(dtype), cy.astype(dtype), workspace
+
+
+def lower__thnn_fused_lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    if grad_hy is None and grad_cy is None:
+        return None, None, None
+    rows, width = cx.shape
+    dtype = workspace.dtype
+    saved = _gates(workspace, rows, LSTM_GATES, width)
+    ig, fg, cg, og = saved[:, 0], saved[:, 1], saved[:, 2], saved[:, 3]
+    go = opmath(grad_hy) if grad_hy is not None else jnp.zeros((rows, width), ig.dtype)
+    gc = opmath(grad_cy) if grad_cy is not None else jnp.zeros((rows, width), ig.dtype)
+    tanh_cy = jnp.tanh(opmath(cy))
+    grad_cell = go * og * (1 - tanh_cy * tanh_cy) + gc
+    grad_gates = jnp.stack(
+        [
+            grad_cell * cg * (1 - ig) * ig,
+            grad_cell * opmath(cx) * (1 - fg) * fg,
+            grad_cell * ig * (1 - cg * cg),
+            go * tanh_cy * (1 - og) * og,
+        ],
+        axis=1,
+    )
+    grad_gates = grad_gates.astype(dtype).reshape(workspace.shape)
+    grad_cx = (grad_cell * fg).astype(dtype)
+    grad_bias = jnp.sum(opmath(grad_gates), axis=0).astype(dtype) if has_bias else None
+    return grad_gates, grad_cx, grad_bias
+
+
+def lower__thnn_fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    rows, width = hx.shape
+    dtype = input_gates.dtype
+    i = _gates(input_gates, rows, GRU_GATES, width)
+    h = _gates(hidden_gates, rows, GRU_GATES, width)
+    pre = i[:, :2] + h[:, :2]
+    inew, hn = i[:, 2], h[:, 2]
+    if input_bias is not None:  # without it the kernel ignores hidden_bias too
+        b_i, b_h = _bias(input_bias, GRU_GATES, width), _bias(hidden_bias, GRU_GATES, width)
+        pre = pre + b_i[:2] + b_h[:2]
+        inew, hn = inew + b_i[2], hn + b_h[2]
+    rg = lax.logistic(pre[:, 0])
+    zg = lax.logistic(pre[:, 1])
+    ng = jnp.tanh(inew + rg * hn)  # hn: the hidden projection of the new gate, with its bias
+    hy = ng + zg * (opmath(hx) - ng)
+    workspace = jnp.concatenate(
+        [rg.astype(dtype), zg.astype(dtype), ng.astype(dtype), hx.astype(dtype), hn.astype(dtype)], axis=1
+    )
+    return hy.astype(dtype), workspace
+
+
+def lower__thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias):
+    rows, width = grad_hy.shape
+    dtype = workspace.dtype
+    saved = opmath(workspace).reshape(rows, 5, width)
+    rg, zg, ng, hx, hn = (saved[:, k] for k in range(5))
+    go = opmath(grad_hy)
+    grad_update = go * (hx - ng) * (1 - zg) * zg
+    grad_hx = go * zg
+    grad_new = go * (1 - zg) * (1 - ng * ng)
+    grad_reset = grad_new * hn * (1 - rg) * rg
+    grad_input_gates = jnp.concatenate([grad_reset, grad_update, grad_new], axis=1).astype(dtype)
+    grad_hidden_gates = jnp.concatenate([grad_reset, grad_update, grad_new * rg], axis=1).astype(dtype)
+    if has_bias:
+        grad_input_bias = jnp.sum(opmath(grad_input_gates), axis=0).astype(dtype)
+        grad_hidden_bias = jnp.sum(opmath(grad_hidden_gates), axis=0).astype(dtype)
+    else:
+        grad_input_bias = grad_hidden_bias = None
+    return grad_input_gates, grad_hidden_gates, grad_hx.astype(grad_hy.dtype), grad_input_bias, grad_hidden_bias
+
+
+def lower_pack_padded_rows(input, lengths, batch_first):
+    """The data of `_pack_padded_sequence`: time step by time step, the rows of the
+    sequences still running then (`lengths` sorted in decreasing order, a tuple).
+    PyTorch slices the time axis up to each length, so a length past the input's end
+    packs only the steps the input has."""
+    steps = input.shape[1] if batch_first else input.shape[0]
+    batch = len(lengths)
+    index = [
+        (b * steps + t) if batch_first else (t * batch + b)
+        for t in range(min(lengths[0], steps))
+        for b in range(sum(1 for n in lengths if n > t))
+    ]
+    flat = input.reshape((input.shape[0] * input.shape[1],) + input.shape[2:])
+    return jnp.take(flat, jnp.asarray(index, dtype=jnp.int32), axis=0)
+
+
+# ------------------------------------------------------------------ whole LSTM layers
+# PyTorch's decomposition of nn.LSTM for torch.compile runs each layer of a float32 or
+# bfloat16 CPU model whose input needs no gradient as one mkldnn_rnn_layer (oneDNN's
+# kernel on the CPU), so the layers of such a model reach the torch.compile backend in
+# this form. Here a layer is one scan over time.
+
+
+def _lstm_layer(input, weight_ih, weight_hh, bias, hx, cx, reverse):
+    """One LSTM layer over a time-major sequence: (outputs, last h, last c)."""
+    width = weight_hh.shape[1]
+    projected = jnp.einsum("tbi,gi->tbg", input, weight_ih) + bias
+
+    def step(state, x_gates):
+        h, c = state
+        gates = (x_gates + h @ weight_hh.T).reshape(h.shape[0], LSTM_GATES, width)
+        i, f, g, o = (gates[:, k] for k in range(LSTM_GATES))
+        c = lax.logistic(f) * c + lax.logistic(i) * jnp.tanh(g)
+        h = lax.logistic(o) * jnp.tanh(c)
+        return (h, c), h
+
+    (h, c), outputs = lax.scan(step, (hx, cx), projected, reverse=reverse)
+    return outputs, h, c
+
+
+def _layer_operands(input, weight0, weight1, weight2, weight3, hx_, cx_, hidden_size, has_biases):
+    batch = input.shape[1]
+    bias = opmath(weight2) + opmath(weight3) if has_biases else jnp.zeros((LSTM_GATES * hidden_size,), jnp.float32)
+    return (opmath(input), opmath(weight0), opmath(weight1), bias,
+            opmath(hx_).reshape(batch, hidden_size), opmath(cx_).reshape(batch, hidden_size))
+
+
+def lower_mkldnn_rnn_layer(input, weight0, weight1, weight2, weight3, hx_, cx_, reverse, batch_sizes, mode,
+                           hidden_size, num_layers, has_biases, bidirectional, batch_first, train):
+    operands = _layer_operands(input, weight0, weight1, weight2, weight3, hx_, cx_, hidden_size, has_biases)
+    outputs, h, c = _lstm_layer(*operands, reverse)
+    # oneDNN's workspace is its own; the backward below recomputes what it needs
+    workspace = jnp.zeros((0,), jnp.uint8)
+    return (outputs.astype(input.dtype), h.reshape(hx_.shape).astype(hx_.dtype),
+            c.reshape(cx_.shape).astype(cx_.dtype), workspace)
+
+
+def lower_mkldnn_rnn_layer_backward(input, weight1, weight2, weight3, weight4, hx_, cx_tmp, output, hy_, cy_,
+                                    grad_output, grad_hy, grad_cy, reverse, mode, hidden_size, num_layers,
+                                    has_biases, train, bidirectional, batch_sizes, batch_first, workspace):
+    if grad_output is None and grad_hy is None and grad_cy is None:
+        return (None,) * 7
+    operands = _layer_operands(input, weight1, weight2, weight3, weight4, hx_, cx_tmp, hidden_size, has_biases)
+    x, w_ih, w_hh, bias, h0, c0 = operands
+    _, pullback = jax.vjp(lambda *a: _lstm_layer(*a, reverse), x, w_ih, w_hh, bias, h0, c0)
+    batch = input.shape[1]
+
+    def cotangent(g, shape):
+        return jnp.zeros(shape, jnp.float32) if g is None else opmath(g).astype(jnp.float32).reshape(shape)
+
+    grads = pullback((
+        cotangent(grad_output, (input.shape[0], batch, hidden_size)),
+        cotangent(grad_hy, (batch, hidden_size)),
+        cotangent(grad_cy, (batch, hidden_size)),
+    ))
+    d_x, d_w_ih, d_w_hh, d_bias, d_h, d_c = (g.astype(jnp.float32) for g in grads)
+    # oneDNN returns every gradient in float32, both biases' the same
+    return d_x, d_w_ih, d_w_hh, d_bias, d_bias, d_h.reshape(hx_.shape), d_c.reshape(cx_tmp.shape)

@@ -1,0 +1,21 @@
+"""Setup shared by every test: the tests import the package of the checkout they are in
+(codegen/repo_import.py), whichever copy is installed, so a copy of the repository tests
+itself; the repository root is importable (the generator, `codegen`, is run from the
+checkout, not installed) and so is scripts/ (the model zoo, the report scripts). Shared
+helpers live in modules of their own, never in test modules: lowering_harness.py
+(running lowerings and shape functions against PyTorch), opinfo_harness.py (PyTorch's
+OpInfo samples) and codegen_harness.py (the generator's synthetic manifests)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+for path in (ROOT / "scripts", ROOT):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from codegen.repo_import import use_repo  # noqa: E402
+
+use_repo(ROOT)
