@@ -251,6 +251,7 @@ JOBS = {
     "supported_again": (SUPPORTED, ("--fail-under", "100"), "out_supported"),
     "unsupported": (UNSUPPORTED, ("--fail-under", "99.9"), "out_unsupported"),
     "failing": (FAILING, ("--accuracy", "--verbosity", "1"), "out_failing"),
+    "failing_compiled": (FAILING, ("--accuracy", "--mode", "compiled"), "out_failing_compiled"),
     "compiled": (RECOMPILING, ("--mode", "compiled", "--verbosity", "2"), "out_compiled"),
     "to_cpu": (TO_CPU, ("--steps", "2"), "out_to_cpu"),
     "dynamo": (DYNAMO, ("--mode", "dynamo"), "out_dynamo"),
@@ -359,8 +360,9 @@ def test_every_unsupported_op_appears_at_its_call_site_and_the_script_runs_on(ru
     assert report["program"]["error"] is None and report["program"]["stopped"] is None
 
 
-def test_lowering_and_shape_function_failures_run_on_cpu_and_accuracy_finds_a_wrong_lowering(runs):
-    report, status, stdout, stderr = runs["failing"]
+@pytest.mark.parametrize("run", ["failing", "failing_compiled"])
+def test_lowering_and_shape_function_failures_run_on_cpu_and_accuracy_finds_a_wrong_lowering(runs, run):
+    report, status, stdout, stderr = runs[run]
     assert status == 0, stderr
     unsupported = report["unsupported_operators"]
     assert unsupported["aten::sinh"]["reason"] == "lowering raised: RuntimeError: injected lowering failure"
@@ -375,6 +377,10 @@ def test_lowering_and_shape_function_failures_run_on_cpu_and_accuracy_finds_a_wr
     assert atan["max_abs_diff"] == pytest.approx(0.5, abs=1e-6)
     assert atan["call_site"]["line"] == _line_of(FAILING, "off by 0.5")
     assert [a["op"] for a in report["accuracy"]] == ["aten::atan"]  # exp, and the ops run on CPU, agree
+    assert "aten::atan: max abs 0.5, max rel" in stderr
+    if run == "failing_compiled":  # compared after the graph ran: atan was part of one
+        assert any(p["ops"].get("aten::atan") for p in report["graphs"]["programs"])
+        return
     # verbosity 1: the StableHLO of each op's lowering
     exp = report["supported_operators"]["aten::exp"]["stablehlo"]
     assert exp["inputs"] == "(float32[3, 4])" and exp["operations"].get("stablehlo.exponential") == 1
@@ -480,8 +486,8 @@ def test_analyze_a_module_in_process_returns_the_report_and_leaves_the_module_al
 def test_options_are_checked():
     with pytest.raises(ValueError, match="mode must be one of 'eager', 'compiled', 'dynamo'"):
         xnf.analyze(torch.abs, torch.ones(2), mode="lazy")
-    with pytest.raises(ValueError, match="only eager mode has"):
-        xnf.analyze(torch.abs, torch.ones(2), mode="compiled", accuracy=True)
+    with pytest.raises(ValueError, match="use mode 'eager' or 'compiled' with accuracy, not 'dynamo'"):
+        xnf.analyze(torch.abs, torch.ones(2), mode="dynamo", accuracy=True)
     with pytest.raises(ValueError, match="verbosity must be 0, 1 or 2"):
         xnf.analyze(torch.abs, torch.ones(2), verbosity=3)
 

@@ -95,7 +95,7 @@ from ..platform.call_site import user_frame, user_frame_object
 from ..platform.config import config
 from ..platform.metrics import fold_replayed_ops, metrics
 from . import analysis_report, dynamo
-from .debug import cpu_reference, differences
+from .debug import check_after_sync, cpu_reference, differences
 from .dispatch import take_backward_error
 from .env import LIFT_FRESH, creates_on_jax, is_factory
 from .op_counters import UNLISTED, canonical_name, section_of
@@ -144,9 +144,10 @@ class Options:
             raise ValueError(f"analyze: verbosity must be 0, 1 or 2, not {self.verbosity!r}")
         if self.steps is not None and (not isinstance(self.steps, int) or self.steps < 1):
             raise ValueError(f"analyze: steps must be a positive number of steps, not {self.steps!r}")
-        if self.accuracy and self.mode != "eager":
-            raise ValueError("analyze: the accuracy check compares each op's result as it runs, which only eager mode "
-                             f"has: use mode 'eager' with accuracy, not {self.mode!r}")
+        if self.accuracy and self.mode == "dynamo":
+            raise ValueError("analyze: the accuracy check needs each op's values, which the torch.compile "
+                             "backend traces with JAX and never holds: use mode 'eager' or 'compiled' with "
+                             "accuracy, not 'dynamo'")
 
 
 # ---------------------------------------------------------------- what one op did
@@ -454,14 +455,19 @@ class Analysis:
             reason = _check_lowering(func, args, kwargs)
             if reason is not None:
                 return self._run_on_cpu(rec, func, args, kwargs, reason, None)
-        reference = cpu_reference(func, args, kwargs) if self.options.accuracy and rec.compared else None
+        compared = self.options.accuracy and rec.compared
+        reference = cpu_reference(func, args, kwargs) if compared and self.trace is None else None
         unlisted = HANDLERS.get(key) is None
         calls_before = dict(metrics.calls_by_id) if unlisted and rec.decomposed_into is None else None
         backward = torch._C._current_graph_task_id() != -1
         self.current_op = rec.name
         start = time.perf_counter()
         try:
-            out = func(*args, **kwargs)
+            if compared and self.trace is not None:  # recorded: compared after the sync that computes it
+                out = check_after_sync(self.trace, func, func, args, kwargs, (rec.name, self.current_site()),
+                                       self._compare_after_sync)
+            else:
+                out = func(*args, **kwargs)
         except AnalysisStopped:
             raise
         except Exception as error:
@@ -484,18 +490,24 @@ class Analysis:
                 for k, n in metrics.calls_by_id.items() if k != key and n > calls_before.get(k, 0)
                 and k in metrics.ops_by_id})
         if reference is not None:
-            try:
-                found = differences(out, reference)
-            except Exception:  # a result PyTorch's cannot be compared with (another layout, say)
-                found = []
-            if found:
-                entry = self.accuracy.setdefault((rec.name, self.current_site()), [0, 0.0, 0.0])
-                entry[0] += 1
-                entry[1] = max(entry[1], max(a for a, _ in found))
-                entry[2] = max(entry[2], max(r for _, r in found))
+            self._note_differences(rec.name, self.current_site(), out, reference)
         if self._label_graphs:
             self._label_nodes(out)
         return out
+
+    def _note_differences(self, name: str, site: Site, out: Any, reference: Any) -> None:
+        try:
+            found = differences(out, reference)
+        except Exception:  # a result PyTorch's cannot be compared with (another layout, say)
+            found = []
+        if found:
+            entry = self.accuracy.setdefault((name, site), [0, 0.0, 0.0])
+            entry[0] += 1
+            entry[1] = max(entry[1], max(a for a, _ in found))
+            entry[2] = max(entry[2], max(r for _, r in found))
+
+    def _compare_after_sync(self, func: Any, out: Any, reference: Any, name_and_site: tuple[str, Site]) -> None:
+        self._note_differences(*name_and_site, out, reference)
 
     def _run_on_cpu(self, rec: _Op, func: Any, args: tuple, kwargs: dict, reason: str, error: BaseException | None) -> Any:
         start = time.perf_counter()
@@ -1327,7 +1339,8 @@ def _parser() -> argparse.ArgumentParser:
                              "dynamo: top-level modules through torch.compile(backend='xla_native')")
     parser.add_argument("--steps", type=int, default=None,
                         help="stop after N optimizer steps (or N calls of a top-level module if the script steps no optimizer)")
-    parser.add_argument("--accuracy", action="store_true", help="compare every op with PyTorch CPU (eager mode)")
+    parser.add_argument("--accuracy", action="store_true",
+                        help="compare every op with PyTorch CPU (eager and compiled modes)")
     parser.add_argument("--fail-under", type=float, default=None, metavar="PCT",
                         help="exit with status 1 when the support percentage is below PCT")
     parser.add_argument("script", help="the Python script to run")
