@@ -41,6 +41,7 @@ import torch
 import xla_native_functions as xnf
 from xla_native_functions import lowerings, shape_fns
 from xla_native_functions.runtime.api import analyze_main
+from xla_native_functions.runtime.exec.fallback import fallback
 from xla_native_functions.runtime.exec.registry import NODES, REGISTRY, SECTIONS
 
 spec = json.loads(sys.argv[1])
@@ -60,6 +61,10 @@ for name in spec.get("raise_lowering", []):
     NODES[name].lower = raiser(lowerings, "lowering")
 for name in spec.get("raise_shape", []):
     NODES[name].output_shape = raiser(shape_fns, "shape function")
+for name in spec.get("fallback", []):  # as the generated stub of a `fallback` op does
+    for op in [op for op in list(REGISTRY) if op._schema.name == f"aten::{name}" and op._overloadname == "default"]:
+        REGISTRY[op] = lambda *args, op=op, **kwargs: fallback(op, args, kwargs)
+    SECTIONS[name] = "fallback"
 for name in spec.get("skew", []):
     original = NODES[name].lower
     NODES[name].lower = staticmethod(lambda *args, original=original: original(*args) + 0.5)
@@ -159,7 +164,8 @@ a = torch.sinh(x)  # its lowering raises
 b = torch.cosh(x)  # its shape function raises
 c = torch.atan(x)  # its lowering is off by 0.5
 d = torch.exp(x)
-print(f"values {a.sum().item():.6f} {b.sum().item():.6f} {d.sum().item():.6f}")
+e = torch.erfc(x)  # listed as fallback
+print(f"values {a.sum().item():.6f} {b.sum().item():.6f} {d.sum().item():.6f} {e.sum().item():.6f}")
 '''
 
 RECOMPILING = '''\
@@ -240,10 +246,10 @@ def _cpu_output(source: str, tmp: Path) -> str:
     return out.getvalue()
 
 
-# The operators the runtime loses for the CLI runs below; no script uses one of them
-# but for the ones that show what happens to it.
+# How the CLI runs below change the runtime (RUNNER); only the scripts that show what
+# happens to such an op use one of these.
 CHANGES = {"remove": ["erfinv", "i0", "_thnn_fused_lstm_cell"], "raise_lowering": ["sinh"], "raise_shape": ["cosh"],
-           "skew": ["atan"]}
+           "skew": ["atan"], "fallback": ["erfc"]}
 # name: (script, options, output directory). `supported_again` replaces `supported`'s
 # report, and is at the --fail-under threshold; `unsupported` is below it.
 JOBS = {
@@ -369,10 +375,12 @@ def test_lowering_and_shape_function_failures_run_on_cpu_and_accuracy_finds_a_wr
     assert unsupported["aten::cosh"]["reason"] == "shape function raised: RuntimeError: injected shape function failure"
     assert unsupported["aten::sinh"]["call_sites"][0]["line"] == _line_of(FAILING, "its lowering raises")
     assert unsupported["aten::cosh"]["call_sites"][0]["line"] == _line_of(FAILING, "its shape function raises")
+    assert unsupported["aten::erfc"]["reason"] == "listed as fallback"
+    assert unsupported["aten::erfc"]["call_sites"][0]["line"] == _line_of(FAILING, "listed as fallback")
     x = torch.linspace(-1, 1, 12).reshape(3, 4)
-    printed = [float(v) for v in re.search(r"values (\S+) (\S+) (\S+)", stdout).groups()]
-    assert printed == pytest.approx([torch.sinh(x).sum().item(), torch.cosh(x).sum().item(), torch.exp(x).sum().item()],
-                                    abs=1e-5)
+    printed = [float(v) for v in re.search(r"values (\S+) (\S+) (\S+) (\S+)", stdout).groups()]
+    assert printed == pytest.approx([torch.sinh(x).sum().item(), torch.cosh(x).sum().item(), torch.exp(x).sum().item(),
+                                     torch.erfc(x).sum().item()], abs=1e-5)
     [atan] = [a for a in report["accuracy"] if a["op"] == "aten::atan"]
     assert atan["max_abs_diff"] == pytest.approx(0.5, abs=1e-6)
     assert atan["call_site"]["line"] == _line_of(FAILING, "off by 0.5")
