@@ -131,7 +131,7 @@ def check_policy(manifest: Manifest, specs: list[OpSpec]) -> None:
             elif kind == "op" and op not in by_name:
                 errors.append(f"{manifest.path}:{line}: policy '{fact.name}' names '{op}', which is no listed op's "
                               "unambiguous name (`add.Tensor` -> `add_Tensor`)")
-            elif any(i >= len(by_name[op].inputs) for i in ints):
+            elif POLICY_FACTS[fact.name][1] == "ints" and any(i >= len(by_name[op].inputs) for i in ints):
                 errors.append(f"{manifest.path}:{line}: policy '{fact.name}': {op} has {len(by_name[op].inputs)} "
                               "arguments")
     if errors:
@@ -441,7 +441,7 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         aten_ops=[s for s in operators if s.namespace == "aten"],
         library_ops=[s for s in operators if s.namespace != "aten"],
         with_ctx=bool(with_ctx),
-        policy={f.name: f.ops for f in manifest.policy if POLICY_FACTS[f.name][0] == "op"},
+        policy={f.name: f.ops for f in manifest.policy if POLICY_FACTS[f.name][2]},
         unavailable=sorted(unavailable.items()),
         donating=donating,
         imports=sorted((m, sorted(n)) for m, n in imports.items()),

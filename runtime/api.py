@@ -12,7 +12,7 @@ from .core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from .core.ir import Node
 from .core import uninitialized
 from .core.tensor import XlaTensor, from_array
-from .exec import custom_ops, division_checks, index_checks
+from .exec import custom_ops, value_checks
 from .exec.custom_ops import register_lowering
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
 from .frontends import dispatch, forked_child
@@ -130,17 +130,17 @@ def to_torch(obj: Any) -> Any:
 
 def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str, type[Node]],
             library_ops: dict[str, tuple[str, Any]] | None = None, unavailable: dict[str, str] | None = None, *,
-            policy: dict[str, dict[str, tuple[int, ...]]] | None = None) -> None:
+            policy: dict[str, dict[str, tuple[int | str, ...]]] | None = None) -> None:
     """Called by the generated package at import: its dispatch stubs by aten overload,
     the manifest section of each overload, and its IR classes by unambiguous name; a
     manifest with operators of other libraries adds their stubs by qualified name (with
     the schema each was generated for) and the entries whose library did not import
     (Note [Library operators] in runtime/exec/custom_ops.py)."""
     apply_debug_env(config)
-    REGISTRY.update(division_checks.install(index_checks.install(registry)))
+    POLICY.update(policy or {})
+    REGISTRY.update(value_checks.install(registry, POLICY.get("eager_value_checks", {})))
     SECTIONS.update(sections)
     NODES.update(nodes)
-    POLICY.update(policy or {})
     check_tracer_nodes()
     dispatch.install(registry)
     forked_child.install()
