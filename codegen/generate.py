@@ -453,6 +453,7 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         "dispatch.py": env.get_template("dispatch.py.j2").render(context),
         "registry.py": env.get_template("registry.py.j2").render({**context, "functional_ops": primary}),
         "ops.txt": env.get_template("ops.txt.j2").render(context),
+        "analyze.py": env.get_template("analyze.py.j2").render(context),  # python -m xla_native_functions.analyze
     }
     return Result(files=files, warnings=warnings, ops=specs, order_problems=order_problems, unavailable=unavailable,
                   unfinished=unfinished)

@@ -16,6 +16,8 @@ from .exec import custom_ops, value_checks
 from .exec.custom_ops import register_lowering
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
 from .frontends import dispatch, forked_child
+from .frontends.analyze import analyze
+from .frontends.analyze import main as analyze_main
 from .frontends import op_counters as metrics
 from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
@@ -31,6 +33,7 @@ from .supported.foreach import enable_foreach_optimizers
 
 __all__ = [
     "OperatorNotFound",
+    "analyze",
     "call_jax",
     "compile",
     "config",

@@ -554,7 +554,7 @@ def test_write_then_unchanged(tmp_path, root, monkeypatch, capsys):
     assert first.err == ""
     expected = render(manifest, root=root).files
     assert {name: text.decode() for name, (text, _) in snapshot(out).items()} == expected
-    assert sorted(expected) == ["__init__.py", "dispatch.py", "ir.py", "ops.txt", "registry.py"]
+    assert sorted(expected) == ["__init__.py", "analyze.py", "dispatch.py", "ir.py", "ops.txt", "registry.py"]
     before = snapshot(out)
 
     assert run_main(monkeypatch, root, "--manifest", str(manifest), "--out", str(out)) == 0
@@ -643,7 +643,7 @@ def test_every_file_has_the_generated_header(real):
         f"# torch {TORCH}. Do not edit: change the manifest, the handwritten functions\n"
         "# or codegen/templates, and regenerate.\n"
     )
-    assert sorted(real.files) == ["__init__.py", "dispatch.py", "ir.py", "ops.txt", "registry.py"]
+    assert sorted(real.files) == ["__init__.py", "analyze.py", "dispatch.py", "ir.py", "ops.txt", "registry.py"]
     for name, text in real.files.items():
         assert text.startswith(header), name
 

@@ -37,7 +37,7 @@ def repo_paths(text: str) -> list[str]:
     `generated/.../ir.py`) left out."""
     found = []
     for raw in REPO_PATH.findall(text):
-        path = raw.rstrip(".:")
+        path = re.sub(r":\d+$", "", raw.rstrip(".:"))  # file:line, as call sites are written
         if "<" in path or "..." in path or "[" in path:
             continue
         found += _expand(path)

@@ -12,6 +12,7 @@ See README.md for the execution modes and docs/ for the contributor guide.
 
 from .runtime.api import (
     OperatorNotFound,
+    analyze,
     call_jax,
     compile,
     config,
@@ -39,6 +40,7 @@ _install(REGISTRY, SECTIONS, NODES, policy=POLICY)
 
 __all__ = [
     "OperatorNotFound",
+    "analyze",
     "call_jax",
     "compile",
     "config",

@@ -113,6 +113,13 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 _backward_errors = backward_errors
 
 
+def take_backward_error() -> BaseException | None:
+    """The error an op raised during backward and kept for backward() to raise (Note
+    [Errors during backward]), taken away so that it is not raised: the analysis
+    (frontends/analyze.py) runs that op on PyTorch CPU instead."""
+    return _backward_errors.pop() if _backward_errors else None
+
+
 def _defer_backward_error(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException) -> Any:
     if not _backward_errors:
         node = torch._C._current_autograd_node()
