@@ -17,7 +17,7 @@ from .exec.custom_ops import register_lowering
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
 from .frontends import dispatch, forked_child
 from .frontends.analyze import analyze
-from .frontends.analyze import main as analyze_main
+from .frontends.analyze import main as analyze_main  # noqa: F401 - the generated `python -m` entry runs it
 from .frontends import op_counters as metrics
 from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
@@ -91,7 +91,9 @@ def _tensor_to_xla(t: torch.Tensor) -> XlaTensor:
     if isinstance(t, XlaTensor):
         return t
     if t.layout != torch.strided:
-        raise RuntimeError(f"{t.layout} tensors cannot be moved to JAX (dense tensors only): convert with .to_dense() first")
+        raise RuntimeError(
+            f"{t.layout} tensors cannot be moved to JAX (dense tensors only): convert with .to_dense() first"
+        )
     out = from_array(cpu_to_jax(t.detach()))
     if t.requires_grad:
         out.requires_grad_(True)

@@ -120,9 +120,12 @@ def main() -> None:
           "analysed wall ms | wall ratio | first ms | report s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['ops per step']} | {r['eager ms']:.2f} | {r['analysed ms']:.2f} | {r['cpu ratio']:.2f} | "
-              f"{r['process cpu ratio']:.2f} | {r['eager wall ms']:.2f} | {r['analysed wall ms']:.2f} | "
-              f"{r['wall ratio']:.2f} | {r['first analysed cpu ms']:.1f} | {r['report s']:.3f} |")
+        print(
+            f"| {r['model']} | {r['ops per step']} | {r['eager ms']:.2f} | {r['analysed ms']:.2f} | "
+            f"{r['cpu ratio']:.2f} | "
+            f"{r['process cpu ratio']:.2f} | {r['eager wall ms']:.2f} | {r['analysed wall ms']:.2f} | "
+            f"{r['wall ratio']:.2f} | {r['first analysed cpu ms']:.1f} | {r['report s']:.3f} |"
+        )
 
 
 if __name__ == "__main__":

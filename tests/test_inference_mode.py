@@ -63,8 +63,10 @@ class Recorder:
 def assert_same(a, b, where):
     if isinstance(a, tuple) and a and a[0] == "tensor":
         assert isinstance(b, tuple) and b and b[0] == "tensor", where
-        assert a[1:-1] == b[1:-1], f"{where}: (is_inference, requires_grad, _version, _is_view, is_leaf, dtype, shape) " \
-                                   f"CPU {a[1:-1]}, ours {b[1:-1]}"
+        assert a[1:-1] == b[1:-1], (
+            f"{where}: (is_inference, requires_grad, _version, _is_view, is_leaf, dtype, shape) "
+            f"CPU {a[1:-1]}, ours {b[1:-1]}"
+        )
         torch.testing.assert_close(b[-1], a[-1], msg=lambda m: f"{where}: {m}")
     elif isinstance(a, tuple):
         assert isinstance(b, tuple) and len(a) == len(b), f"{where}: CPU {a!r}, ours {b!r}"
@@ -574,7 +576,11 @@ MODULES = {
     "Linear": lambda: (nn.Linear(8, 4), (torch.randn(3, 8),), {}),
     "Conv2d": lambda: (nn.Conv2d(3, 4, 3, padding=1), (torch.randn(2, 3, 8, 8),), {}),
     "BatchNorm2d": lambda: (nn.BatchNorm2d(3), (torch.randn(2, 3, 5, 5),), {}),
-    "InstanceNorm1d": lambda: (nn.InstanceNorm1d(3, affine=True, track_running_stats=True), (torch.randn(2, 3, 7),), {}),
+    "InstanceNorm1d": lambda: (
+        nn.InstanceNorm1d(3, affine=True, track_running_stats=True),
+        (torch.randn(2, 3, 7),),
+        {},
+    ),
     "InstanceNorm2d": lambda: (nn.InstanceNorm2d(3), (torch.randn(2, 3, 5, 5),), {}),
     "LayerNorm": lambda: (nn.LayerNorm(8), (torch.randn(3, 8),), {}),
     "Embedding": lambda: (nn.Embedding(10, 4), (torch.tensor([[1, 2, 9], [0, 3, 3]]),), {}),
@@ -582,8 +588,11 @@ MODULES = {
     "RNN": lambda: (nn.RNN(4, 6, num_layers=2, batch_first=True), (torch.randn(2, 5, 4),), {}),
     "LSTM": lambda: (nn.LSTM(4, 6), (torch.randn(5, 2, 4),), {}),
     "GRU": lambda: (nn.GRU(4, 6, bidirectional=True), (torch.randn(5, 2, 4),), {}),
-    "MultiheadAttention": lambda: (nn.MultiheadAttention(8, 2, batch_first=True), (torch.randn(2, 5, 8),) * 3,
-                                   {"need_weights": True}),
+    "MultiheadAttention": lambda: (
+        nn.MultiheadAttention(8, 2, batch_first=True),
+        (torch.randn(2, 5, 8),) * 3,
+        {"need_weights": True},
+    ),
     "TransformerEncoder": _encoder,
     "BertModel": _tiny_bert,
     "GPT2Model": _tiny_gpt2,

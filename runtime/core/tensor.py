@@ -158,13 +158,21 @@ class XlaTensor(torch.Tensor):
     _real = False  # a view of a complex storage as reals (Note [Views and mutation])
 
     @staticmethod
-    def __new__(cls, store: Storage, shape, dtype: torch.dtype, strides=None, offset: int = 0, requires_grad: bool = False):
+    def __new__(
+        cls, store: Storage, shape, dtype: torch.dtype, strides=None, offset: int = 0, requires_grad: bool = False
+    ):
         if strides is None:
             r = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=DEVICE, requires_grad=requires_grad)
             r._whole = True
         else:
             r = torch.Tensor._make_wrapper_subclass(
-                cls, shape, strides=strides, storage_offset=offset, dtype=dtype, device=DEVICE, requires_grad=requires_grad
+                cls,
+                shape,
+                strides=strides,
+                storage_offset=offset,
+                dtype=dtype,
+                device=DEVICE,
+                requires_grad=requires_grad,
             )
             r._whole = False
         r._store = store
@@ -291,7 +299,9 @@ def _whole_storage(t: XlaTensor) -> XlaTensor | None:
 def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
     """A new tensor owning a new storage holding `array`. (XlaTensor.__new__ without its
     Python call overhead: every eager op result is made here.)"""
-    r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=DEVICE, requires_grad=requires_grad)
+    r = _make_wrapper_subclass(
+        XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=DEVICE, requires_grad=requires_grad
+    )
     r._whole = True
     r._store = Storage(array)
     r._cache = None
@@ -304,7 +314,9 @@ def tensor_on(store: Storage, shape, dtype: torch.dtype, view: tuple | None = No
     if view is None:
         r = _make_wrapper_subclass(XlaTensor, shape, dtype=dtype, device=DEVICE)
     else:
-        r = _make_wrapper_subclass(XlaTensor, shape, strides=view[0], storage_offset=view[1], dtype=dtype, device=DEVICE)
+        r = _make_wrapper_subclass(
+            XlaTensor, shape, strides=view[0], storage_offset=view[1], dtype=dtype, device=DEVICE
+        )
     r._whole = view is None
     r._store = store
     r._cache = None

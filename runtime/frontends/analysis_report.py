@@ -343,7 +343,8 @@ def annotated_hlo(lower: Any, site_of: Any) -> dict:
     """Verbosity 2: a compiled graph's HLO text, each instruction's metadata replaced by
     the aten op and call site it came from (its named scopes: the op's own, Note [Op
     names in programs] in exec/eager.py, and the label of its node, Note [Labelled
-    nodes] in exec/graph.py), and the instructions counted by aten op. `site_of(scope names)`: the call site, or None."""
+    nodes] in exec/graph.py), and the instructions counted by aten op. `site_of(scope
+    names)`: the call site, or None."""
     try:
         with X64:
             text = lower().as_text(dialect="hlo", debug_info=True)
@@ -415,8 +416,11 @@ def summary(report: dict, path: Path, overwritten: bool = False) -> str:
             lines.append(f"    {name:<{width}}  {u['count']:>5} calls  {u['reason']}")
             for s in u["call_sites"][:SUMMARY_SITES]:
                 where = f"{s['file']}:{s['line']}"
-                extra = "  ".join(x for x in (s["module"], f"backward of {s['backward_of']}" if s["backward_of"] else "",
-                                               s["source"]) if x)
+                extra = "  ".join(
+                    x
+                    for x in (s["module"], f"backward of {s['backward_of']}" if s["backward_of"] else "", s["source"])
+                    if x
+                )
                 lines.append(f"        {where}  {extra}")
             if len(u["call_sites"]) > SUMMARY_SITES:
                 lines.append(f"        ... {len(u['call_sites']) - SUMMARY_SITES} more call sites in the report")
@@ -474,29 +478,56 @@ _MEASURE = {
     "type": "object",
     "required": ["supported", "unsupported", "total", "percent"],
     "additionalProperties": False,
-    "properties": {"supported": {"type": "integer", "minimum": 0}, "unsupported": {"type": "integer", "minimum": 0},
-                   "total": {"type": "integer", "minimum": 0}, "percent": {"type": "number", "minimum": 0, "maximum": 100}},
+    "properties": {
+        "supported": {"type": "integer", "minimum": 0},
+        "unsupported": {"type": "integer", "minimum": 0},
+        "total": {"type": "integer", "minimum": 0},
+        "percent": {"type": "number", "minimum": 0, "maximum": 100},
+    },
 }
 _STABLEHLO = {
     "type": "object",
     "required": ["inputs", "operations"],
-    "properties": {"inputs": {"type": "string"}, "operations": {"type": "object", "additionalProperties": {"type": "integer"}},
-                   "error": {"type": "string"}},
+    "properties": {
+        "inputs": {"type": "string"},
+        "operations": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "error": {"type": "string"},
+    },
     "additionalProperties": False,
 }
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "xla_native_functions analysis report (result.json)",
     "type": "object",
-    "required": ["schema_version", "program", "versions", "support_percentage", "support", "supported_operators",
-                 "unsupported_operators", "graphs", "accuracy", "time"],
+    "required": [
+        "schema_version",
+        "program",
+        "versions",
+        "support_percentage",
+        "support",
+        "supported_operators",
+        "unsupported_operators",
+        "graphs",
+        "accuracy",
+        "time",
+    ],
     "additionalProperties": False,
     "properties": {
         "schema_version": {"const": SCHEMA_VERSION},
         "program": {
             "type": "object",
-            "required": ["name", "mode", "verbosity", "steps_option", "accuracy_option", "optimizer_steps",
-                         "top_level_calls", "stopped", "error", "exit_status"],
+            "required": [
+                "name",
+                "mode",
+                "verbosity",
+                "steps_option",
+                "accuracy_option",
+                "optimizer_steps",
+                "top_level_calls",
+                "stopped",
+                "error",
+                "exit_status",
+            ],
             "additionalProperties": False,
             "properties": {
                 "name": {"type": "string"},
@@ -507,11 +538,23 @@ SCHEMA: dict[str, Any] = {
                 "optimizer_steps": {"type": "integer", "minimum": 0},
                 "top_level_calls": {"type": "integer", "minimum": 0},
                 "stopped": {"type": ["string", "null"]},
-                "error": {"anyOf": [{"type": "null"}, {
-                    "type": "object", "required": ["type", "message", "file", "line"],
-                    "properties": {"type": {"type": "string"}, "message": {"type": "string"}, "file": {"type": "string"},
-                                   "line": {"type": "integer"}, "traceback": {"type": "string"}},
-                    "additionalProperties": False}]},
+                "error": {
+                    "anyOf": [
+                        {"type": "null"},
+                        {
+                            "type": "object",
+                            "required": ["type", "message", "file", "line"],
+                            "properties": {
+                                "type": {"type": "string"},
+                                "message": {"type": "string"},
+                                "file": {"type": "string"},
+                                "line": {"type": "integer"},
+                                "traceback": {"type": "string"},
+                            },
+                            "additionalProperties": False,
+                        },
+                    ]
+                },
                 "exit_status": {"type": ["integer", "null"]},
             },
         },
@@ -528,9 +571,15 @@ SCHEMA: dict[str, Any] = {
             "properties": {
                 "occurrences": _MEASURE,
                 "overloads": _MEASURE,
-                "time": {"type": "object", "required": ["measured", "percent"], "additionalProperties": False,
-                         "properties": {"measured": {"type": "boolean"},
-                                        "percent": {"type": ["number", "null"], "minimum": 0, "maximum": 100}}},
+                "time": {
+                    "type": "object",
+                    "required": ["measured", "percent"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "measured": {"type": "boolean"},
+                        "percent": {"type": ["number", "null"], "minimum": 0, "maximum": 100},
+                    },
+                },
             },
         },
         "supported_operators": {
@@ -544,9 +593,15 @@ SCHEMA: dict[str, Any] = {
                     "count": {"type": "integer", "minimum": 0},
                     "section": {"type": "string"},
                     "decomposed": {"const": True},
-                    "signatures": {"type": "array", "items": {
-                        "type": "object", "required": ["inputs", "count"], "additionalProperties": False,
-                        "properties": {"inputs": {"type": "string"}, "count": {"type": "integer", "minimum": 1}}}},
+                    "signatures": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["inputs", "count"],
+                            "additionalProperties": False,
+                            "properties": {"inputs": {"type": "string"}, "count": {"type": "integer", "minimum": 1}},
+                        },
+                    },
                     "more_signatures": {"type": "integer", "minimum": 0},
                     "stablehlo": _STABLEHLO,
                 },
@@ -563,69 +618,161 @@ SCHEMA: dict[str, Any] = {
                     "count": {"type": "integer", "minimum": 0},
                     "reason": {"type": "string"},
                     "reasons": {"type": "array", "items": {"type": "string"}},
-                    "call_sites": {"type": "array", "items": {
-                        "type": "object",
-                        "required": [*_SITE["required"], "reason", "count"],
-                        "additionalProperties": False,
-                        "properties": {**_SITE["properties"], "reason": {"type": "string"},
-                                       "count": {"type": "integer", "minimum": 0}}}},
+                    "call_sites": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": [*_SITE["required"], "reason", "count"],
+                            "additionalProperties": False,
+                            "properties": {
+                                **_SITE["properties"],
+                                "reason": {"type": "string"},
+                                "count": {"type": "integer", "minimum": 0},
+                            },
+                        },
+                    },
                     "scaffold": {"type": "string", "pattern": r"^python -m codegen\.scaffold \S+$"},
                 },
             },
         },
-        "graphs": {"anyOf": [{"type": "null"}, {
-            "type": "object",
-            "required": ["count", "compilations", "recompilations", "host_syncs", "graph_breaks", "programs"],
-            "additionalProperties": False,
-            "properties": {
-                "count": {"type": "integer", "minimum": 0},
-                "compilations": {"type": "integer", "minimum": 0},
-                "recompilations": {"type": "array", "items": {
-                    "type": "object", "required": ["graph", "reason", "call_site"], "additionalProperties": False,
-                    "properties": {"graph": {"type": "integer"}, "reason": {"type": "string"}, "call_site": _SITE_OR_NULL}}},
-                "host_syncs": {"type": "array", "items": {
-                    "type": "object", "required": ["op", "count", "call_site"], "additionalProperties": False,
-                    "properties": {"op": {"type": "string"}, "count": {"type": "integer"}, "call_site": _SITE}}},
-                "graph_breaks": {"type": "array", "items": {
-                    "type": "object", "required": ["reason", "count", "call_site"], "additionalProperties": False,
-                    "properties": {"reason": {"type": "string"}, "count": {"type": "integer"},
-                                   "call_site": _SITE_OR_NULL}}},
-                "programs": {"type": "array", "items": {
+        "graphs": {
+            "anyOf": [
+                {"type": "null"},
+                {
                     "type": "object",
-                    "required": ["index", "kind", "op_count", "ops", "runs", "compilations", "ended_by"],
+                    "required": ["count", "compilations", "recompilations", "host_syncs", "graph_breaks", "programs"],
                     "additionalProperties": False,
                     "properties": {
-                        "index": {"type": "integer"}, "kind": {"enum": ["trace", "dynamo", "aten"]},
-                        "op_count": {"type": "integer", "minimum": 0},
-                        "ops": {"type": "object", "additionalProperties": {"type": "integer"}},
-                        "runs": {"type": "integer", "minimum": 0},
-                        "compilations": {"type": "array", "items": {
-                            "type": "object", "required": ["reason", "at_run", "ended_by", "call_site"],
-                            "additionalProperties": False,
-                            "properties": {"reason": {"type": "string"}, "at_run": {"type": "integer"},
-                                           "ended_by": {"type": "string"}, "call_site": _SITE_OR_NULL}}},
-                        "ended_by": {"type": "array", "items": {
-                            "type": "object", "required": ["cause", "count", "call_site"], "additionalProperties": False,
-                            "properties": {"cause": {"type": "string"}, "count": {"type": "integer"},
-                                           "call_site": _SITE_OR_NULL}}},
-                        "hlo": {"type": "object", "required": ["text", "instructions_by_op"],
-                                "properties": {"text": {"type": "string"}, "error": {"type": "string"},
-                                               "instructions_by_op": {"type": "object",
-                                                                      "additionalProperties": {"type": "integer"}}},
-                                "additionalProperties": False},
+                        "count": {"type": "integer", "minimum": 0},
+                        "compilations": {"type": "integer", "minimum": 0},
+                        "recompilations": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["graph", "reason", "call_site"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "graph": {"type": "integer"},
+                                    "reason": {"type": "string"},
+                                    "call_site": _SITE_OR_NULL,
+                                },
+                            },
+                        },
+                        "host_syncs": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["op", "count", "call_site"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "op": {"type": "string"},
+                                    "count": {"type": "integer"},
+                                    "call_site": _SITE,
+                                },
+                            },
+                        },
+                        "graph_breaks": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["reason", "count", "call_site"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "reason": {"type": "string"},
+                                    "count": {"type": "integer"},
+                                    "call_site": _SITE_OR_NULL,
+                                },
+                            },
+                        },
+                        "programs": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["index", "kind", "op_count", "ops", "runs", "compilations", "ended_by"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "index": {"type": "integer"},
+                                    "kind": {"enum": ["trace", "dynamo", "aten"]},
+                                    "op_count": {"type": "integer", "minimum": 0},
+                                    "ops": {"type": "object", "additionalProperties": {"type": "integer"}},
+                                    "runs": {"type": "integer", "minimum": 0},
+                                    "compilations": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "required": ["reason", "at_run", "ended_by", "call_site"],
+                                            "additionalProperties": False,
+                                            "properties": {
+                                                "reason": {"type": "string"},
+                                                "at_run": {"type": "integer"},
+                                                "ended_by": {"type": "string"},
+                                                "call_site": _SITE_OR_NULL,
+                                            },
+                                        },
+                                    },
+                                    "ended_by": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "required": ["cause", "count", "call_site"],
+                                            "additionalProperties": False,
+                                            "properties": {
+                                                "cause": {"type": "string"},
+                                                "count": {"type": "integer"},
+                                                "call_site": _SITE_OR_NULL,
+                                            },
+                                        },
+                                    },
+                                    "hlo": {
+                                        "type": "object",
+                                        "required": ["text", "instructions_by_op"],
+                                        "properties": {
+                                            "text": {"type": "string"},
+                                            "error": {"type": "string"},
+                                            "instructions_by_op": {
+                                                "type": "object",
+                                                "additionalProperties": {"type": "integer"},
+                                            },
+                                        },
+                                        "additionalProperties": False,
+                                    },
+                                },
+                            },
+                        },
                     },
-                }},
-            },
-        }]},
-        "accuracy": {"anyOf": [{"type": "null"}, {"type": "array", "items": {
-            "type": "object", "required": ["op", "calls", "max_abs_diff", "max_rel_diff", "call_site"],
-            "additionalProperties": False,
-            "properties": {"op": {"type": "string"}, "calls": {"type": "integer", "minimum": 1},
-                           "max_abs_diff": {"type": "number"}, "max_rel_diff": {"type": "number"}, "call_site": _SITE}}}]},
+                },
+            ]
+        },
+        "accuracy": {
+            "anyOf": [
+                {"type": "null"},
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["op", "calls", "max_abs_diff", "max_rel_diff", "call_site"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "op": {"type": "string"},
+                            "calls": {"type": "integer", "minimum": 1},
+                            "max_abs_diff": {"type": "number"},
+                            "max_rel_diff": {"type": "number"},
+                            "call_site": _SITE,
+                        },
+                    },
+                },
+            ]
+        },
         "time": {
             "type": "object",
-            "required": ["measured", "supported_seconds", "unsupported_seconds", "first_call_seconds", "wall_seconds",
-                         "by_operator"],
+            "required": [
+                "measured",
+                "supported_seconds",
+                "unsupported_seconds",
+                "first_call_seconds",
+                "wall_seconds",
+                "by_operator",
+            ],
             "additionalProperties": False,
             "properties": {
                 "measured": {"type": "boolean"},

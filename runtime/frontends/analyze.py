@@ -71,7 +71,6 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import jax
-import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -88,7 +87,7 @@ from ..exec import graph as graph_module
 from ..exec.custom_ops import register_loaded_library_ops
 from ..exec.eager import scalar_operand, scope_name, value
 from ..exec.fallback import fallback
-from ..exec.graph import GRAPH_WATCHERS, input_spec
+from ..exec.graph import input_spec
 from ..exec.registry import HANDLERS, OperatorNotFound, policy
 from ..exec.trace import Trace, settle_failed
 from ..platform.call_site import user_frame, user_frame_object
@@ -509,7 +508,9 @@ class Analysis:
     def _compare_after_sync(self, func: Any, out: Any, reference: Any, name_and_site: tuple[str, Site]) -> None:
         self._note_differences(*name_and_site, out, reference)
 
-    def _run_on_cpu(self, rec: _Op, func: Any, args: tuple, kwargs: dict, reason: str, error: BaseException | None) -> Any:
+    def _run_on_cpu(
+        self, rec: _Op, func: Any, args: tuple, kwargs: dict, reason: str, error: BaseException | None
+    ) -> Any:
         start = time.perf_counter()
         try:
             out = fallback(func, args, kwargs)
@@ -654,7 +655,9 @@ class Analysis:
             self.in_steps = True
         if self.options.steps is not None and self.optimizer_steps >= self.options.steps:
             # raised when the next step starts, so that the program ends this one (its logging)
-            self.stop_pending = f"--steps {self.options.steps}: stopped after {self.optimizer_steps} optimizer step{'s' if self.optimizer_steps != 1 else ''}"
+            plural = "s" if self.optimizer_steps != 1 else ""
+            self.stop_pending = (f"--steps {self.options.steps}: stopped after {self.optimizer_steps} "
+                                 f"optimizer step{plural}")
 
     def optimizer_pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.stop_pending is not None:
@@ -706,7 +709,11 @@ class Analysis:
                 why = self._name_inputs(new_reasons[-1], inputs) if new_reasons else "the graph changed"
                 self.recompiles.append({"graph": g.index, "reason": why, "site": site})
             else:
-                why = "first compilation" if self.in_steps else "first compilation (the program's setup, before its first step)"
+                why = (
+                    "first compilation"
+                    if self.in_steps
+                    else "first compilation (the program's setup, before its first step)"
+                )
             g.compiles.append({"reason": why, "run": g.runs, "ended_by": cause, "site": site})
         if self.in_steps:
             self._compiled_positions.add(position)
@@ -798,8 +805,12 @@ class Analysis:
                     setattr(compile_graph, attr, getattr(compiler, attr))
             return compile_graph
 
-        inner = aot_autograd(fw_compiler=watch(dynamo._compile_forward_graph), bw_compiler=watch(dynamo._compile_backward_graph, True),
-                             inference_compiler=watch(dynamo.compile_aten_graph), decompositions=dynamo.decompositions())
+        inner = aot_autograd(
+            fw_compiler=watch(dynamo._compile_forward_graph),
+            bw_compiler=watch(dynamo._compile_backward_graph, True),
+            inference_compiler=watch(dynamo.compile_aten_graph),
+            decompositions=dynamo.decompositions(),
+        )
         compiled = inner(gm, example_inputs)
 
         def run(*args: Any) -> Any:
@@ -815,7 +826,11 @@ class Analysis:
         for code, failures in guard_failures.items():
             seen = self._dynamo_failures.get(code, 0)
             if len(failures) > seen:
-                where = "" if code.co_filename.startswith(_TORCH_DIR) else f" in {code.co_name} ({code.co_filename}:{code.co_firstlineno})"
+                where = (
+                    ""
+                    if code.co_filename.startswith(_TORCH_DIR)
+                    else f" in {code.co_name} ({code.co_filename}:{code.co_firstlineno})"
+                )
                 reasons += [f"guard failed{where}: {re.sub(r'^[0-9/]+: ', '', r)}" for r in failures[seen:]]
                 self._dynamo_failures[code] = len(failures)
         site = self.current_site()
@@ -841,7 +856,9 @@ class Analysis:
     def note_graph_break(self, message: str) -> None:
         match = re.search(r"in user code at (.+):(\d+)", message)
         site = Site(match.group(1), int(match.group(2)), "", "") if match else _NO_SITE
-        reason_lines = [line.strip() for line in message.split("Graph Break Reason:", 1)[-1].splitlines() if line.strip()]
+        reason_lines = [
+            line.strip() for line in message.split("Graph Break Reason:", 1)[-1].splitlines() if line.strip()
+        ]
         reason = " ".join(line for line in reason_lines[:3] if not line.startswith("Hint"))
         self.graph_breaks[(reason[:400], site)] += 1
 
@@ -1048,7 +1065,12 @@ def _variable_name(module: torch.nn.Module) -> str | None:
 
 
 def _to_device(t: Any) -> Any:
-    if isinstance(t, torch.Tensor) and not isinstance(t, XlaTensor) and t.device.type == "cpu" and t.layout == torch.strided:
+    if (
+        isinstance(t, torch.Tensor)
+        and not isinstance(t, XlaTensor)
+        and t.device.type == "cpu"
+        and t.layout == torch.strided
+    ):
         return from_array(cpu_to_jax(t.detach()))
     return None
 
@@ -1090,8 +1112,12 @@ def _check_lowering(func: Any, args: tuple, kwargs: dict) -> str | None:
     try:
         with untraced(), X64:
             jax.eval_shape(run, *specs)
-    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError, jax.errors.TracerBoolConversionError,
-            jax.errors.TracerIntegerConversionError):
+    except (
+        jax.errors.ConcretizationTypeError,
+        jax.errors.TracerArrayConversionError,
+        jax.errors.TracerBoolConversionError,
+        jax.errors.TracerIntegerConversionError,
+    ):
         return None  # needs values: checked when it runs
     except AnalysisStopped:
         raise
@@ -1330,15 +1356,21 @@ def _parser() -> argparse.ArgumentParser:
         description="Run a PyTorch script unmodified on xla_native_functions and report how it maps onto the backend: "
                     "supported and missing aten ops with their call sites, compiled graphs and why they recompiled "
                     "(docs/analyze.md).")
-    parser.add_argument("--output", default=DEFAULT_OUTPUT, help=f"directory of result.json (default ./{DEFAULT_OUTPUT})")
+    parser.add_argument(
+        "--output", default=DEFAULT_OUTPUT, help=f"directory of result.json (default ./{DEFAULT_OUTPUT})"
+    )
     parser.add_argument("--verbosity", type=int, choices=(0, 1, 2), default=0,
                         help="1: the StableHLO operations of each aten op's lowering; 2: also the text of every "
                              "compiled graph, each instruction attributed to its aten op and call site")
     parser.add_argument("--mode", choices=MODES, default="eager",
                         help="eager (default): each op at once; compiled: the ops of each step as compiled graphs; "
                              "dynamo: top-level modules through torch.compile(backend='xla_native')")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="stop after N optimizer steps (or N calls of a top-level module if the script steps no optimizer)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="stop after N optimizer steps (or N calls of a top-level module if the script steps no optimizer)",
+    )
     parser.add_argument("--accuracy", action="store_true",
                         help="compare every op with PyTorch CPU (eager and compiled modes)")
     parser.add_argument("--fail-under", type=float, default=None, metavar="PCT",
@@ -1392,6 +1424,8 @@ def main(argv: list[str] | None = None) -> int:
     elif analysis.exit_status:
         status = analysis.exit_status
     if ns.fail_under is not None and report["support"]["occurrences"]["percent"] < ns.fail_under:
-        print(f"analyze: support {report['support_percentage']} is below --fail-under {ns.fail_under:g}%", file=sys.stderr)
+        print(
+            f"analyze: support {report['support_percentage']} is below --fail-under {ns.fail_under:g}%", file=sys.stderr
+        )
         status = 1
     return status

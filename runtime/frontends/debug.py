@@ -284,7 +284,9 @@ def differences(out: Any, reference: Any) -> list[tuple[float, float]]:
             max_abs = diff.max().item() if diff.numel() else 0.0
             denom = b.double().abs().clamp_min(1e-30)
             max_rel = (diff / denom).max().item() if diff.numel() else 0.0
-            bad = not torch.allclose(a.to(b.dtype), b, atol=config.accuracy_atol, rtol=config.accuracy_rtol, equal_nan=True)
+            bad = not torch.allclose(
+                a.to(b.dtype), b, atol=config.accuracy_atol, rtol=config.accuracy_rtol, equal_nan=True
+            )
         else:
             max_abs = max_rel = float((a != b).sum().item())
             bad = bool(max_abs)

@@ -214,8 +214,12 @@ def install(registry: dict[Any, Any]) -> None:
         if any(a.name == "device" for a in op._schema.arguments) and not any(
             a.type.kind() == "TensorType" for a in op._schema.arguments
         ):
-            lib.impl(op._schema.name.removeprefix("aten::") + ("." + op._overloadname if op._overloadname != "default" else ""),
-                     _factory_kernel(op), "PrivateUse1")
+            lib.impl(
+                op._schema.name.removeprefix("aten::")
+                + ("." + op._overloadname if op._overloadname != "default" else ""),
+                _factory_kernel(op),
+                "PrivateUse1",
+            )
     # PyTorch's CPU kernels that produce a tensor on our device (cpu_tensor.to("jax")
     # inside torch.tensor(data, device=...), a list index moved to an XlaTensor's
     # device) end in a copy that reaches the dispatcher's PrivateUse1 key.

@@ -509,7 +509,11 @@ def _owned(tensors: tuple) -> bool:
 
 def _same_value(a: Any, expected: np.ndarray) -> bool:
     a = np.asarray(a)
-    return a.shape == expected.shape and a.dtype == expected.dtype and np.array_equal(a, expected, equal_nan=a.dtype.kind in "fc")
+    return (
+        a.shape == expected.shape
+        and a.dtype == expected.dtype
+        and np.array_equal(a, expected, equal_nan=a.dtype.kind in "fc")
+    )
 
 
 def generate_replay(plan: Plan) -> Callable[[Any], Any]:
@@ -802,7 +806,8 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
         plan.op_counts = tuple((k, n - calls_before.get(k, 0)) for k, n in calls.items() if n > calls_before.get(k, 0))
     entry.known = [weakref.ref(t) for t in known.values()]
     del known
-    del pre_grads, probe
+    del pre_grads
+    probe = None  # the hooks' closures hold it
     entry.probes += 1
     if isinstance(plan, str):
         entry.candidate = None

@@ -15,7 +15,10 @@ _RUNTIME = str(Path(__file__).resolve().parents[1])
 
 
 def _library_dirs() -> tuple[str, ...]:
-    ours = [sys.modules.get(m) for m in ("xla_native_functions", "xla_native_functions.lowerings", "xla_native_functions.shape_fns")]
+    ours = [
+        sys.modules.get(m)
+        for m in ("xla_native_functions", "xla_native_functions.lowerings", "xla_native_functions.shape_fns")
+    ]
     return (str(Path(torch.__file__).parent), str(Path(jax.__file__).parent), _RUNTIME) + tuple(
         str(Path(m.__file__).parent) for m in ours if m is not None and getattr(m, "__file__", None)
     )

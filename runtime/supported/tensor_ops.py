@@ -27,7 +27,9 @@ def impl__local_scalar_dense(self):
         return jax_to_cpu(host_array(self)).item()
 
 
-def impl__to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+def impl__to_copy(
+    self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None
+):
     target = torch.device(device) if device is not None else self.device
     dtype = dtype or self.dtype
     if target.type == "cpu":
