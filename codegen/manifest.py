@@ -129,7 +129,9 @@ def load_manifest(path: str | Path) -> Manifest:
         seen_keys[key] = key_node
         if key not in TOP_LEVEL_KEYS + OPTIONAL_KEYS:
             raise _fail(
-                path, key_node, f"unknown key '{key}'; the manifest's keys are {', '.join(TOP_LEVEL_KEYS + OPTIONAL_KEYS)}"
+                path,
+                key_node,
+                f"unknown key '{key}'; the manifest's keys are {', '.join(TOP_LEVEL_KEYS + OPTIONAL_KEYS)}",
             )
         if key == "libraries":
             libraries = _parse_libraries(path, value_node)
@@ -141,8 +143,10 @@ def load_manifest(path: str | Path) -> Manifest:
             for entry in _parse_internal(path, value_node):
                 prior = first_place.get(entry.op)
                 if prior is not None:
-                    raise ManifestError(f"{path}:{entry.line}: '{entry.op}' is listed twice (first at line {prior.line}); "
-                                        "give the internal node another name")
+                    raise ManifestError(
+                        f"{path}:{entry.line}: '{entry.op}' is listed twice (first at line {prior.line}); "
+                        "give the internal node another name"
+                    )
                 first_place[entry.op] = entry
                 entries.append(entry)
             continue

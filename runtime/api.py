@@ -17,6 +17,8 @@ from .exec import custom_ops, value_checks
 from .exec.custom_ops import register_lowering
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
 from .frontends import dispatch, distributed, forked_child
+from .frontends.analyze import analyze
+from .frontends.analyze import main as analyze_main  # noqa: F401 - the generated `python -m` entry runs it
 from .frontends import op_counters as metrics
 from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
@@ -32,6 +34,7 @@ from .supported.foreach import enable_foreach_optimizers
 
 __all__ = [
     "OperatorNotFound",
+    "analyze",
     "call_jax",
     "compile",
     "config",
@@ -90,7 +93,9 @@ def _tensor_to_xla(t: torch.Tensor) -> XlaTensor:
     if isinstance(t, XlaTensor):
         return t
     if t.layout != torch.strided:
-        raise RuntimeError(f"{t.layout} tensors cannot be moved to JAX (dense tensors only): convert with .to_dense() first")
+        raise RuntimeError(
+            f"{t.layout} tensors cannot be moved to JAX (dense tensors only): convert with .to_dense() first"
+        )
     out = from_array(cpu_to_jax(t.detach()))
     if t.requires_grad:
         out.requires_grad_(True)

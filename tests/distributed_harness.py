@@ -29,7 +29,8 @@ def worker_env(devices: int) -> dict[str, str]:
     env = dict(os.environ)
     flags = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f)
     env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), str(REPO), str(REPO / "scripts")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    paths = [str(TESTS), str(REPO), str(REPO / "scripts")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
 
 

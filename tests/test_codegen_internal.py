@@ -96,7 +96,9 @@ def test_internal_nodes_are_checked_like_full_codegen(tmp_path):
                                                       "def strided_copy_output_shape(base)"))
     assert "strided_copy_output_shape does not match the schema of strided_copy" in str(info.value)
     with pytest.raises(ManifestError) as info:
-        _render(tmp_path / "b", lowerings=LOWERINGS.replace("def lower_strided_copy(base, size):\n    return base\n", ""))
+        _render(
+            tmp_path / "b", lowerings=LOWERINGS.replace("def lower_strided_copy(base, size):\n    return base\n", "")
+        )
     assert "def lower_strided_copy(base, size):" in str(info.value)
 
 

@@ -12,6 +12,7 @@ See README.md for the execution modes and docs/ for the contributor guide.
 
 from .runtime.api import (
     OperatorNotFound,
+    analyze,
     call_jax,
     compile,
     config,
@@ -42,6 +43,7 @@ from . import distributed  # noqa: E402  (torch.distributed's API over JAX meshe
 
 __all__ = [
     "OperatorNotFound",
+    "analyze",
     "call_jax",
     "compile",
     "config",

@@ -133,7 +133,8 @@ class DeviceMesh:
     def __init__(self, device_type: str = DEVICE_NAME, mesh: Any = None, *, mesh_dim_names: Sequence[str] | None = None,
                  _jax_mesh: Mesh | None = None, _dims: tuple[str, ...] | None = None):
         if device_type != DEVICE_NAME:
-            raise ValueError(f"DeviceMesh: this mesh is of JAX devices, device_type {DEVICE_NAME!r}, not {device_type!r}")
+            raise ValueError(f"DeviceMesh: this mesh is of JAX devices, device_type {DEVICE_NAME!r}, "
+                             f"not {device_type!r}")
         if _jax_mesh is None:
             if mesh is None:
                 raise TypeError("DeviceMesh needs `mesh`, an array of device indices")

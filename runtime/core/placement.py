@@ -211,12 +211,14 @@ _dispatch_unchecked: list[Any] = []
 
 def _mismatch(a: Storage, b: Storage) -> str | None:
     if a.device != b.device:
-        return f"Expected all tensors to be on the same device, but found at least two devices, {a.device} and {b.device}!"
+        return ("Expected all tensors to be on the same device, but found at least two devices, "
+                f"{a.device} and {b.device}!")
     la = a.layout if a.__class__ is PlacedStorage else None
     lb = b.layout if b.__class__ is PlacedStorage else None
     if spans_devices(la) and spans_devices(lb) and la.device_set != lb.device_set:
         return ("Expected all tensors to be on the same device mesh, but found tensors laid out over two meshes "
-                f"({_describe_devices(la)} and {_describe_devices(lb)}): redistribute one of them onto the other's mesh")
+                f"({_describe_devices(la)} and {_describe_devices(lb)}): redistribute one of them onto the other's "
+                "mesh")
     return None
 
 

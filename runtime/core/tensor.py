@@ -47,6 +47,7 @@ from ..platform import hook_errors
 from ..platform.device_guard import install_native_device_guard
 from .autocast import install_autocast_fallthrough, install_autocast_kernels
 from .device_storage import DeviceStorage, pickled_form, storage_address
+from .inference import made_in_mode
 from .sharing import wait_for_write
 
 DEVICE_NAME = "jax"
@@ -176,14 +177,23 @@ class XlaTensor(torch.Tensor):
     _real = False  # a view of a complex storage as reals (Note [Views and mutation])
 
     @staticmethod
-    def __new__(cls, store: Storage, shape, dtype: torch.dtype, strides=None, offset: int = 0, requires_grad: bool = False):
+    def __new__(
+        cls, store: Storage, shape, dtype: torch.dtype, strides=None, offset: int = 0, requires_grad: bool = False
+    ):
         if strides is None:
-            r = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=store.device, requires_grad=requires_grad)
+            r = torch.Tensor._make_wrapper_subclass(
+                cls, shape, dtype=dtype, device=store.device, requires_grad=requires_grad
+            )
             r._whole = True
         else:
             r = torch.Tensor._make_wrapper_subclass(
-                cls, shape, strides=strides, storage_offset=offset, dtype=dtype, device=store.device,
-                requires_grad=requires_grad
+                cls,
+                shape,
+                strides=strides,
+                storage_offset=offset,
+                dtype=dtype,
+                device=store.device,
+                requires_grad=requires_grad,
             )
             r._whole = False
         r._store = store
@@ -206,6 +216,15 @@ class XlaTensor(torch.Tensor):
     def data(self, new: torch.Tensor) -> None:
         # torch copies sizes, strides and offset into this TensorImpl (and rejects a
         # tensor of another device), but our storage lives on the Python object.
+        if new.__class__ is XlaTensor:
+            # torch also copies the key set, and refuses one that differs on a device
+            # like ours: `self` stays what it is (Note [Inference mode] in
+            # core/inference.py). Read without __torch_function__, which a placeholder
+            # of a lazy module (core/uninitialized.py) refuses.
+            with torch._C.DisableTorchFunctionSubclass():
+                inference = self.is_inference()
+            if new.is_inference() is not inference:
+                new = made_in_mode(inference, same_layout, new)
         torch.Tensor.data.__set__(self, new)
         self._store, self._whole, self._cache, self._real = new._store, new._whole, None, new._real
 
@@ -302,8 +321,9 @@ def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
     """A new tensor owning a new storage holding `array`. (XlaTensor.__new__ without its
     Python call overhead: every eager op result is made here.)"""
     store = Storage(array) if _placed_storage is None else _placed_storage(array)
-    r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=store.device,
-                               requires_grad=requires_grad)
+    r = _make_wrapper_subclass(
+        XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=store.device, requires_grad=requires_grad
+    )
     r._whole = True
     r._store = store
     r._cache = None
@@ -316,8 +336,9 @@ def tensor_on(store: Storage, shape, dtype: torch.dtype, view: tuple | None = No
     if view is None:
         r = _make_wrapper_subclass(XlaTensor, shape, dtype=dtype, device=store.device)
     else:
-        r = _make_wrapper_subclass(XlaTensor, shape, strides=view[0], storage_offset=view[1], dtype=dtype,
-                                   device=store.device)
+        r = _make_wrapper_subclass(
+            XlaTensor, shape, strides=view[0], storage_offset=view[1], dtype=dtype, device=store.device
+        )
     r._whole = view is None
     r._store = store
     r._cache = None
@@ -330,3 +351,13 @@ def real_view_on(store: Storage, shape, dtype: torch.dtype, view: tuple) -> XlaT
     r = tensor_on(store, shape, dtype, view)
     r._real = True
     return r
+
+
+def same_layout(t: XlaTensor) -> XlaTensor:
+    """A new tensor on t's storage with t's size, strides, offset and dtype."""
+    if t._whole:
+        return tensor_on(t._store, tuple(t.shape), t.dtype)
+    view = (tuple(t.stride()), t.storage_offset())
+    if t._real:
+        return real_view_on(t._store, tuple(t.shape), t.dtype, view)
+    return tensor_on(t._store, tuple(t.shape), t.dtype, view)

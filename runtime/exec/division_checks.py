@@ -55,7 +55,11 @@ def _has_zero(divisor: Any) -> bool:
     array = divisor._store.array
     if isinstance(array, jax.core.Tracer):  # inside a JAX transformation: no values to read
         return False
-    if isinstance(array, jax.Array) and array.is_fully_addressable and all(d.platform == "cpu" for d in array.devices()):
+    if (
+        isinstance(array, jax.Array)
+        and array.is_fully_addressable
+        and all(d.platform == "cpu" for d in array.devices())
+    ):
         return not host_array(divisor).all()
     with X64:
         return not bool(_all_nonzero(value(divisor)))

@@ -109,7 +109,9 @@ def _index_select(self, dim, index, **_):
     if self.numel() == 0 and size == 0:
         raise RuntimeError("index_select(): self indexing axis dim should be positive")
     if self.numel() == 0 or dim % self.dim() == 1:
-        raise RuntimeError(f"INDICES element is out of DATA bounds, id={_first_outside(index, 0, size)} axis_dim={size}")
+        raise RuntimeError(
+            f"INDICES element is out of DATA bounds, id={_first_outside(index, 0, size)} axis_dim={size}"
+        )
     raise IndexError(_OUT_OF_RANGE)
 
 

@@ -24,8 +24,8 @@ from ..core.context import context
 from ..core.convert import X64
 from ..core.ir import Value
 from ..core.mesh import requested_layout
-from ..core.placement import PlacedStorage, activate, jax_device, lay_out, placed_storage, spans_devices, torch_device, \
-    uncommitted
+from ..core.placement import (PlacedStorage, activate, jax_device, lay_out, placed_storage, spans_devices,
+                              torch_device, uncommitted)
 from ..core.tensor import DEVICE_NAME, Storage, XlaTensor, from_array, tensor_on
 from .eager import value
 from .registry import REGISTRY, node
@@ -305,7 +305,8 @@ def argument_shardings(args: tuple, kwargs: dict, in_shardings: Any) -> list:
             continue
         per_leaf = tree_flatten(s)[0]
         if len(per_leaf) != n:
-            raise ValueError(f"jax_jit: an in_shardings entry of {len(per_leaf)} shardings for an argument of {n} leaves")
+            raise ValueError(f"jax_jit: an in_shardings entry of {len(per_leaf)} shardings for an argument of "
+                             f"{n} leaves")
         found += per_leaf
     found += [None] * len(tree_flatten(kwargs)[0])
     return found

@@ -252,7 +252,9 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
             out, mutated = jitted(arrays + module_arrays, _StaticKey(spec, tuple(static)))
         for i, new in mutated.items():
             with torch.no_grad():
-                tensor_leaves[i].copy_(jax_to_cpu(new) if not isinstance(tensor_leaves[i], XlaTensor) else from_array(new))
+                tensor_leaves[i].copy_(
+                    jax_to_cpu(new) if not isinstance(tensor_leaves[i], XlaTensor) else from_array(new)
+                )
         return tree_map(lambda a: (jax_to_cpu(a) if to_cpu else from_array(a)) if isinstance(a, jax.Array) else a, out)
 
     return wrapper

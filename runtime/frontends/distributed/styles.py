@@ -145,7 +145,8 @@ class ColwiseParallel(ParallelStyle):
         elif isinstance(module, torch.nn.Embedding):
             _place_parameter(module, "weight", mesh, [Shard(1)], keep_on_cpu)
         else:
-            raise NotImplementedError(f"ColwiseParallel lays out nn.Linear and nn.Embedding, not {type(module).__name__}")
+            raise NotImplementedError("ColwiseParallel lays out nn.Linear and nn.Embedding, "
+                                      f"not {type(module).__name__}")
         self._hooks(module, mesh, [Replicate()], self.output_layouts)
         return module
 
@@ -171,7 +172,8 @@ class RowwiseParallel(ParallelStyle):
             _place_parameter(module, "weight", mesh, [Shard(0)], keep_on_cpu)
             inputs = [Replicate()]
         else:
-            raise NotImplementedError(f"RowwiseParallel lays out nn.Linear and nn.Embedding, not {type(module).__name__}")
+            raise NotImplementedError("RowwiseParallel lays out nn.Linear and nn.Embedding, "
+                                      f"not {type(module).__name__}")
         self._hooks(module, mesh, inputs, self.output_layouts)
         return module
 
@@ -206,8 +208,8 @@ class PrepareModuleInput(ParallelStyle):
         _check_1d(mesh, "PrepareModuleInput")
 
         def pre(mod: torch.nn.Module, args: tuple, kwargs: dict) -> tuple:
-            args = tuple(a if i >= len(self.desired) or self.desired[i] is None else relayout(a, mesh, [self.desired[i]])
-                         for i, a in enumerate(args))
+            args = tuple(a if i >= len(self.desired) or self.desired[i] is None
+                         else relayout(a, mesh, [self.desired[i]]) for i, a in enumerate(args))
             kwargs = {k: relayout(v, mesh, [self.desired_kwargs[k]]) if k in self.desired_kwargs else v
                       for k, v in kwargs.items()}
             return args, kwargs
@@ -220,7 +222,8 @@ class PrepareModuleOutput(ParallelStyle):
     """Lay a module's outputs out: `desired_output_layouts[i]` for output i (a single
     tensor output: one placement)."""
 
-    def __init__(self, *, output_layouts: Any = None, desired_output_layouts: Any = None, use_local_output: bool = True):
+    def __init__(self, *, output_layouts: Any = None, desired_output_layouts: Any = None,
+                 use_local_output: bool = True):
         self.desired = _many(desired_output_layouts)
 
     def apply(self, module: torch.nn.Module, mesh: DeviceMesh, keep_on_cpu: bool) -> torch.nn.Module:
@@ -228,8 +231,8 @@ class PrepareModuleOutput(ParallelStyle):
 
         def post(mod: torch.nn.Module, args: tuple, out: Any) -> Any:
             if isinstance(out, (tuple, list)):
-                return type(out)(o if i >= len(self.desired) or self.desired[i] is None else relayout(o, mesh, [self.desired[i]])
-                                 for i, o in enumerate(out))
+                return type(out)(o if i >= len(self.desired) or self.desired[i] is None
+                                 else relayout(o, mesh, [self.desired[i]]) for i, o in enumerate(out))
             return out if not self.desired or self.desired[0] is None else relayout(out, mesh, [self.desired[0]])
 
         module.register_forward_hook(post)

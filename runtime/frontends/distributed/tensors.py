@@ -39,7 +39,8 @@ def init_device_mesh(device_type: Any = DEVICE_NAME, mesh_shape: Sequence[int] |
             mesh_dim_names = mesh_shape
         device_type, mesh_shape = DEVICE_NAME, device_type
     if device_type != DEVICE_NAME:
-        raise ValueError(f"init_device_mesh: the devices here are JAX's, device_type {DEVICE_NAME!r}, not {device_type!r}")
+        raise ValueError(f"init_device_mesh: the devices here are JAX's, device_type {DEVICE_NAME!r}, "
+                         f"not {device_type!r}")
     if mesh_shape is None:
         raise TypeError("init_device_mesh needs mesh_shape, like (8,) or (2, 4)")
     shape = tuple(int(s) for s in mesh_shape)
@@ -67,7 +68,8 @@ def _mesh(device_mesh: Any) -> DeviceMesh:
     if isinstance(device_mesh, Mesh):
         return DeviceMesh.from_jax(device_mesh)
     if not isinstance(device_mesh, DeviceMesh):
-        raise TypeError(f"expected a DeviceMesh (init_device_mesh) or a jax.sharding.Mesh, not {type(device_mesh).__name__}")
+        raise TypeError("expected a DeviceMesh (init_device_mesh) or a jax.sharding.Mesh, "
+                        f"not {type(device_mesh).__name__}")
     return device_mesh
 
 
@@ -109,7 +111,8 @@ def _spec_placements(mesh: DeviceMesh, spec: Sequence[Any], ndim: int) -> list[P
     """PyTorch/XLA's partition spec (per tensor dim: a mesh dim name or index, a tuple of
     them, or None) as one placement per mesh dim."""
     if len(spec) != ndim:
-        raise ValueError(f"a partition spec of {len(spec)} entries for a tensor of {ndim} dims: give one per tensor dim")
+        raise ValueError(f"a partition spec of {len(spec)} entries for a tensor of {ndim} dims: "
+                         "give one per tensor dim")
     names = mesh.mesh_dim_names
     placements: list[Placement] = [Replicate()] * mesh.ndim
     for d, entry in enumerate(spec):
@@ -320,7 +323,8 @@ def visualize(t: torch.Tensor, *, file: Any = None) -> str:
                 note = (f"  (dims {sorted(split - laid)} do not divide evenly over their mesh dims: held whole at "
                         "rest, split inside compiled programs)")
             del sizes
-        cell = {k: "jax:" + ",".join(_device_label(d) for d in sorted(v, key=lambda d: d.id)) for k, v in blocks.items()}
+        cell = {k: "jax:" + ",".join(_device_label(d) for d in sorted(v, key=lambda d: d.id))
+                for k, v in blocks.items()}
         if len(shape) == 0:
             lines.append("  " + next(iter(cell.values())))
         elif len(shape) <= 2:
@@ -347,6 +351,7 @@ def visualize(t: torch.Tensor, *, file: Any = None) -> str:
     return text
 
 
-__all__ = ["DeviceMesh", "Mesh", "PartitionSpec", "clear_sharding", "device_count", "device_mesh_of", "distribute_tensor",
+__all__ = ["DeviceMesh", "Mesh", "PartitionSpec", "clear_sharding", "device_count", "device_mesh_of",
+           "distribute_tensor",
            "full_tensor", "init_device_mesh", "mark_sharding", "placements_of", "redistribute", "sharding_of",
            "torch_device", "visualize", "as_placement"]
