@@ -190,6 +190,14 @@ def sharding(shape: tuple[int, ...]) -> dict:
         step(p, xnf.to_xla(C))
     out["compiled_in_place"] = {"err": err(p, A - 1.5 * C), "placements": placements(p), "spec": repr(p.sharding.spec),
                                 "expected": repr(rows_cols)}
+    # lazy mode: the recorded ops run as one program at mark_step, layouts kept
+    lz = xd.distribute_tensor(A, mesh, rows_cols)
+    with xnf.lazy_mode():
+        lazy_out = (lz * 2).relu()
+        lz.add_(1)
+        xnf.mark_step()
+    out["lazy"] = {"err": max(err(lazy_out, (A * 2).relu()), err(lz, A + 1)), "placements": placements(lz),
+                   "spec": repr(lz.sharding.spec), "out_placements": placements(lazy_out)}
     marked = xnf.to_xla(A.clone())
     ident = id(marked)
     xd.mark_sharding(marked, mesh, ("dp" if len(shape) > 1 else "x", None))

@@ -115,6 +115,15 @@ def test_compiled_programs_with_sharded_inputs(mesh):
 
 
 @pytest.mark.parametrize("mesh", MESHES)
+def test_lazy_mode_keeps_the_layouts(mesh):
+    r = sharded(mesh)["lazy"]
+    ps = list(layouts(len(mesh.split("x"))).values())[-1]
+    assert r["err"] < TOL
+    assert r["placements"] == r["out_placements"] == shown(ps)
+    assert r["spec"] == spec(len(mesh.split("x")), ps)
+
+
+@pytest.mark.parametrize("mesh", MESHES)
 def test_mark_sharding_in_place(mesh):
     r = sharded(mesh)["mark_sharding"]
     ndim = len(mesh.split("x"))
