@@ -64,8 +64,11 @@ def eager_add() -> None:
         runs = paired_us({"jnp": lambda: jnp.add(ja, jb), "torch": lambda: a + b, "ours": lambda: xa + xb}, repeat=15)
     t_jnp, t_torch, t_ours = (_median(runs[k]) for k in ("jnp", "torch", "ours"))
     print("eager 16x16 float32 add (median us per op)")
-    print(f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
-          f"-> {ratio(runs, 'ours', 'jnp'):.2f}x jax.numpy, {ratio(runs, 'ours', 'torch'):.1f}x torch (target <= 2x jax.numpy)")
+    print(
+        f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
+        f"-> {ratio(runs, 'ours', 'jnp'):.2f}x jax.numpy, {ratio(runs, 'ours', 'torch'):.1f}x torch (target <= 2x "
+        "jax.numpy)"
+    )
     eager_floor(a, b)
 
 
@@ -91,11 +94,15 @@ def eager_in_place() -> None:
     for shape in ((16, 16), (1024, 1024)):
         a, b = torch.randn(shape), torch.randn(shape)
         xa, xb = xnf.to_xla(a), xnf.to_xla(b)
-        runs = paired_us({"torch": lambda: a.add_(b), "ours": lambda: xa.add_(xb)}, number=2000 if shape[0] < 64 else 200,
-                         repeat=15)
+        runs = paired_us(
+            {"torch": lambda: a.add_(b), "ours": lambda: xa.add_(xb)}, number=2000 if shape[0] < 64 else 200, repeat=15
+        )
         t_torch, t_ours = _median(runs["torch"]), _median(runs["ours"])
-        print(f"eager {shape[0]}x{shape[1]} float32 add_ (median us per op): torch CPU {t_torch:7.1f}   ours {t_ours:7.1f}"
-              f"  -> {ratio(runs, 'ours', 'torch'):.1f}x torch")
+        print(
+            f"eager {shape[0]}x{shape[1]} float32 add_ (median us per op): torch CPU {t_torch:7.1f}   ours "
+            f"{t_ours:7.1f}"
+            f"  -> {ratio(runs, 'ours', 'torch'):.1f}x torch"
+        )
 
 
 class _Prebuilt(torch.Tensor):
@@ -199,7 +206,11 @@ def _forward_timings(model: torch.nn.Module, x: torch.Tensor, pure, number: int)
 def mlp_step() -> None:
     model = _mlp()
     x = torch.randn(64, 256)
-    params = [(jnp.asarray(l.weight.detach().numpy()), jnp.asarray(l.bias.detach().numpy())) for l in model if isinstance(l, torch.nn.Linear)]
+    params = [
+        (jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
+        for m in model
+        if isinstance(m, torch.nn.Linear)
+    ]
     pure = jax.jit(_pure_mlp)
     jx = jnp.asarray(x.numpy())
     t = _forward_timings(model, x, lambda: pure(params, jx).block_until_ready(), number=50)
@@ -223,8 +234,8 @@ def mlp_training_step() -> None:
         loss, grads = jax.value_and_grad(loss_of)(params, x, y)
         return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
 
-    state = {"params": [(jnp.asarray(l.weight.detach().numpy()), jnp.asarray(l.bias.detach().numpy()))
-                        for l in model if isinstance(l, torch.nn.Linear)]}
+    state = {"params": [(jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
+                        for m in model if isinstance(m, torch.nn.Linear)]}
 
     def pure():
         state["params"], loss = pure_step(state["params"], jx, jy)

@@ -190,3 +190,18 @@ def test_distilbert_classifier_with_labels_is_replayed():
         torch.testing.assert_close(xnf.to_torch(loss), expected[0], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(xnf.to_torch(logits), expected[1], atol=1e-5, rtol=1e-5)
     assert metrics.replays == STEPS - 3, xnf.metrics_report()
+
+
+def test_every_part_of_a_plan_has_a_name_for_the_note():
+    """The note of a step whose plan keeps changing names the part that changed: a new
+    part of the fingerprint needs its words in _FINGERPRINT_PARTS."""
+    from xla_native_functions.runtime.frontends import replay
+
+    compiled = xnf.compile(lambda x: x * 2)
+    x = xnf.to_xla(torch.ones(3))
+    for _ in range(3):
+        compiled(x)
+    (entry,) = compiled.signatures.values()
+    assert entry.plan is not None
+    assert len(entry.plan.fingerprint) == len(replay._FINGERPRINT_PARTS)
+    assert len(entry.plan.fingerprint[0][0]) == len(replay._SEGMENT_PARTS)

@@ -61,8 +61,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..core.context import context
 from ..core.convert import X64
+from ..core.inference import made_like
 from ..core.sharing import WRITE_LOCK
-from ..core.tensor import DEVICE, Storage, XlaTensor, real_view_on, tensor_on
+from ..core.tensor import DEVICE, Storage, XlaTensor, real_view_on, storage_of, tensor_on
 from ..exec.eager import scalar_operand
 from ..exec.graph import copy_array
 from ..exec.keys import key_array
@@ -105,6 +106,9 @@ class Probe:
         # module made by the call and dropped is part of the Python a replay skips
         self.modules: list[tuple] = []
         self.module_refs: dict[int, weakref.ref] = {}
+        # id(tensor) -> its version counter before the call wrote through it (None: an
+        # inference tensor, which has none): for the arguments and the owners of storages
+        self.versions: dict[int, int | None] = {}
 
     def note_owner(self, store: Storage, t: XlaTensor, v: Any) -> None:
         sid = id(store)
@@ -121,6 +125,7 @@ class Probe:
                 base = t
             self.owners[sid] = weakref.ref(base)
             self.held[sid] = store
+            self.versions.setdefault(id(base), version_of(base))
         if v is not None:
             self.input_store[id(v)] = sid
 
@@ -192,12 +197,20 @@ class _HostOpWatch(TorchDispatchMode):
         return ref is not None and ref() is x
 
 
+def version_of(t: XlaTensor) -> int | None:
+    """`t._version`, or None for an inference tensor, which has no version counter."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
+
+
 class Plan:
     """How to replay one traced call; see Note [Replay]."""
 
     __slots__ = ("segments", "writebacks", "outputs", "out_spec", "grad_guards", "grad_effects", "optimizers",
-                 "modules", "grad_enabled", "fingerprint", "complete", "objects", "object_stores", "args", "whole_args",
-                 "requires_grad", "late_reads", "run", "op_counts")
+                 "modules", "grad_enabled", "inference_mode", "bumps", "fingerprint", "complete", "objects",
+                 "object_stores", "args", "whole_args", "requires_grad", "late_reads", "run", "op_counts")
 
 
 def _hyperparameters(opt: Any) -> tuple:
@@ -320,7 +333,7 @@ def _segment_source(v: Any, probe: Probe, arg_stores: dict[int, int], orphans: s
 
 
 def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTensor], pre_grads: dict[int, tuple],
-               grad_enabled: bool) -> Plan | str:
+               grad_enabled: bool, inference_mode: bool = False) -> Plan | str:
     """The replay plan of a traced call, or why it cannot be replayed. `known`: the
     call's grad_holders, `pre_grads`: their .grad before the call."""
     if probe.failure is not None:
@@ -332,6 +345,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
     orphans = _orphans(probe)
     plan = Plan()
     plan.grad_enabled = grad_enabled
+    plan.inference_mode = inference_mode
     plan.segments = []
     writebacks: dict[int, tuple] = {}  # storage id -> ((segment, root), source)
     new_roots: dict[int, tuple] = {}  # storage id -> (segment, root)
@@ -407,6 +421,21 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
             plan.outputs.append(("same", src) if same else ("view", src, _layout(x)))
         else:
             plan.outputs.append(("fixed", x))
+
+    # Version counters: each tensor the call wrote in place, and each new result it
+    # wrote after making it, advance by as much as in the trace (PyTorch bumps one per
+    # in-place op); a replay writes storages without running those ops.
+    plan.bumps = []
+    for _, src in plan.writebacks:
+        t = leaves[src[1]] if src[0] is ARG else src[1]()
+        before, now = probe.versions.get(id(t)), version_of(t)
+        if before is not None and now is not None and now > before:
+            plan.bumps.append((src, now - before))
+    for j, x in enumerate(out_leaves):
+        if plan.outputs[j][0] == "new":
+            now = version_of(x)
+            if now:
+                plan.bumps.append((("out", j), now))
 
     # .grad: the state of each tensor that may hold one, before the call and after
     plan.complete = all(i in pre_grads for i in known)
@@ -486,6 +515,8 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         tuple((id(r()), h) for r, h in plan.optimizers),
         tuple(module_keys),
         grad_enabled,
+        inference_mode,
+        tuple((_fp_source(src) if src[0] != "out" else src, n) for src, n in plan.bumps),
         plan.requires_grad,
     )
     for seg in plan.segments:
@@ -503,7 +534,11 @@ def _owned(tensors: tuple) -> bool:
 
 def _same_value(a: Any, expected: np.ndarray) -> bool:
     a = np.asarray(a)
-    return a.shape == expected.shape and a.dtype == expected.dtype and np.array_equal(a, expected, equal_nan=a.dtype.kind in "fc")
+    return (
+        a.shape == expected.shape
+        and a.dtype == expected.dtype
+        and np.array_equal(a, expected, equal_nan=a.dtype.kind in "fc")
+    )
 
 
 def generate_replay(plan: Plan) -> Callable[[Any], Any]:
@@ -514,8 +549,9 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     env: dict[str, Any] = {
         "FAILED": _GUARD_FAILED, "grad_enabled": torch.is_grad_enabled, "hyper": _hyperparameters, "X64": X64,
         "key_array": key_array, "copy": copy_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
-        "Storage": Storage, "tensor_on": tensor_on, "real_view_on": real_view_on, "unflatten": tree_unflatten,
+        "Storage": storage_of, "tensor_on": tensor_on, "real_view_on": real_view_on, "unflatten": tree_unflatten,
         "write_lock": WRITE_LOCK, "active_traces": active_traces, "owned": _owned,
+        "made_like": made_like, "inference_mode": torch.is_inference_mode_enabled, "bump": torch._C._increment_version,
     }
     lines: list[str] = []
 
@@ -527,7 +563,8 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     def emit(text: str, indent: int = 1) -> None:
         lines.append("    " * indent + text)
 
-    emit(f"if grad_enabled() is not {plan.grad_enabled}: return FAILED")
+    emit(f"if grad_enabled() is not {plan.grad_enabled} or inference_mode() is not {plan.inference_mode}:")
+    emit("return FAILED", 2)
     for ref, hyper in plan.optimizers:
         emit(f"o = {const(ref)}()")
         emit(f"if o is None or hyper(o) != {const(hyper)}: return FAILED")
@@ -571,11 +608,15 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
             return f"r{x[0]}[{x[1]}]"
         return "key_array()" if kind is KEY else const(x)
 
-    def on(store: str, spec: tuple) -> str:
+    def on(store: str, spec: tuple, like: str | None = None) -> str:
         """A tensor on `store` with a _layout; a view of a complex storage as reals
-        keeps its flag (Note [Views and mutation])."""
+        keeps its flag (Note [Views and mutation]); `like`: a tensor whose kind it takes
+        (Note [Inference mode] in core/inference.py)."""
         shape, dtype, view, real = spec
-        return f"{'real_view_on' if real else 'tensor_on'}({store}, {shape!r}, {const(dtype)}, {view!r})"
+        make = 'real_view_on' if real else 'tensor_on'
+        if like is not None:
+            return f"made_like({like}, {make}, {store}, {shape!r}, {const(dtype)}, {view!r})"
+        return f"{make}({store}, {shape!r}, {const(dtype)}, {view!r})"
 
     for j, seg in enumerate(plan.segments):
         for src, expected in seg.input_reads:
@@ -650,13 +691,16 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
             value = f"leaves[{o[1]}]"
         elif kind == "same":
             value = tensor(o[1])
-        elif kind == "view":
-            value = on(f"{tensor(o[1])}._store", o[2])
+        elif kind == "view":  # of an argument: a normal tensor if that is one (Note [Inference mode])
+            value = on(f"{tensor(o[1])}._store", o[2], like=tensor(o[1]))
         elif kind == "dup":
             value = f"out{o[1]}"
         else:  # "py", "fixed"
             value = const(o[1])
         emit(f"out{i} = {value}")
+    if plan.bumps:
+        bumped = [tensor(src) if src[0] != "out" else f"out{src[1]}" for src, n in plan.bumps for _ in range(n)]
+        emit(f"bump(({', '.join(bumped)},))")
     if plan.out_spec is None:
         emit("return out0")
     else:
@@ -684,10 +728,13 @@ def signature(args: tuple, kwargs: dict) -> tuple[Any, list] | None:
     for x in leaves:
         cls = x.__class__
         if cls is XlaTensor:
+            # is_inference: an inference tensor is refused where a normal one is not
+            # (saved for backward, written outside inference mode: Note [Inference mode])
             if x._whole:
-                key.append((x.shape, x.dtype, x.requires_grad, stores.setdefault(id(x._store), len(stores))))
+                key.append((x.shape, x.dtype, x.requires_grad, x.is_inference(),
+                            stores.setdefault(id(x._store), len(stores))))
             else:
-                key.append((x.shape, x.stride(), x.storage_offset(), x.dtype, x.requires_grad,
+                key.append((x.shape, x.stride(), x.storage_offset(), x.dtype, x.requires_grad, x.is_inference(),
                             stores.setdefault(id(x._store), len(stores))))
         elif cls in _SIMPLE:
             key.append((cls, x))
@@ -748,7 +795,7 @@ _FINGERPRINT_PARTS = (
     None, "the values it reads on the host", "which tensors it writes", "what it returns", "the structure it returns",
     "the .grad of the tensors it reads", "the .grad it sets", "the hyperparameters of the optimizers it steps",
     "the modules it calls (a module made in the call with a different class or training flag)", "grad mode",
-    "which of the tensors it reads require grad",
+    "inference mode", "the version counters it bumps", "which of the tensors it reads require grad",
 )
 _SEGMENT_PARTS = (
     "the graph it records", "where its graph inputs come from (a tensor made in the call from Python values "
@@ -758,7 +805,8 @@ _SEGMENT_PARTS = (
 
 
 def _what_changed(before: tuple, after: tuple) -> str | None:
-    """Which part of two consecutive fingerprints differs, in words."""
+    """Which part of two consecutive fingerprints (build_plan's, one entry of
+    _FINGERPRINT_PARTS per part) differs, in words."""
     for k, (a, b) in enumerate(zip(before, after)):
         if a == b:
             continue
@@ -798,6 +846,10 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
     hooks = [register_optimizer_step_pre_hook(on_step),
              torch.nn.modules.module.register_module_forward_pre_hook(on_forward)]
     grad_enabled = torch.is_grad_enabled()
+    inference_mode = torch.is_inference_mode_enabled()
+    for x in leaves:
+        if x.__class__ is XlaTensor:
+            probe.versions[id(x)] = version_of(x)
     calls = metrics.calls_by_id
     calls_before = dict(calls)
     try:
@@ -809,12 +861,13 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
             h.remove()
     leaves = list(leaves)
     known = grad_holders(probe, leaves)
-    plan = build_plan(probe, leaves, result, known, pre_grads, grad_enabled)
+    plan = build_plan(probe, leaves, result, known, pre_grads, grad_enabled, inference_mode)
     if not isinstance(plan, str):  # what a replay of this call counts (Note [Counting replayed ops])
         plan.op_counts = tuple((k, n - calls_before.get(k, 0)) for k, n in calls.items() if n > calls_before.get(k, 0))
     entry.known = [weakref.ref(t) for t in known.values()]
     del known
-    del pre_grads, probe
+    del pre_grads
+    probe = None  # the hooks' closures hold it
     entry.probes += 1
     if isinstance(plan, str):
         entry.candidate = None
