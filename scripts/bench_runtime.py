@@ -84,8 +84,11 @@ def eager_matmul() -> None:
                          repeat=15, pause=0.3)
     t_jnp, t_torch, t_ours = (_median(runs[k]) for k in ("jnp", "torch", "ours"))
     print("eager 64x64 float32 matmul (median us per op)")
-    print(f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
-          f"-> {ratio(runs, 'ours', 'jnp'):.2f}x jax.numpy, {ratio(runs, 'ours', 'torch'):.1f}x torch (target <= 2x jax.numpy)")
+    print(
+        f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
+        f"-> {ratio(runs, 'ours', 'jnp'):.2f}x jax.numpy, {ratio(runs, 'ours', 'torch'):.1f}x torch (target <= 2x "
+        "jax.numpy)"
+    )
 
 
 def eager_in_place() -> None:
@@ -285,7 +288,15 @@ def transformer_blocks() -> None:
     _report("2 transformer blocks forward, batch 8 x 16 tokens x 64 (median us per step)", t)
 
 
-ROWS = ("eager_add", "eager_matmul", "eager_in_place", "tracing_cost", "mlp_step", "mlp_training_step", "transformer_blocks")
+ROWS = (
+    "eager_add",
+    "eager_matmul",
+    "eager_in_place",
+    "tracing_cost",
+    "mlp_step",
+    "mlp_training_step",
+    "transformer_blocks",
+)
 
 
 def main() -> None:
