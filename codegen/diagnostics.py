@@ -143,7 +143,9 @@ def yaml_error(path: str | Path, text: str, error: yaml.YAMLError) -> SourceErro
     if isinstance(error, yaml.reader.ReaderError):  # a control character: no mark, an offset
         line = text.count("\n", 0, error.position) + 1
         char = error.character if isinstance(error.character, int) else ord(error.character)
-        return SourceError(f"{path}:{line}: YAML syntax error: control character U+{char:04X} is not allowed; remove it")
+        return SourceError(
+            f"{path}:{line}: YAML syntax error: control character U+{char:04X} is not allowed; remove it"
+        )
     if not isinstance(error, yaml.MarkedYAMLError):
         return SourceError(f"{path}:1: YAML error: {error}")
     mark = error.problem_mark or error.context_mark

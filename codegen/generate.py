@@ -37,7 +37,16 @@ from pathlib import Path
 import jinja2
 
 from .diagnostics import SourceError, parse_python
-from .manifest import INTERNAL, POLICY_FACTS, SECTIONS, Manifest, ManifestError, lint_libraries, lint_order, load_manifest
+from .manifest import (
+    INTERNAL,
+    POLICY_FACTS,
+    SECTIONS,
+    Manifest,
+    ManifestError,
+    lint_libraries,
+    lint_order,
+    load_manifest,
+)
 from .model import OpSpec, make_op_spec, torchgen_schema_text, unambiguous_name
 from .schemas import SchemaDatabase, SchemaRecord, load_schema_database
 from .sources import FunctionSource, scan_functions, signature_problems
@@ -112,7 +121,9 @@ def _overlap_check(functional: SchemaRecord, manifest: Manifest) -> str:
     base = functional.name.split(".")[0]
     if base in {op for op, _, _ in manifest.fact("inplace_rejects_any_overlap").ops}:
         return "any"
-    if "pointwise" in functional.tags or base in {op for op, _, _ in manifest.fact("inplace_rejects_partial_overlap").ops}:
+    if "pointwise" in functional.tags or base in {
+        op for op, _, _ in manifest.fact("inplace_rejects_partial_overlap").ops
+    }:
         return "partial"
     return ""
 
@@ -131,7 +142,7 @@ def check_policy(manifest: Manifest, specs: list[OpSpec]) -> None:
             elif kind == "op" and op not in by_name:
                 errors.append(f"{manifest.path}:{line}: policy '{fact.name}' names '{op}', which is no listed op's "
                               "unambiguous name (`add.Tensor` -> `add_Tensor`)")
-            elif any(i >= len(by_name[op].inputs) for i in ints):
+            elif POLICY_FACTS[fact.name][1] == "ints" and any(i >= len(by_name[op].inputs) for i in ints):
                 errors.append(f"{manifest.path}:{line}: policy '{fact.name}': {op} has {len(by_name[op].inputs)} "
                               "arguments")
     if errors:
@@ -188,7 +199,9 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
             if rec.is_view and variant.kind != "inplace":
                 continue  # views have no out= form worth deriving (their _copy ops are separate entries)
             # An in-place view (t_, squeeze_) gives `self` the view's sizes and strides.
-            vspec = make_op_spec(variant.name, variant.schema, entry.section, rec.is_view, variant.kind, functional=spec.name)
+            vspec = make_op_spec(
+                variant.name, variant.schema, entry.section, rec.is_view, variant.kind, functional=spec.name
+            )
             if variant.kind == "out" and len(vspec.outs) != len(spec.returns):
                 continue
             if variant.kind == "inplace" and not rec.is_view:
@@ -217,7 +230,9 @@ def resolve_library_ops(manifest: Manifest, torch_version: str) -> tuple[list[Op
     from torchgen.model import FunctionSchema
 
     used = {e.namespace for e in entries}
-    libraries = load_library_schemas([lib for lib in manifest.libraries if lib.namespace in used], torch_version, verbose=True)
+    libraries = load_library_schemas(
+        [lib for lib in manifest.libraries if lib.namespace in used], torch_version, verbose=True
+    )
     specs: list[OpSpec] = []
     unavailable: dict[str, str] = {}
     errors: list[str] = []
@@ -271,7 +286,9 @@ def resolve_internal(manifest: Manifest) -> list[OpSpec]:
         try:
             spec = make_op_spec(entry.op, entry.schema, INTERNAL, False, "functional")
         except Exception as e:  # torchgen's parser: AssertionError, RuntimeError
-            raise ManifestError(f"{entry.where(manifest.path)}: the schema of '{entry.op}' does not parse: {e}") from None
+            raise ManifestError(
+                f"{entry.where(manifest.path)}: the schema of '{entry.op}' does not parse: {e}"
+            ) from None
         if spec.outs:
             raise ManifestError(f"{entry.where(manifest.path)}: internal node '{entry.op}' may not have out= arguments")
         specs.append(spec)
@@ -304,7 +321,10 @@ def check_sources(manifest: Manifest, specs: list[OpSpec],
             continue
         wanted: list[tuple[str, dict[str, FunctionSource], str]] = []
         if spec.section in ("full_codegen", INTERNAL):
-            wanted = [(spec.lowering, lowerings, "lowerings/<family>.py"), (spec.shape_fn, shape_fns, "shape_fns/<family>.py")]
+            wanted = [
+                (spec.lowering, lowerings, "lowerings/<family>.py"),
+                (spec.shape_fn, shape_fns, "shape_fns/<family>.py"),
+            ]
         elif spec.section == "supported":
             wanted = [(spec.impl, impls, "runtime/<module>.py")]
         positional, kwonly, defaults = _schema_params(spec)
@@ -313,7 +333,9 @@ def check_sources(manifest: Manifest, specs: list[OpSpec],
             fn = table.get(fname)
             place = f"{manifest.path}:{lines[spec.op]}"
             if fn is None:
-                missing.append(f"  {place}: {spec.op} needs, in {where}:\n      def {fname}({spec.handwritten_signature()}):")
+                missing.append(
+                    f"  {place}: {spec.op} needs, in {where}:\n      def {fname}({spec.handwritten_signature()}):"
+                )
                 continue
             if table is lowerings and fn.kwonly[-1:] == ("ctx",) and "ctx" not in fn.defaults:
                 # a lowering that needs a LoweringContext (a random key) takes it last
@@ -399,15 +421,21 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
     unfinished = sorted(f"{fn.path}:{fn.line}: {fn.name}" for fn in functions.values() if fn.unfinished)
     if unfinished:
         warnings.append(
-            f"warning: {len(unfinished)} handwritten function(s) are unfinished stubs (python -m codegen.scaffold wrote "
+            f"warning: {len(unfinished)} handwritten function(s) are unfinished stubs (python -m codegen.scaffold "
+            "wrote "
             "them); their ops raise NotImplementedError until they are filled in, and --check fails:\n"
-            + "\n".join(f"  {u}" for u in unfinished))
+            + "\n".join(f"  {u}" for u in unfinished)
+        )
     _check_class_names(specs)
     check_policy(manifest, specs)
     exact = {op for op, _, _ in manifest.fact("out_exact_dtype").ops}
     distinct = {op for op, _, _ in manifest.fact("out_distinct_from_inputs").ops}
-    specs = [dataclasses.replace(s, out_exact_dtype=s.functional in exact, out_distinct_from_inputs=s.functional in distinct)
-             if s.kind == "out" and s.functional is not None else s for s in specs]
+    specs = [
+        dataclasses.replace(s, out_exact_dtype=s.functional in exact, out_distinct_from_inputs=s.functional in distinct)
+        if s.kind == "out" and s.functional is not None
+        else s
+        for s in specs
+    ]
     warnings += check_type_promotion(specs, db, root)
     specs.sort(key=lambda s: s.op)
 
@@ -441,7 +469,7 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         aten_ops=[s for s in operators if s.namespace == "aten"],
         library_ops=[s for s in operators if s.namespace != "aten"],
         with_ctx=bool(with_ctx),
-        policy={f.name: f.ops for f in manifest.policy if POLICY_FACTS[f.name][0] == "op"},
+        policy={f.name: f.ops for f in manifest.policy if POLICY_FACTS[f.name][2]},
         unavailable=sorted(unavailable.items()),
         donating=donating,
         imports=sorted((m, sorted(n)) for m, n in imports.items()),
@@ -453,6 +481,8 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
         "dispatch.py": env.get_template("dispatch.py.j2").render(context),
         "registry.py": env.get_template("registry.py.j2").render({**context, "functional_ops": primary}),
         "ops.txt": env.get_template("ops.txt.j2").render(context),
+        "distributed.py": env.get_template("distributed.py.j2").render(context),
+        "analyze.py": env.get_template("analyze.py.j2").render(context),  # python -m xla_native_functions.analyze
     }
     return Result(files=files, warnings=warnings, ops=specs, order_problems=order_problems, unavailable=unavailable,
                   unfinished=unfinished)
@@ -657,7 +687,11 @@ def output_lock(target: Path, timeout: float):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _lock_holder(fd)
-            print(f"waiting for another `python -m codegen.generate`{holder} writing {target}...", file=sys.stderr, flush=True)
+            print(
+                f"waiting for another `python -m codegen.generate`{holder} writing {target}...",
+                file=sys.stderr,
+                flush=True,
+            )
             deadline = time.monotonic() + timeout
             while True:
                 time.sleep(0.05)
@@ -739,7 +773,10 @@ def stale_diff(files: dict[str, str], target: Path) -> str:
         if a != b:
             out.extend(
                 difflib.unified_diff(
-                    a.splitlines(keepends=True), b.splitlines(keepends=True), f"generated/{PACKAGE}/{name}", f"(regenerated) {name}"
+                    a.splitlines(keepends=True),
+                    b.splitlines(keepends=True),
+                    f"generated/{PACKAGE}/{name}",
+                    f"(regenerated) {name}",
                 )
             )
         elif name not in files:  # an extra empty file: no diff lines, but the tree differs
@@ -767,7 +804,9 @@ def _os_error(e: OSError, target: Path) -> OutputError:
         hint = "a part of the path is not a directory; pass --out a directory path"
     else:
         hint = "check the path and run again"
-    return OutputError(f"{where}: cannot write the generated package ({e.strerror or e}); {hint}; {target} was not changed")
+    return OutputError(
+        f"{where}: cannot write the generated package ({e.strerror or e}); {hint}; {target} was not changed"
+    )
 
 
 def _prepare_output(stack: contextlib.ExitStack, target: Path, check: bool, lock_timeout: float) -> list[str]:
@@ -808,13 +847,18 @@ def main(argv: list[str] | None = None) -> int:
             for w in result.warnings:
                 print(w, file=sys.stderr)
             if args.check and result.unfinished:
-                raise ManifestError(f"{len(result.unfinished)} unfinished stub(s) (see the warning above): fill them in "
-                                    "before committing")
+                raise ManifestError(
+                    f"{len(result.unfinished)} unfinished stub(s) (see the warning above): fill them in "
+                    "before committing"
+                )
             if args.check:
                 diff = stale_diff(result.files, target)
                 if diff:
                     sys.stdout.write(diff)
-                    print(f"\ngenerated/{PACKAGE} is stale: run `python -m codegen.generate` and commit the result", file=sys.stderr)
+                    print(
+                        f"\ngenerated/{PACKAGE} is stale: run `python -m codegen.generate` and commit the result",
+                        file=sys.stderr,
+                    )
                     return 1
                 print(f"generated/{PACKAGE} is up to date ({counts(result.ops)})")
                 return 0

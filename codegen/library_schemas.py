@@ -82,7 +82,9 @@ def _find_spec(module: str) -> importlib.machinery.ModuleSpec | None:
     for i in range(1, len(parts)):
         if spec is None or not spec.submodule_search_locations:
             break
-        child = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), list(spec.submodule_search_locations))
+        child = importlib.machinery.PathFinder.find_spec(
+            ".".join(parts[: i + 1]), list(spec.submodule_search_locations)
+        )
         if child is None:
             break
         spec = child
@@ -114,7 +116,8 @@ def _run_child(libraries: list[Library]) -> dict[str, dict]:
         text = Path(out_path).read_text()
         if proc.returncode != 0 or not text:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            why = f"importing torch and {', '.join(lib.module for lib in libraries)} failed (exit code {proc.returncode}: {last})"
+            modules = ", ".join(lib.module for lib in libraries)
+            why = f"importing torch and {modules} failed (exit code {proc.returncode}: {last})"
             return {lib.namespace: {"error": why, "transient": True} for lib in libraries}
         return json.loads(text)
     except subprocess.TimeoutExpired:
@@ -123,7 +126,9 @@ def _run_child(libraries: list[Library]) -> dict[str, dict]:
         os.unlink(out_path)
 
 
-def load_library_schemas(libraries: list[Library], torch_version: str, verbose: bool = False) -> dict[str, LibrarySchemas]:
+def load_library_schemas(
+    libraries: list[Library], torch_version: str, verbose: bool = False
+) -> dict[str, LibrarySchemas]:
     """The operators of each library's namespace, or why they are unavailable."""
     found: dict[str, LibrarySchemas] = {}
     todo: list[tuple[Library, Path]] = []

@@ -23,16 +23,19 @@ TOP_LEVEL_KEYS = ("backend",) + SECTIONS
 # `ns::op.overload`.
 OPTIONAL_KEYS = ("libraries", "internal", "policy")
 # `policy`: facts about operators that generated code and the runtime act on, each a
-# list of op names (or a mapping from op name to a list of integers), with the kind of
-# name each takes: "base" (every overload of `index_add`) or "op" (an unambiguous name,
-# `add_Tensor`). The generator checks every name against the manifest.
+# list of op names, a mapping from op name to a list of integers (`ints`) or a mapping
+# from op name to a name (`name`), with the kind of op name each takes: "base" (every
+# overload of `index_add`, in-place and out= forms included) or "op" (an unambiguous
+# name, `add_Tensor`), and whether the runtime reads it (the others are baked into the
+# generated stubs). The generator checks every op name against the manifest.
 POLICY_FACTS = {
-    "inplace_rejects_partial_overlap": ("base", list),
-    "inplace_rejects_any_overlap": ("base", list),
-    "out_exact_dtype": ("op", list),
-    "out_distinct_from_inputs": ("op", list),
-    "host_only": ("op", list),
-    "transposed_weight_operands": ("op", dict),
+    "inplace_rejects_partial_overlap": ("base", list, False),
+    "inplace_rejects_any_overlap": ("base", list, False),
+    "out_exact_dtype": ("op", list, False),
+    "out_distinct_from_inputs": ("op", list, False),
+    "host_only": ("op", list, True),
+    "transposed_weight_operands": ("op", "ints", True),
+    "eager_value_checks": ("base", "name", True),
 }
 # `internal`: IR nodes the runtime records that are not torch operators (how tensors are
 # read and written through views, what `supported` ops compute), each given by its
@@ -76,7 +79,7 @@ class Library:
 class PolicyFact:
     name: str  # one of POLICY_FACTS
     line: int
-    ops: tuple[tuple[str, tuple[int, ...], int], ...]  # (op name, its integers, line)
+    ops: tuple[tuple[str, tuple[int | str, ...], int], ...]  # (op name, its integers or its name, line)
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,9 @@ def load_manifest(path: str | Path) -> Manifest:
         seen_keys[key] = key_node
         if key not in TOP_LEVEL_KEYS + OPTIONAL_KEYS:
             raise _fail(
-                path, key_node, f"unknown key '{key}'; the manifest's keys are {', '.join(TOP_LEVEL_KEYS + OPTIONAL_KEYS)}"
+                path,
+                key_node,
+                f"unknown key '{key}'; the manifest's keys are {', '.join(TOP_LEVEL_KEYS + OPTIONAL_KEYS)}",
             )
         if key == "libraries":
             libraries = _parse_libraries(path, value_node)
@@ -138,8 +143,10 @@ def load_manifest(path: str | Path) -> Manifest:
             for entry in _parse_internal(path, value_node):
                 prior = first_place.get(entry.op)
                 if prior is not None:
-                    raise ManifestError(f"{path}:{entry.line}: '{entry.op}' is listed twice (first at line {prior.line}); "
-                                        "give the internal node another name")
+                    raise ManifestError(
+                        f"{path}:{entry.line}: '{entry.op}' is listed twice (first at line {prior.line}); "
+                        "give the internal node another name"
+                    )
                 first_place[entry.op] = entry
                 entries.append(entry)
             continue
@@ -187,7 +194,12 @@ def _parse_policy(path: str, node: yaml.Node) -> tuple[PolicyFact, ...]:
                 if not isinstance(item, yaml.ScalarNode) or not item.value:
                     raise _fail(path, item, f"'{name}' lists op names")
                 ops.append((item.value, (), item.start_mark.line + 1))
-        elif shape is dict and isinstance(value_node, yaml.MappingNode):
+        elif shape == "name" and isinstance(value_node, yaml.MappingNode):
+            for op_node, name_node in value_node.value:
+                if not isinstance(name_node, yaml.ScalarNode) or not name_node.value.isidentifier():
+                    raise _fail(path, name_node, f"'{name}' maps each op name to a name")
+                ops.append((op_node.value, (name_node.value,), op_node.start_mark.line + 1))
+        elif shape == "ints" and isinstance(value_node, yaml.MappingNode):
             for op_node, ints_node in value_node.value:
                 values = ints_node.value if isinstance(ints_node, yaml.SequenceNode) else None
                 if values is None or not all(isinstance(v, yaml.ScalarNode) and v.value.isdigit() for v in values):

@@ -74,7 +74,9 @@ def torchgen_schema_text(schema_text: str) -> str:
     rest = re.sub(r"=(-?\d+\.\d*(?:e[-+]?\d+)?|-?\d+e[-+]?\d+)(?=[,)])", lambda m: "=" + repr(float(m.group(1))), rest)
     # alias sets: torch numbers them (`Tensor(a0!)`), torchgen reads single letters
     sets: dict[str, str] = {}
-    rest = re.sub(r"\(([a-z]\d+)(!?)\)", lambda m: f"({sets.setdefault(m.group(1), chr(ord('a') + len(sets)))}{m.group(2)})", rest)
+    rest = re.sub(
+        r"\(([a-z]\d+)(!?)\)", lambda m: f"({sets.setdefault(m.group(1), chr(ord('a') + len(sets)))}{m.group(2)})", rest
+    )
     return name + paren + rest
 
 
@@ -322,7 +324,9 @@ class OpSpec:
         return tuple(i for i, a in enumerate(self.inputs) if a.kind in (ATTR, ATTR_LIST))
 
 
-def make_op_spec(op: str, schema_text: str, section: str, is_view: bool, kind: str, functional: str | None = None) -> OpSpec:
+def make_op_spec(
+    op: str, schema_text: str, section: str, is_view: bool, kind: str, functional: str | None = None
+) -> OpSpec:
     schema = FunctionSchema.parse(torchgen_schema_text(schema_text) if "::" in op else schema_text)
     kwarg_only = {id(a) for a in schema.arguments.flat_kwarg_only}
     outs = {id(a) for a in schema.arguments.out}

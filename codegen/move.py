@@ -79,7 +79,9 @@ def move(op_text: str, to: str, root: Path = REPO, max_opinfos: int = DEFAULT_MA
     op = manifest_spelling(op_text)
     entry = find_entry(manifest, op)
     if entry is None:
-        raise CommandError(f"{qualified(op)} is not in the manifest; `python -m codegen.scaffold {qualified(op)}` adds it")
+        raise CommandError(
+            f"{qualified(op)} is not in the manifest; `python -m codegen.scaffold {qualified(op)}` adds it"
+        )
     if to not in SECTIONS:
         raise CommandError(f"--to must be one of {', '.join(SECTIONS)}")
     if entry.section == to:
@@ -159,8 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m codegen.move", description=__doc__.splitlines()[0])
     parser.add_argument("op", help="aten::<op>[.<overload>] (or ns::op)")
     parser.add_argument("--to", required=True, choices=SECTIONS)
-    parser.add_argument("--max-opinfos", type=int, default=DEFAULT_MAX_OPINFOS,
-                        help=f"OpInfos that reach it to run, the most direct first (default {DEFAULT_MAX_OPINFOS}; 0: all)")
+    parser.add_argument(
+        "--max-opinfos",
+        type=int,
+        default=DEFAULT_MAX_OPINFOS,
+        help=f"OpInfos that reach it to run, the most direct first (default {DEFAULT_MAX_OPINFOS}; 0: all)",
+    )
     parser.add_argument("--opinfos", nargs="+", default=[], metavar="KEY", help="more OpInfos to run")
     parser.add_argument("--dtypes", default=",".join(DTYPES))
     parser.add_argument("--modes", default=",".join(MODES))

@@ -63,7 +63,11 @@ def suggest(op: str, db: SchemaDatabase, manifest: Manifest | None = None) -> st
     overloads = sorted(k for k, r in db.records.items()
                        if base_name(k) == base and not r.composite_implicit and r.kind == "functional")
     if overloads:
-        return "its overloads are " + ", ".join(qualified(o) for o in overloads[:12]) + (" ..." if len(overloads) > 12 else "")
+        return (
+            "its overloads are "
+            + ", ".join(qualified(o) for o in overloads[:12])
+            + (" ..." if len(overloads) > 12 else "")
+        )
     pool = set(db.records) | ({e.op for e in manifest.entries} if manifest else set())
     close = difflib.get_close_matches(op, pool, n=4, cutoff=0.6)
     return "did you mean " + ", ".join(qualified(c) for c in close) + "?" if close else ""

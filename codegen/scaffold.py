@@ -56,7 +56,9 @@ def _check_aten(op: str, section: str | None, db, manifest) -> tuple[str, tuple[
     rec = db.records.get(op)
     if rec is None:
         hint = suggest(op, db, manifest)
-        raise CommandError(f"unknown aten operator '{qualified(op)}' (torch {db.torch_version})" + (f"; {hint}" if hint else ""))
+        raise CommandError(
+            f"unknown aten operator '{qualified(op)}' (torch {db.torch_version})" + (f"; {hint}" if hint else "")
+        )
     if rec.composite_implicit:
         raise CommandError(
             f"{qualified(op)} is CompositeImplicitAutograd: PyTorch decomposes it before it reaches a backend, so "
@@ -231,12 +233,28 @@ def scaffold(op_text: str, section: str | None = None, family: str | None = None
     if section == "full_codegen":
         fam, guess = choose(fns.lowerings, "lower_", "", "lowerings")
         like = f"{guess.like}" if guess else None
-        wanted = [("lowering", spec.lowering, "lowerings", fns.lowerings, f"lower_{unambiguous_name(like)}" if like else None),
-                  ("shape", spec.shape_fn, "shape_fns", fns.shape_fns, f"{unambiguous_name(like)}_output_shape" if like else None)]
+        wanted = [
+            (
+                "lowering",
+                spec.lowering,
+                "lowerings",
+                fns.lowerings,
+                f"lower_{unambiguous_name(like)}" if like else None,
+            ),
+            (
+                "shape",
+                spec.shape_fn,
+                "shape_fns",
+                fns.shape_fns,
+                f"{unambiguous_name(like)}_output_shape" if like else None,
+            ),
+        ]
     elif section == "supported":
         fam, guess = choose(fns.impls, "impl_", "", "runtime/supported")
         like = guess.like if guess else None
-        wanted = [("impl", spec.impl, "runtime/supported", fns.impls, f"impl_{unambiguous_name(like)}" if like else None)]
+        wanted = [
+            ("impl", spec.impl, "runtime/supported", fns.impls, f"impl_{unambiguous_name(like)}" if like else None)
+        ]
     else:
         fam, guess, wanted = None, None, []
     if fam is not None:

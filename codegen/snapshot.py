@@ -160,8 +160,9 @@ def compare(a: dict, b: dict, ignore_sections: set[str] = frozenset(), ignore_co
                 for i, (p, q) in enumerate(zip(xo, yo)):
                     lines += _compare_tensor(f"output {i}", p, q, tolerance)
             if (x.get("argument0") or {}) != (y.get("argument0") or {}):
-                lines += _compare_tensor("argument 0 after the call", x.get("argument0") or {}, y.get("argument0") or {},
-                                         tolerance)
+                lines += _compare_tensor(
+                    "argument 0 after the call", x.get("argument0") or {}, y.get("argument0") or {}, tolerance
+                )
         if not ignore_counters:
             cx, cy = x.get("counters", {}), y.get("counters", {})
             for name in sorted(set(cx) | set(cy)):

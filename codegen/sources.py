@@ -62,7 +62,9 @@ def _is_unfinished(node: ast.FunctionDef) -> bool:
             and call.args[0].value.startswith(UNFINISHED))
 
 
-def scan_functions(root: Path, folder: str, prefix: str | None = None, suffix: str | None = None) -> dict[str, FunctionSource]:
+def scan_functions(
+    root: Path, folder: str, prefix: str | None = None, suffix: str | None = None
+) -> dict[str, FunctionSource]:
     """Top-level functions of `root/folder/**/*.py` whose names match prefix/suffix.
     A name defined twice is an error: the second definition would silently win."""
     found: dict[str, FunctionSource] = {}
@@ -95,13 +97,17 @@ def _literal(text: str) -> object:
         return text
 
 
-def signature_problems(fn: FunctionSource, positional: list[str], kwonly: list[str], defaults: dict[str, str]) -> list[str]:
+def signature_problems(
+    fn: FunctionSource, positional: list[str], kwonly: list[str], defaults: dict[str, str]
+) -> list[str]:
     """Differences between a handwritten function and the parameters the schema asks for."""
     problems = []
     if fn.has_varargs:
         problems.append("uses *args/**kwargs; list the schema's parameters explicitly")
     if list(fn.positional) != positional:
-        problems.append(f"positional parameters are ({', '.join(fn.positional)}), the schema has ({', '.join(positional)})")
+        problems.append(
+            f"positional parameters are ({', '.join(fn.positional)}), the schema has ({', '.join(positional)})"
+        )
     if list(fn.kwonly) != kwonly:
         problems.append(f"keyword-only parameters are ({', '.join(fn.kwonly)}), the schema has ({', '.join(kwonly)})")
     for name in positional + kwonly:

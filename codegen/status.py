@@ -69,7 +69,9 @@ def status(op_text: str, root: Path = REPO, out=sys.stdout) -> int:
             print(f"  unknown aten operator (torch {db.torch_version})" + (f"; {hint}" if hint else ""), file=out)
             return 1
         if rec is not None and rec.composite_implicit:
-            print("  CompositeImplicitAutograd: PyTorch decomposes it before a backend sees it; nothing to list", file=out)
+            print(
+                "  CompositeImplicitAutograd: PyTorch decomposes it before a backend sees it; nothing to list", file=out
+            )
             return 0
         functional = None
         if rec is not None:
@@ -89,8 +91,11 @@ def status(op_text: str, root: Path = REPO, out=sys.stdout) -> int:
                 print(f"  derived forms: {', '.join(qualified(f) for f in forms)}", file=out)
     fns = scan_handwritten(root)
     uname = unambiguous_name(op)
-    rows = [("lowering", fns.lowerings.get(f"lower_{uname}")), ("shape function", fns.shape_fns.get(f"{uname}_output_shape")),
-            ("implementation", fns.impls.get(f"impl_{uname}"))]
+    rows = [
+        ("lowering", fns.lowerings.get(f"lower_{uname}")),
+        ("shape function", fns.shape_fns.get(f"{uname}_output_shape")),
+        ("implementation", fns.impls.get(f"impl_{uname}")),
+    ]
     needed = {"full_codegen": ("lowering", "shape function"), "supported": ("implementation",)}.get(
         entry.section if entry else "", ())
     for what, fn in rows:

@@ -62,7 +62,9 @@ def _nll_and_log_alpha(log_probs, targets, input_lengths, target_lengths, blank)
     # no frames: only an empty target has probability 1
     log_p = jnp.where(jnp.asarray(il == 0), jnp.where(jnp.asarray(ext_len == 1), 0.0, _LOG_ZERO), log_p)
     nll = jnp.where(log_p <= _LOG_ZERO / 2, jnp.inf, -log_p)
-    log_alpha = jnp.where((jnp.arange(T)[:, None] < jnp.asarray(il)[None, :])[..., None] & valid[None], alphas, -jnp.inf)
+    log_alpha = jnp.where(
+        (jnp.arange(T)[:, None] < jnp.asarray(il)[None, :])[..., None] & valid[None], alphas, -jnp.inf
+    )
     log_alpha = jnp.where(log_alpha <= _LOG_ZERO / 2, -jnp.inf, log_alpha)
     return nll, jnp.transpose(log_alpha, (1, 0, 2))
 

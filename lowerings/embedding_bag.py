@@ -93,7 +93,9 @@ def lower__embedding_bag_forward_only(
     return _forward(weight, indices, offsets, mode, per_sample_weights, include_last_offset, padding_idx, True)
 
 
-def _dense_backward(grad, indices, bag, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx, max_indices):
+def _dense_backward(
+    grad, indices, bag, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx, max_indices
+):
     g = opmath(grad)
     num_bags, d = g.shape
     idx = bounded(indices, num_weights, wrap=False)
@@ -126,7 +128,9 @@ def lower__embedding_bag_backward(
     mode, sparse, per_sample_weights, padding_idx=-1,
 ):
     bag = _bags(indices, offsets, grad.shape[0], mode)
-    return _dense_backward(grad, indices, bag, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx, maximum_indices)
+    return _dense_backward(
+        grad, indices, bag, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx, maximum_indices
+    )
 
 
 def lower__embedding_bag_dense_backward(
@@ -134,7 +138,9 @@ def lower__embedding_bag_dense_backward(
     per_sample_weights, padding_idx=-1,
 ):
     bag = bounded(offset2bag, grad.shape[0], wrap=False)
-    return _dense_backward(grad, indices, bag, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx, maximum_indices)
+    return _dense_backward(
+        grad, indices, bag, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx, maximum_indices
+    )
 
 
 def lower__embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):

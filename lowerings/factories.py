@@ -236,15 +236,21 @@ def lower_logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, dev
     return _logspace(start, end, steps, base, dtype)
 
 
-def lower_logspace_Tensor_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+def lower_logspace_Tensor_Tensor(
+    start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None
+):
     return _logspace(start, end, steps, base, dtype)
 
 
-def lower_logspace_Tensor_Scalar(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+def lower_logspace_Tensor_Scalar(
+    start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None
+):
     return _logspace(start, end, steps, base, dtype)
 
 
-def lower_logspace_Scalar_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+def lower_logspace_Scalar_Tensor(
+    start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None
+):
     return _logspace(start, end, steps, base, dtype)
 
 

@@ -191,9 +191,13 @@ def lower_grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_c
     return _forward(input, grid, interpolation_mode, padding_mode, align_corners)
 
 
-def lower_grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+def lower_grid_sampler_2d_backward(
+    grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask
+):
     return _backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask)
 
 
-def lower_grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask):
+def lower_grid_sampler_3d_backward(
+    grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask
+):
     return _backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask)

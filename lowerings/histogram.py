@@ -192,9 +192,13 @@ def lower_searchsorted_Scalar(sorted_sequence, self, *, out_int32=False, right=F
 
     # PyTorch turns the scalar into a 0-d tensor of its own type (int64, double or
     # bool) and compares both in their promoted type.
-    common = to_numpy_dtype(torch.promote_types(to_torch_dtype(sorted_sequence.dtype), to_torch_dtype(jnp.asarray(self).dtype)))
+    common = to_numpy_dtype(
+        torch.promote_types(to_torch_dtype(sorted_sequence.dtype), to_torch_dtype(jnp.asarray(self).dtype))
+    )
     value = jnp.asarray(self).astype(common).reshape(())
-    return lower_searchsorted_Tensor(sorted_sequence.astype(common), value, out_int32=out_int32, right=right, side=side, sorter=sorter)
+    return lower_searchsorted_Tensor(
+        sorted_sequence.astype(common), value, out_int32=out_int32, right=right, side=side, sorter=sorter
+    )
 
 
 def lower_isin_Tensor_Tensor(elements, test_elements, *, assume_unique=False, invert=False):

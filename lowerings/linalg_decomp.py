@@ -231,7 +231,9 @@ def lower_linalg_householder_product(input, tau):
 
 def lower_triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     a, b = _broadcast_batch(A, self)
-    x = lax.linalg.triangular_solve(a, b, left_side=True, lower=not upper, transpose_a=transpose, unit_diagonal=unitriangular)
+    x = lax.linalg.triangular_solve(
+        a, b, left_side=True, lower=not upper, transpose_a=transpose, unit_diagonal=unitriangular
+    )
     return x, a
 
 

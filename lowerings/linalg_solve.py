@@ -201,7 +201,9 @@ def _ldl_factor_one(a, hermitian):
         kk = k + two.astype(k.dtype)
         swapped = interchange(a, k, kk, kp, two)
         a_new = jnp.where(kp != kk, swapped, a)
-        a_new = lax.cond(two, lambda x: update2(x, k), lambda x: lax.cond(k < n - 1, lambda y: update1(y, k), lambda y: y, x), a_new)
+        a_new = lax.cond(
+            two, lambda x: update2(x, k), lambda x: lax.cond(k < n - 1, lambda y: update1(y, k), lambda y: y, x), a_new
+        )
         a = jnp.where(singular, a, a_new)
         info = jnp.where((info == 0) & singular, k + 1, info)
         p1 = (kp + 1).astype(jnp.int32)
@@ -288,7 +290,7 @@ def ldl_solve(LD, pivots, B, hermitian):
     ld = jnp.broadcast_to(LD, batch + LD.shape[-2:])
     piv = jnp.broadcast_to(pivots.astype(jnp.int32), batch + pivots.shape[-1:])
     b = jnp.broadcast_to(B, batch + B.shape[-2:])
-    return _batched(lambda l, p, x: _ldl_solve_one(l, p, x, hermitian), len(batch), ld, piv, b)
+    return _batched(lambda ld_one, p, x: _ldl_solve_one(ld_one, p, x, hermitian), len(batch), ld, piv, b)
 
 
 def lower_linalg_ldl_factor_ex(self, *, hermitian=False, check_errors=False):

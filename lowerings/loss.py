@@ -226,7 +226,9 @@ def lower_multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=
 def lower_multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None, reduction=1):
     x = opmath(self)
     _, vjp = jax.vjp(lambda v: _multi_margin(v, target, p, margin, weight, reduction), x)
-    (grad,) = vjp(opmath(grad_output).astype(x.dtype).reshape(jnp.shape(_multi_margin(x, target, p, margin, weight, reduction))))
+    (grad,) = vjp(
+        opmath(grad_output).astype(x.dtype).reshape(jnp.shape(_multi_margin(x, target, p, margin, weight, reduction)))
+    )
     return grad.astype(self.dtype)
 
 

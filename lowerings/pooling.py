@@ -87,7 +87,10 @@ def _tap_slices(x, nd, k, s, p, d, outs, fill):
     """For every tap, the (..., *outs) input values it sees, as a strided slice of the
     input padded with `fill`: elementwise work XLA fuses, where gathers are slow."""
     lead = x.ndim - nd
-    hi = [max(0, (o - 1) * ss + (kk - 1) * dd + 1 - (n + pp)) for o, ss, kk, dd, n, pp in zip(outs, s, k, d, x.shape[-nd:], p)]
+    hi = [
+        max(0, (o - 1) * ss + (kk - 1) * dd + 1 - (n + pp))
+        for o, ss, kk, dd, n, pp in zip(outs, s, k, d, x.shape[-nd:], p)
+    ]
     padded = lax.pad(x, jnp.asarray(fill, x.dtype), [(0, 0, 0)] * lead + [(pp, h, 0) for pp, h in zip(p, hi)])
     for offsets in _window_taps(k, d):
         start = (0,) * lead + offsets
@@ -138,11 +141,15 @@ def _scatter_back(grad_output, self, indices, nd):
     return out.reshape(self.shape).astype(grad_output.dtype)
 
 
-def lower_max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+def lower_max_pool2d_with_indices_backward(
+    grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
+):
     return _scatter_back(grad_output, self, indices, 2)
 
 
-def lower_max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+def lower_max_pool3d_with_indices_backward(
+    grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
+):
     return _scatter_back(grad_output, self, indices, 3)
 
 
@@ -177,20 +184,32 @@ def _avg_pool_backward(grad_output, self, nd, *params):
     return vjp(opmath(grad_output).astype(x.dtype))[0].astype(self.dtype)
 
 
-def lower_avg_pool2d(self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None):
+def lower_avg_pool2d(
+    self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None
+):
     return _avg_pool(self, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-def lower_avg_pool3d(self, kernel_size, stride=(), padding=(0, 0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None):
+def lower_avg_pool3d(
+    self, kernel_size, stride=(), padding=(0, 0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None
+):
     return _avg_pool(self, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
 
 
-def lower_avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    return _avg_pool_backward(grad_output, self, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+def lower_avg_pool2d_backward(
+    grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+):
+    return _avg_pool_backward(
+        grad_output, self, 2, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
 
 
-def lower_avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    return _avg_pool_backward(grad_output, self, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+def lower_avg_pool3d_backward(
+    grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+):
+    return _avg_pool_backward(
+        grad_output, self, 3, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+    )
 
 
 def _adaptive_bounds(size, out):

@@ -86,7 +86,10 @@ def lower_as_strided(self, size, stride, storage_offset=None):
     if math.prod(size) == 0:
         return jnp.zeros(tuple(size), self.dtype)
     index = (storage_offset or 0) + sum(
-        (jnp.arange(n).reshape([n if j == i else 1 for j in range(len(size))]) * s for i, (n, s) in enumerate(zip(size, stride))),
+        (
+            jnp.arange(n).reshape([n if j == i else 1 for j in range(len(size))]) * s
+            for i, (n, s) in enumerate(zip(size, stride))
+        ),
         start=jnp.zeros((), jnp.int64),
     )
     return flat[index]

@@ -94,10 +94,18 @@ def lower_scatter_reduce_two(self, dim, index, src, reduce, *, include_self=True
     elif reduce == "amax":
         out = ref.max(s, mode="drop")
         # max/min propagate NaN as PyTorch's do.
-        nan = jnp.zeros(x.shape, jnp.bool_).at[key].max(jnp.isnan(s), mode="drop") if jnp.issubdtype(s.dtype, jnp.floating) else None
+        nan = (
+            jnp.zeros(x.shape, jnp.bool_).at[key].max(jnp.isnan(s), mode="drop")
+            if jnp.issubdtype(s.dtype, jnp.floating)
+            else None
+        )
     else:
         out = ref.min(s, mode="drop")
-        nan = jnp.zeros(x.shape, jnp.bool_).at[key].max(jnp.isnan(s), mode="drop") if jnp.issubdtype(s.dtype, jnp.floating) else None
+        nan = (
+            jnp.zeros(x.shape, jnp.bool_).at[key].max(jnp.isnan(s), mode="drop")
+            if jnp.issubdtype(s.dtype, jnp.floating)
+            else None
+        )
     if reduce in ("amax", "amin") and nan is not None:
         out = jnp.where(nan, jnp.nan, out)
     if reduce == "mean":
@@ -124,11 +132,9 @@ def lower_select_scatter(self, src, dim, index):
 
 def lower_slice_scatter(self, src, dim=0, start=None, end=None, step=1):
     d = dim % self.ndim
-    return self.at[(slice(None),) * d + (slice(*slice_bounds(self.shape[d], start, end, step)),)].set(src.astype(self.dtype))
-
-
-
-
+    return self.at[(slice(None),) * d + (slice(*slice_bounds(self.shape[d], start, end, step)),)].set(
+        src.astype(self.dtype)
+    )
 
 
 def lower_diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):

@@ -17,7 +17,11 @@ def lower_rot90(self, k=1, dims=(0, 1)):
 
 
 def lower_block_diag(tensors):
-    out = to_numpy_dtype(promote_dtypes(*[TensorMeta(t.shape, to_torch_dtype(t.dtype)) for t in tensors])) if tensors else None
+    out = (
+        to_numpy_dtype(promote_dtypes(*[TensorMeta(t.shape, to_torch_dtype(t.dtype)) for t in tensors]))
+        if tensors
+        else None
+    )
     mats = [t.reshape(1, 1) if t.ndim == 0 else t.reshape(1, -1) if t.ndim == 1 else t for t in tensors]
     rows = sum(m.shape[0] for m in mats)
     cols = sum(m.shape[1] for m in mats)

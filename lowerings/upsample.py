@@ -281,7 +281,9 @@ def _antialiased(x, output_size, align_corners, scales, half_width, filt):
         if x.shape[axis] == output_size[i]:
             continue
         m = aa_matrix(x.shape[axis], output_size[i], align_corners, scales[i], dtype, half_width, filt)
-        x = jnp.moveaxis(jnp.tensordot(x, jnp.asarray(m, x.dtype), axes=([axis], [1]), precision=lax.Precision.HIGHEST), -1, axis)
+        x = jnp.moveaxis(
+            jnp.tensordot(x, jnp.asarray(m, x.dtype), axes=([axis], [1]), precision=lax.Precision.HIGHEST), -1, axis
+        )
     return x
 
 
@@ -297,7 +299,9 @@ def lower_upsample_bicubic2d(self, output_size, align_corners, scales_h=None, sc
     return _to_input_dtype(_bicubic(self, tuple(output_size), align_corners, (scales_h, scales_w)), self.dtype)
 
 
-def lower_upsample_bicubic2d_backward(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+def lower_upsample_bicubic2d_backward(
+    grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None
+):
     return _backward(
         lambda x: _bicubic(x, tuple(output_size), align_corners, (scales_h, scales_w)), grad_output, input_size
     )

@@ -11,11 +11,14 @@ from torch.utils._pytree import tree_map
 from .core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from .core.ir import Node
 from .core import uninitialized
+from .core.placement import device_count
 from .core.tensor import XlaTensor, from_array
-from .exec import custom_ops, division_checks, index_checks
+from .exec import custom_ops, value_checks
 from .exec.custom_ops import register_lowering
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
-from .frontends import dispatch, forked_child
+from .frontends import dispatch, distributed, forked_child
+from .frontends.analyze import analyze
+from .frontends.analyze import main as analyze_main  # noqa: F401 - the generated `python -m` entry runs it
 from .frontends import op_counters as metrics
 from .frontends.dynamo import dynamo_report
 from .frontends.env import default_env
@@ -31,10 +34,12 @@ from .supported.foreach import enable_foreach_optimizers
 
 __all__ = [
     "OperatorNotFound",
+    "analyze",
     "call_jax",
     "compile",
     "config",
     "default_env",
+    "device_count",
     "dynamo_report",
     "hlo",
     "jax_function",
@@ -88,7 +93,9 @@ def _tensor_to_xla(t: torch.Tensor) -> XlaTensor:
     if isinstance(t, XlaTensor):
         return t
     if t.layout != torch.strided:
-        raise RuntimeError(f"{t.layout} tensors cannot be moved to JAX (dense tensors only): convert with .to_dense() first")
+        raise RuntimeError(
+            f"{t.layout} tensors cannot be moved to JAX (dense tensors only): convert with .to_dense() first"
+        )
     out = from_array(cpu_to_jax(t.detach()))
     if t.requires_grad:
         out.requires_grad_(True)
@@ -127,19 +134,20 @@ def to_torch(obj: Any) -> Any:
 
 def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str, type[Node]],
             library_ops: dict[str, tuple[str, Any]] | None = None, unavailable: dict[str, str] | None = None, *,
-            policy: dict[str, dict[str, tuple[int, ...]]] | None = None) -> None:
+            policy: dict[str, dict[str, tuple[int | str, ...]]] | None = None) -> None:
     """Called by the generated package at import: its dispatch stubs by aten overload,
     the manifest section of each overload, and its IR classes by unambiguous name; a
     manifest with operators of other libraries adds their stubs by qualified name (with
     the schema each was generated for) and the entries whose library did not import
     (Note [Library operators] in runtime/exec/custom_ops.py)."""
     apply_debug_env(config)
-    REGISTRY.update(division_checks.install(index_checks.install(registry)))
+    POLICY.update(policy or {})
+    REGISTRY.update(value_checks.install(registry, POLICY.get("eager_value_checks", {})))
     SECTIONS.update(sections)
     NODES.update(nodes)
-    POLICY.update(policy or {})
     check_tracer_nodes()
     dispatch.install(registry)
+    distributed.install()
     forked_child.install()
     enable_foreach_optimizers()
     if library_ops or unavailable:

@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 import xla_native_functions as xnf
+from xla_native_functions.runtime.core import convert
 from xla_native_functions.runtime.frontends import dynamo
 
 
@@ -91,6 +92,14 @@ def training(number: int, repeat: int) -> dict[str, float]:
     model = make_mlp()
     fns["torch.compile xla_native"] = torch_step(torch.compile(model, backend=dynamo.BACKEND_NAME), model.parameters())
 
+    # the whole step, optimizer.step() included, compiled by torch.compile (PyTorch
+    # compiles optimizers): Dynamo breaks the graph at backward()
+    model = make_mlp()
+    fns["whole step torch.compile inductor"] = torch.compile(torch_step(model, model.parameters()))
+    model = make_mlp()
+    fns["whole step torch.compile xla_native"] = torch.compile(torch_step(model, model.parameters()),
+                                                               backend=dynamo.BACKEND_NAME)
+
     moved = xnf.to_xla(make_mlp())
     opt = torch.optim.SGD(moved.parameters(), lr=1e-3)
     xx, yy = xnf.to_xla(x), xnf.to_xla(y)
@@ -117,18 +126,18 @@ def transfer(number: int, repeat: int) -> dict[str, float]:
     model = make_mlp()
     tensors = [p.detach() for p in model.parameters()] + [torch.randn(64, 256)]
     fn = jax.jit(lambda *xs: sum(x.reshape(-1)[0] for x in xs))
-    out = fn(*[dynamo._host_view(t) for t in tensors])
+    out = fn(*[convert.numpy_view(t) for t in tensors])
 
     def call(arrays):
         def run():
             with xnf.x64():
                 fn(*arrays).block_until_ready()
-            dynamo._jax_to_cpu(out + 0)
+            convert.jax_to_cpu(out + 0)
         return run
 
-    host = [dynamo._host_view(t) for t in tensors]
+    host = [convert.numpy_view(t) for t in tensors]
     # A tensor DLPack cannot share (an unaligned buffer, say) goes in as its NumPy view.
-    shared = [dynamo._shared_array(t) for t in tensors]
+    shared = [convert.shared_array(t) for t in tensors]
     shared = [h if a is None else a for a, h in zip(shared, host)]
     return medians_ms({"first": call(host), "shared": call(shared)}, number, repeat)
 

@@ -66,8 +66,14 @@ def _unwrap_list(a: list) -> list:
 
 
 def pass_through(elem: torch.Tensor) -> PassThroughTensor:
-    r = _make_wrapper_subclass(PassThroughTensor, elem.shape, strides=elem.stride(), storage_offset=elem.storage_offset(),
-                               dtype=elem.dtype, device=elem.device)
+    r = _make_wrapper_subclass(
+        PassThroughTensor,
+        elem.shape,
+        strides=elem.stride(),
+        storage_offset=elem.storage_offset(),
+        dtype=elem.dtype,
+        device=elem.device,
+    )
     r.elem = elem
     return r
 

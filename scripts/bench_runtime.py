@@ -26,7 +26,7 @@ def median_us(fn, number: int = 2000, repeat: int = 7) -> float:
     return _median(paired_us({"fn": fn}, number, repeat)["fn"])
 
 
-def paired_us(fns: dict, number: int = 2000, repeat: int = 7) -> dict[str, list[float]]:
+def paired_us(fns: dict, number: int = 2000, repeat: int = 7, pause: float = 0.05) -> dict[str, list[float]]:
     """Microseconds per call of each function in each of `repeat` rounds. The functions
     take turns within every round, so load on a shared machine hits them alike, and a
     ratio is taken round by round (`ratio`). Before each turn, a pause lets the previous
@@ -38,7 +38,7 @@ def paired_us(fns: dict, number: int = 2000, repeat: int = 7) -> dict[str, list[
     runs: dict = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
-            time.sleep(0.05)
+            time.sleep(pause)
             fn()
             start = time.perf_counter()
             for _ in range(number):
@@ -64,9 +64,31 @@ def eager_add() -> None:
         runs = paired_us({"jnp": lambda: jnp.add(ja, jb), "torch": lambda: a + b, "ours": lambda: xa + xb}, repeat=15)
     t_jnp, t_torch, t_ours = (_median(runs[k]) for k in ("jnp", "torch", "ours"))
     print("eager 16x16 float32 add (median us per op)")
-    print(f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
-          f"-> {ratio(runs, 'ours', 'jnp'):.2f}x jax.numpy, {ratio(runs, 'ours', 'torch'):.1f}x torch (target <= 2x jax.numpy)")
+    print(
+        f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
+        f"-> {ratio(runs, 'ours', 'jnp'):.2f}x jax.numpy, {ratio(runs, 'ours', 'torch'):.1f}x torch (target <= 2x "
+        "jax.numpy)"
+    )
     eager_floor(a, b)
+
+
+def eager_matmul() -> None:
+    """A 64x64 float32 matmul, eager: per-op cost where the op itself costs a little."""
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    xa, xb = xnf.to_xla(a), xnf.to_xla(b)
+    with jax.enable_x64(True):
+        ja, jb = jnp.asarray(a.numpy()), jnp.asarray(b.numpy())
+        # PyTorch's matmul wakes its OpenMP workers, which spin for up to 200 ms after it
+        # (KMP_BLOCKTIME) and slowed the next turn by half: pause longer
+        runs = paired_us({"jnp": lambda: jnp.matmul(ja, jb), "torch": lambda: a @ b, "ours": lambda: xa @ xb},
+                         repeat=15, pause=0.3)
+    t_jnp, t_torch, t_ours = (_median(runs[k]) for k in ("jnp", "torch", "ours"))
+    print("eager 64x64 float32 matmul (median us per op)")
+    print(
+        f"  torch CPU {t_torch:7.1f}   jax.numpy {t_jnp:7.1f}   ours {t_ours:7.1f}  "
+        f"-> {ratio(runs, 'ours', 'jnp'):.2f}x jax.numpy, {ratio(runs, 'ours', 'torch'):.1f}x torch (target <= 2x "
+        "jax.numpy)"
+    )
 
 
 def eager_in_place() -> None:
@@ -75,11 +97,15 @@ def eager_in_place() -> None:
     for shape in ((16, 16), (1024, 1024)):
         a, b = torch.randn(shape), torch.randn(shape)
         xa, xb = xnf.to_xla(a), xnf.to_xla(b)
-        runs = paired_us({"torch": lambda: a.add_(b), "ours": lambda: xa.add_(xb)}, number=2000 if shape[0] < 64 else 200,
-                         repeat=15)
+        runs = paired_us(
+            {"torch": lambda: a.add_(b), "ours": lambda: xa.add_(xb)}, number=2000 if shape[0] < 64 else 200, repeat=15
+        )
         t_torch, t_ours = _median(runs["torch"]), _median(runs["ours"])
-        print(f"eager {shape[0]}x{shape[1]} float32 add_ (median us per op): torch CPU {t_torch:7.1f}   ours {t_ours:7.1f}"
-              f"  -> {ratio(runs, 'ours', 'torch'):.1f}x torch")
+        print(
+            f"eager {shape[0]}x{shape[1]} float32 add_ (median us per op): torch CPU {t_torch:7.1f}   ours "
+            f"{t_ours:7.1f}"
+            f"  -> {ratio(runs, 'ours', 'torch'):.1f}x torch"
+        )
 
 
 class _Prebuilt(torch.Tensor):
@@ -183,7 +209,11 @@ def _forward_timings(model: torch.nn.Module, x: torch.Tensor, pure, number: int)
 def mlp_step() -> None:
     model = _mlp()
     x = torch.randn(64, 256)
-    params = [(jnp.asarray(l.weight.detach().numpy()), jnp.asarray(l.bias.detach().numpy())) for l in model if isinstance(l, torch.nn.Linear)]
+    params = [
+        (jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
+        for m in model
+        if isinstance(m, torch.nn.Linear)
+    ]
     pure = jax.jit(_pure_mlp)
     jx = jnp.asarray(x.numpy())
     t = _forward_timings(model, x, lambda: pure(params, jx).block_until_ready(), number=50)
@@ -207,8 +237,8 @@ def mlp_training_step() -> None:
         loss, grads = jax.value_and_grad(loss_of)(params, x, y)
         return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
 
-    state = {"params": [(jnp.asarray(l.weight.detach().numpy()), jnp.asarray(l.bias.detach().numpy()))
-                        for l in model if isinstance(l, torch.nn.Linear)]}
+    state = {"params": [(jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy()))
+                        for m in model if isinstance(m, torch.nn.Linear)]}
 
     def pure():
         state["params"], loss = pure_step(state["params"], jx, jy)
@@ -258,7 +288,15 @@ def transformer_blocks() -> None:
     _report("2 transformer blocks forward, batch 8 x 16 tokens x 64 (median us per step)", t)
 
 
-ROWS = ("eager_add", "eager_in_place", "tracing_cost", "mlp_step", "mlp_training_step", "transformer_blocks")
+ROWS = (
+    "eager_add",
+    "eager_matmul",
+    "eager_in_place",
+    "tracing_cost",
+    "mlp_step",
+    "mlp_training_step",
+    "transformer_blocks",
+)
 
 
 def main() -> None:

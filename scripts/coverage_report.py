@@ -55,13 +55,17 @@ def _parse_args(argv=None):
     p.add_argument("--ops", default="", help="comma-separated OpInfo keys (name or name.variant)")
     p.add_argument("--dtypes", default=",".join(h.DEFAULT_DTYPES), help=f"from {','.join(h.DTYPE_NAMES)}")
     p.add_argument("--modes", default=",".join(h.MODES), help=f"from {','.join(h.MODES)}")
-    p.add_argument("--time-limit", type=float, default=90.0, help="seconds per unit before it is cut short (hard kill at 1.5x+30s)")
+    p.add_argument(
+        "--time-limit", type=float, default=90.0, help="seconds per unit before it is cut short (hard kill at 1.5x+30s)"
+    )
     p.add_argument("--no-reference", action="store_true", help="sample_inputs only, not reference_inputs")
     p.add_argument("--results-dir", default=_default_results_dir(), help="where per-shard results are kept")
     p.add_argument("--rerun", action="store_true", help="run units again even if results exist")
     p.add_argument("--report-only", action="store_true", help="only rebuild docs/reports/coverage.{md,json}")
     p.add_argument("--out", default=str(ROOT / "docs" / "reports"), help="where coverage.md and coverage.json go")
-    p.add_argument("--in-process", action="store_true", help="no worker subprocess (debugging; an abort ends the sweep)")
+    p.add_argument(
+        "--in-process", action="store_true", help="no worker subprocess (debugging; an abort ends the sweep)"
+    )
     return p.parse_args(argv)
 
 
@@ -133,9 +137,17 @@ def run_sweep(args) -> None:
     units.sort(key=lambda u: (keys.index(u[0]), u[1], order[u[2]]))
     todo = [u for u in units if args.rerun or h.unit_id(*u) not in data["units"]]
     data.setdefault("runs", []).append(
-        {"argv": " ".join(sys.argv[1:]), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "units": len(units), "todo": len(todo)}
+        {
+            "argv": " ".join(sys.argv[1:]),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "units": len(units),
+            "todo": len(todo),
+        }
     )
-    print(f"{len(units)} units in shard {i}/{n}, {len(units) - len(todo)} already done, results in {path}", file=sys.stderr)
+    print(
+        f"{len(units)} units in shard {i}/{n}, {len(units) - len(todo)} already done, results in {path}",
+        file=sys.stderr,
+    )
     os.environ.setdefault("XNF_JAX_CACHE_DIR", str(Path.home() / ".cache" / "xla_native_functions" / "jax"))
     progress = Progress(len(todo))
     last_save = [time.perf_counter()]
@@ -162,14 +174,22 @@ def run_sweep(args) -> None:
             yield u
 
     try:
-        h.run_units(runnable(), record, time_limit=args.time_limit, isolate=not args.in_process, reference=not args.no_reference)
+        h.run_units(
+            runnable(), record, time_limit=args.time_limit, isolate=not args.in_process, reference=not args.no_reference
+        )
     finally:
         progress.close()
         _save(path, data)
 
 
 def _all_not_found(res: dict) -> bool:
-    return res.get("status") == "done" and res["passed"] == 0 and res["failed"] == 0 and res["errored"] > 0 and res["errored"] == res["not_found"]
+    return (
+        res.get("status") == "done"
+        and res["passed"] == 0
+        and res["failed"] == 0
+        and res["errored"] > 0
+        and res["errored"] == res["not_found"]
+    )
 
 
 # ----------------------------------------------------------------- report
@@ -187,7 +207,10 @@ def _manifest_summary() -> dict:
     core = sorted((r.name, r.composite_implicit) for r in db.records.values() if "core" in r.tags)
     lowered = set(xnf.SECTIONS)
     return {
-        "sections": {s: {"entries": entries.get(s, 0), "overloads": overloads.get(s, 0)} for s in sorted(set(entries) | set(overloads))},
+        "sections": {
+            s: {"entries": entries.get(s, 0), "overloads": overloads.get(s, 0)}
+            for s in sorted(set(entries) | set(overloads))
+        },
         "core_total": len(core),
         "core_covered": [c for c, _ in core if c in lowered],
         # CompositeImplicitAutograd: PyTorch decomposes them above the backend (into ops
@@ -278,7 +301,9 @@ def build_report(results_dir: str, out_dir: str) -> dict:
         "opinfos": len(per_op),
         "fully_lowered_opinfos": fully,
         "by_dtype_mode": {f"{dt}|{m}": {**dict(c), "pass_rate": rate(c)} for (dt, m), c in sorted(totals.items())},
-        "by_dtype_mode_fully_lowered": {f"{dt}|{m}": {**dict(c), "pass_rate": rate(c)} for (dt, m), c in sorted(totals_fully.items())},
+        "by_dtype_mode_fully_lowered": {
+            f"{dt}|{m}": {**dict(c), "pass_rate": rate(c)} for (dt, m), c in sorted(totals_fully.items())
+        },
         "top_missing": missing.most_common(60),
         "aborted": sorted(aborts),
         "timeouts": sorted(timeouts),
@@ -345,7 +370,8 @@ def _pct(r) -> str:
 def _total_row(mode, dtype, c, rate_fully, bold=False) -> str:
     b = "**" if bold else ""
     return (
-        f"| {mode} | {dtype} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('errored', 0)} | {c.get('not_found', 0)} "
+        f"| {mode} | {dtype} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('errored', 0)} | "
+        f"{c.get('not_found', 0)} "
         f"| {b}{_pct(c['pass_rate'])}{b} | {b}{_pct(rate_fully)}{b} |"
     )
 
@@ -359,14 +385,18 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
     )
     L.append("# OpInfo coverage\n")
     L.append(
-        "Every OpInfo of PyTorch's `op_db` runs through the backend and is compared with PyTorch CPU at the OpInfo's own "
+        "Every OpInfo of PyTorch's `op_db` runs through the backend and is compared with PyTorch CPU at the OpInfo's "
+        "own "
         "tolerances (tests/opinfo_harness.py). Cells are samples passed/failed/errored; a sample on which "
         "PyTorch CPU itself raises is not counted. `(inf)`: not run, because every eager sample of that "
         "OpInfo and dtype stopped at a missing operator (OperatorNotFound), which the other modes hit too.\n"
     )
     L.append("## What ran\n")
     for r in s["runs"]:
-        L.append(f"- `{r['file']}`: holds {r['done']} units; last run `coverage_report.py {_short_argv(r['argv'])}`, started {r['started']}, planned {r['units']}")
+        L.append(
+            f"- `{r['file']}`: holds {r['done']} units; last run `coverage_report.py {_short_argv(r['argv'])}`, "
+            f"started {r['started']}, planned {r['units']}"
+        )
     L.append("")
     L.append(
         f"This report covers {s['units']} units (OpInfo, dtype, mode) over {s['opinfos']} of the "
@@ -384,7 +414,10 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
         if not s[f"by_mode{name}"]:
             continue
         L.append(f"### {title}\n")
-        L.append("| mode | dtype | passed | failed | errored | of which not lowered | pass rate | pass rate, fully lowered OpInfos |")
+        L.append(
+            "| mode | dtype | passed | failed | errored | of which not lowered | pass rate | pass rate, fully lowered "
+            "OpInfos |"
+        )
         L.append("|---|---|---:|---:|---:|---:|---:|---:|")
         for m in h.MODES:
             rows = [dt for dt in group if f"{dt}|{m}" in s["by_dtype_mode"]]
@@ -423,7 +456,10 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
         L.append(f"| `{name}` | {n} |")
     L.append("")
     L.append("## Aborts and timeouts\n")
-    L.append(f"Aborted (the worker process died; recorded as errored): {', '.join(f'`{u}`' for u in s['aborted']) or 'none'}.\n")
+    L.append(
+        "Aborted (the worker process died; recorded as errored): "
+        f"{', '.join(f'`{u}`' for u in s['aborted']) or 'none'}.\n"
+    )
     L.append(f"Timed out: {', '.join(f'`{u}`' for u in s['timeouts']) or 'none'}.\n")
     L.append("## Time\n")
     L.append("Seconds per mode: " + ", ".join(f"{m} {v}" for m, v in s["seconds_by_mode"].items()) + ".\n")

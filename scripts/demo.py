@@ -29,7 +29,9 @@ class Block(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
-        q, k, v = (y.view(b, t, self.heads, d // self.heads).transpose(1, 2).reshape(b * self.heads, t, -1) for y in (q, k, v))
+        q, k, v = (
+            y.view(b, t, self.heads, d // self.heads).transpose(1, 2).reshape(b * self.heads, t, -1) for y in (q, k, v)
+        )
         att = torch.softmax(torch.bmm(q, k.transpose(1, 2)) / (d // self.heads) ** 0.5, dim=-1)
         y = torch.bmm(att, v).view(b, self.heads, t, -1).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)

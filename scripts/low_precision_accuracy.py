@@ -128,7 +128,11 @@ def main(argv=None) -> None:
             if verdict:
                 counts[verdict] += 1
         results[f"{key}|{dt}"] = counts
-        print(f"[{i}/{len(units)}] {key} {dt}: " + ", ".join(f"{v} {counts[v]}" for v in VERDICTS), file=sys.stderr, flush=True)
+        print(
+            f"[{i}/{len(units)}] {key} {dt}: " + ", ".join(f"{v} {counts[v]}" for v in VERDICTS),
+            file=sys.stderr,
+            flush=True,
+        )
     json_path.write_text(json.dumps({uid: dict(c) for uid, c in sorted(results.items())}, indent=1) + "\n")
     total = write_report(results, Path(args.out))
     print(f"{sum(total.values())} failing samples: " + ", ".join(f"{v} {total[v]}" for v in VERDICTS), file=sys.stderr)

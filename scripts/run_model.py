@@ -299,8 +299,16 @@ def run(
     batch = batch or config.batch
     task = f"train-{optimizer}" if train else "inference"
     rec: dict[str, Any] = {
-        "model": name, "mode": mode, "task": task, "attn": attn, "size": size, "batch": batch, "steps": steps if train or mode == "compiled" else 1,
-        "status": "ok", "fallbacks": {}, "recompile_reasons": [],
+        "model": name,
+        "mode": mode,
+        "task": task,
+        "attn": attn,
+        "size": size,
+        "batch": batch,
+        "steps": steps if train or mode == "compiled" else 1,
+        "status": "ok",
+        "fallbacks": {},
+        "recompile_reasons": [],
     }
     if mode == "dynamo" and not dynamo_available():
         rec["status"] = "unavailable"
@@ -429,7 +437,9 @@ def run(
             for name, step in turns.items():
                 start = time.perf_counter()
                 sync(step())
-                calls[name] = max(MIN_CALLS_PER_TURN, min(MAX_CALLS_PER_TURN, int(TURN_SECONDS / (time.perf_counter() - start))))
+                calls[name] = max(
+                    MIN_CALLS_PER_TURN, min(MAX_CALLS_PER_TURN, int(TURN_SECONDS / (time.perf_counter() - start)))
+                )
             per_call: dict[str, list[float]] = {name: [] for name in turns}
             for _ in range(timed):
                 for name, step in turns.items():
@@ -519,7 +529,8 @@ def format_record(rec: dict) -> str:
     lines += [
         f"  max abs / rel diff: {_fmt(rec.get('max_abs'), '.2e')} / {_fmt(rec.get('max_rel'), '.2e')} ({what})",
         f"  first call:        {_fmt(rec.get('first_call_s'), '.2f')} s (tracing and compiling included)",
-        f"  steady step:       {_fmt(rec.get('step_ms'), '.2f')} ms vs torch CPU eager {_fmt(rec.get('torch_step_ms'), '.2f')} ms "
+        f"  steady step:       {_fmt(rec.get('step_ms'), '.2f')} ms vs torch CPU eager "
+        f"{_fmt(rec.get('torch_step_ms'), '.2f')} ms "
         f"-> {_fmt(rec.get('ratio'), '.2f')}x"
         + (f"; inductor {_fmt(rec['inductor_step_ms'], '.2f')} ms" if rec.get("inductor_step_ms") else ""),
         f"  compiles:          {rec.get('compiles')} ({_COMPILE_UNIT[rec['mode']]}; "
@@ -591,11 +602,15 @@ def write_docs(records: list[dict], size: str = "small") -> None:
         "",
         "# Model zoo" + ("" if size == "small" else f", {size} configurations"),
         "",
-        f"Configurations (`--size {size}`, `scripts/zoo/common.py`): hidden size {config.width}, {config.layers} layers, "
+        f"Configurations (`--size {size}`, `scripts/zoo/common.py`): hidden size {config.width}, {config.layers} "
+        "layers, "
         f"{config.heads} heads, {config.seq} tokens, {config.image}x{config.image} images, batch {config.batch}."
-        + (" Medium configurations, closer to real work: `docs/reports/models-medium.md`." if size == "small" else
-           " The small configurations, which CI runs and which measure per-op overhead: `docs/reports/models.md`."
-           " Tolerances are the small configurations'."),
+        + (
+            " Medium configurations, closer to real work: `docs/reports/models-medium.md`."
+            if size == "small"
+            else " The small configurations, which CI runs and which measure per-op overhead: `docs/reports/models.md`."
+            " Tolerances are the small configurations'."
+        ),
         "",
         "Models: `scripts/zoo/`. Every run builds",
         "the model with a fixed seed and runs it on PyTorch CPU and on xla_native_functions",
@@ -603,7 +618,8 @@ def write_docs(records: list[dict], size: str = "small") -> None:
         "compares the loss of every step and all weights and buffers after the steps.",
         "`ratio` is our steady-state step time over PyTorch CPU eager's, measured in the same",
         "run on a shared 2-core machine (orders of magnitude, not benchmarks): the two take",
-        f"turns, each turn at least two steps and about {TURN_SECONDS * 1e3:.0f} ms after a pause and an untimed step, and",
+        f"turns, each turn at least two steps and about {TURN_SECONDS * 1e3:.0f} ms after a pause and an untimed step, "
+        "and",
         "the ratio is the median over turns of the two times measured in the same turn.",
         "`compiles`: graphs compiled in compiled mode, per-op executables in eager mode, the",
         "backend's JAX functions in dynamo mode (`torch.compile(backend=\"xla_native\")` on the CPU",
@@ -624,7 +640,8 @@ def write_docs(records: list[dict], size: str = "small") -> None:
         "tensor subclass, and so how close eager mode can get to PyTorch:",
         "`python scripts/bench_eager_floor.py` (`docs/performance.md`, \"What eager mode can reach\").",
         "",
-        "| model | mode | task | attn | status | max abs | max rel | first call s | step ms | torch ms | ratio | compiles | fallback ops |",
+        "| model | mode | task | attn | status | max abs | max rel | first call s | step ms | torch ms | ratio | "
+        "compiles | fallback ops |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
@@ -632,11 +649,17 @@ def write_docs(records: list[dict], size: str = "small") -> None:
         status = r["status"] if r["status"] == "ok" else f"**{r['status']}**"
         out.append(
             f"| {r['model']} | {r['mode']} | {r['task']} | {r.get('attn') or 'default'} | {status} | "
-            f"{_fmt(r.get('max_abs'), '.1e')} | {_fmt(r.get('max_rel'), '.1e')} | {_fmt(r.get('first_call_s'), '.1f')} | "
-            f"{_fmt(r.get('step_ms'), '.1f')} | {_fmt(r.get('torch_step_ms'), '.1f')} | {_fmt(r.get('ratio'), '.1f')} | "
+            f"{_fmt(r.get('max_abs'), '.1e')} | {_fmt(r.get('max_rel'), '.1e')} | {_fmt(r.get('first_call_s'), '.1f')} "
+            "| "
+            f"{_fmt(r.get('step_ms'), '.1f')} | {_fmt(r.get('torch_step_ms'), '.1f')} | {_fmt(r.get('ratio'), '.1f')} "
+            "| "
             f"{r.get('compiles', '-')} / {r.get('compiles_steady', '-')} | {fb} |"
         )
-    admitted = [r for r in records if (r.get("weights") or {}).get("outliers") or (r.get("weights") or {}).get("float64_checked")]
+    admitted = [
+        r
+        for r in records
+        if (r.get("weights") or {}).get("outliers") or (r.get("weights") or {}).get("float64_checked")
+    ]
     if admitted:
         out += ["", "## AdamW weights beyond the float32 tolerance", "",
                 "AdamW moves a weight whose gradient is near zero by about lr * sign(grad), so a last-bit",
@@ -677,18 +700,27 @@ def write_docs(records: list[dict], size: str = "small") -> None:
     if recompiles:
         out += ["", "## Recompiles in the steady state", ""]
         for r in recompiles:
-            out.append(f"- `{_key(r)}`: {r['compiles_steady']} compiles; reasons: {'; '.join(r['recompile_reasons'][:3]) or '-'}")
+            out.append(
+                f"- `{_key(r)}`: {r['compiles_steady']} compiles; reasons: "
+                f"{'; '.join(r['recompile_reasons'][:3]) or '-'}"
+            )
     backend_rows = [r for r in records if r["mode"] == "dynamo" and r.get("step_ms")]
     if backend_rows:
         by_key = {(r["model"], r["mode"], r["task"], r.get("attn")): r for r in records}
-        out += ["", "## The torch.compile backend against our compiled mode and inductor", "",
-                "Steady-state ms per step. `xla_native`: `torch.compile(model, backend=\"xla_native\")` on the",
-                "CPU model (the optimizer step runs on PyTorch CPU); compiled mode: `xla_native_functions.compile`",
-                "of the whole step on a model moved with `to_xla` (its row above, another run);",
-                "inductor: `torch.compile(model)` on the CPU model, timed in turns with `xla_native` and",
-                "PyTorch eager in the same run.", "",
-                "| model | task | xla_native ms | compiled mode ms | xla_native / compiled mode | inductor ms | xla_native / inductor | torch eager ms |",
-                "|---|---|---|---|---|---|---|---|"]
+        out += [
+            "",
+            "## The torch.compile backend against our compiled mode and inductor",
+            "",
+            "Steady-state ms per step. `xla_native`: `torch.compile(model, backend=\"xla_native\")` on the",
+            "CPU model (the optimizer step runs on PyTorch CPU); compiled mode: `xla_native_functions.compile`",
+            "of the whole step on a model moved with `to_xla` (its row above, another run);",
+            "inductor: `torch.compile(model)` on the CPU model, timed in turns with `xla_native` and",
+            "PyTorch eager in the same run.",
+            "",
+            "| model | task | xla_native ms | compiled mode ms | xla_native / compiled mode | inductor ms | xla_native "
+            "/ inductor | torch eager ms |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in backend_rows:
             c = by_key.get((r["model"], "compiled", r["task"], r.get("attn")), {})
             ind = r.get("inductor_step_ms")
@@ -717,8 +749,13 @@ def write_docs(records: list[dict], size: str = "small") -> None:
     for name in models:
         ops = sorted({op for r in records if r["model"] == name for op in r["fallbacks"]})
         out.append(f"- **{name}**: " + (", ".join(f"`{op}`" for op in ops) if ops else "none"))
-    out += ["", "## Tolerances (float32; see Note [Zoo tolerances] in scripts/zoo/__init__.py)", "",
-            "| model | outputs rtol, atol | loss | weights after SGD | weights after AdamW | why |", "|---|---|---|---|---|---|"]
+    out += [
+        "",
+        "## Tolerances (float32; see Note [Zoo tolerances] in scripts/zoo/__init__.py)",
+        "",
+        "| model | outputs rtol, atol | loss | weights after SGD | weights after AdamW | why |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, spec in models.items():
         t = spec.tolerance
         out.append(f"| {name} | {t.output} | {t.loss} | {t.weights_sgd} | {t.weights_adamw} | {t.reason} |")
@@ -742,7 +779,9 @@ def sweep(args: argparse.Namespace) -> None:
         print(f"[{k + 1}/{len(plan)}] {_key(probe)} ...", file=sys.stderr, flush=True)
         rec = run(p["name"], p["mode"], p["train"], p["optimizer"], batch=args.batch, steps=args.steps,
                   timed=args.timed, attn=p["attn"], inductor=True, size=args.size)
-        print(f"    {rec['status']}" + (f" ({rec.get('error')})" if rec.get("error") else ""), file=sys.stderr, flush=True)
+        print(
+            f"    {rec['status']}" + (f" ({rec.get('error')})" if rec.get("error") else ""), file=sys.stderr, flush=True
+        )
         done[_key(rec)] = rec
         order = {_key({"model": q["name"], "mode": q["mode"], "attn": q["attn"],
                        "task": f"train-{q['optimizer']}" if q["train"] else "inference"}): i
@@ -757,23 +796,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train", action="store_true")
     parser.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
     parser.add_argument("--batch", type=int, default=None, help="default: the size's batch")
-    parser.add_argument("--size", choices=sorted(SIZES), default="small",
-                        help="model configurations (scripts/zoo/common.py); --all writes docs/reports/models.md for small, "
-                        "docs/reports/models-<size>.md otherwise")
+    parser.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="small",
+        help="model configurations (scripts/zoo/common.py); --all writes docs/reports/models.md for small, "
+        "docs/reports/models-<size>.md otherwise",
+    )
     parser.add_argument("--steps", type=int, default=6, help="steps compared with PyTorch CPU (training; "
                         "inference in compiled mode, whose calls from the fourth on are replayed)")
-    parser.add_argument("--timed", type=int, default=5, help=f"timed turns after the comparison, each about {TURN_SECONDS * 1000:.0f} ms and at least "
-                        f"{MIN_CALLS_PER_TURN} steady-state steps (median per step reported)")
+    parser.add_argument(
+        "--timed",
+        type=int,
+        default=5,
+        help=f"timed turns after the comparison, each about {TURN_SECONDS * 1000:.0f} ms and at least "
+        f"{MIN_CALLS_PER_TURN} steady-state steps (median per step reported)",
+    )
     parser.add_argument("--attn", choices=("eager", "sdpa"), default=None,
                         help="attn_implementation of transformers models (default: the library's)")
     parser.add_argument("--no-fallback", action="store_true", help="raise on ops that are not lowered")
     parser.add_argument("--inductor", action="store_true",
                         help="with --mode dynamo: also time torch.compile's default backend (--all always does)")
-    parser.add_argument("--all", action="store_true", help="sweep every model x mode x task, write docs/reports/models.md")
+    parser.add_argument(
+        "--all", action="store_true", help="sweep every model x mode x task, write docs/reports/models.md"
+    )
     parser.add_argument("--shard", help="with --all: run part i of n (i/n)")
-    parser.add_argument("--resume", action="store_true", help="with --all: keep results already in docs/reports/models.json")
+    parser.add_argument(
+        "--resume", action="store_true", help="with --all: keep results already in docs/reports/models.json"
+    )
     parser.add_argument("--json", action="store_true", help="print the record as JSON")
-    parser.add_argument("--report", action="store_true", help="rewrite docs/reports/models.md from docs/reports/models.json only")
+    parser.add_argument(
+        "--report", action="store_true", help="rewrite docs/reports/models.md from docs/reports/models.json only"
+    )
     args = parser.parse_args(argv)
     if args.report:
         write_docs(json.loads(report_paths(args.size)[0].read_text()), args.size)

@@ -127,7 +127,7 @@ def glu_output_shape(self, dim=-1):
 
 
 def glu_backward_output_shape(grad_output, self, dim):
-    d = _glu_check(self, dim)
+    _glu_check(self, dim)
     compute, _ = elementwise_dtypes("glu_backward", grad_output, self)
     require_kernel_dtype("glu_backward_cpu", compute, "float")
     return TensorMeta(self.shape, compute)
@@ -228,7 +228,9 @@ def dist_output_shape(self, other, p=2):
     broadcast_shapes(self.shape, other.shape)
     compute, _ = elementwise_dtypes("dist", self, other)
     if not (compute.is_floating_point or compute.is_complex):
-        raise RuntimeError(f"norm(): input dtype should be either floating point or complex. Got {scalar_type_name(compute)} instead.")
+        raise RuntimeError(
+            f"norm(): input dtype should be either floating point or complex. Got {scalar_type_name(compute)} instead."
+        )
     if compute.is_complex:
         compute = {torch.complex64: torch.float32, torch.complex128: torch.float64}[compute]
     return TensorMeta((), compute)

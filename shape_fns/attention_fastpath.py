@@ -78,7 +78,9 @@ def _transform_bias_rescale_qkv_output_shape(qkv, qkv_bias, num_heads):
     if three_d % 3:
         raise RuntimeError("Expected _3D % 3 == 0 to be true, but got false.")
     if qkv.ndim != 3:
-        raise RuntimeError(f"_transform_bias_rescale_qkv: expected a 3-D qkv of shape (B, T, 3 * D), got {list(qkv.shape)}")
+        raise RuntimeError(
+            f"_transform_bias_rescale_qkv: expected a 3-D qkv of shape (B, T, 3 * D), got {list(qkv.shape)}"
+        )
     require_kernel_dtype("transform_bias_rescale_qkv", qkv.dtype, "float")
     _check_qkv_bias(qkv_bias, three_d, qkv.dtype)
     out = TensorMeta((B, num_heads, T, D // num_heads), qkv.dtype)
@@ -89,7 +91,9 @@ def _check_qkv_bias(qkv_bias, three_d, dtype) -> None:
     # The CPU kernel reads the bias as a flat array of the input's dtype, whatever its
     # shape and dtype are.
     if qkv_bias.numel() != three_d:
-        raise RuntimeError(f"expected `qkv_bias` to have {three_d} elements (3 * embed_dim), got shape {list(qkv_bias.shape)}")
+        raise RuntimeError(
+            f"expected `qkv_bias` to have {three_d} elements (3 * embed_dim), got shape {list(qkv_bias.shape)}"
+        )
     if qkv_bias.dtype != dtype:
         raise RuntimeError(
             f"expected `qkv_bias` to have the dtype of the input, {scalar_type_name(dtype)}, "
@@ -112,7 +116,8 @@ def _check_linear(rows, features, weight, bias, dtype) -> int:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({rows}x{features} and {shape})")
     if weight.dtype != dtype:
         raise RuntimeError(
-            f"self and mat2 must have the same dtype, but got {scalar_type_name(dtype)} and {scalar_type_name(weight.dtype)}"
+            f"self and mat2 must have the same dtype, but got {scalar_type_name(dtype)} and "
+            f"{scalar_type_name(weight.dtype)}"
         )
     out = weight.shape[0]
     target = (rows, out)
@@ -126,7 +131,8 @@ def _check_linear(rows, features, weight, bias, dtype) -> int:
         )
     if bias.dtype != dtype:
         raise RuntimeError(
-            f"self and mat2 must have the same dtype, but got {scalar_type_name(bias.dtype)} and {scalar_type_name(dtype)}"
+            f"self and mat2 must have the same dtype, but got {scalar_type_name(bias.dtype)} and "
+            f"{scalar_type_name(dtype)}"
         )
     return out
 

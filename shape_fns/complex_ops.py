@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes, promote_dtypes, scalar_type_name
+from .common import TensorMeta, broadcast_shapes, scalar_type_name
 
 _TO_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128, torch.float16: torch.complex32}
 _TO_REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}

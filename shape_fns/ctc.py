@@ -13,7 +13,8 @@ _WHERE = " (while checking arguments for ctc_loss_allocate_outputs)"
 def _check_ctc(log_probs, targets, input_lengths, target_lengths, blank):
     if log_probs.ndim != 3:
         raise RuntimeError(
-            f"Expected 3-dimensional tensor, but got {log_probs.ndim}-dimensional tensor for argument #1 'log_probs'{_WHERE}"
+            f"Expected 3-dimensional tensor, but got {log_probs.ndim}-dimensional tensor for argument #1 "
+            f"'log_probs'{_WHERE}"
         )
     T, N, C = log_probs.shape
     if not 0 <= blank < C:

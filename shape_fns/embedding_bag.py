@@ -30,7 +30,10 @@ def _check_forward(weight, indices, offsets, mode, sparse, per_sample_weights, i
         raise RuntimeError(f"offsets has to be a 1D Tensor, but got Tensor of dimension {offsets.ndim}")
     for name, t in (("indices", indices), ("offsets", offsets)):
         if t.dtype not in (torch.int64, torch.int32):
-            raise RuntimeError(f"embedding_bag: Expected tensor for argument #1 '{name}' to have one of the following scalar types: Long, Int; but got {scalar_type_name(t.dtype)} instead")
+            raise RuntimeError(
+                f"embedding_bag: Expected tensor for argument #1 '{name}' to have one of the following scalar types: "
+                f"Long, Int; but got {scalar_type_name(t.dtype)} instead"
+            )
     if mode not in _MODES:
         raise RuntimeError(f"embedding_bag: mode must be 0 (sum), 1 (mean) or 2 (max), got {mode}")
     if include_last_offset and offsets.shape[0] < 1:
@@ -45,7 +48,8 @@ def _check_forward(weight, indices, offsets, mode, sparse, per_sample_weights, i
             )
         if per_sample_weights.dtype != weight.dtype:
             raise RuntimeError(
-                f"expected scalar type {scalar_type_name(weight.dtype)} but found {scalar_type_name(per_sample_weights.dtype)}"
+                f"expected scalar type {scalar_type_name(weight.dtype)} but found "
+                f"{scalar_type_name(per_sample_weights.dtype)}"
             )
         if per_sample_weights.ndim != 1 or per_sample_weights.shape[0] != indices.shape[0]:
             raise RuntimeError(
@@ -54,7 +58,9 @@ def _check_forward(weight, indices, offsets, mode, sparse, per_sample_weights, i
             )
 
 
-def _forward_meta(weight, indices, offsets, mode, sparse, per_sample_weights, include_last_offset, padding_idx, forward_only):
+def _forward_meta(
+    weight, indices, offsets, mode, sparse, per_sample_weights, include_last_offset, padding_idx, forward_only
+):
     _check_forward(weight, indices, offsets, mode, sparse, per_sample_weights, include_last_offset)
     num_bags, size_len = bag_counts(offsets.shape[0], mode, include_last_offset, forward_only)
     long = indices.dtype  # the auxiliary outputs take the indices' integer type
@@ -72,14 +78,18 @@ def _embedding_bag_output_shape(
     weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
     per_sample_weights=None, include_last_offset=False, padding_idx=-1,
 ):
-    return _forward_meta(weight, indices, offsets, mode, sparse, per_sample_weights, include_last_offset, padding_idx, False)
+    return _forward_meta(
+        weight, indices, offsets, mode, sparse, per_sample_weights, include_last_offset, padding_idx, False
+    )
 
 
 def _embedding_bag_forward_only_output_shape(
     weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
     per_sample_weights=None, include_last_offset=False, padding_idx=-1,
 ):
-    return _forward_meta(weight, indices, offsets, mode, sparse, per_sample_weights, include_last_offset, padding_idx, True)
+    return _forward_meta(
+        weight, indices, offsets, mode, sparse, per_sample_weights, include_last_offset, padding_idx, True
+    )
 
 
 def _embedding_bag_backward_output_shape(
@@ -103,7 +113,9 @@ def _embedding_bag_dense_backward_output_shape(
     return TensorMeta((num_weights, grad.shape[1]), grad.dtype)
 
 
-def _embedding_bag_per_sample_weights_backward_output_shape(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1):
+def _embedding_bag_per_sample_weights_backward_output_shape(
+    grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1
+):
     if mode != 0:
         raise RuntimeError("embedding_bag_backward: per_sample_weights only supported for mode='sum'")
     return TensorMeta((indices.shape[0],), grad.dtype)

@@ -39,7 +39,9 @@ def empty_like_output_shape(self, *, dtype=None, layout=None, device=None, pin_m
     return TensorMeta(self.shape, dtype or self.dtype)
 
 
-def full_like_output_shape(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+def full_like_output_shape(
+    self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
     return TensorMeta(self.shape, dtype or self.dtype)
 
 
@@ -140,15 +142,21 @@ def logspace_output_shape(start, end, steps, base=10.0, *, dtype=None, layout=No
     return _range_meta("logspace", start, end, steps, dtype)
 
 
-def logspace_Tensor_Tensor_output_shape(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+def logspace_Tensor_Tensor_output_shape(
+    start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None
+):
     return _range_meta("logspace", start, end, steps, dtype)
 
 
-def logspace_Tensor_Scalar_output_shape(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+def logspace_Tensor_Scalar_output_shape(
+    start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None
+):
     return _range_meta("logspace", start, end, steps, dtype)
 
 
-def logspace_Scalar_Tensor_output_shape(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None):
+def logspace_Scalar_Tensor_output_shape(
+    start, end, steps, base=10.0, *, dtype=None, layout=None, device=None, pin_memory=None
+):
     return _range_meta("logspace", start, end, steps, dtype)
 
 
@@ -192,7 +200,9 @@ def kaiser_window_output_shape(window_length, *, dtype=None, layout=None, device
     return _window_meta("kaiser_window", window_length, dtype, layout)
 
 
-def kaiser_window_periodic_output_shape(window_length, periodic, *, dtype=None, layout=None, device=None, pin_memory=None):
+def kaiser_window_periodic_output_shape(
+    window_length, periodic, *, dtype=None, layout=None, device=None, pin_memory=None
+):
     return _window_meta("kaiser_window", window_length, dtype, layout)
 
 

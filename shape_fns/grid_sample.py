@@ -44,7 +44,9 @@ def _check(input, grid, interpolation_mode, padding_mode, nd, kernel):
 
 
 def grid_sampler_2d_output_shape(input, grid, interpolation_mode, padding_mode, align_corners):
-    return TensorMeta(_check(input, grid, interpolation_mode, padding_mode, 2, "grid_sampler_2d_cpu_kernel_impl"), input.dtype)
+    return TensorMeta(
+        _check(input, grid, interpolation_mode, padding_mode, 2, "grid_sampler_2d_cpu_kernel_impl"), input.dtype
+    )
 
 
 def grid_sampler_3d_output_shape(input, grid, interpolation_mode, padding_mode, align_corners):
@@ -62,10 +64,21 @@ def _backward(grad_output, input, grid, interpolation_mode, padding_mode, output
 def grid_sampler_2d_backward_output_shape(
     grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask
 ):
-    return _backward(grad_output, input, grid, interpolation_mode, padding_mode, output_mask, 2, "grid_sampler_2d_backward_cpu_kernel_impl")
+    return _backward(
+        grad_output,
+        input,
+        grid,
+        interpolation_mode,
+        padding_mode,
+        output_mask,
+        2,
+        "grid_sampler_2d_backward_cpu_kernel_impl",
+    )
 
 
 def grid_sampler_3d_backward_output_shape(
     grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask
 ):
-    return _backward(grad_output, input, grid, interpolation_mode, padding_mode, output_mask, 3, "grid_sampler_3d_backward_cpu")
+    return _backward(
+        grad_output, input, grid, interpolation_mode, padding_mode, output_mask, 3, "grid_sampler_3d_backward_cpu"
+    )

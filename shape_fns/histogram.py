@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 from .common import TensorMeta, cpp_type_name, normalize_dim, require_kernel_dtype, scalar_type_name
-from .common import scalar_type_name
 from .scatter import scatter_src_output_shape, scatter_value_output_shape
 
 
@@ -27,7 +26,8 @@ def _check_range(edges, n):
         return
     if len(edges) != 2 * n:
         raise RuntimeError(
-            f"torch.histogramdd: for a {n}-dimensional histogram range should have {2 * n} elements, but got {len(edges)}"
+            f"torch.histogramdd: for a {n}-dimensional histogram range should have {2 * n} elements, but got "
+            f"{len(edges)}"
         )
     for dim in range(n):
         lo, hi = float(edges[2 * dim]), float(edges[2 * dim + 1])
@@ -35,7 +35,8 @@ def _check_range(edges, n):
             raise RuntimeError(f"torch.histogramdd: dimension {dim}'s range [{_num(lo)}, {_num(hi)}] is not finite")
         if lo > hi:
             raise RuntimeError(
-                f"torch.histogramdd: min should not exceed max, but got min {_num(lo)} max {_num(hi)} for dimension {dim}"
+                f"torch.histogramdd: min should not exceed max, but got min {_num(lo)} max {_num(hi)} for dimension "
+                f"{dim}"
             )
 
 
@@ -120,7 +121,9 @@ def histogram_bins_tensor_output_shape(self, bins, *, weight=None, density=False
 
 def _check_dd_input(self):
     if len(self.shape) < 2:
-        raise RuntimeError(f"torch.histogramdd: input tensor should have at least 2 dimensions, but got {len(self.shape)}")
+        raise RuntimeError(
+            f"torch.histogramdd: input tensor should have at least 2 dimensions, but got {len(self.shape)}"
+        )
 
 
 def _check_dd_bins(self, n_bins):
@@ -164,7 +167,14 @@ def _histogramdd_from_bin_tensors_output_shape(self, bins, *, weight=None, densi
 def searchsorted_Scalar_output_shape(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None):
     from .distance import searchsorted_Tensor_output_shape
 
-    searchsorted_Tensor_output_shape(sorted_sequence, TensorMeta(tuple(sorted_sequence.shape), sorted_sequence.dtype), out_int32=out_int32, right=right, side=side, sorter=sorter)
+    searchsorted_Tensor_output_shape(
+        sorted_sequence,
+        TensorMeta(tuple(sorted_sequence.shape), sorted_sequence.dtype),
+        out_int32=out_int32,
+        right=right,
+        side=side,
+        sorter=sorter,
+    )
     if len(sorted_sequence.shape) != 1:
         raise RuntimeError(
             "torch.searchsorted(): input value can be a scalar only when boundaries tensor dimension is 1, but we got "
@@ -240,7 +250,9 @@ def _segment_checks(data, reduce, lengths, offsets, axis, kernel_dtypes=True):
     return axis, count
 
 
-def segment_reduce_output_shape(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+def segment_reduce_output_shape(
+    data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None
+):
     if indices is not None:
         raise RuntimeError("segment_reduce(): indices based reduction is not supported yet.")
     axis, count = _segment_checks(data, reduce, lengths, offsets, axis)
@@ -249,7 +261,9 @@ def segment_reduce_output_shape(data, reduce, *, lengths=None, indices=None, off
     return TensorMeta(tuple(shape), data.dtype)
 
 
-def _segment_reduce_backward_output_shape(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None):
+def _segment_reduce_backward_output_shape(
+    grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None
+):
     _segment_checks(data, reduce, lengths, offsets, axis)
     return TensorMeta(tuple(data.shape), data.dtype)
 
@@ -264,10 +278,13 @@ def index_reduce_output_shape(self, dim, index, source, reduce, *, include_self=
             f"{scalar_type_name(index.dtype)} and size: {list(index.shape)}"
         )
     if index.dtype not in (torch.int32, torch.int64):
-        raise RuntimeError(f"index_reduce_(): Expected dtype int32/int64 for index but got: {scalar_type_name(index.dtype)}")
+        raise RuntimeError(
+            f"index_reduce_(): Expected dtype int32/int64 for index but got: {scalar_type_name(index.dtype)}"
+        )
     if source.dtype != self.dtype:
         raise RuntimeError(
-            f"index_reduce_(): self ({scalar_type_name(self.dtype)}) and source ({scalar_type_name(source.dtype)}) must have the same scalar type"
+            f"index_reduce_(): self ({scalar_type_name(self.dtype)}) and source ({scalar_type_name(source.dtype)}) "
+            "must have the same scalar type"
         )
     numel = int(np.prod(index.shape, dtype=np.int64))
     n = source.shape[d] if source.shape else 1
@@ -276,8 +293,12 @@ def index_reduce_output_shape(self, dim, index, source, reduce, *, include_self=
             f"index_reduce_(): Number of indices ({numel}) should be equal to source.size(dim): ({n}), for dim: {d}"
         )
     self_shape, src_shape = tuple(self.shape), tuple(source.shape)
-    if (len(self_shape) != len(src_shape) or any(a != b for k, (a, b) in enumerate(zip(self_shape, src_shape)) if k != d)
-            if self_shape and src_shape else self_shape != src_shape):  # with a scalar on either side, whole shapes
+    if (
+        len(self_shape) != len(src_shape)
+        or any(a != b for k, (a, b) in enumerate(zip(self_shape, src_shape)) if k != d)
+        if self_shape and src_shape
+        else self_shape != src_shape
+    ):  # with a scalar on either side, whole shapes
         raise RuntimeError(
             "source tensor shape must match self tensor shape, excluding the specified dimension. "
             f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}"

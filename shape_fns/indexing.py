@@ -55,7 +55,8 @@ def check_gather_scatter(op, self, dim, index, src=None):
                     f"dimension {d} and to be no larger size than src {list(src.shape)}"
                 )
             raise RuntimeError(
-                f"Expected index {list(index.shape)} to be no larger than self {list(self.shape)} apart from dimension {d}"
+                f"Expected index {list(index.shape)} to be no larger than self {list(self.shape)} apart from dimension "
+                f"{d}"
             )
     return d
 
@@ -101,7 +102,8 @@ def index_add_output_shape(self, dim, index, source, *, alpha=1):
     d = _check_index_along("index_add_", self, dim, index)
     if source.dtype != self.dtype:
         raise RuntimeError(
-            f"index_add_(): self ({scalar_type_name(self.dtype)}) and source ({scalar_type_name(source.dtype)}) must have the same scalar type"
+            f"index_add_(): self ({scalar_type_name(self.dtype)}) and source ({scalar_type_name(source.dtype)}) must "
+            "have the same scalar type"
         )
     # with a scalar on either side the whole shapes must match
     if (source.ndim != self.ndim or any(source.shape[i] != self.shape[i] for i in range(self.ndim) if i != d)) if (
@@ -114,7 +116,8 @@ def index_add_output_shape(self, dim, index, source, *, alpha=1):
     n = _shape1(source)[d] if source.ndim else 1
     if index.numel() != n:
         raise RuntimeError(
-            f"index_add_(): Number of indices ({index.numel()}) should be equal to source.size(dim): ({n}), for dim: {d}"
+            f"index_add_(): Number of indices ({index.numel()}) should be equal to source.size(dim): ({n}), for dim: "
+            f"{d}"
         )
     return TensorMeta(self.shape, self.dtype)
 
@@ -153,7 +156,8 @@ def _check_mask(op, mask):
     if mask.dtype is not torch.bool:
         names = {torch.uint8: "unsigned char"}
         raise RuntimeError(
-            f"{op} only supports boolean masks, but got mask with dtype {names.get(mask.dtype, str(mask.dtype).removeprefix('torch.'))}"
+            f"{op} only supports boolean masks, but got mask with dtype "
+            f"{names.get(mask.dtype, str(mask.dtype).removeprefix('torch.'))}"
         )
 
 
@@ -224,7 +228,9 @@ def index_result_shape(shape, indices):
         bshape = broadcast_shapes(*[indices[i].shape for i in positions])
     except RuntimeError:
         shapes = ", ".join(str(list(indices[i].shape)) for i in positions)
-        raise IndexError(f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes}") from None
+        raise IndexError(
+            f"shape mismatch: indexing tensors could not be broadcast together with shapes {shapes}"
+        ) from None
     adjacent = positions == list(range(positions[0], positions[-1] + 1))
     rest = [s for i, s in enumerate(shape) if i >= len(indices) or indices[i] is None]
     if adjacent:

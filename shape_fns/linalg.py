@@ -59,7 +59,9 @@ def _grouped_mm_output_shape(self, mat2, offs=None, bias=None, out_dtype=None):
     kernels' memory access that our tensors do not share."""
     for name, m in (("mat_a", self), ("mat_b", mat2)):
         if m.dtype not in _GROUPED_MM_DTYPES:
-            raise RuntimeError(f"Expected {name} to be Float32, BFloat16 or Float16 matrix, got {scalar_type_name(m.dtype)}")
+            raise RuntimeError(
+                f"Expected {name} to be Float32, BFloat16 or Float16 matrix, got {scalar_type_name(m.dtype)}"
+            )
     for name, m in (("mat_a", self), ("mat_b", mat2)):
         if m.ndim not in (2, 3):
             raise RuntimeError(f"{name} has to be 2 or 3d")

@@ -144,7 +144,7 @@ def lu_unpack_output_shape(LU_data, LU_pivots, unpack_data=True, unpack_pivots=T
     if LU_pivots.dtype != torch.int32:
         raise RuntimeError(
             "torch.lu_unpack: LU_pivots is expected to be a contiguous tensor of torch.int32 dtype. "
-            f"Note: this function is intended to be used with the output produced by torch.linalg.lu_factor"
+            "Note: this function is intended to be used with the output produced by torch.linalg.lu_factor"
         )
     m, n = LU_data.shape[-2:]
     if LU_pivots.shape != LU_data.shape[:-2] + (min(m, n),):
@@ -165,7 +165,9 @@ def linalg_lu_solve_output_shape(LU, pivots, B, *, left=True, adjoint=False):
         raise RuntimeError(f"{api}: Expected pivots to be integers. Got {pivots.dtype}")
     n = LU.shape[-1]
     if (B.shape[-2] if left else B.shape[-1]) != n:
-        raise RuntimeError(f"{api}: Incompatible shapes of A and B for the equation ({n}x{n} and {B.shape[-2]}x{B.shape[-1]})")
+        raise RuntimeError(
+            f"{api}: Incompatible shapes of A and B for the equation ({n}x{n} and {B.shape[-2]}x{B.shape[-1]})"
+        )
     if pivots.shape != LU.shape[:-1]:
         raise RuntimeError(f"{api}: Incompatible shapes of LU and pivots")
     batch = broadcast_shapes(LU.shape[:-2], B.shape[:-2])
@@ -177,7 +179,9 @@ def linalg_qr_output_shape(A, mode="reduced"):
     _check_matrix(A, api)
     _check_dtype(A, api)
     if mode not in ("reduced", "complete", "r"):
-        raise RuntimeError(f"qr received unrecognized mode '{mode}' but expected one of 'reduced' (default), 'r', or 'complete'")
+        raise RuntimeError(
+            f"qr received unrecognized mode '{mode}' but expected one of 'reduced' (default), 'r', or 'complete'"
+        )
     m, n = A.shape[-2:]
     k = min(m, n)
     batch = A.shape[:-2]
@@ -202,7 +206,9 @@ def _linalg_svd_output_shape(A, full_matrices=False, compute_uv=True, *, driver=
     _check_matrix(A, api)
     _check_dtype(A, api)
     if driver is not None:
-        raise RuntimeError("torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER backend.")
+        raise RuntimeError(
+            "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER backend."
+        )
     m, n = A.shape[-2:]
     k = min(m, n)
     batch = A.shape[:-2]
@@ -265,7 +271,9 @@ def linalg_solve_triangular_output_shape(self, B, *, upper, left=True, unitriang
     n = self.shape[-1]
     if (B.shape[-2] if left else B.shape[-1]) != n:
         eq = "AX = B" if left else "XA = B"
-        raise RuntimeError(f"{api}: Incompatible shapes of A and B for the equation {eq} ({n}x{n} and {B.shape[-2]}x{B.shape[-1]})")
+        raise RuntimeError(
+            f"{api}: Incompatible shapes of A and B for the equation {eq} ({n}x{n} and {B.shape[-2]}x{B.shape[-1]})"
+        )
     batch = broadcast_shapes(self.shape[:-2], B.shape[:-2])
     return TensorMeta(batch + B.shape[-2:], B.dtype)
 
@@ -276,7 +284,9 @@ def linalg_cross_output_shape(self, other, *, dim=-1):
             f"linalg.cross: inputs must have the same number of dimensions. Got {self.ndim} and {other.ndim}"
         )
     if self.dtype != other.dtype:
-        raise RuntimeError(f"expected scalar type {scalar_type_name(self.dtype)} but found {scalar_type_name(other.dtype)}")
+        raise RuntimeError(
+            f"expected scalar type {scalar_type_name(self.dtype)} but found {scalar_type_name(other.dtype)}"
+        )
     shape = broadcast_shapes(self.shape, other.shape)
     d = normalize_dim(dim, len(shape))
     if self.shape[d] != 3 or other.shape[d] != 3:
@@ -337,13 +347,23 @@ def ormqr_output_shape(self, input2, input3, left=True, transpose=False):
         )
     if input.ndim > 2:
         if tau.shape[:-1] != input.shape[:-2]:
-            raise RuntimeError(f"{api}: Expected batch dimensions of tau to be equal to input.shape[:-2], but got {tau.shape[:-1]}")
+            raise RuntimeError(
+                f"{api}: Expected batch dimensions of tau to be equal to input.shape[:-2], but got {tau.shape[:-1]}"
+            )
         if other.shape[:-2] != input.shape[:-2]:
-            raise RuntimeError(f"{api}: Expected batch dimensions of other to be equal to input.shape[:-2], but got {other.shape[:-2]}")
+            raise RuntimeError(
+                f"{api}: Expected batch dimensions of other to be equal to input.shape[:-2], but got {other.shape[:-2]}"
+            )
     if tau.dtype != input.dtype:
-        raise RuntimeError(f"{api}: Expected input and tau to have the same dtype, but input has dtype {input.dtype} and tau has dtype {tau.dtype}")
+        raise RuntimeError(
+            f"{api}: Expected input and tau to have the same dtype, but input has dtype {input.dtype} and tau has "
+            f"dtype {tau.dtype}"
+        )
     if other.dtype != input.dtype:
-        raise RuntimeError(f"{api}: Expected input and other to have the same dtype, but input has dtype {input.dtype} and other has dtype {other.dtype}")
+        raise RuntimeError(
+            f"{api}: Expected input and other to have the same dtype, but input has dtype {input.dtype} and other has "
+            f"dtype {other.dtype}"
+        )
     _check_dtype(input, api)
     return TensorMeta(other.shape, other.dtype)
 

@@ -30,7 +30,9 @@ def lstsq_check(A, B, driver):
         )
     diff = A.ndim - B.ndim
     if not 0 <= diff <= 1:
-        raise RuntimeError(f"{api}: input.dim() must be greater or equal to other.dim() and (input.dim() - other.dim()) <= 1")
+        raise RuntimeError(
+            f"{api}: input.dim() must be greater or equal to other.dim() and (input.dim() - other.dim()) <= 1"
+        )
     vector = _lstsq_is_vector_rhs(A.shape, B.shape)
     b_rows = B.shape[-1] if vector else B.shape[-2]
     if A.shape[-2] != b_rows:
@@ -38,7 +40,10 @@ def lstsq_check(A, B, driver):
     if diff == 1 and not vector:
         # PyTorch reinterprets such a right-hand side's dimensions in a way its docs do
         # not describe (and mostly fails on); refuse it rather than guess.
-        raise RuntimeError(f"{api}: other must be a batch of vectors (shape input.shape[:-1]) or of matrices with input's number of dimensions")
+        raise RuntimeError(
+            f"{api}: other must be a batch of vectors (shape input.shape[:-1]) or of matrices with input's number of "
+            "dimensions"
+        )
     if driver not in LSTSQ_DRIVERS:
         raise RuntimeError(f"{api}: parameter `driver` should be one of (gels, gelsy, gelsd, gelss)")
     _check_dtype(A, api)
@@ -64,7 +69,11 @@ def linalg_ldl_factor_ex_output_shape(self, *, hermitian=False, check_errors=Fal
     api = "torch.linalg.ldl_factor_ex"
     _check_square(self, api)
     _check_dtype(self, api)
-    return TensorMeta(self.shape, self.dtype), TensorMeta(self.shape[:-1], torch.int32), TensorMeta(self.shape[:-2], torch.int32)
+    return (
+        TensorMeta(self.shape, self.dtype),
+        TensorMeta(self.shape[:-1], torch.int32),
+        TensorMeta(self.shape[:-2], torch.int32),
+    )
 
 
 def linalg_ldl_solve_output_shape(LD, pivots, B, *, hermitian=False):
@@ -72,9 +81,14 @@ def linalg_ldl_solve_output_shape(LD, pivots, B, *, hermitian=False):
     _check_square(LD, api, "LD")
     if B.ndim < 2:
         # PyTorch reads B.size(-2) before any check.
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-max(B.ndim, 1)}, {max(B.ndim, 1) - 1}], but got -2)")
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-max(B.ndim, 1)}, {max(B.ndim, 1) - 1}], but got -2)"
+        )
     if LD.shape[:-1] != pivots.shape:
-        raise RuntimeError(f"{api}: Expected LD.shape[:-1] and pivots.shape to be the same, but got pivots with shape {pivots.shape} instead")
+        raise RuntimeError(
+            f"{api}: Expected LD.shape[:-1] and pivots.shape to be the same, but got pivots with shape {pivots.shape} "
+            "instead"
+        )
     if pivots.dtype.is_floating_point or pivots.dtype.is_complex or pivots.dtype == torch.bool:
         raise RuntimeError(f"{api}: Expected pivots to be integers. Got {scalar_type_name(pivots.dtype)}")
     if LD.dtype != B.dtype:
@@ -82,7 +96,8 @@ def linalg_ldl_solve_output_shape(LD, pivots, B, *, hermitian=False):
     _check_dtype(LD, api)
     if LD.shape[-1] != B.shape[-2]:
         raise RuntimeError(
-            f"{api}: Incompatible shapes of A and B for the equation AX = B ({LD.shape[-2]}x{LD.shape[-1]} and {B.shape[-2]}x{B.shape[-1]})"
+            f"{api}: Incompatible shapes of A and B for the equation AX = B ({LD.shape[-2]}x{LD.shape[-1]} and "
+            f"{B.shape[-2]}x{B.shape[-1]})"
         )
     batch = broadcast_shapes(LD.shape[:-2], B.shape[:-2])
     return TensorMeta(batch + B.shape[-2:], B.dtype)

@@ -22,9 +22,13 @@ def _check_nll(self, target, weight, spatial):
         raise RuntimeError(f"expected target dtype to be Long or Byte, but got {scalar_type_name(target.dtype)}")
     if spatial:
         if self.ndim != 4:
-            raise RuntimeError(f"only batches of spatial inputs supported (4D tensors), but got input of size: {list(self.shape)}")
+            raise RuntimeError(
+                f"only batches of spatial inputs supported (4D tensors), but got input of size: {list(self.shape)}"
+            )
         if target.ndim != 3:
-            raise RuntimeError(f"only batches of spatial targets supported (3D tensors) but got targets of dimension: {target.ndim}")
+            raise RuntimeError(
+                f"only batches of spatial targets supported (3D tensors) but got targets of dimension: {target.ndim}"
+            )
         if (self.shape[0],) + self.shape[2:] != target.shape:
             raise RuntimeError(
                 f"size mismatch (got input: {list(self.shape)} , target: {list(target.shape)}"
@@ -134,7 +138,9 @@ def _check_margin(self, target, p=1, weight=None):
     if isinstance(p, (int, float)) and p not in (1, 2):
         raise RuntimeError("only p == 1 and p == 2 supported")
     if self.ndim > 2 or (self.ndim == 2 and self.shape[1] == 0):
-        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: {list(self.shape)}")
+        raise RuntimeError(
+            f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: {list(self.shape)}"
+        )
     if target.dtype != torch.int64:
         raise RuntimeError(f"expected scalar type Long but found {scalar_type_name(target.dtype)}")
     batch = self.shape[0] if self.ndim == 2 else 1
@@ -161,7 +167,9 @@ def multi_margin_loss_backward_output_shape(grad_output, self, target, p, margin
 
 def _check_multilabel(self, target):
     if self.ndim > 2 or (self.ndim <= 1 and self.numel() == 0) or (self.ndim == 2 and self.shape[1] == 0):
-        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: {list(self.shape)}")
+        raise RuntimeError(
+            f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: {list(self.shape)}"
+        )
     if tuple(target.shape) != tuple(self.shape):
         raise RuntimeError(
             f"inconsistent target size: {list(target.shape)} for input of size: {list(self.shape)}"

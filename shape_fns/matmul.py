@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes, expand_shape, normalize_dim, promote_dtypes, scalar_type_name, to_torch_dtype
-
+from .common import (
+    TensorMeta,
+    broadcast_shapes,
+    expand_shape,
+    normalize_dim,
+    promote_dtypes,
+    scalar_type_name,
+    to_torch_dtype,
+)
 
 
 def _no_bool(dtype: torch.dtype, kernel: str) -> None:
@@ -53,7 +60,8 @@ def _dot(self, other, what):
         raise RuntimeError(f"1D tensors expected, but got {self.ndim}D and {other.ndim}D tensors")
     if self.dtype != other.dtype:
         raise RuntimeError(
-            f"{what} : expected both vectors to have same dtype, but found {scalar_type_name(self.dtype)} and {scalar_type_name(other.dtype)}"
+            f"{what} : expected both vectors to have same dtype, but found {scalar_type_name(self.dtype)} and "
+            f"{scalar_type_name(other.dtype)}"
         )
     if self.shape[0] != other.shape[0]:
         raise RuntimeError(

@@ -12,7 +12,9 @@ def _trilinear_output_shape(i1, i2, i3, expand1, expand2, expand3, sumdim, unrol
     total = i1.ndim + len(expand1)
     for x, expand, name in ((i1, expand1, "i1"), (i2, expand2, "i2"), (i3, expand3, "i3")):
         if x.ndim + len(expand) != total:
-            raise RuntimeError(f"expand dimensions of {name} do not match: got {x.ndim + len(expand)}, expected {total}")
+            raise RuntimeError(
+                f"expand dimensions of {name} do not match: got {x.ndim + len(expand)}, expected {total}"
+            )
     if not (i1.dtype == i2.dtype == i3.dtype):
         raise RuntimeError(
             f"expected scalar type {scalar_type_name(i1.dtype)} but found "
@@ -44,7 +46,9 @@ def _euclidean_dist_output_shape(x1, x2):
 
 def embedding_renorm_output_shape(self, indices, max_norm, norm_type):
     if self.ndim != 2:
-        raise RuntimeError(f"embedding_renorm_(): Expected 2-D tensor for argument #1 'self' (got {self.ndim}-D tensor)")
+        raise RuntimeError(
+            f"embedding_renorm_(): Expected 2-D tensor for argument #1 'self' (got {self.ndim}-D tensor)"
+        )
     if indices.dtype not in (torch.int64, torch.int32):
         raise RuntimeError(
             "embedding_renorm_(): Expected tensor for argument #2 'indices' to have one of the following scalar "

@@ -68,12 +68,18 @@ def native_batch_norm_backward_output_shape(
 
 def _check_group_norm(input, weight, bias, N, C, HxW, group):
     if group <= 0 or C % group:
-        raise RuntimeError(f"Expected number of channels in input to be divisible by num_groups, but got input of shape {list(input.shape)} and num_groups={group}")
+        raise RuntimeError(
+            "Expected number of channels in input to be divisible by num_groups, but got input of shape "
+            f"{list(input.shape)} and num_groups={group}"
+        )
     if input.numel() != N * C * HxW:
         raise RuntimeError(f"Expected input to have {N * C * HxW} elements, got {input.numel()}")
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None and (p.ndim != 1 or p.shape[0] != C):
-            raise RuntimeError(f"Expected {name} to be a vector of size equal to the number of channels in input, but got {name} of shape {list(p.shape)} and input of shape {list(input.shape)}")
+            raise RuntimeError(
+                f"Expected {name} to be a vector of size equal to the number of channels in input, but got {name} of "
+                f"shape {list(p.shape)} and input of shape {list(input.shape)}"
+            )
 
 
 def native_group_norm_output_shape(input, weight, bias, N, C, HxW, group, eps):

@@ -190,7 +190,13 @@ def clamp_output_shape(self, min=None, max=None):
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
     result = elementwise_meta("clamp", self, min, max)
     if result.dtype is torch.bool:
-        kernel = "clamp_scalar_cpu" if min is not None and max is not None else "clamp_min_scalar_cpu" if min is not None else "clamp_max_scalar_cpu"
+        kernel = (
+            "clamp_scalar_cpu"
+            if min is not None and max is not None
+            else "clamp_min_scalar_cpu"
+            if min is not None
+            else "clamp_max_scalar_cpu"
+        )
         raise NotImplementedError(f"\"{kernel}\" not implemented for 'Bool'")
     return result
 

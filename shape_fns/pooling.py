@@ -49,7 +49,9 @@ def _check_pool(name, self, nd, k, s, p, d):
     if any(x <= 0 for x in d):
         raise RuntimeError(f"{name}: dilation must be greater than zero, but got {list(d)}")
     if any(pp < 0 or pp > kk // 2 for pp, kk in zip(p, k)):
-        raise RuntimeError(f"pad should be at most half of effective kernel size, but got pad={list(p)}, kernel_size={list(k)}")
+        raise RuntimeError(
+            f"pad should be at most half of effective kernel size, but got pad={list(p)}, kernel_size={list(k)}"
+        )
 
 
 def pooled_shape(name, self, nd, kernel_size, stride, padding, dilation, ceil_mode):
@@ -71,11 +73,15 @@ def _max_pool(name, self, nd, kernel_size, stride, padding, dilation, ceil_mode)
     return TensorMeta(shape, self.dtype), TensorMeta(shape, torch.int64)
 
 
-def max_pool2d_with_indices_output_shape(self, kernel_size, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False):
+def max_pool2d_with_indices_output_shape(
+    self, kernel_size, stride=(), padding=(0, 0), dilation=(1, 1), ceil_mode=False
+):
     return _max_pool("max_pool2d", self, 2, kernel_size, stride, padding, dilation, ceil_mode)
 
 
-def max_pool3d_with_indices_output_shape(self, kernel_size, stride=(), padding=(0, 0, 0), dilation=(1, 1, 1), ceil_mode=False):
+def max_pool3d_with_indices_output_shape(
+    self, kernel_size, stride=(), padding=(0, 0, 0), dilation=(1, 1, 1), ceil_mode=False
+):
     return _max_pool("max_pool3d", self, 3, kernel_size, stride, padding, dilation, ceil_mode)
 
 
@@ -85,13 +91,17 @@ def _pool_backward(grad_output, self, indices=None):
     return TensorMeta(self.shape, self.dtype)
 
 
-def max_pool2d_with_indices_backward_output_shape(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+def max_pool2d_with_indices_backward_output_shape(
+    grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
+):
     shape = pooled_shape("max_pool2d", self, 2, kernel_size, stride, padding, dilation, ceil_mode)
     _check_grad(grad_output, shape)
     return _pool_backward(grad_output, self, indices)
 
 
-def max_pool3d_with_indices_backward_output_shape(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+def max_pool3d_with_indices_backward_output_shape(
+    grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
+):
     shape = pooled_shape("max_pool3d", self, 3, kernel_size, stride, padding, dilation, ceil_mode)
     _check_grad(grad_output, shape)
     return _pool_backward(grad_output, self, indices)
@@ -110,21 +120,37 @@ def _avg_pool(name, self, nd, kernel_size, stride, padding, ceil_mode, divisor_o
     return pooled_shape(name, self, nd, kernel_size, stride, padding, 1, ceil_mode)
 
 
-def avg_pool2d_output_shape(self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None):
-    return TensorMeta(_avg_pool("avg_pool2d", self, 2, kernel_size, stride, padding, ceil_mode, divisor_override), self.dtype)
+def avg_pool2d_output_shape(
+    self, kernel_size, stride=(), padding=(0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None
+):
+    return TensorMeta(
+        _avg_pool("avg_pool2d", self, 2, kernel_size, stride, padding, ceil_mode, divisor_override), self.dtype
+    )
 
 
-def avg_pool3d_output_shape(self, kernel_size, stride=(), padding=(0, 0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None):
-    return TensorMeta(_avg_pool("avg_pool3d", self, 3, kernel_size, stride, padding, ceil_mode, divisor_override), self.dtype)
+def avg_pool3d_output_shape(
+    self, kernel_size, stride=(), padding=(0, 0, 0), ceil_mode=False, count_include_pad=True, divisor_override=None
+):
+    return TensorMeta(
+        _avg_pool("avg_pool3d", self, 3, kernel_size, stride, padding, ceil_mode, divisor_override), self.dtype
+    )
 
 
-def avg_pool2d_backward_output_shape(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    _check_grad(grad_output, _avg_pool("avg_pool2d", self, 2, kernel_size, stride, padding, ceil_mode, divisor_override))
+def avg_pool2d_backward_output_shape(
+    grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+):
+    _check_grad(
+        grad_output, _avg_pool("avg_pool2d", self, 2, kernel_size, stride, padding, ceil_mode, divisor_override)
+    )
     return TensorMeta(self.shape, self.dtype)
 
 
-def avg_pool3d_backward_output_shape(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    _check_grad(grad_output, _avg_pool("avg_pool3d", self, 3, kernel_size, stride, padding, ceil_mode, divisor_override))
+def avg_pool3d_backward_output_shape(
+    grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override
+):
+    _check_grad(
+        grad_output, _avg_pool("avg_pool3d", self, 3, kernel_size, stride, padding, ceil_mode, divisor_override)
+    )
     return TensorMeta(self.shape, self.dtype)
 
 
@@ -251,12 +277,18 @@ def _fractional_backward(grad_output, self, nd, output_size, indices):
         # without checking them (out-of-bounds reads when they differ); raise instead.
         expected = tuple(self.shape[:-nd]) + tuple(output_size)
         if tuple(grad_output.shape) != expected:
-            raise RuntimeError(f"{name}_out(): gradOutput sizes unexpected: expected {list(expected)}, got {list(grad_output.shape)}")
+            raise RuntimeError(
+                f"{name}_out(): gradOutput sizes unexpected: expected {list(expected)}, got {list(grad_output.shape)}"
+            )
         if tuple(indices.shape) != expected:
-            raise RuntimeError(f"{name}_out(): indices sizes unexpected: expected {list(expected)}, got {list(indices.shape)}")
+            raise RuntimeError(
+                f"{name}_out(): indices sizes unexpected: expected {list(expected)}, got {list(indices.shape)}"
+            )
     require_kernel_dtype(f"{name}_out_frame", self.dtype, "float")
     if grad_output.dtype != self.dtype:
-        raise RuntimeError(f"expected scalar type {scalar_type_name(self.dtype)} but found {scalar_type_name(grad_output.dtype)}")
+        raise RuntimeError(
+            f"expected scalar type {scalar_type_name(self.dtype)} but found {scalar_type_name(grad_output.dtype)}"
+        )
     if indices.dtype != torch.int64:
         raise RuntimeError(f"expected scalar type Long but found {scalar_type_name(indices.dtype)}")
     return TensorMeta(self.shape, self.dtype)

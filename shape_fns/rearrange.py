@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 from .common import TensorMeta, expand_shape, normalize_dim, promote_dtypes
 
@@ -10,7 +9,9 @@ from .common import TensorMeta, expand_shape, normalize_dim, promote_dtypes
 def _dims(dims, ndim, op):
     out = [normalize_dim(d, ndim) for d in dims]
     if len(set(out)) != len(out):
-        raise RuntimeError(f"dims has duplicates, original flip dims size={len(dims)}, but unique flip dims size={len(set(out))}")
+        raise RuntimeError(
+            f"dims has duplicates, original flip dims size={len(dims)}, but unique flip dims size={len(set(out))}"
+        )
     return out
 
 
@@ -130,13 +131,15 @@ def squeeze_dims_output_shape(self, dim):
 
 def as_strided_output_shape(self, size, stride, storage_offset=None):
     if len(size) != len(stride):
-        raise RuntimeError(f"mismatch in length of strides and shape")
+        raise RuntimeError("mismatch in length of strides and shape")
     for s in size:
         if s < 0:
             raise RuntimeError(f"Trying to create tensor with negative dimension {s}: {list(size)}")
     for s in stride:
         if s < 0:
-            raise RuntimeError(f"as_strided: Negative strides are not supported at the moment, got strides: {list(stride)}")
+            raise RuntimeError(
+                f"as_strided: Negative strides are not supported at the moment, got strides: {list(stride)}"
+            )
     if storage_offset is not None and storage_offset < 0:
         raise RuntimeError(f"Tensor: invalid storage offset {storage_offset}")
     return TensorMeta(tuple(size), self.dtype)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from .common import TensorMeta, normalize_dim
-from .common import scalar_type_name
 from .indexing import check_gather_scatter
 
 _REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
@@ -85,7 +84,7 @@ def diagonal_scatter_output_shape(self, src, offset=0, dim1=0, dim2=1):
 def as_strided_scatter_output_shape(self, src, size, stride, storage_offset=None):
     _slice_mismatch(src, tuple(size))
     if len(size) != len(stride):
-        raise RuntimeError(f"mismatch in length of strides and shape")
+        raise RuntimeError("mismatch in length of strides and shape")
     offset = storage_offset or 0
     if size and all(s > 0 for s in size):
         last = offset + sum((n - 1) * st for n, st in zip(size, stride))

@@ -89,22 +89,28 @@ def pixel_unshuffle_output_shape(self, downscale_factor):
     *lead, c, h, w = self.shape
     if h % r:
         raise RuntimeError(
-            f"pixel_unshuffle expects height to be divisible by downscale_factor, but input.size(-2)={h} is not divisible by {r}"
+            f"pixel_unshuffle expects height to be divisible by downscale_factor, but input.size(-2)={h} is not "
+            f"divisible by {r}"
         )
     if w % r:
         raise RuntimeError(
-            f"pixel_unshuffle expects width to be divisible by downscale_factor, but input.size(-1)={w} is not divisible by {r}"
+            f"pixel_unshuffle expects width to be divisible by downscale_factor, but input.size(-1)={w} is not "
+            f"divisible by {r}"
         )
     return TensorMeta(tuple(lead) + (c * r * r, h // r, w // r), self.dtype)
 
 
 def _channel_shuffle_meta(self, groups):
     if self.ndim <= 2:
-        raise RuntimeError(f"channel_shuffle expects input to have at least 3 dimensions, but got input with {self.ndim} dimension(s)")
+        raise RuntimeError(
+            f"channel_shuffle expects input to have at least 3 dimensions, but got input with {self.ndim} dimension(s)"
+        )
     if groups <= 0:
         raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of groups:{groups}")
     if self.shape[1] % groups:
-        raise RuntimeError(f"Number of channels must be divisible by groups. Got {self.shape[1]} channels and {groups} groups.")
+        raise RuntimeError(
+            f"Number of channels must be divisible by groups. Got {self.shape[1]} channels and {groups} groups."
+        )
     return TensorMeta(self.shape, self.dtype)
 
 

@@ -14,7 +14,9 @@ def split_Tensor_output_shape(self, split_size, dim=0):
         raise RuntimeError(f"split_size can only be 0 if dimension size is 0, but got dimension size of {n}")
     starts = range(0, n, split_size) if split_size else [0]
     return tuple(
-        TensorMeta(self.shape[:dim] + (min(s + split_size, n) - s if split_size else n,) + self.shape[dim + 1 :], self.dtype)
+        TensorMeta(
+            self.shape[:dim] + (min(s + split_size, n) - s if split_size else n,) + self.shape[dim + 1 :], self.dtype
+        )
         for s in starts
     )
 
@@ -27,7 +29,8 @@ def split_with_sizes_output_shape(self, split_sizes, dim=0):
     for i, s in enumerate(split_sizes):
         if s < 0:
             raise RuntimeError(
-                f"split_with_sizes expects split_sizes have only non-negative entries, but got split_sizes={list(split_sizes)}"
+                "split_with_sizes expects split_sizes have only non-negative entries, but got "
+                f"split_sizes={list(split_sizes)}"
             )
     if sum(split_sizes) != n:
         raise RuntimeError(

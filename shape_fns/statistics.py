@@ -15,7 +15,9 @@ def logical_reduction_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def float_result_dtype(dtype: torch.dtype) -> torch.dtype:
     """The real dtype of a variance or norm: complex inputs give their real part's dtype."""
-    return {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}.get(dtype, dtype)
+    return {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}.get(
+        dtype, dtype
+    )
 
 
 def norm_result_dtype(dtype: torch.dtype, requested: torch.dtype | None) -> torch.dtype:
@@ -76,7 +78,9 @@ def max_output_shape(self):
 def aminmax_output_shape(self, *, dim=None, keepdim=False):
     if dim is None:
         if self.numel() == 0:
-            raise RuntimeError("aminmax(): cannot compute aminmax over an empty dimension as the operation has no identity.")
+            raise RuntimeError(
+                "aminmax(): cannot compute aminmax over an empty dimension as the operation has no identity."
+            )
         shape = (1,) * self.ndim if keepdim else ()
     else:
         dims = reduction_dims(dim, self.ndim)
@@ -154,7 +158,10 @@ def logsumexp_output_shape(self, dim, keepdim=False):
 
 def linalg_vector_norm_output_shape(self, ord=2, dim=None, keepdim=False, *, dtype=None):
     if not (self.dtype.is_floating_point or self.dtype.is_complex):
-        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {scalar_type_name(self.dtype)}")
+        raise RuntimeError(
+            "linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+            f"{scalar_type_name(self.dtype)}"
+        )
     dims = reduction_dims(dim, self.ndim)
     if self.numel() == 0 and _is_number(ord) and (ord < 0 or ord == float("inf")):
         if dim is None or len(dim) == 0 or any(self.shape[d] == 0 for d in dims):
@@ -163,7 +170,9 @@ def linalg_vector_norm_output_shape(self, ord=2, dim=None, keepdim=False, *, dty
                 "does not have an identity"
             )
     if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
-        raise RuntimeError(f"linalg.vector_norm: dtype should be floating point or complex. Got {scalar_type_name(dtype)} instead.")
+        raise RuntimeError(
+            f"linalg.vector_norm: dtype should be floating point or complex. Got {scalar_type_name(dtype)} instead."
+        )
     return _meta(self, dims, keepdim, norm_result_dtype(self.dtype, dtype))
 
 
@@ -177,7 +186,10 @@ def _is_number(x):
 
 def norm_ScalarOpt_dim_output_shape(self, p, dim, keepdim=False):
     if not (self.dtype.is_floating_point or self.dtype.is_complex):
-        raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got {scalar_type_name(self.dtype)}")
+        raise RuntimeError(
+            "linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
+            f"{scalar_type_name(self.dtype)}"
+        )
     return _meta(self, reduction_dims(dim, self.ndim), keepdim, float_result_dtype(self.dtype))
 
 

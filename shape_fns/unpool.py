@@ -57,7 +57,8 @@ def max_unpool3d_output_shape(self, indices, output_size, stride, padding):
         if len(v) != 3:
             sep = "" if what == "output_size" else ":"
             raise RuntimeError(
-                f"There should be exactly three elements (depth, height, width) in {what}, but got{sep} {len(v)} elements."
+                f"There should be exactly three elements (depth, height, width) in {what}, but got{sep} {len(v)} "
+                "elements."
             )
     if self.ndim not in (4, 5):
         raise RuntimeError(

@@ -83,8 +83,14 @@ def render_error(tmp_path: Path, manifest_text: str, root: Path) -> str:
     return scrub(str(info.value), tmp_path)
 
 
-def make_root(path: Path, lowerings: str | None = LOWERINGS, shape_fns: str | None = SHAPE_FNS, impls: str | None = IMPLS) -> Path:
-    for folder, text, name in (("lowerings", lowerings, "pointwise.py"), ("shape_fns", shape_fns, "pointwise.py"), ("runtime", impls, "ops.py")):
+def make_root(
+    path: Path, lowerings: str | None = LOWERINGS, shape_fns: str | None = SHAPE_FNS, impls: str | None = IMPLS
+) -> Path:
+    for folder, text, name in (
+        ("lowerings", lowerings, "pointwise.py"),
+        ("shape_fns", shape_fns, "pointwise.py"),
+        ("runtime", impls, "ops.py"),
+    ):
         (path / folder).mkdir(parents=True, exist_ok=True)
         if text is not None:
             (path / folder / name).write_text(text)

@@ -126,7 +126,11 @@ def tolerance(op, dtype) -> tuple[float, float] | None:
 
     best = None
     for info in op.decorators:
-        if not isinstance(info, DecorateInfo) or info.cls_name not in (None, "TestCommon") or info.test_name not in _TOL_TESTS:
+        if (
+            not isinstance(info, DecorateInfo)
+            or info.cls_name not in (None, "TestCommon")
+            or info.test_name not in _TOL_TESTS
+        ):
             continue
         if info.dtypes is not None and dtype not in info.dtypes:
             continue
@@ -398,7 +402,9 @@ def _setup_worker() -> None:
         mod.set_rng_state = lambda *a, **k: None
 
 
-def run_unit(key: str, dtype: str, mode: str, time_limit: float = 60.0, reference: bool = True, early_stop: int = 6) -> dict[str, Any]:
+def run_unit(
+    key: str, dtype: str, mode: str, time_limit: float = 60.0, reference: bool = True, early_stop: int = 6
+) -> dict[str, Any]:
     """Run one (OpInfo, dtype, mode) in this process and return its counts. With
     `reference`, eager and compiled also run the OpInfo's reference_inputs. After
     `early_stop` samples in a row that all stop at a missing operator (and nothing
@@ -429,7 +435,9 @@ def run_unit(key: str, dtype: str, mode: str, time_limit: float = 60.0, referenc
         it = op.sample_inputs("cpu", tdtype, requires_grad=requires_grad)
         if reference and mode in ("eager", "compiled") and kind == "value":
             try:
-                ref = op.reference_inputs("cpu", tdtype, requires_grad=requires_grad) if op.reference_inputs_func else ()
+                ref = (
+                    op.reference_inputs("cpu", tdtype, requires_grad=requires_grad) if op.reference_inputs_func else ()
+                )
             except Exception:
                 ref = ()
             return _chain(it, ref)
@@ -630,7 +638,11 @@ def _projection(outs, seed: int = 0):
 def _diff_outputs(out):
     import torch
 
-    return [o for o in _leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad and (o.is_floating_point() or o.is_complex())]
+    return [
+        o
+        for o in _leaves(out)
+        if isinstance(o, torch.Tensor) and o.requires_grad and (o.is_floating_point() or o.is_complex())
+    ]
 
 
 def _grad_sample(op, sample, t: Tally, tol) -> None:
@@ -652,7 +664,7 @@ def _grad_sample(op, sample, t: Tally, tol) -> None:
         loss = sum((o * w).sum() for o, w in zip(outs, ws))
         leaves = [flat[i] for i in diff]
         expected = torch.autograd.grad(loss, leaves, allow_unused=True)
-        expected = [torch.zeros_like(l) if g is None else g for l, g in zip(leaves, expected)]
+        expected = [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, expected)]
     except Exception:
         t.skipped += 1
         return
@@ -667,7 +679,7 @@ def _grad_sample(op, sample, t: Tally, tol) -> None:
                 return
             oloss = sum((o * xnf.to_xla(w)).sum() for o, w in zip(oouts, ws))
             got = torch.autograd.grad(oloss, oleaves, allow_unused=True)
-            got = [_to_cpu(torch.zeros_like(l) if g is None else g) for l, g in zip(oleaves, got)]
+            got = [_to_cpu(torch.zeros_like(leaf) if g is None else g) for leaf, g in zip(oleaves, got)]
     except Exception as e:
         t.error(e)
         return
@@ -732,7 +744,11 @@ def _worker_main(conn, sys_path: list[str], runner: str = "opinfo_harness:run_un
             res = fn(*msg)
         except BaseException as e:  # noqa: BLE001 - anything escaping a unit is recorded
             res = Tally().as_dict()
-            res.update(status="harness_error", seconds=0.0, messages=[f"{type(e).__name__}: {e}", traceback.format_exc()[-500:]])
+            res.update(
+                status="harness_error",
+                seconds=0.0,
+                messages=[f"{type(e).__name__}: {e}", traceback.format_exc()[-500:]],
+            )
         conn.send(("result", res))
 
 
@@ -798,14 +814,22 @@ class WorkerPool:
             res.update(status="timeout", messages=[f"no result after {hard:.0f}s; worker killed"])
         else:
             self.proc.join()
-            res.update(status="aborted", exitcode=self.proc.exitcode, messages=[f"worker process died (exit code {self.proc.exitcode})"])
+            res.update(
+                status="aborted",
+                exitcode=self.proc.exitcode,
+                messages=[f"worker process died (exit code {self.proc.exitcode})"],
+            )
         res["seconds"] = round(time.perf_counter() - start, 3)
         self.proc = None
         return res
 
 
 def run_units(
-    units, on_result: Callable[[tuple[str, str, str], dict], None], time_limit: float = 60.0, isolate: bool = True, reference: bool = True
+    units,
+    on_result: Callable[[tuple[str, str, str], dict], None],
+    time_limit: float = 60.0,
+    isolate: bool = True,
+    reference: bool = True,
 ) -> None:
     """Run units (in a worker subprocess unless `isolate` is False) and hand each result
     to `on_result`."""

@@ -85,8 +85,10 @@ OPS = {
     "cross_entropy": (F.cross_entropy, lambda low: [_r(4, 5, dtype=low), torch.tensor([0, 4, 2, 1])]),
     "nll_loss": (F.nll_loss, lambda low: [_r(4, 5, dtype=low).log_softmax(-1), torch.tensor([0, 4, 2, 1])]),
     "bce_with_logits": (F.binary_cross_entropy_with_logits, lambda low: [_r(4, dtype=low), torch.rand(4).to(low)]),
-    "kl_div": (lambda a, b: F.kl_div(a, b, reduction="batchmean"),
-               lambda low: [_r(3, 4, dtype=low).log_softmax(-1), _r(3, 4, dtype=low).softmax(-1)]),
+    "kl_div": (
+        lambda a, b: F.kl_div(a, b, reduction="batchmean"),
+        lambda low: [_r(3, 4, dtype=low).log_softmax(-1), _r(3, 4, dtype=low).softmax(-1)],
+    ),
     "prod": (torch.prod, lambda low: [_r(5, dtype=low)]),
     "cdist": (torch.cdist, lambda low: [_r(3, 4, dtype=low), _r(5, 4, dtype=low)]),
     "trace": (torch.trace, lambda low: [_r(4, 4, dtype=low)]),
@@ -96,7 +98,10 @@ OPS = {
     "cat": (torch.cat, lambda low: [[_r(2, 3, dtype=low), _r(2, 3)]]),
     "cat_low": (torch.cat, lambda low: [[_r(2, 3, dtype=low), _r(1, 3, dtype=low)]]),
     "stack": (torch.stack, lambda low: [[_r(3), _r(3, dtype=low)]]),
-    "index_copy": (lambda s, i, t: s.index_copy(0, i, t), lambda low: [_r(4, 2, dtype=low), torch.tensor([2, 0]), _r(2, 2)]),
+    "index_copy": (
+        lambda s, i, t: s.index_copy(0, i, t),
+        lambda low: [_r(4, 2, dtype=low), torch.tensor([2, 0]), _r(2, 2)],
+    ),
     # not listed: input dtypes kept
     "softmax": (lambda x: x.softmax(-1), lambda low: [_r(3, 4, dtype=low)]),
     "layer_norm": (lambda x, w, b: F.layer_norm(x, (4,), w, b), lambda low: [_r(3, 4, dtype=low), _r(4), _r(4)]),

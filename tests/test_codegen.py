@@ -55,7 +55,9 @@ def empty_root(tmp_path: Path) -> Path:
 
 
 def snapshot(path: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(path)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(path.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(path)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(path.rglob("*")) if p.is_file()
+    }
 
 
 def ir_block(text: str, cls: str) -> str:
@@ -201,13 +203,17 @@ def test_unknown_op_without_overloads(tmp_path, empty_root):
 def test_not_an_op(tmp_path, empty_root):
     text = "backend: XLA\nfull_codegen:\nsupported:\nfallback:\n  - not_an_op\n"
     message = render_error(tmp_path, text, empty_root)
-    assert message.startswith(f"<tmp>/manifest.yaml:5: unknown aten operator 'not_an_op' (torch {TORCH}); did you mean ")
+    assert message.startswith(
+        f"<tmp>/manifest.yaml:5: unknown aten operator 'not_an_op' (torch {TORCH}); did you mean "
+    )
 
 
 def test_numeric_entry_is_an_unknown_op(tmp_path, empty_root):
     # YAML reads `- 3` as an int; the manifest keeps its text and resolution rejects it.
     text = "backend: XLA\nfull_codegen:\nsupported:\nfallback:\n  - 3\n"
-    assert render_error(tmp_path, text, empty_root) == f"<tmp>/manifest.yaml:5: unknown aten operator '3' (torch {TORCH})"
+    assert (
+        render_error(tmp_path, text, empty_root) == f"<tmp>/manifest.yaml:5: unknown aten operator '3' (torch {TORCH})"
+    )
 
 
 def test_unknown_overload_lists_the_overloads(tmp_path, empty_root):
@@ -246,7 +252,9 @@ def test_inplace_op_without_a_derivable_functional_form_is_listed_as_is(tmp_path
     assert f"class {class_name(unambiguous_name(op))}(Node):" in result.files["ir.py"]
 
 
-@pytest.mark.parametrize("op, kind", [("resize_", "inplace"), ("atan2.out", "out"), ("_native_batch_norm_legit", "mutable")])
+@pytest.mark.parametrize(
+    "op, kind", [("resize_", "inplace"), ("atan2.out", "out"), ("_native_batch_norm_legit", "mutable")]
+)
 def test_mutating_op_cannot_be_full_codegen(tmp_path, empty_root, op, kind):
     text = f"backend: XLA\nfull_codegen:\n  - {op}\nsupported:\nfallback:\n"
     assert render_error(tmp_path, text, empty_root) == (
@@ -290,7 +298,8 @@ def test_good_root_renders(tmp_path, root):
     result = render(write_manifest(tmp_path, GOOD_MANIFEST), root=root)
     assert result.warnings == []
     assert [o.op for o in result.ops] == [
-        "abs", "abs.out", "abs_", "add.Tensor", "add.out", "add_.Tensor", "kthvalue", "kthvalue.values", "nonzero", "nonzero.out",
+        "abs", "abs.out", "abs_", "add.Tensor", "add.out", "add_.Tensor", "kthvalue", "kthvalue.values", "nonzero",
+        "nonzero.out",
     ]  # fmt: skip
     imports = result.files["ir.py"].split('"""\n\n', 1)[1].split("\n\n\n")[0]
     assert imports == (
@@ -351,8 +360,16 @@ ADD_SCHEMA = "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 @pytest.mark.parametrize(
     "params, problems",
     [
-        pytest.param("self, othr, *, alpha=1", ["positional parameters are (self, othr), the schema has (self, other)"], id="wrong-name"),
-        pytest.param("other, self, *, alpha=1", ["positional parameters are (other, self), the schema has (self, other)"], id="wrong-order"),
+        pytest.param(
+            "self, othr, *, alpha=1",
+            ["positional parameters are (self, othr), the schema has (self, other)"],
+            id="wrong-name",
+        ),
+        pytest.param(
+            "other, self, *, alpha=1",
+            ["positional parameters are (other, self), the schema has (self, other)"],
+            id="wrong-order",
+        ),
         pytest.param(
             "self, other, alpha=1",
             [
@@ -366,7 +383,9 @@ ADD_SCHEMA = "add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
             ["keyword-only parameters are (), the schema has (alpha)", "parameter 'alpha' needs the default 1"],
             id="missing-keyword-only",
         ),
-        pytest.param("self, other, *, alpha=2", ["parameter 'alpha' defaults to 2, the schema says 1"], id="wrong-default"),
+        pytest.param(
+            "self, other, *, alpha=2", ["parameter 'alpha' defaults to 2, the schema says 1"], id="wrong-default"
+        ),
         pytest.param("self, other, *, alpha", ["parameter 'alpha' needs the default 1"], id="missing-default"),
         pytest.param("self, other=None, *, alpha=1", ["parameter 'other' must have no default"], id="extra-default"),
         pytest.param(
@@ -413,7 +432,9 @@ handwritten function(s) disagree with their schema:
 
 
 def test_missing_and_mismatched_in_one_error(tmp_path):
-    root = make_root(tmp_path / "root", impls=None, lowerings=LOWERINGS.replace("def lower_abs(self)", "def lower_abs(input)"))
+    root = make_root(
+        tmp_path / "root", impls=None, lowerings=LOWERINGS.replace("def lower_abs(self)", "def lower_abs(input)")
+    )
     assert render_error(tmp_path, GOOD_MANIFEST, root) == """\
 1 handwritten function(s) are missing:
   <tmp>/manifest.yaml:6: nonzero needs, in runtime/<module>.py:
@@ -455,7 +476,8 @@ def test_orphans_are_warnings(tmp_path, root):
 
 def test_generated_signatures_satisfy_the_check(tmp_path):
     """The `def` lines the missing-function error suggests are accepted when written."""
-    text = "backend: XLA\nfull_codegen:\n  - native_layer_norm\n  - sum.dim_IntList\n  - var.correction\nsupported:\nfallback:\n"
+    text = ("backend: XLA\nfull_codegen:\n  - native_layer_norm\n  - sum.dim_IntList\n  - var.correction\n"
+            "supported:\nfallback:\n")
     empty = make_root(tmp_path / "empty", None, None, None)
     message = render_error(tmp_path, text, empty)
     defs = [line.strip() for line in message.splitlines() if line.strip().startswith("def ")]
@@ -554,12 +576,14 @@ def test_write_then_unchanged(tmp_path, root, monkeypatch, capsys):
     assert first.err == ""
     expected = render(manifest, root=root).files
     assert {name: text.decode() for name, (text, _) in snapshot(out).items()} == expected
-    assert sorted(expected) == ["__init__.py", "dispatch.py", "ir.py", "ops.txt", "registry.py"]
+    assert sorted(expected) == ["__init__.py", "analyze.py", "dispatch.py", "distributed.py", "ir.py", "ops.txt", "registry.py"]
     before = snapshot(out)
 
     assert run_main(monkeypatch, root, "--manifest", str(manifest), "--out", str(out)) == 0
     second = capsys.readouterr()
-    assert re.fullmatch(rf"unchanged: <tmp>/out/pkg \({re.escape(COUNTS)}\) in \d+\.\d\ds\n", scrub(second.out, tmp_path))
+    assert re.fullmatch(
+        rf"unchanged: <tmp>/out/pkg \({re.escape(COUNTS)}\) in \d+\.\d\ds\n", scrub(second.out, tmp_path)
+    )
     assert snapshot(out) == before  # same bytes, same mtimes
     assert sorted(os.listdir(tmp_path / "out")) == ["pkg"]
 
@@ -580,7 +604,10 @@ def test_write_atomically_replaces_the_whole_tree(tmp_path):
     assert snapshot(target).keys() == {"a.py", "sub/b.txt"}
     (target / "stray.py").write_text(H + "left over\n")
     assert write_atomically({"a.py": H + "A\n", "sub/b.txt": H + "B\n"}, target) is True  # the stray file goes
-    assert {k: v[0] for k, v in snapshot(target).items()} == {"a.py": (H + "A\n").encode(), "sub/b.txt": (H + "B\n").encode()}
+    assert {k: v[0] for k, v in snapshot(target).items()} == {
+        "a.py": (H + "A\n").encode(),
+        "sub/b.txt": (H + "B\n").encode(),
+    }
     before = snapshot(target)
     assert write_atomically({"a.py": H + "A\n", "sub/b.txt": H + "B\n"}, target) is False
     assert snapshot(target) == before
@@ -632,7 +659,9 @@ def test_rendering_is_deterministic_across_processes(real):
         "print(json.dumps({k: hashlib.sha256(v.encode()).hexdigest() for k, v in r.files.items()}))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert json.loads(out) == {k: hashlib.sha256(v.encode()).hexdigest() for k, v in real.files.items()}
 
 
@@ -643,7 +672,7 @@ def test_every_file_has_the_generated_header(real):
         f"# torch {TORCH}. Do not edit: change the manifest, the handwritten functions\n"
         "# or codegen/templates, and regenerate.\n"
     )
-    assert sorted(real.files) == ["__init__.py", "dispatch.py", "ir.py", "ops.txt", "registry.py"]
+    assert sorted(real.files) == ["__init__.py", "analyze.py", "dispatch.py", "distributed.py", "ir.py", "ops.txt", "registry.py"]
     for name, text in real.files.items():
         assert text.startswith(header), name
 
@@ -1096,7 +1125,11 @@ def _exec_stubs(text: str, *names: str, **namespace):
 
 
 def _fake_torch(op: str, overload: str):
-    return types.SimpleNamespace(ops=types.SimpleNamespace(aten=types.SimpleNamespace(**{op: types.SimpleNamespace(**{overload: f"aten.{op}.{overload}"})})))
+    return types.SimpleNamespace(
+        ops=types.SimpleNamespace(
+            aten=types.SimpleNamespace(**{op: types.SimpleNamespace(**{overload: f"aten.{op}.{overload}"})})
+        )
+    )
 
 
 def test_keyword_overload_name_gives_valid_python(tmp_path, empty_root):
@@ -1125,7 +1158,12 @@ def test_stubs_do_not_shadow_dispatch_helpers(tmp_path, empty_root):
     text = "backend: XLA\nfull_codegen:\nsupported:\nfallback:\n  - _values\n"
     files = render(write_manifest(tmp_path, text), root=empty_root).files
     tree = ast.parse(files["dispatch.py"])
-    imported = {a.asname or a.name.split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    imported = {
+        a.asname or a.name.split(".")[0]
+        for n in tree.body
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert imported & defined == set()
 
@@ -1165,7 +1203,14 @@ def test_generated_python_compiles_for_many_ops(tmp_path, empty_root):
 
 
 @pytest.mark.parametrize(
-    "op, name", [("add.Tensor", "add_Tensor"), ("abs", "abs"), ("add_.Tensor", "add__Tensor"), ("sum.dim_IntList", "sum_dim_IntList"), ("max.dim_max", "max_dim_max")]
+    "op, name",
+    [
+        ("add.Tensor", "add_Tensor"),
+        ("abs", "abs"),
+        ("add_.Tensor", "add__Tensor"),
+        ("sum.dim_IntList", "sum_dim_IntList"),
+        ("max.dim_max", "max_dim_max"),
+    ],
 )
 def test_unambiguous_name(op, name):
     assert unambiguous_name(op) == name
@@ -1189,7 +1234,9 @@ def test_class_name(name, cls):
     assert class_name(name) == cls
 
 
-@pytest.mark.parametrize("name, py", [("from", "from_"), ("lambda", "lambda_"), ("self", "self"), ("input", "input"), ("dim", "dim")])
+@pytest.mark.parametrize(
+    "name, py", [("from", "from_"), ("lambda", "lambda_"), ("self", "self"), ("input", "input"), ("dim", "dim")]
+)
 def test_python_name(name, py):
     assert python_name(name) == py
 

@@ -11,6 +11,7 @@ import torch
 
 from codegen.generate import render
 from codegen.manifest import ManifestError, load_manifest
+from xla_native_functions.runtime.exec import value_checks
 
 MANIFEST = """\
 backend: XLA
@@ -95,7 +96,9 @@ def test_internal_nodes_are_checked_like_full_codegen(tmp_path):
                                                       "def strided_copy_output_shape(base)"))
     assert "strided_copy_output_shape does not match the schema of strided_copy" in str(info.value)
     with pytest.raises(ManifestError) as info:
-        _render(tmp_path / "b", lowerings=LOWERINGS.replace("def lower_strided_copy(base, size):\n    return base\n", ""))
+        _render(
+            tmp_path / "b", lowerings=LOWERINGS.replace("def lower_strided_copy(base, size):\n    return base\n", "")
+        )
     assert "def lower_strided_copy(base, size):" in str(info.value)
 
 
@@ -175,6 +178,7 @@ policy:
   out_exact_dtype: [abs]
   inplace_rejects_any_overlap: [abs]
   host_only: [abs]
+  eager_value_checks: {abs: take}
 full_codegen:
   - abs
 supported:
@@ -192,6 +196,7 @@ def test_policy_facts_reach_the_stubs_and_the_runtime(tmp_path):
     assert "_rt_check_in_place_overlap(" not in dispatch  # abs_ has no other tensor operand to compare
     assert '"host_only": {\n        "abs": (),\n    },' in files["registry.py"]
     assert "inplace_rejects_any_overlap" not in files["registry.py"]  # a generator-only fact
+    assert '"eager_value_checks": {\n        "abs": (\'take\',),\n    },' in files["registry.py"]
 
 
 @pytest.mark.parametrize("policy, message", [
@@ -202,9 +207,31 @@ def test_policy_facts_reach_the_stubs_and_the_runtime(tmp_path):
                                                     "arguments"),
     ("  out_exact_dtypes: [abs]", "manifest.yaml:3: unknown policy fact 'out_exact_dtypes'"),
     ("  host_only: [neg, abs]", "manifest.yaml:3: keep 'host_only' sorted and without repeats"),
+    ("  eager_value_checks: {abs: [1]}", "manifest.yaml:3: 'eager_value_checks' maps each op name to a name"),
+    ("  eager_value_checks: {ab: take}", "manifest.yaml:3: policy 'eager_value_checks' names 'ab', no listed op's "
+                                         "base name"),
 ])
 def test_policy_names_are_checked(tmp_path, policy, message):
     manifest = "backend: XLA\npolicy:\n" + policy + "\n" + MANIFEST.removeprefix("backend: XLA\n")
     with pytest.raises(ManifestError) as info:
         _render(tmp_path, manifest=manifest)
     assert message in str(info.value)
+
+
+def test_an_unknown_value_check_is_refused_naming_the_known_ones():
+    with pytest.raises(RuntimeError, match=r"'eager_value_checks' names unknown check\(s\) take_twice; the checks "
+                                           r"are embedding, .*integer_division"):
+        value_checks.install({torch.ops.aten.take.default: None}, {"take": ("take_twice",)})
+
+
+def test_value_checks_wrap_every_form_of_a_named_op_and_only_those():
+    def handler(*args, **kwargs):
+        return "ran"
+
+    registry = {op: handler for op in (torch.ops.aten.take.default, torch.ops.aten.take.out, torch.ops.aten.abs.default,
+                                        torch.ops.aten.div.Tensor, torch.ops.aten.div.Tensor_mode)}
+    wrapped = value_checks.install(registry, {"take": ("take",), "div": ("integer_division",)})
+    assert wrapped[torch.ops.aten.abs.default] is handler
+    assert wrapped[torch.ops.aten.div.Tensor] is handler  # true division: a floating-point result
+    assert all(wrapped[op] is not handler and wrapped[op].__wrapped__ is handler
+               for op in (torch.ops.aten.take.default, torch.ops.aten.take.out, torch.ops.aten.div.Tensor_mode))

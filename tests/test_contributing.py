@@ -68,8 +68,14 @@ def test_the_worked_example_runs_as_written(tmp_path):
             for command in block.strip().splitlines():
                 args = command.split()
                 assert args[0] == "python", command
-                run = subprocess.run([sys.executable, *args[1:]] + (["-p", "no:cacheprovider"] if "pytest" in args else []),
-                                     cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+                run = subprocess.run(
+                    [sys.executable, *args[1:]] + (["-p", "no:cacheprovider"] if "pytest" in args else []),
+                    cwd=repo,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=900,
+                )
                 assert run.returncode == 0, f"`{command}` failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
                 last_output = run.stdout
                 ran.append(command)
@@ -99,7 +105,9 @@ def test_the_worked_example_runs_as_written(tmp_path):
         assert not xnf.metrics.executed_fallback_ops()
         print("ok")
     """)
-    run = subprocess.run([sys.executable, "-c", program], cwd=repo, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", program], cwd=repo, env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-2000:]
     # three handwritten files besides the manifest: the lowering, the shape function, the test table
     changed = sorted(str(p.relative_to(repo)) for p in repo.rglob("*.py")

@@ -144,7 +144,12 @@ def test_library_entries_get_namespaced_names_and_are_registered_by_name(tmp_pat
     result = gen.render(write(tmp_path, MANIFEST), root=make_root(tmp_path / "root"))
     assert result.warnings == [] and result.unavailable == {}
     specs = {s.op: s for s in result.ops}
-    assert sorted(specs) == ["testlib::halves", "testlib::mix", "testlib::rms_norm", "testlib::unlowered"]  # no derived forms
+    assert sorted(specs) == [
+        "testlib::halves",
+        "testlib::mix",
+        "testlib::rms_norm",
+        "testlib::unlowered",
+    ]  # no derived forms
     mix = specs["testlib::mix"]
     assert (mix.name, mix.class_name, mix.lowering, mix.shape_fn) == (
         "testlib_mix", "TestlibMix", "lower_testlib_mix", "testlib_mix_output_shape")
@@ -156,7 +161,10 @@ def test_library_entries_get_namespaced_names_and_are_registered_by_name(tmp_pat
     assert "\nclass TestlibMix(Node):\n" in files["ir.py"] and "\nclass TestlibHalves(Node):\n" in files["ir.py"]
     assert "        return lower_testlib_mix(xs, bias, dim, scale, square, offset)\n" in files["ir.py"]
     assert "from .lowerings.testlib import (\n    lower_testlib_halves,\n    lower_testlib_mix,\n)" in files["ir.py"]
-    assert "def testlib_rms_norm(x, *, eps=1e-06):\n    return ir.TestlibRmsNorm.impl(x, eps=eps)\n" in files["dispatch.py"]
+    assert (
+        "def testlib_rms_norm(x, *, eps=1e-06):\n    return ir.TestlibRmsNorm.impl(x, eps=eps)\n"
+        in files["dispatch.py"]
+    )
     assert "_rt_fallback(torch.ops.testlib.unlowered.default, (x,), {})" in files["dispatch.py"]
     # Not in REGISTRY (their OpOverloads exist only once the library is loaded): by name.
     registry = files["registry.py"]
@@ -165,7 +173,10 @@ def test_library_entries_get_namespaced_names_and_are_registered_by_name(tmp_pat
             "Scalar offset) -> Tensor', dispatch.testlib_mix),\n") in registry
     assert 'UNAVAILABLE_LIBRARY_OPS = {\n}' in registry
     assert '    "testlib::rms_norm": "supported",\n' in registry
-    assert "_install(REGISTRY, SECTIONS, NODES, LIBRARY_OPS, UNAVAILABLE_LIBRARY_OPS, policy=POLICY)" in files["__init__.py"]
+    assert (
+        "_install(REGISTRY, SECTIONS, NODES, LIBRARY_OPS, UNAVAILABLE_LIBRARY_OPS, policy=POLICY)"
+        in files["__init__.py"]
+    )
     assert "full_codegen\ttestlib::halves(Tensor x, SymInt dim) -> (Tensor, Tensor)\n" in files["ops.txt"]
     for name, text in files.items():
         if name.endswith(".py"):
@@ -187,7 +198,9 @@ def {0}(x: torch.Tensor) -> torch.Tensor:
     gen.render(write(tmp_path, text % "one"), root=root)
     gen.render(write(tmp_path, text % "one"), root=root)
     assert library_cache == [["cachelib_ops"]]  # the second run reads the cache
-    assert "unknown operator 'cachelib::two' (after importing cachelib_ops)" in render_error(tmp_path, text % "two", root)
+    assert "unknown operator 'cachelib::two' (after importing cachelib_ops)" in render_error(
+        tmp_path, text % "two", root
+    )
     module.write_text("import torch\n" + op.format("one") + op.format("two"))
     os.utime(module, ns=(module.stat().st_atime_ns, module.stat().st_mtime_ns + 10**9))
     assert [s.op for s in gen.render(write(tmp_path, text % "two"), root=root).ops] == ["cachelib::two"]
@@ -644,9 +657,14 @@ def test_a_library_operator_whose_schema_changed_is_not_registered(monkeypatch):
         raise AssertionError("a stub generated for another schema ran")
 
     generated_for = "testlib::unlowered(Tensor x, int n) -> Tensor"
-    with pytest.warns(UserWarning, match=re.escape(
-            "xla_native_functions: testlib::unlowered is not registered: its schema is now testlib::unlowered(Tensor x) "
-            f"-> Tensor, but the package was generated for {generated_for}; run `python -m codegen.generate` again")):
+    with pytest.warns(
+        UserWarning,
+        match=re.escape(
+            "xla_native_functions: testlib::unlowered is not registered: its schema is now testlib::unlowered(Tensor "
+            "x) "
+            f"-> Tensor, but the package was generated for {generated_for}; run `python -m codegen.generate` again"
+        ),
+    ):
         custom_ops.install_library_ops({"testlib::unlowered": (generated_for, stub)}, {})
     (_,), (X,) = inputs((2,))
     with pytest.raises(xnf.OperatorNotFound, match=r"operator 'testlib::unlowered', called from .*, is listed in "
@@ -670,26 +688,53 @@ def test_registering_twice_names_the_first_registration_and_replace():
     assert torch.equal(cpu(lib.halves(X, 0)[0]), x[:1] * 2)
 
 
-@pytest.mark.parametrize("op, error, message", [
-    ("testlib::nothing", ValueError,
-     "no operator 'testlib::nothing' is registered with torch: define it first (torch.library.custom_op, or import "
-     "the library that defines it), then register its lowering"),
-    ("nothing", ValueError, "'nothing' is not an operator name: name it 'namespace::name' or 'namespace::name.overload'"),
-    ("testlib::twice", ValueError,
-     "'testlib::twice' has the overloads testlib::twice.a, testlib::twice.b: register one of them by that name"),
-    (torch.ops.testlib.twice, ValueError,
-     "'testlib::twice' has the overloads a, b: register one of them, like 'testlib::twice.a'"),
-    ("aten::relu", ValueError,
-     "'aten::relu' is an aten operator: aten operators are listed in native_functions.yaml (README, \"Adding an "
-     "op\"); register_lowering is for operators of other namespaces"),
-    ("testlib::add_into", ValueError,
-     "'testlib::add_into' writes into its arguments (testlib::add_into(Tensor(a0!) x, Tensor y) -> ()); a lowering "
-     "only returns new values, so register_lowering takes functional operators only"),
-    ("testlib::count_positive", ValueError,
-     "'testlib::count_positive' returns int (testlib::count_positive(Tensor x) -> SymInt); register_lowering "
-     "takes operators that return tensors"),
-    (3, TypeError, "register_lowering takes an operator name like 'mylib::op', or its OpOverload; got 3"),
-])
+@pytest.mark.parametrize(
+    "op, error, message",
+    [
+        (
+            "testlib::nothing",
+            ValueError,
+            "no operator 'testlib::nothing' is registered with torch: define it first (torch.library.custom_op, or "
+            "import "
+            "the library that defines it), then register its lowering",
+        ),
+        (
+            "nothing",
+            ValueError,
+            "'nothing' is not an operator name: name it 'namespace::name' or 'namespace::name.overload'",
+        ),
+        (
+            "testlib::twice",
+            ValueError,
+            "'testlib::twice' has the overloads testlib::twice.a, testlib::twice.b: register one of them by that name",
+        ),
+        (
+            torch.ops.testlib.twice,
+            ValueError,
+            "'testlib::twice' has the overloads a, b: register one of them, like 'testlib::twice.a'",
+        ),
+        (
+            "aten::relu",
+            ValueError,
+            "'aten::relu' is an aten operator: aten operators are listed in native_functions.yaml (README, \"Adding an "
+            "op\"); register_lowering is for operators of other namespaces",
+        ),
+        (
+            "testlib::add_into",
+            ValueError,
+            "'testlib::add_into' writes into its arguments (testlib::add_into(Tensor(a0!) x, Tensor y) -> ()); a "
+            "lowering "
+            "only returns new values, so register_lowering takes functional operators only",
+        ),
+        (
+            "testlib::count_positive",
+            ValueError,
+            "'testlib::count_positive' returns int (testlib::count_positive(Tensor x) -> SymInt); register_lowering "
+            "takes operators that return tensors",
+        ),
+        (3, TypeError, "register_lowering takes an operator name like 'mylib::op', or its OpOverload; got 3"),
+    ],
+)
 def test_bad_operator(op, error, message):
     with pytest.raises(error) as info:
         xnf.register_lowering(op, lambda x: x)

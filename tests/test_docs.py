@@ -13,7 +13,9 @@ REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs" / "reports").glob("*.md"))]
 # The repository's top level, by which a path in the docs is recognised as a repo path.
 TOP_DIRS = (".ci", "codegen", "docs", "examples", "generated", "lowerings", "runtime", "scripts", "shape_fns", "tests")
-REPO_PATH = re.compile(r"(?<![\w./~$-])((?:%s)/(?:[^\s`'\"(),;|{]|\{[^{}\s]*\})*)" % "|".join(re.escape(d) for d in TOP_DIRS))
+REPO_PATH = re.compile(
+    r"(?<![\w./~$-])((?:%s)/(?:[^\s`'\"(),;|{]|\{[^{}\s]*\})*)" % "|".join(re.escape(d) for d in TOP_DIRS)
+)
 OUTSIDE = re.compile(r"(?<![\w.])(\.\./|/(?:work|tmp|home|root|Users)/)")
 # The two commands a fresh machine with only Python runs (README.md, first code block).
 INSTALL_AND_DEMO = "pip install -e . && python -m codegen.generate && python scripts/demo.py"
@@ -37,7 +39,7 @@ def repo_paths(text: str) -> list[str]:
     `generated/.../ir.py`) left out."""
     found = []
     for raw in REPO_PATH.findall(text):
-        path = raw.rstrip(".:")
+        path = re.sub(r":\d+$", "", raw.rstrip(".:"))  # file:line, as call sites are written
         if "<" in path or "..." in path or "[" in path:
             continue
         found += _expand(path)

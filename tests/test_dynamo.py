@@ -160,7 +160,9 @@ def test_transformer_training_matches_torch():
         return nn.functional.cross_entropy(logits.reshape(-1, 50), t.reshape(-1))
 
     ref_losses, ref_grads = train_steps(ref, tokens, targets, steps=2, loss_fn=loss_fn)
-    our_losses, our_grads = train_steps(torch.compile(ours, backend=BACKEND_NAME), tokens, targets, steps=2, loss_fn=loss_fn)
+    our_losses, our_grads = train_steps(
+        torch.compile(ours, backend=BACKEND_NAME), tokens, targets, steps=2, loss_fn=loss_fn
+    )
     torch.testing.assert_close(torch.stack(our_losses), torch.stack(ref_losses), rtol=1e-4, atol=1e-5)
     for a, b in zip(our_grads, ref_grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -147,15 +147,24 @@ def test_type_promotion():
     assert_same(torch._foreach_norm(ours(tensors(0, torch.float64))), torch._foreach_norm(tensors(0, torch.float64)))
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda a: torch._foreach_add([], []), "Tensor list must have at least one tensor."),
-    (lambda a: torch._foreach_add(a, a[:2]), "Tensor lists must have the same number of tensors, got 4 and 2"),
-    (lambda a: torch._foreach_addcmul(a, a, a[:1]), "Tensor lists must have the same number of tensors, got 4 and 1"),
-    (lambda a: torch._foreach_mul(a, [1.0, 2.0]), "Tensor list must have same number of elements as scalar list."),
-    (lambda a: torch._foreach_sqrt([]), "Tensor list must have at least one tensor."),
-    (lambda a: torch._foreach_add(a, a[::-1]), "must match the size of tensor b"),
-    (lambda a: torch._foreach_add_([t.long() for t in a], 1.5), "result type Float can't be cast to the desired output type Long"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda a: torch._foreach_add([], []), "Tensor list must have at least one tensor."),
+        (lambda a: torch._foreach_add(a, a[:2]), "Tensor lists must have the same number of tensors, got 4 and 2"),
+        (
+            lambda a: torch._foreach_addcmul(a, a, a[:1]),
+            "Tensor lists must have the same number of tensors, got 4 and 1",
+        ),
+        (lambda a: torch._foreach_mul(a, [1.0, 2.0]), "Tensor list must have same number of elements as scalar list."),
+        (lambda a: torch._foreach_sqrt([]), "Tensor list must have at least one tensor."),
+        (lambda a: torch._foreach_add(a, a[::-1]), "must match the size of tensor b"),
+        (
+            lambda a: torch._foreach_add_([t.long() for t in a], 1.5),
+            "result type Float can't be cast to the desired output type Long",
+        ),
+    ],
+)
 def test_errors(call, message):
     with pytest.raises(RuntimeError, match=message.replace(".", r"\.")):
         call(tensors(0))

@@ -172,7 +172,9 @@ def test_sgd_on_a_large_embedding_matches_pytorch():
     same(ours.weight.detach(), ref.weight.detach())
 
 
-@pytest.mark.parametrize("key", ["add", "mul", "lerp", "addcdiv", "clamp", "index_add", "scatter_add", "masked_fill", "pow"])
+@pytest.mark.parametrize(
+    "key", ["add", "mul", "lerp", "addcdiv", "clamp", "index_add", "scatter_add", "masked_fill", "pow"]
+)
 def test_every_size_donated_matches_opinfo(key, monkeypatch):
     """OpInfo's in-place samples (small tensors) with donation at every size: the
     donating executables agree with PyTorch as the undonated path does."""
@@ -185,7 +187,9 @@ def test_every_size_donated_matches_opinfo(key, monkeypatch):
             if not h.plan_units([key], (dtype,), ("inplace",)):
                 continue
             res = h.run_unit(key, dtype, "inplace")
-            assert res["status"] == "done" and res["passed"] and not res["failed"] and not res["errored"], res["messages"][:2]
+            assert res["status"] == "done" and res["passed"] and not res["failed"] and not res["errored"], res[
+                "messages"
+            ][:2]
 
 
 def test_foreach_updates_reuse_the_buffers_they_may():

@@ -88,7 +88,9 @@ def test_every_runtime_module_is_in_a_layer():
         name = _module_name(path)
         if name == "runtime":
             continue
-        assert _layer(name) is not None, f"{path.relative_to(ROOT)} is in no layer: put it under one of {sorted(LAYERS)}"
+        assert _layer(name) is not None, (
+            f"{path.relative_to(ROOT)} is in no layer: put it under one of {sorted(LAYERS)}"
+        )
 
 
 @pytest.mark.parametrize("path", RUNTIME_FILES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -159,5 +161,10 @@ def test_generated_code_uses_only_the_stub_abi():
     for file, prefixes in allowed.items():
         tree = ast.parse((package / file).read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module and node.module.startswith("runtime"):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 1
+                and node.module
+                and node.module.startswith("runtime")
+            ):
                 assert node.module.startswith(prefixes), f"generated {file} imports {node.module}"

@@ -100,8 +100,12 @@ CASES = [
     Case("div_trunc_int", aten.div.Tensor_mode, (dividends, divisors), {"rounding_mode": "trunc"}),
     Case("div_floor_int", aten.div.Tensor_mode, (dividends, divisors), {"rounding_mode": "floor"}),
     Case("div_floor_int32_pyint", aten.div.Tensor_mode, (dividends.int(), -2), {"rounding_mode": "floor"}),
-    Case("div_trunc_float", aten.div.Tensor_mode, (T(2, 3, low=-5, high=5), float_divisors), {"rounding_mode": "trunc"}),
-    Case("div_floor_float", aten.div.Tensor_mode, (T(2, 3, low=-5, high=5), float_divisors), {"rounding_mode": "floor"}),
+    Case(
+        "div_trunc_float", aten.div.Tensor_mode, (T(2, 3, low=-5, high=5), float_divisors), {"rounding_mode": "trunc"}
+    ),
+    Case(
+        "div_floor_float", aten.div.Tensor_mode, (T(2, 3, low=-5, high=5), float_divisors), {"rounding_mode": "floor"}
+    ),
     Case("div_floor_int_float", aten.div.Tensor_mode, (dividends, 2.5), {"rounding_mode": "floor"}),
     # pow
     Case("pow_f32_pyint", aten.pow.Tensor_Scalar, (f23, 2)),
@@ -198,11 +202,33 @@ CASES = [
     Case("bmm_f32", aten.bmm.default, (T(2, 4, 5), T(2, 5, 3))),
     # _grouped_mm: groups cover every row (column), since PyTorch leaves the rest unset;
     # the middle group is empty. Its meta kernel accepts bfloat16 only (CUDA's rule).
-    Case("grouped_mm_2d_3d", aten._grouped_mm.default, (T(8, 4), T(3, 4, 8), _offs(2, 2, 8)), tol=TOL32, meta_agrees=False),
-    Case("grouped_mm_3d_2d", aten._grouped_mm.default, (T(3, 8, 4), T(4, 12), _offs(4, 4, 12)), tol=TOL32, meta_agrees=False),
-    Case("grouped_mm_2d_2d", aten._grouped_mm.default, (T(8, 12), T(12, 8), _offs(4, 4, 12)), tol=TOL32, meta_agrees=False),
+    Case(
+        "grouped_mm_2d_3d",
+        aten._grouped_mm.default,
+        (T(8, 4), T(3, 4, 8), _offs(2, 2, 8)),
+        tol=TOL32,
+        meta_agrees=False,
+    ),
+    Case(
+        "grouped_mm_3d_2d",
+        aten._grouped_mm.default,
+        (T(3, 8, 4), T(4, 12), _offs(4, 4, 12)),
+        tol=TOL32,
+        meta_agrees=False,
+    ),
+    Case(
+        "grouped_mm_2d_2d",
+        aten._grouped_mm.default,
+        (T(8, 12), T(12, 8), _offs(4, 4, 12)),
+        tol=TOL32,
+        meta_agrees=False,
+    ),
     Case("grouped_mm_3d_3d", aten._grouped_mm.default, (T(3, 8, 4), T(3, 4, 8)), tol=TOL32, meta_agrees=False),
-    Case("grouped_mm_2d_3d_bf16", aten._grouped_mm.default, (T(8, 8, dtype=torch.bfloat16), T(3, 8, 8, dtype=torch.bfloat16), _offs(3, 5, 8))),
+    Case(
+        "grouped_mm_2d_3d_bf16",
+        aten._grouped_mm.default,
+        (T(8, 8, dtype=torch.bfloat16), T(3, 8, 8, dtype=torch.bfloat16), _offs(3, 5, 8)),
+    ),
     # shape ops
     Case("view_infer", aten.view.default, (T(2, 3, 4), [4, -1])),
     Case("view_to_0d", aten.view.default, (T(1, 1), [])),

@@ -49,13 +49,22 @@ def impl_neg(self):
 '''
 
 PLANTS = {
-    "dtype": ("if self.dtype == torch.float32:\n        return run_node(PlantedNeg, (self,)).double()",
-              "output 0 dtype: float32 -> float64"),
-    "stride": ("if self.dim() == 2:\n        return run_node(PlantedNeg, (self,)).t().contiguous().t()",
-               "output 0 stride: ["),
-    "error type": ("if self.dtype == torch.bool:\n        raise TypeError('planted')", "raised RuntimeError -> TypeError"),
-    "alias": ("if self.dtype == torch.int64 and self.numel() and not bool(self.any()):\n        return self",
-              "output 0 aliasing: a new tensor -> argument 0"),
+    "dtype": (
+        "if self.dtype == torch.float32:\n        return run_node(PlantedNeg, (self,)).double()",
+        "output 0 dtype: float32 -> float64",
+    ),
+    "stride": (
+        "if self.dim() == 2:\n        return run_node(PlantedNeg, (self,)).t().contiguous().t()",
+        "output 0 stride: [",
+    ),
+    "error type": (
+        "if self.dtype == torch.bool:\n        raise TypeError('planted')",
+        "raised RuntimeError -> TypeError",
+    ),
+    "alias": (
+        "if self.dtype == torch.int64 and self.numel() and not bool(self.any()):\n        return self",
+        "output 0 aliasing: a new tensor -> argument 0",
+    ),
 }
 
 

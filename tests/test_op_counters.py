@@ -53,7 +53,10 @@ def test_eager_counts_by_overload_with_sections():
     assert xnf.metrics.counter_value("add.Tensor") == 1
     assert xnf.metrics.counters() == {"aten::abs": 2, "aten::add.Tensor": 1, "aten::add_.Tensor": 1}
     assert xnf.metrics.counters(section=True) == {
-        "aten::abs": (2, "full_codegen"), "aten::add.Tensor": (1, "full_codegen"), "aten::add_.Tensor": (1, "full_codegen")}
+        "aten::abs": (2, "full_codegen"),
+        "aten::add.Tensor": (1, "full_codegen"),
+        "aten::add_.Tensor": (1, "full_codegen"),
+    }
     assert xnf.metrics.counters(section=True)["aten::abs"].section == "full_codegen"
     assert xnf.metrics.section_of("aten::cholesky") == "supported"
     assert xnf.metrics.section_of("aten::no_such_op") == "unlisted"

@@ -146,9 +146,11 @@ def test_debug_env_settings():
     untouched = Config()
     apply_debug_env(untouched, {})
     assert untouched == Config()
-    for bad, message in (("prnt", "unknown setting 'prnt'; the settings are print, accuracy, atol=..., rtol=..., dump=..."),
-                         ("atol=small", "'atol=small' needs a number, like atol=1e-4"),
-                         ("dump", "unknown setting 'dump'")):
+    for bad, message in (
+        ("prnt", "unknown setting 'prnt'; the settings are print, accuracy, atol=..., rtol=..., dump=..."),
+        ("atol=small", "'atol=small' needs a number, like atol=1e-4"),
+        ("dump", "unknown setting 'dump'"),
+    ):
         with pytest.raises(ValueError, match=re.escape(message)):
             apply_debug_env(Config(), {"XLA_NATIVE_FUNCTIONS_DEBUG": bad})
 

@@ -94,7 +94,17 @@ TIME_LIMIT = 60.0
 # results are the closer to float64 ones there; see docs/reports/coverage.md): log_softmax near
 # 0, batch_norm; and sort, whose order of bfloat16 ties differs.
 LOW_PRECISION_EXCLUDED = {"log_softmax", "nn.functional.batch_norm", "sort"}
-FLOAT16_OPINFOS = {"mul", "exp", "tanh", "mm", "softmax", "nn.functional.layer_norm", "sum", "cat", "nn.functional.conv2d"}
+FLOAT16_OPINFOS = {
+    "mul",
+    "exp",
+    "tanh",
+    "mm",
+    "softmax",
+    "nn.functional.layer_norm",
+    "sum",
+    "cat",
+    "nn.functional.conv2d",
+}
 
 
 def _units(key: str):
@@ -134,7 +144,8 @@ def test_opinfo(pool, key):
             detail = "; ".join(res["messages"][:2])
             missing = ", ".join(res["missing"])
             problems.append(
-                f"{'/'.join(u)}: {res['status']}, {res['passed']} passed, {res['failed']} failed, {res['errored']} errored"
+                f"{'/'.join(u)}: {res['status']}, {res['passed']} passed, {res['failed']} failed, {res['errored']} "
+                "errored"
                 + (f" (not lowered: {missing})" if missing else "")
                 + (f" -- {detail}" if detail else "")
             )

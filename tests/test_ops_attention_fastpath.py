@@ -82,7 +82,9 @@ MASKS = {
     # Every key of the first sequence masked: NaN weights and outputs on CPU.
     "all_masked_row": (lambda: torch.tensor([[True] * T, [False] * 4 + [True]]), 1, True, True),
 }
-MHA_KERNEL_CASES = [(m, torch.float32) for m in MASKS] + [(m, torch.float64) for m in ("none", "padding_BL", "full_BHLL")]
+MHA_KERNEL_CASES = [(m, torch.float32) for m in MASKS] + [
+    (m, torch.float64) for m in ("none", "padding_BL", "full_BHLL")
+]
 
 
 @pytest.mark.parametrize("mask, dtype", MHA_KERNEL_CASES)
@@ -93,8 +95,9 @@ def test_native_multi_head_attention_matches_cpu(mask, dtype):
     m = make_mask()
     expected = aten._native_multi_head_attention(x, x, x, E, HEADS, w, b, pw, pb, m, need_weights, average, mask_type)
     xs = xnf.to_xla([x, w, b, pw, pb])
-    ours = aten._native_multi_head_attention(xs[0], xs[0], xs[0], E, HEADS, *xs[1:], None if m is None else xnf.to_xla(m),
-                                             need_weights, average, mask_type)
+    ours = aten._native_multi_head_attention(
+        xs[0], xs[0], xs[0], E, HEADS, *xs[1:], None if m is None else xnf.to_xla(m), need_weights, average, mask_type
+    )
     assert_same(ours, expected)
 
 
@@ -128,15 +131,28 @@ def test_native_multi_head_attention_output_projection_of_another_width():
 SOFTMAX_CASES = {
     "type2": (lambda: torch.randn(2, 3, 4, 4), lambda: torch.rand(2, 3, 4, 4) < 0.4, None, 2),
     "type1_last": (lambda: torch.randn(2, 3, 4, 4), lambda: torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1]]).bool(), 3, 1),
-    "type1_dim_none": (lambda: torch.randn(2, 3, 4, 4), lambda: torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1]]).bool(),
-                       None, 1),
+    "type1_dim_none": (
+        lambda: torch.randn(2, 3, 4, 4),
+        lambda: torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1]]).bool(),
+        None,
+        1,
+    ),
     "type1_dim2": (lambda: torch.randn(2, 3, 4, 4), lambda: torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1]]).bool(), 2, 1),
     "type0": (lambda: torch.randn(2, 3, 4, 4), lambda: torch.rand(4, 4) < 0.4, -1, 0),
     "type0_dim1": (lambda: torch.randn(2, 3, 4, 4), lambda: torch.rand(4, 4) < 0.4, 1, 0),
     "3d_any_type": (lambda: torch.randn(3, 4, 5), lambda: torch.rand(3, 4, 5) < 0.4, 1, 7),
-    "fully_masked_rows": (lambda: torch.randn(2, 6), lambda: torch.tensor([[1] * 6, [0, 1, 0, 1, 0, 1]]).bool(), None, 2),
-    "minus_inf_unmasked": (lambda: torch.tensor([[float("-inf")] * 3, [0.0, float("-inf"), 1.0]]),
-                           lambda: torch.zeros(2, 3, dtype=torch.bool), None, 2),
+    "fully_masked_rows": (
+        lambda: torch.randn(2, 6),
+        lambda: torch.tensor([[1] * 6, [0, 1, 0, 1, 0, 1]]).bool(),
+        None,
+        2,
+    ),
+    "minus_inf_unmasked": (
+        lambda: torch.tensor([[float("-inf")] * 3, [0.0, float("-inf"), 1.0]]),
+        lambda: torch.zeros(2, 3, dtype=torch.bool),
+        None,
+        2,
+    ),
     "zero_dim": (lambda: torch.tensor(1.5), lambda: torch.tensor(False), None, None),
 }
 
@@ -463,12 +479,19 @@ MHA_CASES = {
     "per_head_weights": ({"batch_first": True}, {"average_attn_weights": False}, True),
     "key_padding_mask": ({"batch_first": True}, {"key_padding_mask": padding_mask()}, True),
     "bool_attn_mask": ({"batch_first": True}, {"attn_mask": torch.rand(T, T) < 0.3}, True),
-    "both_masks": ({"batch_first": True}, {"attn_mask": torch.rand(T, T) < 0.3, "key_padding_mask": padding_mask()}, True),
+    "both_masks": (
+        {"batch_first": True},
+        {"attn_mask": torch.rand(T, T) < 0.3, "key_padding_mask": padding_mask()},
+        True,
+    ),
     "per_head_attn_mask": ({"batch_first": True}, {"attn_mask": torch.rand(B * HEADS, T, T) < 0.3}, True),
     "kdim_vdim_equal": ({"batch_first": True, "kdim": E, "vdim": E}, {"key_padding_mask": padding_mask()}, True),
     # float masks, batch_first=False and kdim != embed_dim take PyTorch's composite path
-    "float_attn_mask": ({"batch_first": True}, {"attn_mask": torch.zeros(T, T, dtype=torch.float64).masked_fill(
-        torch.rand(T, T) < 0.3, float("-inf"))}, False),
+    "float_attn_mask": (
+        {"batch_first": True},
+        {"attn_mask": torch.zeros(T, T, dtype=torch.float64).masked_fill(torch.rand(T, T) < 0.3, float("-inf"))},
+        False,
+    ),
     "sequence_first": ({"batch_first": False}, {"key_padding_mask": padding_mask()}, False),
     "kdim_vdim_other": ({"batch_first": True, "kdim": 6, "vdim": 10}, {}, False),
 }
@@ -582,7 +605,9 @@ def test_encoder_without_mask_check_takes_the_first_tokens_of_each_sequence():
     torch.manual_seed(1)
     src = torch.randn(B, T, E, dtype=torch.float64)
     kpm = ~torch.tensor(KEEP["gaps"]).bool()
-    run_modes(encoder, (src,), {"src_key_padding_mask": kpm}, "no_grad", ("eager",), aten._nested_tensor_from_mask.default)
+    run_modes(
+        encoder, (src,), {"src_key_padding_mask": kpm}, "no_grad", ("eager",), aten._nested_tensor_from_mask.default
+    )
 
 
 @grad_modes()

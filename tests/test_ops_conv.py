@@ -15,7 +15,19 @@ import torch
 import torch.nn as nn
 
 import xla_native_functions as xnf
-from lowering_harness import functions_in, cases_elsewhere, T, as_meta, assert_same, ints, on_device, to_jax, to_meta_arg, to_torch, unambiguous_name
+from lowering_harness import (
+    functions_in,
+    cases_elsewhere,
+    T,
+    as_meta,
+    assert_same,
+    ints,
+    on_device,
+    to_jax,
+    to_meta_arg,
+    to_torch,
+    unambiguous_name,
+)
 from xla_native_functions.lowerings import conv as lower_conv
 from xla_native_functions.lowerings import normalization as lower_norm
 from xla_native_functions.lowerings import padding as lower_padding
@@ -40,11 +52,15 @@ SHAPE_FNS = functions_in(SHAPE_MODULES, suffix="_output_shape", operators_only=T
 
 
 def _native_batch_norm_lowering(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    return lower_norm.lower_batch_norm_with_update(input, weight, bias, running_mean, running_var, training, momentum, eps)[:3]
+    return lower_norm.lower_batch_norm_with_update(
+        input, weight, bias, running_mean, running_var, training, momentum, eps
+    )[:3]
 
 
 def _native_batch_norm_meta(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    return shape_norm.batch_norm_with_update_output_shape(input, weight, bias, running_mean, running_var, training, momentum, eps)[:3]
+    return shape_norm.batch_norm_with_update_output_shape(
+        input, weight, bias, running_mean, running_var, training, momentum, eps
+    )[:3]
 
 
 LOWERINGS["lower_native_batch_norm"] = _native_batch_norm_lowering
@@ -110,7 +126,18 @@ def conv_cases():
         ("conv_transpose2d", (2, 4, 5, 4), (4, 3, 3, 2), False, [2, 3], [1, 0], [1, 2], True, [1, 2], 1),
         ("conv_transpose2d_groups", (1, 4, 3, 3), (4, 2, 3, 3), True, [2, 2], [0, 1], [2, 1], True, [1, 0], 2),
         ("conv_transpose2d_big_padding", (1, 2, 6, 6), (2, 2, 2, 2), True, [1, 1], [1, 1], [1, 1], True, [0, 0], 1),
-        ("conv_transpose3d", (1, 2, 3, 3, 2), (2, 3, 2, 2, 2), True, [2, 1, 2], [0, 1, 0], [1, 1, 1], True, [1, 0, 0], 1),
+        (
+            "conv_transpose3d",
+            (1, 2, 3, 3, 2),
+            (2, 3, 2, 2, 2),
+            True,
+            [2, 1, 2],
+            [0, 1, 0],
+            [1, 1, 1],
+            True,
+            [1, 0, 0],
+            1,
+        ),
     ]
     for id, xs, ws, has_bias, s, p, d, tr, op, g in specs:
         cout = ws[1] * g if tr else ws[0]
@@ -134,8 +161,31 @@ def conv_cases():
                         meta_agrees=has_bias or not mask[2],
                     )
                 )
-    cases.append(Case("conv2d_int64", aten.convolution.default, (ints(1, 2, 4, 4), ints(3, 2, 2, 2), ints(3), [1, 1], [1, 1], [1, 1], False, [0, 0], 1)))
-    cases.append(Case("conv2d_bf16", aten.convolution.default, (T(1, 2, 5, 5, dtype=torch.bfloat16), T(3, 2, 3, 3, dtype=torch.bfloat16), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1), tol=dict(atol=0.1, rtol=0.02)))
+    cases.append(
+        Case(
+            "conv2d_int64",
+            aten.convolution.default,
+            (ints(1, 2, 4, 4), ints(3, 2, 2, 2), ints(3), [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
+        )
+    )
+    cases.append(
+        Case(
+            "conv2d_bf16",
+            aten.convolution.default,
+            (
+                T(1, 2, 5, 5, dtype=torch.bfloat16),
+                T(3, 2, 3, 3, dtype=torch.bfloat16),
+                None,
+                [1, 1],
+                [0, 0],
+                [1, 1],
+                False,
+                [0, 0],
+                1,
+            ),
+            tol=dict(atol=0.1, rtol=0.02),
+        )
+    )
     return cases
 
 
@@ -146,8 +196,22 @@ def norm_cases():
     rm, rv = T(3, dtype=D), T(3, dtype=D, low=0.5, high=2)
     for train in (True, False):
         mode = "train" if train else "eval"
-        cases.append(Case(f"native_batch_norm_{mode}", aten.native_batch_norm.default, (x4, w, b, rm, rv, train, 0.1, 1e-5), meta_agrees=train))
-        cases.append(Case(f"native_batch_norm_{mode}_3d_no_affine", aten.native_batch_norm.default, (x3, None, None, rm, rv, train, 0.3, 1e-3), meta_agrees=train))
+        cases.append(
+            Case(
+                f"native_batch_norm_{mode}",
+                aten.native_batch_norm.default,
+                (x4, w, b, rm, rv, train, 0.1, 1e-5),
+                meta_agrees=train,
+            )
+        )
+        cases.append(
+            Case(
+                f"native_batch_norm_{mode}_3d_no_affine",
+                aten.native_batch_norm.default,
+                (x3, None, None, rm, rv, train, 0.3, 1e-3),
+                meta_agrees=train,
+            )
+        )
         cases.append(
             Case(
                 f"native_batch_norm_{mode}_f32",
@@ -180,11 +244,36 @@ def norm_cases():
             Case(
                 f"native_batch_norm_backward_{mode}_no_weight",
                 aten.native_batch_norm_backward.default,
-                (T(6, 3, 7, dtype=D), x3, None, rm, rv, T(3, dtype=D), T(3, dtype=D, low=0.5, high=2), train, 1e-5, [True, True, True]),
+                (
+                    T(6, 3, 7, dtype=D),
+                    x3,
+                    None,
+                    rm,
+                    rv,
+                    T(3, dtype=D),
+                    T(3, dtype=D, low=0.5, high=2),
+                    train,
+                    1e-5,
+                    [True, True, True],
+                ),
             )
         )
-        cases.append(Case(f"legit_functional_{mode}", aten._native_batch_norm_legit_functional.default, (x4, w, b, rm, rv, train, 0.1, 1e-5), meta_agrees=train))
-    cases.append(Case("legit_no_training", aten._native_batch_norm_legit_no_training.default, (x4, w, b, rm, rv, 0.1, 1e-5), meta_agrees=False))
+        cases.append(
+            Case(
+                f"legit_functional_{mode}",
+                aten._native_batch_norm_legit_functional.default,
+                (x4, w, b, rm, rv, train, 0.1, 1e-5),
+                meta_agrees=train,
+            )
+        )
+    cases.append(
+        Case(
+            "legit_no_training",
+            aten._native_batch_norm_legit_no_training.default,
+            (x4, w, b, rm, rv, 0.1, 1e-5),
+            meta_agrees=False,
+        )
+    )
     cases.append(Case("legit_no_stats", aten._native_batch_norm_legit.no_stats, (x3, w, None, True, 0.1, 1e-5)))
     cases.append(
         Case(
@@ -208,7 +297,9 @@ def norm_cases():
                     (T(3, 6, 4, 5, dtype=D), xg, mean, rstd, wb[0], 3, 6, 20, 3, mask),
                 )
             )
-    cases.append(Case("group_norm_f32_empty_batch", aten.native_group_norm.default, (T(0, 4, 3), T(4), T(4), 0, 4, 3, 2, 1e-5)))
+    cases.append(
+        Case("group_norm_f32_empty_batch", aten.native_group_norm.default, (T(0, 4, 3), T(4), T(4), 0, 4, 3, 2, 1e-5))
+    )
     return cases
 
 
@@ -216,7 +307,9 @@ def pool_cases():
     cases = []
     x = T(2, 3, 9, 8, dtype=D)
     x3 = T(3, 9, 8, dtype=D)  # no batch dim
-    ties = torch.tensor([[[[1.0, 3.0, 3.0, 0.0], [3.0, 2.0, float("nan"), 1.0], [0.0, float("nan"), 5.0, 5.0]]]], dtype=D)
+    ties = torch.tensor(
+        [[[[1.0, 3.0, 3.0, 0.0], [3.0, 2.0, float("nan"), 1.0], [0.0, float("nan"), 5.0, 5.0]]]], dtype=D
+    )
     mp = [
         ("k3", x, [3, 3], [], [0, 0], [1, 1], False),
         ("k3s2p1", x, [3, 2], [2, 2], [1, 1], [1, 1], False),
@@ -233,13 +326,28 @@ def pool_cases():
         cases.append(Case(f"max_pool2d_{id}", aten.max_pool2d_with_indices.default, (inp, k, s, p, d, c)))
         if inp.dtype.is_floating_point:
             out, idx = aten.max_pool2d_with_indices.default(inp, k, s, p, d, c)
-            cases.append(Case(f"max_pool2d_backward_{id}", aten.max_pool2d_with_indices_backward.default, (T(*out.shape, dtype=D), inp, k, s or k, p, d, c, idx)))
+            cases.append(
+                Case(
+                    f"max_pool2d_backward_{id}",
+                    aten.max_pool2d_with_indices_backward.default,
+                    (T(*out.shape, dtype=D), inp, k, s or k, p, d, c, idx),
+                )
+            )
     cases.append(Case("max_pool2d_int_padding_default", aten.max_pool2d_with_indices.default, (x, [2, 2])))
     x5 = T(2, 2, 5, 6, 7, dtype=D)
-    for id, k, s, p, d, c in (("k2", [2, 2, 2], [], [0, 0, 0], [1, 1, 1], False), ("mixed", [3, 2, 2], [2, 1, 2], [1, 0, 1], [1, 2, 1], True)):
+    for id, k, s, p, d, c in (
+        ("k2", [2, 2, 2], [], [0, 0, 0], [1, 1, 1], False),
+        ("mixed", [3, 2, 2], [2, 1, 2], [1, 0, 1], [1, 2, 1], True),
+    ):
         cases.append(Case(f"max_pool3d_{id}", aten.max_pool3d_with_indices.default, (x5, k, s, p, d, c)))
         out, idx = aten.max_pool3d_with_indices.default(x5, k, s, p, d, c)
-        cases.append(Case(f"max_pool3d_backward_{id}", aten.max_pool3d_with_indices_backward.default, (T(*out.shape, dtype=D), x5, k, s or k, p, d, c, idx)))
+        cases.append(
+            Case(
+                f"max_pool3d_backward_{id}",
+                aten.max_pool3d_with_indices_backward.default,
+                (T(*out.shape, dtype=D), x5, k, s or k, p, d, c, idx),
+            )
+        )
     ap = [
         ("k3", x, [3, 3], [], [0, 0], False, True, None),
         ("pad_exclude", x, [3, 2], [2, 2], [1, 1], False, False, None),
@@ -250,23 +358,63 @@ def pool_cases():
     for id, inp, k, s, p, c, cip, div in ap:
         cases.append(Case(f"avg_pool2d_{id}", aten.avg_pool2d.default, (inp, k, s, p, c, cip, div)))
         out = aten.avg_pool2d.default(inp, k, s, p, c, cip, div)
-        cases.append(Case(f"avg_pool2d_backward_{id}", aten.avg_pool2d_backward.default, (T(*out.shape, dtype=D), inp, k, s or k, p, c, cip, div)))
-    cases.append(Case("avg_pool2d_int64", aten.avg_pool2d.default, (ints(1, 2, 5, 5), [2, 2], [2, 2], [1, 1], False, True, None)))
-    cases.append(Case("avg_pool2d_f32", aten.avg_pool2d.default, (x.float(), [3, 3], [1, 2], [1, 1], True, False, None), tol=F32_TOL))
-    for id, k, s, p, c, cip, div in (("k2", [2, 2, 2], [], [0, 0, 0], False, True, None), ("mixed", [3, 2, 3], [2, 1, 2], [1, 0, 1], True, False, None)):
+        cases.append(
+            Case(
+                f"avg_pool2d_backward_{id}",
+                aten.avg_pool2d_backward.default,
+                (T(*out.shape, dtype=D), inp, k, s or k, p, c, cip, div),
+            )
+        )
+    cases.append(
+        Case("avg_pool2d_int64", aten.avg_pool2d.default, (ints(1, 2, 5, 5), [2, 2], [2, 2], [1, 1], False, True, None))
+    )
+    cases.append(
+        Case(
+            "avg_pool2d_f32",
+            aten.avg_pool2d.default,
+            (x.float(), [3, 3], [1, 2], [1, 1], True, False, None),
+            tol=F32_TOL,
+        )
+    )
+    for id, k, s, p, c, cip, div in (
+        ("k2", [2, 2, 2], [], [0, 0, 0], False, True, None),
+        ("mixed", [3, 2, 3], [2, 1, 2], [1, 0, 1], True, False, None),
+    ):
         cases.append(Case(f"avg_pool3d_{id}", aten.avg_pool3d.default, (x5, k, s, p, c, cip, div)))
         out = aten.avg_pool3d.default(x5, k, s, p, c, cip, div)
-        cases.append(Case(f"avg_pool3d_backward_{id}", aten.avg_pool3d_backward.default, (T(*out.shape, dtype=D), x5, k, s or k, p, c, cip, div)))
+        cases.append(
+            Case(
+                f"avg_pool3d_backward_{id}",
+                aten.avg_pool3d_backward.default,
+                (T(*out.shape, dtype=D), x5, k, s or k, p, c, cip, div),
+            )
+        )
     for id, inp, size in (("down", x, [4, 3]), ("up", x3, [11, 9]), ("one", x, [1, 1])):
         cases.append(Case(f"adaptive_avg_pool2d_{id}", aten._adaptive_avg_pool2d.default, (inp, size)))
-        cases.append(Case(f"adaptive_avg_pool2d_backward_{id}", aten._adaptive_avg_pool2d_backward.default, (T(*inp.shape[:-2], *size, dtype=D), inp)))
+        cases.append(
+            Case(
+                f"adaptive_avg_pool2d_backward_{id}",
+                aten._adaptive_avg_pool2d_backward.default,
+                (T(*inp.shape[:-2], *size, dtype=D), inp),
+            )
+        )
         cases.append(Case(f"adaptive_max_pool2d_{id}", aten.adaptive_max_pool2d.default, (inp, size)))
         _, idx = aten.adaptive_max_pool2d.default(inp, size)
-        cases.append(Case(f"adaptive_max_pool2d_backward_{id}", aten.adaptive_max_pool2d_backward.default, (T(*inp.shape[:-2], *size, dtype=D), inp, idx)))
+        cases.append(
+            Case(
+                f"adaptive_max_pool2d_backward_{id}",
+                aten.adaptive_max_pool2d_backward.default,
+                (T(*inp.shape[:-2], *size, dtype=D), inp, idx),
+            )
+        )
     cases.append(Case("adaptive_avg_pool2d_f32", aten._adaptive_avg_pool2d.default, (x.float(), [3, 5]), tol=F32_TOL))
     cases.append(Case("adaptive_max_pool2d_ties_nan", aten.adaptive_max_pool2d.default, (ties, [2, 3])))
     cases.append(Case("adaptive_avg_pool3d", aten._adaptive_avg_pool3d.default, (x5, [2, 4, 3])))
-    cases.append(Case("adaptive_avg_pool3d_backward", aten._adaptive_avg_pool3d_backward.default, (T(2, 2, 2, 4, 3, dtype=D), x5)))
+    cases.append(
+        Case(
+            "adaptive_avg_pool3d_backward", aten._adaptive_avg_pool3d_backward.default, (T(2, 2, 2, 4, 3, dtype=D), x5)
+        )
+    )
     return cases
 
 
@@ -286,7 +434,13 @@ def pad_cases():
             cases.append(Case(f"{kind}_pad{nd}d", fwd, (x, pads[nd])))
             cases.append(Case(f"{kind}_pad{nd}d_unbatched", fwd, (x[0], pads[nd])))
             out = fwd(x, pads[nd])
-            cases.append(Case(f"{kind}_pad{nd}d_backward", getattr(aten, f"{kind}_pad{nd}d_backward").default, (T(*out.shape, dtype=D), x, pads[nd])))
+            cases.append(
+                Case(
+                    f"{kind}_pad{nd}d_backward",
+                    getattr(aten, f"{kind}_pad{nd}d_backward").default,
+                    (T(*out.shape, dtype=D), x, pads[nd]),
+                )
+            )
     return cases
 
 
@@ -294,7 +448,11 @@ def upsample_cases():
     cases = []
     x = {1: T(2, 3, 5, dtype=D), 2: T(2, 3, 4, 5, dtype=D), 3: T(1, 2, 3, 4, 2, dtype=D)}
     sizes = {1: [[9], [3], [10]], 2: [[7, 10], [3, 2], [8, 10]], 3: [[5, 4, 3], [2, 6, 4], [6, 8, 4]]}
-    scales = {1: [None, None, 2.0], 2: [[None, None], [None, None], [2.0, 2.0]], 3: [[None] * 3, [None] * 3, [2.0, 2.0, 2.0]]}
+    scales = {
+        1: [None, None, 2.0],
+        2: [[None, None], [None, None], [2.0, 2.0]],
+        3: [[None] * 3, [None] * 3, [2.0, 2.0, 2.0]],
+    }
     for nd in (1, 2, 3):
         near = getattr(aten, f"upsample_nearest{nd}d").default
         near_b = getattr(aten, f"upsample_nearest{nd}d_backward").default
@@ -306,11 +464,30 @@ def upsample_cases():
             sc = [sc] if nd == 1 else sc
             inp = x[nd]
             cases.append(Case(f"nearest{nd}d_{j}", near, (inp, size, *sc)))
-            cases.append(Case(f"nearest{nd}d_backward_{j}", near_b, (T(*inp.shape[:2], *size, dtype=D), size, list(inp.shape), *sc)))
+            cases.append(
+                Case(
+                    f"nearest{nd}d_backward_{j}",
+                    near_b,
+                    (T(*inp.shape[:2], *size, dtype=D), size, list(inp.shape), *sc),
+                )
+            )
             for ac in (False, True):
                 cases.append(Case(f"{lin_name}_{j}_ac{int(ac)}", lin, (inp, size, ac, *sc)))
-                cases.append(Case(f"{lin_name}_backward_{j}_ac{int(ac)}", lin_b, (T(*inp.shape[:2], *size, dtype=D), size, list(inp.shape), ac, *sc)))
-    cases.append(Case("bilinear2d_f32_scale", aten.upsample_bilinear2d.default, (T(1, 2, 5, 4), [8, 7], False, 1.7, 1.9), tol=F32_TOL))
+                cases.append(
+                    Case(
+                        f"{lin_name}_backward_{j}_ac{int(ac)}",
+                        lin_b,
+                        (T(*inp.shape[:2], *size, dtype=D), size, list(inp.shape), ac, *sc),
+                    )
+                )
+    cases.append(
+        Case(
+            "bilinear2d_f32_scale",
+            aten.upsample_bilinear2d.default,
+            (T(1, 2, 5, 4), [8, 7], False, 1.7, 1.9),
+            tol=F32_TOL,
+        )
+    )
     cases.append(Case("nearest2d_f32_scale", aten.upsample_nearest2d.default, (T(1, 2, 5, 4), [8, 7], 1.7, 1.9)))
     return cases
 
@@ -318,11 +495,23 @@ def upsample_cases():
 def col2im_cases():
     return [
         Case("col2im", aten.col2im.default, (T(2, 3 * 2 * 2, 9), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1])),
-        Case("col2im_unbatched_padded_strided", aten.col2im.default, (T(2 * 3 * 3, 9), [5, 5], [3, 3], [1, 1], [1, 1], [2, 2])),
-        Case("col2im_dilated_f64", aten.col2im.default, (T(1, 4, 4, dtype=torch.float64), [4, 4], [2, 2], [2, 2], [0, 0], [1, 1])),
+        Case(
+            "col2im_unbatched_padded_strided",
+            aten.col2im.default,
+            (T(2 * 3 * 3, 9), [5, 5], [3, 3], [1, 1], [1, 1], [2, 2]),
+        ),
+        Case(
+            "col2im_dilated_f64",
+            aten.col2im.default,
+            (T(1, 4, 4, dtype=torch.float64), [4, 4], [2, 2], [2, 2], [0, 0], [1, 1]),
+        ),
         Case("im2col", aten.im2col.default, (T(2, 3, 4, 5), [2, 2], [1, 1], [0, 0], [1, 1])),
         Case("im2col_unbatched_padded_strided", aten.im2col.default, (T(2, 5, 5), [3, 3], [1, 1], [1, 1], [2, 2])),
-        Case("im2col_dilated_f64", aten.im2col.default, (T(1, 2, 5, 5, dtype=torch.float64), [2, 2], [2, 2], [0, 0], [1, 1])),
+        Case(
+            "im2col_dilated_f64",
+            aten.im2col.default,
+            (T(1, 2, 5, 5, dtype=torch.float64), [2, 2], [2, 2], [0, 0], [1, 1]),
+        ),
     ]
 
 
@@ -375,15 +564,51 @@ class ErrorCase:
 
 
 ERROR_CASES = [
-    ErrorCase("conv_channel_mismatch", aten.convolution.default, (T(1, 3, 5, 5), T(4, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)),
-    ErrorCase("conv_rank_mismatch", aten.convolution.default, (T(3, 5, 5), T(4, 3, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)),
-    ErrorCase("conv_kernel_too_big", aten.convolution.default, (T(1, 3, 2, 2), T(4, 3, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)),
-    ErrorCase("conv_negative_padding", aten.convolution.default, (T(1, 3, 5, 5), T(4, 3, 3, 3), None, [1, 1], [-1, 0], [1, 1], False, [0, 0], 1)),
-    ErrorCase("conv_zero_stride", aten.convolution.default, (T(1, 3, 5, 5), T(4, 3, 3, 3), None, [0, 1], [0, 0], [1, 1], False, [0, 0], 1)),
-    ErrorCase("conv_bad_groups", aten.convolution.default, (T(1, 4, 5, 5), T(3, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 2)),
-    ErrorCase("conv_bad_bias", aten.convolution.default, (T(1, 3, 5, 5), T(4, 3, 3, 3), T(3), [1, 1], [0, 0], [1, 1], False, [0, 0], 1)),
-    ErrorCase("conv_dtype_mismatch", aten.convolution.default, (T(1, 3, 5, 5), T(4, 3, 3, 3, dtype=D), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)),
-    ErrorCase("conv_transpose_channel_mismatch", aten.convolution.default, (T(1, 3, 5, 5), T(4, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1)),
+    ErrorCase(
+        "conv_channel_mismatch",
+        aten.convolution.default,
+        (T(1, 3, 5, 5), T(4, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+    ),
+    ErrorCase(
+        "conv_rank_mismatch",
+        aten.convolution.default,
+        (T(3, 5, 5), T(4, 3, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+    ),
+    ErrorCase(
+        "conv_kernel_too_big",
+        aten.convolution.default,
+        (T(1, 3, 2, 2), T(4, 3, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+    ),
+    ErrorCase(
+        "conv_negative_padding",
+        aten.convolution.default,
+        (T(1, 3, 5, 5), T(4, 3, 3, 3), None, [1, 1], [-1, 0], [1, 1], False, [0, 0], 1),
+    ),
+    ErrorCase(
+        "conv_zero_stride",
+        aten.convolution.default,
+        (T(1, 3, 5, 5), T(4, 3, 3, 3), None, [0, 1], [0, 0], [1, 1], False, [0, 0], 1),
+    ),
+    ErrorCase(
+        "conv_bad_groups",
+        aten.convolution.default,
+        (T(1, 4, 5, 5), T(3, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 2),
+    ),
+    ErrorCase(
+        "conv_bad_bias",
+        aten.convolution.default,
+        (T(1, 3, 5, 5), T(4, 3, 3, 3), T(3), [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+    ),
+    ErrorCase(
+        "conv_dtype_mismatch",
+        aten.convolution.default,
+        (T(1, 3, 5, 5), T(4, 3, 3, 3, dtype=D), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+    ),
+    ErrorCase(
+        "conv_transpose_channel_mismatch",
+        aten.convolution.default,
+        (T(1, 3, 5, 5), T(4, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], True, [0, 0], 1),
+    ),
     ErrorCase("group_norm_indivisible", aten.native_group_norm.default, (T(2, 6, 4), None, None, 2, 6, 4, 4, 1e-5)),
     ErrorCase("max_pool_big_padding", aten.max_pool2d_with_indices.default, (T(1, 2, 6, 6), [2, 2], [1, 1], [2, 2])),
     ErrorCase("max_pool_output_too_small", aten.max_pool2d_with_indices.default, (T(1, 2, 2, 2), [3, 3])),
@@ -483,14 +708,25 @@ def test_resnet_block_compiled_training_step_updates_running_stats():
 # ---------------------------------------------------------------------------- OpInfo samples
 
 OPINFO_NAMES = [
-    ("nn.functional.conv1d", ""), ("nn.functional.conv2d", ""), ("nn.functional.conv3d", ""),
-    ("nn.functional.conv_transpose1d", ""), ("nn.functional.conv_transpose2d", ""), ("nn.functional.conv_transpose3d", ""),
-    ("nn.functional.batch_norm", ""), ("nn.functional.group_norm", ""),
-    ("nn.functional.max_pool2d", ""), ("nn.functional.max_pool3d", ""),
-    ("nn.functional.avg_pool2d", ""), ("nn.functional.avg_pool3d", ""),
-    ("nn.functional.adaptive_avg_pool2d", ""), ("nn.functional.adaptive_max_pool2d", ""),
-    ("nn.functional.pad", "constant"), ("nn.functional.pad", "reflect"), ("nn.functional.pad", "replicate"),
-    ("nn.functional.interpolate", "nearest"), ("nn.functional.interpolate", "bilinear"),
+    ("nn.functional.conv1d", ""),
+    ("nn.functional.conv2d", ""),
+    ("nn.functional.conv3d", ""),
+    ("nn.functional.conv_transpose1d", ""),
+    ("nn.functional.conv_transpose2d", ""),
+    ("nn.functional.conv_transpose3d", ""),
+    ("nn.functional.batch_norm", ""),
+    ("nn.functional.group_norm", ""),
+    ("nn.functional.max_pool2d", ""),
+    ("nn.functional.max_pool3d", ""),
+    ("nn.functional.avg_pool2d", ""),
+    ("nn.functional.avg_pool3d", ""),
+    ("nn.functional.adaptive_avg_pool2d", ""),
+    ("nn.functional.adaptive_max_pool2d", ""),
+    ("nn.functional.pad", "constant"),
+    ("nn.functional.pad", "reflect"),
+    ("nn.functional.pad", "replicate"),
+    ("nn.functional.interpolate", "nearest"),
+    ("nn.functional.interpolate", "bilinear"),
 ]
 SAMPLES_PER_OP = 4
 
@@ -512,7 +748,9 @@ def test_opinfo_samples_and_float64_gradients(name, variant):
     for i, sample in enumerate(op.sample_inputs("cpu", torch.float64, requires_grad=True)):
         if i >= SAMPLES_PER_OP:
             break
-        ours = sample.transform(lambda t: xnf.to_xla(t.detach()).requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t)
+        ours = sample.transform(
+            lambda t: xnf.to_xla(t.detach()).requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
+        )
         expected = op(sample.input, *sample.args, **sample.kwargs)
         got = op(ours.input, *ours.args, **ours.kwargs)
         expected0 = expected[0] if isinstance(expected, (tuple, list)) else expected
@@ -537,7 +775,9 @@ def test_native_batch_norm_legit_writes_running_stats(training):
     mean, var = torch.randn(3), torch.rand(3) + 0.5
     ours_mean, ours_var = xnf.to_xla(mean.clone()), xnf.to_xla(var.clone())
     ref = aten._native_batch_norm_legit(x, w, b, mean, var, training, 0.1, 1e-5)
-    ours = aten._native_batch_norm_legit(xnf.to_xla(x), xnf.to_xla(w), xnf.to_xla(b), ours_mean, ours_var, training, 0.1, 1e-5)
+    ours = aten._native_batch_norm_legit(
+        xnf.to_xla(x), xnf.to_xla(w), xnf.to_xla(b), ours_mean, ours_var, training, 0.1, 1e-5
+    )
     for a, r in zip(ours, ref):
         torch.testing.assert_close(xnf.to_torch(a), r, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(xnf.to_torch(ours_mean), mean)

@@ -18,7 +18,18 @@ import warnings
 import jax
 import pytest
 import torch
-from lowering_harness import functions_in, as_meta, assert_same, call_lowering, Case, on_device, to_jax, to_meta_arg, to_torch, unambiguous_name
+from lowering_harness import (
+    functions_in,
+    as_meta,
+    assert_same,
+    call_lowering,
+    Case,
+    on_device,
+    to_jax,
+    to_meta_arg,
+    to_torch,
+    unambiguous_name,
+)
 
 import xla_native_functions as xnf
 from xla_native_functions.lowerings import histogram as lower_histogram
@@ -91,68 +102,178 @@ CASES = [
     Case("histc_nan_skipped_with_range", aten.histc.default, (with_nan, 5, -1, 3)),
     Case("histc_bf16", aten.histc.default, (T(30, dtype=torch.bfloat16), 9)),
     Case("histogram_bin_ct", aten.histogram.bin_ct, (f20, 6)),
-    Case("histogram_bin_ct_range_weight_density", aten.histogram.bin_ct, (f20, 5),
-         {"range": [-1.0, 2.0], "weight": T(20, low=0, high=1), "density": True}),
+    Case(
+        "histogram_bin_ct_range_weight_density",
+        aten.histogram.bin_ct,
+        (f20, 5),
+        {"range": [-1.0, 2.0], "weight": T(20, low=0, high=1), "density": True},
+    ),
     Case("histogram_bin_ct_f64_2d", aten.histogram.bin_ct, (T(4, 5, dtype=torch.float64), 3)),
     Case("histogram_bin_ct_empty", aten.histogram.bin_ct, (torch.zeros(0), 4)),
     Case("histogram_bins_tensor", aten.histogram.bins_tensor, (f20, torch.tensor([-2.0, -0.5, 0.0, 0.1, 2.5]))),
-    Case("histogram_bins_tensor_weight_density", aten.histogram.bins_tensor,
-         (d20, torch.tensor([-3.0, 0.0, 3.0], dtype=torch.float64)), {"weight": T(20, dtype=torch.float64), "density": True}),
+    Case(
+        "histogram_bins_tensor_weight_density",
+        aten.histogram.bins_tensor,
+        (d20, torch.tensor([-3.0, 0.0, 3.0], dtype=torch.float64)),
+        {"weight": T(20, dtype=torch.float64), "density": True},
+    ),
     Case("histogramdd_bin_edges", aten._histogramdd_bin_edges.default, (pts, [3, 4])),
-    Case("histogramdd_bin_edges_range", aten._histogramdd_bin_edges.default, (pts, [2, 2]), {"range": [0.0, 1.0, -1.0, 1.0]}),
+    Case(
+        "histogramdd_bin_edges_range",
+        aten._histogramdd_bin_edges.default,
+        (pts, [2, 2]),
+        {"range": [0.0, 1.0, -1.0, 1.0]},
+    ),
     Case("histogramdd_from_bin_cts", aten._histogramdd_from_bin_cts.default, (pts, [3, 4])),
-    Case("histogramdd_from_bin_cts_weight_density", aten._histogramdd_from_bin_cts.default, (T(2, 5, 3), [2, 3, 2]),
-         {"weight": T(2, 5, low=0, high=1), "density": True}),
-    Case("histogramdd_from_bin_tensors", aten._histogramdd_from_bin_tensors.default,
-         (pts, [torch.tensor([-2.0, 0.0, 2.0]), torch.tensor([-1.0, -0.5, 0.5, 1.0])])),
+    Case(
+        "histogramdd_from_bin_cts_weight_density",
+        aten._histogramdd_from_bin_cts.default,
+        (T(2, 5, 3), [2, 3, 2]),
+        {"weight": T(2, 5, low=0, high=1), "density": True},
+    ),
+    Case(
+        "histogramdd_from_bin_tensors",
+        aten._histogramdd_from_bin_tensors.default,
+        (pts, [torch.tensor([-2.0, 0.0, 2.0]), torch.tensor([-1.0, -0.5, 0.5, 1.0])]),
+    ),
     # segment_reduce and its backward
-    *(Case(f"segment_reduce_lengths_{r}", aten.segment_reduce.default, (seg_data, r), {"lengths": seg_lengths})
-      for r in ("sum", "mean", "max", "min", "prod")),
-    *(Case(f"segment_reduce_offsets_{r}_initial", aten.segment_reduce.default, (seg_data, r),
-           {"offsets": seg_offsets, "initial": 1.5}) for r in ("sum", "mean", "max")),
-    Case("segment_reduce_nan", aten.segment_reduce.default, (torch.tensor([1.0, nan, 2.0, 3.0]), "max"), {"lengths": idx(2, 2)}),
-    Case("segment_reduce_axis1_2d_lengths", aten.segment_reduce.default, (T(2, 5, 3), "sum"),
-         {"lengths": torch.tensor([[2, 3], [5, 0]]), "axis": 1}),
-    Case("segment_reduce_int32_lengths_f64", aten.segment_reduce.default, (T(6, dtype=torch.float64), "mean"),
-         {"lengths": idx(1, 5, dtype=torch.int32)}),
-    *(Case(f"segment_reduce_backward_{r}", aten._segment_reduce_backward.default,
-           (T(4, 3), torch.segment_reduce(seg_data, r, lengths=seg_lengths), seg_data, r), {"lengths": seg_lengths})
-      for r in ("sum", "mean", "max", "min", "prod")),
-    Case("segment_reduce_backward_prod_zero", aten._segment_reduce_backward.default,
-         (T(2), torch.tensor([0.0, 0.0]), torch.tensor([2.0, 0.0, 3.0, 0.0, 0.0]), "prod"), {"lengths": idx(3, 2)}),
-    Case("segment_reduce_backward_max_ties", aten._segment_reduce_backward.default,
-         (torch.tensor([2.0, -1.0]), torch.tensor([3.0, 1.0]), torch.tensor([3.0, 3.0, 1.0, 1.0]), "max"), {"lengths": idx(2, 2)}),
+    *(
+        Case(f"segment_reduce_lengths_{r}", aten.segment_reduce.default, (seg_data, r), {"lengths": seg_lengths})
+        for r in ("sum", "mean", "max", "min", "prod")
+    ),
+    *(
+        Case(
+            f"segment_reduce_offsets_{r}_initial",
+            aten.segment_reduce.default,
+            (seg_data, r),
+            {"offsets": seg_offsets, "initial": 1.5},
+        )
+        for r in ("sum", "mean", "max")
+    ),
+    Case(
+        "segment_reduce_nan",
+        aten.segment_reduce.default,
+        (torch.tensor([1.0, nan, 2.0, 3.0]), "max"),
+        {"lengths": idx(2, 2)},
+    ),
+    Case(
+        "segment_reduce_axis1_2d_lengths",
+        aten.segment_reduce.default,
+        (T(2, 5, 3), "sum"),
+        {"lengths": torch.tensor([[2, 3], [5, 0]]), "axis": 1},
+    ),
+    Case(
+        "segment_reduce_int32_lengths_f64",
+        aten.segment_reduce.default,
+        (T(6, dtype=torch.float64), "mean"),
+        {"lengths": idx(1, 5, dtype=torch.int32)},
+    ),
+    *(
+        Case(
+            f"segment_reduce_backward_{r}",
+            aten._segment_reduce_backward.default,
+            (T(4, 3), torch.segment_reduce(seg_data, r, lengths=seg_lengths), seg_data, r),
+            {"lengths": seg_lengths},
+        )
+        for r in ("sum", "mean", "max", "min", "prod")
+    ),
+    Case(
+        "segment_reduce_backward_prod_zero",
+        aten._segment_reduce_backward.default,
+        (T(2), torch.tensor([0.0, 0.0]), torch.tensor([2.0, 0.0, 3.0, 0.0, 0.0]), "prod"),
+        {"lengths": idx(3, 2)},
+    ),
+    Case(
+        "segment_reduce_backward_max_ties",
+        aten._segment_reduce_backward.default,
+        (torch.tensor([2.0, -1.0]), torch.tensor([3.0, 1.0]), torch.tensor([3.0, 3.0, 1.0, 1.0]), "max"),
+        {"lengths": idx(2, 2)},
+    ),
     # index_reduce
-    *(Case(f"index_reduce_{r}_{'self' if inc else 'noself'}", aten.index_reduce.default,
-           (T(4, 3, low=0.5, high=2), 0, idx(0, 2, 0), T(3, 3, low=0.5, high=2), r), {"include_self": inc})
-      for r in ("prod", "mean", "amax", "amin") for inc in (True, False)),
-    Case("index_reduce_mean_int_floor", aten.index_reduce.default, (torch.tensor([-1, 2, 3]), 0, idx(0, 0, 1), torch.tensor([-2, 3, 4]), "mean"),
-         {"include_self": False}),
-    Case("index_reduce_amax_nan_dim1", aten.index_reduce.default, (f34, 1, idx(3, 3), torch.tensor([[nan, 1.0]] * 3), "amax")),
+    *(
+        Case(
+            f"index_reduce_{r}_{'self' if inc else 'noself'}",
+            aten.index_reduce.default,
+            (T(4, 3, low=0.5, high=2), 0, idx(0, 2, 0), T(3, 3, low=0.5, high=2), r),
+            {"include_self": inc},
+        )
+        for r in ("prod", "mean", "amax", "amin")
+        for inc in (True, False)
+    ),
+    Case(
+        "index_reduce_mean_int_floor",
+        aten.index_reduce.default,
+        (torch.tensor([-1, 2, 3]), 0, idx(0, 0, 1), torch.tensor([-2, 3, 4]), "mean"),
+        {"include_self": False},
+    ),
+    Case(
+        "index_reduce_amax_nan_dim1",
+        aten.index_reduce.default,
+        (f34, 1, idx(3, 3), torch.tensor([[nan, 1.0]] * 3), "amax"),
+    ),
     # scatter with reduce
-    Case("scatter_reduce_add", aten.scatter.reduce, (f34, 1, torch.tensor([[0, 0], [1, 3], [2, 2]]), T(3, 2)), {"reduce": "add"}),
-    Case("scatter_reduce_multiply", aten.scatter.reduce, (f34, 0, torch.tensor([[0, 1, 2, 0], [0, 1, 2, 2]]), T(2, 4)), {"reduce": "multiply"}),
-    Case("scatter_value_reduce_add_int", aten.scatter.value_reduce, (i34, 0, torch.tensor([[0, 0, 1, 2]]), 2.7), {"reduce": "add"}),
-    Case("scatter_value_reduce_multiply_bool", aten.scatter.value_reduce,
-         (torch.ones(3, 2, dtype=torch.bool), 0, torch.tensor([[0, 2]]), False), {"reduce": "multiply"}),
+    Case(
+        "scatter_reduce_add",
+        aten.scatter.reduce,
+        (f34, 1, torch.tensor([[0, 0], [1, 3], [2, 2]]), T(3, 2)),
+        {"reduce": "add"},
+    ),
+    Case(
+        "scatter_reduce_multiply",
+        aten.scatter.reduce,
+        (f34, 0, torch.tensor([[0, 1, 2, 0], [0, 1, 2, 2]]), T(2, 4)),
+        {"reduce": "multiply"},
+    ),
+    Case(
+        "scatter_value_reduce_add_int",
+        aten.scatter.value_reduce,
+        (i34, 0, torch.tensor([[0, 0, 1, 2]]), 2.7),
+        {"reduce": "add"},
+    ),
+    Case(
+        "scatter_value_reduce_multiply_bool",
+        aten.scatter.value_reduce,
+        (torch.ones(3, 2, dtype=torch.bool), 0, torch.tensor([[0, 2]]), False),
+        {"reduce": "multiply"},
+    ),
     # masked index
-    Case("unsafe_masked_index", aten._unsafe_masked_index.default,
-         (f34, torch.tensor([[True], [False], [True]]), [idx(0, 5, -1), None], -7.0)),
-    Case("unsafe_masked_index_int", aten._unsafe_masked_index.default,
-         (i34, torch.tensor([[True], [False]]), [idx(2, 1).reshape(2, 1), idx(3, 0, -4)], 9)),
-    Case("unsafe_masked_index_put_accumulate", aten._unsafe_masked_index_put_accumulate.default,
-         (f34, torch.tensor([True, False, True, True]), [idx(0, 9, 2, 0)], T(4, 4))),
+    Case(
+        "unsafe_masked_index",
+        aten._unsafe_masked_index.default,
+        (f34, torch.tensor([[True], [False], [True]]), [idx(0, 5, -1), None], -7.0),
+    ),
+    Case(
+        "unsafe_masked_index_int",
+        aten._unsafe_masked_index.default,
+        (i34, torch.tensor([[True], [False]]), [idx(2, 1).reshape(2, 1), idx(3, 0, -4)], 9),
+    ),
+    Case(
+        "unsafe_masked_index_put_accumulate",
+        aten._unsafe_masked_index_put_accumulate.default,
+        (f34, torch.tensor([True, False, True, True]), [idx(0, 9, 2, 0)], T(4, 4)),
+    ),
     # search and membership
     Case("searchsorted_scalar_int_in_float", aten.searchsorted.Scalar, (torch.tensor([1.0, 2.0, 2.0, 3.0]), 2)),
-    Case("searchsorted_scalar_right", aten.searchsorted.Scalar, (torch.tensor([1.0, 2.0, 2.0, 3.0]), 2), {"right": True}),
+    Case(
+        "searchsorted_scalar_right", aten.searchsorted.Scalar, (torch.tensor([1.0, 2.0, 2.0, 3.0]), 2), {"right": True}
+    ),
     Case("searchsorted_scalar_float_in_int_int32", aten.searchsorted.Scalar, (idx(1, 2, 3), 2.5), {"out_int32": True}),
-    Case("searchsorted_scalar_sorter", aten.searchsorted.Scalar, (torch.tensor([3.0, 1.0, 2.0]), 2.0),
-         {"side": "right", "sorter": idx(1, 2, 0)}),
+    Case(
+        "searchsorted_scalar_sorter",
+        aten.searchsorted.Scalar,
+        (torch.tensor([3.0, 1.0, 2.0]), 2.0),
+        {"side": "right", "sorter": idx(1, 2, 0)},
+    ),
     Case("isin", aten.isin.Tensor_Tensor, (i34, idx(0, 3, -5, 7))),
     Case("isin_promotes_invert", aten.isin.Tensor_Tensor, (idx(1, 2, 3), torch.tensor([2.0, 3.5])), {"invert": True}),
     Case("isin_nan_never_found", aten.isin.Tensor_Tensor, (with_nan, torch.tensor([nan, 1.5]))),
     Case("isin_empty_test", aten.isin.Tensor_Tensor, (f34, torch.zeros(0))),
-    Case("nonzero_static_pad", aten.nonzero_static.default, (torch.tensor([[1.0, 0.0], [1.0, 1.0]]),), {"size": 5, "fill_value": -7}),
+    Case(
+        "nonzero_static_pad",
+        aten.nonzero_static.default,
+        (torch.tensor([[1.0, 0.0], [1.0, 1.0]]),),
+        {"size": 5, "fill_value": -7},
+    ),
     Case("nonzero_static_truncate", aten.nonzero_static.default, (i34,), {"size": 2}),
     Case("nonzero_static_empty", aten.nonzero_static.default, (torch.zeros(2, 0, 3),), {"size": 2}),
     Case("nonzero_static_0d", aten.nonzero_static.default, (torch.tensor(1.0),), {"size": 3}),
@@ -219,7 +340,12 @@ def test_histc_data_dependent_checks_produce_zeros():
 
 
 INTEGER_HISTC = {
-    "int32_expert_ids": (torch.randint(0, 8, (50,), dtype=torch.int32, generator=torch.Generator().manual_seed(0)), 8, 0, 7),
+    "int32_expert_ids": (
+        torch.randint(0, 8, (50,), dtype=torch.int32, generator=torch.Generator().manual_seed(0)),
+        8,
+        0,
+        7,
+    ),
     "int64_range_from_data": (torch.tensor([[-5, 3, 8], [0, 0, 2]]), 5, 0, 0),
     "int16_constant": (torch.full((4,), 3, dtype=torch.int16), 3, 0, 0),
     "uint8_partial_range": (torch.arange(0, 100, 3, dtype=torch.uint8), 7, 10, 60),
@@ -268,12 +394,26 @@ ERROR_CASES = [
     Case("segment_reduce_int_data", aten.segment_reduce.default, (i34, "sum"), {"lengths": idx(1, 2)}),
     Case("index_reduce_sum", aten.index_reduce.default, (f34, 0, idx(0), T(1, 4), "sum")),
     Case("index_reduce_float_index", aten.index_reduce.default, (f34, 0, T(1), T(1, 4), "prod")),
-    Case("index_reduce_2d_index", aten.index_reduce.default, (f34, 0, torch.zeros(1, 1, dtype=torch.int64), T(1, 4), "prod")),
+    Case(
+        "index_reduce_2d_index",
+        aten.index_reduce.default,
+        (f34, 0, torch.zeros(1, 1, dtype=torch.int64), T(1, 4), "prod"),
+    ),
     Case("index_reduce_dtype", aten.index_reduce.default, (f34, 0, idx(0), T(1, 4, dtype=torch.float64), "prod")),
     Case("index_reduce_count", aten.index_reduce.default, (f34, 0, idx(0, 1), T(3, 4), "prod")),
     Case("index_reduce_shape", aten.index_reduce.default, (f34, 0, idx(0, 1), T(2, 3), "prod")),
-    Case("scatter_reduce_sum_name", aten.scatter.reduce, (f34, 0, torch.zeros(1, 4, dtype=torch.int64), T(1, 4)), {"reduce": "sum"}),
-    Case("scatter_value_reduce_bad", aten.scatter.value_reduce, (f34, 0, torch.zeros(1, 4, dtype=torch.int64), 1.0), {"reduce": "max"}),
+    Case(
+        "scatter_reduce_sum_name",
+        aten.scatter.reduce,
+        (f34, 0, torch.zeros(1, 4, dtype=torch.int64), T(1, 4)),
+        {"reduce": "sum"},
+    ),
+    Case(
+        "scatter_value_reduce_bad",
+        aten.scatter.value_reduce,
+        (f34, 0, torch.zeros(1, 4, dtype=torch.int64), 1.0),
+        {"reduce": "max"},
+    ),
     Case("searchsorted_scalar_2d", aten.searchsorted.Scalar, (f34, 1.0)),
     Case("searchsorted_scalar_side", aten.searchsorted.Scalar, (f20, 1.0), {"side": "middle"}),
     Case("isin_bool", aten.isin.Tensor_Tensor, (torch.tensor([True]), torch.tensor([True]))),
@@ -356,7 +496,12 @@ def test_unique_dim_empty_and_errors():
     for shape, dim in (((0, 3), 0), ((2, 0, 3), 1)):
         x = torch.zeros(shape)
         _same(aten.unique_dim(X(x), dim, True, True, True), aten.unique_dim(x, dim, True, True, True))
-    for shape, dim, err in (((2, 0), 0, RuntimeError), ((0, 0), 0, RuntimeError), ((), 0, IndexError), ((2, 3), 2, IndexError)):
+    for shape, dim, err in (
+        ((2, 0), 0, RuntimeError),
+        ((0, 0), 0, RuntimeError),
+        ((), 0, IndexError),
+        ((2, 3), 2, IndexError),
+    ):
         with pytest.raises(err):
             aten.unique_dim(torch.zeros(shape), dim)
         with pytest.raises(err):
@@ -367,7 +512,10 @@ def test_torch_unique_user_api():
     x = torch.tensor([3, 1, 2, 3, 1, 5, 0, 2])
     for kwargs in ({}, {"return_inverse": True, "return_counts": True}, {"sorted": False, "return_inverse": True}):
         _same(torch.unique(X(x), **kwargs), torch.unique(x, **kwargs))
-    _same(torch.unique(X(x.reshape(2, 4)), dim=1, return_counts=True), torch.unique(x.reshape(2, 4), dim=1, return_counts=True))
+    _same(
+        torch.unique(X(x.reshape(2, 4)), dim=1, return_counts=True),
+        torch.unique(x.reshape(2, 4), dim=1, return_counts=True),
+    )
     _same(torch.unique_consecutive(X(x), return_counts=True), torch.unique_consecutive(x, return_counts=True))
 
 
@@ -390,7 +538,13 @@ def test_bincount(x, weights, minlength):
 
 @pytest.mark.parametrize(
     "args",
-    [(idx(-1, 2), None, 0), (T(3), None, 0), (idx(1, 2).reshape(1, 2), None, 0), (idx(1, 2), T(3), 0), (idx(1, 2), None, -1)],
+    [
+        (idx(-1, 2), None, 0),
+        (T(3), None, 0),
+        (idx(1, 2).reshape(1, 2), None, 0),
+        (idx(1, 2), T(3), 0),
+        (idx(1, 2), None, -1),
+    ],
     ids=["negative", "float", "2d", "weights_length", "minlength"],
 )
 def test_bincount_errors(args):
@@ -553,11 +707,20 @@ def test_opinfo_samples(opinfo, dtype, quiet):
         checked += 1
 
 
-GRAD_OPINFOS = ["_segment_reduce", "index_reduce", "scatter", "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate", "cov"]
+GRAD_OPINFOS = [
+    "_segment_reduce",
+    "index_reduce",
+    "scatter",
+    "_unsafe_masked_index",
+    "_unsafe_masked_index_put_accumulate",
+    "cov",
+]
 GRAD_SAMPLES = 5
 
 
-@pytest.mark.parametrize("opinfo", [o for o in _opinfos() if o.name in GRAD_OPINFOS and o.supports_autograd], ids=_opinfo_id)
+@pytest.mark.parametrize(
+    "opinfo", [o for o in _opinfos() if o.name in GRAD_OPINFOS and o.supports_autograd], ids=_opinfo_id
+)
 def test_opinfo_float64_gradients(opinfo, quiet):
     checked = 0
     for sample in opinfo.sample_inputs("cpu", torch.float64, requires_grad=True):
@@ -566,7 +729,11 @@ def test_opinfo_float64_gradients(opinfo, quiet):
         leaves = [t for t in torch.utils._pytree.tree_leaves([sample.input, list(sample.args), sample.kwargs])
                   if isinstance(t, torch.Tensor) and t.requires_grad]
         out = opinfo(sample.input, *sample.args, **sample.kwargs)
-        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor) and o.requires_grad]
+        outs = [
+            o
+            for o in (out if isinstance(out, (tuple, list)) else [out])
+            if isinstance(o, torch.Tensor) and o.requires_grad
+        ]
         if not outs or not leaves:
             continue
         gouts = [torch.randn_like(o) for o in outs]
@@ -581,7 +748,11 @@ def test_opinfo_float64_gradients(opinfo, quiet):
             return y
 
         got_out = opinfo(_tree(move, sample.input), *_tree(move, list(sample.args)), **_tree(move, sample.kwargs))
-        got_outs = [o for o in (got_out if isinstance(got_out, (tuple, list)) else [got_out]) if isinstance(o, torch.Tensor) and o.requires_grad]
+        got_outs = [
+            o
+            for o in (got_out if isinstance(got_out, (tuple, list)) else [got_out])
+            if isinstance(o, torch.Tensor) and o.requires_grad
+        ]
         got = torch.autograd.grad(got_outs, [moved[id(t)] for t in leaves], [X(g) for g in gouts], allow_unused=True)
         for g, e in zip(got, expected):
             if e is not None:

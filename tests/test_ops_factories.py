@@ -58,8 +58,18 @@ for dtype in (torch.int64, torch.float32, torch.float64, torch.int8, torch.uint8
         if dtype == torch.uint8:
             s, e = abs(s), abs(e)
         LINSPACE_CASES.append((s, e, _RNG.randint(2, 120), dtype))
-LINSPACE_CASES += [(-18, 18, 46, torch.int64), (50, 1, 50, torch.int64), (25, -38, 46, torch.int64), (-2.5, 10.7, 5, torch.int64)]
-LINSPACE_CASES += [(3.5, 9.0, 0, torch.float32), (3.5, 9.0, 1, torch.int64), (0.0, 1.0, 1, torch.bool), (1.0, 2.0, 0, torch.bool)]
+LINSPACE_CASES += [
+    (-18, 18, 46, torch.int64),
+    (50, 1, 50, torch.int64),
+    (25, -38, 46, torch.int64),
+    (-2.5, 10.7, 5, torch.int64),
+]
+LINSPACE_CASES += [
+    (3.5, 9.0, 0, torch.float32),
+    (3.5, 9.0, 1, torch.int64),
+    (0.0, 1.0, 1, torch.bool),
+    (1.0, 2.0, 0, torch.bool),
+]
 
 
 @pytest.mark.parametrize("start,end,steps,dtype", LINSPACE_CASES)
@@ -77,7 +87,11 @@ for dtype in (torch.int64, torch.float32, torch.int8, torch.uint8, torch.float16
         if dtype == torch.uint8:
             s, e = abs(s), abs(e)  # a negative Scalar for uint8 raises in PyTorch
         LOGSPACE_CASES.append((s, e, _RNG.randint(2, 120), _RNG.choice([10.0, 2.0, 1.1, 3.0]), dtype))
-LOGSPACE_CASES += [(-2.05, 2.75, 49, 3.0, torch.int64), (1.55, 3.0, 95, 10.0, torch.uint8), (2.5, 4.0, 1, 10.0, torch.int64)]
+LOGSPACE_CASES += [
+    (-2.05, 2.75, 49, 3.0, torch.int64),
+    (1.55, 3.0, 95, 10.0, torch.uint8),
+    (2.5, 4.0, 1, 10.0, torch.int64),
+]
 
 
 @pytest.mark.parametrize("start,end,steps,base,dtype", LOGSPACE_CASES)
@@ -100,7 +114,15 @@ def test_tensor_overloads(fn, dtype):
     start, end = torch.tensor(-2.5, dtype=torch.float64), torch.tensor(3)
     for a, b in ((start, end), (start, 3), (-2.5, end)):
         ref = fn(a, b, 7, dtype=dtype)
-        ours = xnf.to_torch(fn(xnf.to_xla(a) if isinstance(a, torch.Tensor) else a, xnf.to_xla(b) if isinstance(b, torch.Tensor) else b, 7, dtype=dtype, device=DEVICE))
+        ours = xnf.to_torch(
+            fn(
+                xnf.to_xla(a) if isinstance(a, torch.Tensor) else a,
+                xnf.to_xla(b) if isinstance(b, torch.Tensor) else b,
+                7,
+                dtype=dtype,
+                device=DEVICE,
+            )
+        )
         assert ours.dtype == ref.dtype and torch.equal(ours, ref)
 
 
@@ -252,7 +274,14 @@ def test_op_matches_cpu(name, op, args, kwargs):
 @pytest.mark.parametrize("name,op,args,kwargs", OPS, ids=[c[0] for c in OPS])
 def test_op_compiled(name, op, args, kwargs):
     ref = op(*args, **kwargs)
-    moved = [xnf.to_xla(a) if isinstance(a, torch.Tensor) else [xnf.to_xla(t) for t in a] if isinstance(a, list) and a and isinstance(a[0], torch.Tensor) else a for a in args]
+    moved = [
+        xnf.to_xla(a)
+        if isinstance(a, torch.Tensor)
+        else [xnf.to_xla(t) for t in a]
+        if isinstance(a, list) and a and isinstance(a[0], torch.Tensor)
+        else a
+        for a in args
+    ]
     ours = xnf.to_torch(xnf.compile(lambda *xs: op(*xs, **kwargs))(*moved))
     if isinstance(ref, (list, tuple)):
         ours, ref = tuple(ours), tuple(ref)
@@ -308,7 +337,14 @@ def test_errors_like_cpu(op, args):
         op(*args)
     with pytest.raises(type(cpu.value)):
         _shape_fn(op)(*map(to_meta_arg, args))
-    moved = [xnf.to_xla(a) if isinstance(a, torch.Tensor) else [xnf.to_xla(t) for t in a] if isinstance(a, list) and a and isinstance(a[0], torch.Tensor) else a for a in args]
+    moved = [
+        xnf.to_xla(a)
+        if isinstance(a, torch.Tensor)
+        else [xnf.to_xla(t) for t in a]
+        if isinstance(a, list) and a and isinstance(a[0], torch.Tensor)
+        else a
+        for a in args
+    ]
     with pytest.raises(type(cpu.value)):
         op(*moved)
 
@@ -328,7 +364,11 @@ def test_conj_and_the_ffts_that_use_it(mode):
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_view_as_real_and_complex(mode):
     z, r = T(2, 3, dtype=torch.complex128), T(4, 2, dtype=torch.float32)
-    for fn, x in ((torch.view_as_real, z), (torch.view_as_complex, r), (lambda t: torch.view_as_real(torch.view_as_complex(t)) * 2, r)):
+    for fn, x in (
+        (torch.view_as_real, z),
+        (torch.view_as_complex, r),
+        (lambda t: torch.view_as_real(torch.view_as_complex(t)) * 2, r),
+    ):
         run = fn if mode == "eager" else xnf.compile(fn)
         ours, ref = xnf.to_torch(run(xnf.to_xla(x))), fn(x)
         assert ours.dtype == ref.dtype and ours.shape == ref.shape

@@ -119,14 +119,18 @@ def test_batch_of_samples_larger_than_input_batch():
     x, _ = _inputs(2, (2, 3, 9, 9), torch.float32)
     samples = torch.rand(5, 3, 2)
     expected = aten.fractional_max_pool2d(x, [2, 2], [4, 4], samples)
-    _assert_exact(xnf.to_torch(aten.fractional_max_pool2d(xnf.to_xla(x), [2, 2], [4, 4], xnf.to_xla(samples))), expected)
+    _assert_exact(
+        xnf.to_torch(aten.fractional_max_pool2d(xnf.to_xla(x), [2, 2], [4, 4], xnf.to_xla(samples))), expected
+    )
 
 
 def test_all_minus_inf_window_reports_its_first_tap():
     x = torch.full((1, 1, 6, 6), float("-inf"))
     samples = torch.tensor([[[0.7, 0.2]]])
     expected = aten.fractional_max_pool2d(x, [3, 2], [3, 4], samples)
-    _assert_exact(xnf.to_torch(aten.fractional_max_pool2d(xnf.to_xla(x), [3, 2], [3, 4], xnf.to_xla(samples))), expected)
+    _assert_exact(
+        xnf.to_torch(aten.fractional_max_pool2d(xnf.to_xla(x), [3, 2], [3, 4], xnf.to_xla(samples))), expected
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -163,7 +167,9 @@ def test_float64_gradients_through_functional(nd, shape, kernel, out):
 def test_output_ratio_through_functional():
     x, samples = _inputs(2, (2, 3, 10, 12), torch.float32, seed=9)
     expected = F.fractional_max_pool2d(x, 3, output_ratio=(0.5, 0.5), return_indices=True, _random_samples=samples)
-    ours = F.fractional_max_pool2d(xnf.to_xla(x), 3, output_ratio=(0.5, 0.5), return_indices=True, _random_samples=xnf.to_xla(samples))
+    ours = F.fractional_max_pool2d(
+        xnf.to_xla(x), 3, output_ratio=(0.5, 0.5), return_indices=True, _random_samples=xnf.to_xla(samples)
+    )
     _assert_exact(xnf.to_torch(ours), expected)
 
 
@@ -211,7 +217,11 @@ def test_shape_fns_match_meta(nd, shape, kernel, out, dtype):
     bargs = (values, x, kernel, out, indices)
     ours = _shape_fn(f"fractional_max_pool{nd}d_backward")(*map(to_meta_arg, bargs))
     # No meta kernel for the 3-D backward op: CPU's result is the reference there.
-    expected = _backward(nd)(*bargs) if nd == 3 else _backward(nd)(*(a.to("meta") if isinstance(a, torch.Tensor) else a for a in bargs))
+    expected = (
+        _backward(nd)(*bargs)
+        if nd == 3
+        else _backward(nd)(*(a.to("meta") if isinstance(a, torch.Tensor) else a for a in bargs))
+    )
     assert ours == as_meta(expected)
 
 
@@ -247,7 +257,11 @@ ERROR_CASES = [
     ("output_len_3d", aten.fractional_max_pool3d, (_X3, [2, 2, 2], [3, 3], _r(2, 3, 3))),
     ("rank_3d", aten.fractional_max_pool3d, (_x(5, 6, 7), [2, 2, 2], [3, 3, 3], _r(2, 3, 3))),
     ("empty_time_3d", aten.fractional_max_pool3d, (_x(2, 3, 0, 6, 7), [2, 2, 2], [3, 3, 3], _r(2, 3, 3))),
-    ("pool_time_3d", aten.fractional_max_pool3d, (_X3, [2, 2, 2], [4, 3, 3], _r(2, 3, 3))),  # ends flush: rejected in 3-D
+    (
+        "pool_time_3d",
+        aten.fractional_max_pool3d,
+        (_X3, [2, 2, 2], [4, 3, 3], _r(2, 3, 3)),
+    ),  # ends flush: rejected in 3-D
     ("pool_height_3d", aten.fractional_max_pool3d, (_X3, [2, 2, 2], [3, 5, 3], _r(2, 3, 3))),
     ("pool_width_3d", aten.fractional_max_pool3d, (_X3, [2, 2, 2], [3, 3, 6], _r(2, 3, 3))),
     ("samples_dtype_3d", aten.fractional_max_pool3d, (_X3, [2, 2, 2], [3, 3, 3], _r(2, 3, 3, dtype=torch.float64))),

@@ -18,7 +18,17 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from lowering_harness import functions_in, call_lowering, Case, as_meta, assert_same, ints, on_device, to_meta_arg, unambiguous_name
+from lowering_harness import (
+    functions_in,
+    call_lowering,
+    Case,
+    as_meta,
+    assert_same,
+    ints,
+    on_device,
+    to_meta_arg,
+    unambiguous_name,
+)
 
 import xla_native_functions as xnf
 from xla_native_functions.lowerings import distance as lower_distance
@@ -115,14 +125,28 @@ CASES = [
     Case("masked_fill_broadcast_mask", aten.masked_fill.Scalar, (f34, torch.tensor([True, False, False, True]), 0.0)),
     Case("masked_fill_broadcast_self", aten.masked_fill.Scalar, (T(4), mask34, 3.0)),
     Case("masked_fill_tensor", aten.masked_fill.Tensor, (f34, mask34, torch.tensor(9.0))),
-    Case("masked_fill_tensor_f64_value", aten.masked_fill.Tensor, (f34, mask34, torch.tensor(9.0, dtype=torch.float64))),
+    Case(
+        "masked_fill_tensor_f64_value", aten.masked_fill.Tensor, (f34, mask34, torch.tensor(9.0, dtype=torch.float64))
+    ),
     Case("masked_fill_bool", aten.masked_fill.Scalar, (b34, mask34, False)),
     Case("masked_scatter", aten.masked_scatter.default, (f34, mask34, T(12))),
-    Case("masked_scatter_broadcast", aten.masked_scatter.default, (f34, torch.tensor([True, False, False, True]), T(2, 3, 2))),
+    Case(
+        "masked_scatter_broadcast",
+        aten.masked_scatter.default,
+        (f34, torch.tensor([True, False, False, True]), T(2, 3, 2)),
+    ),
     Case("masked_scatter_int", aten.masked_scatter.default, (i34, mask34, ints(6))),
     Case("masked_scatter_backward", aten.masked_scatter_backward.default, (f34, mask34, [3, 5])),
-    Case("masked_scatter_backward_broadcast", aten.masked_scatter_backward.default, (f34, torch.tensor([True, False, False, True]), [2, 4])),
-    Case("masked_scatter_backward_no_true", aten.masked_scatter_backward.default, (f34, torch.zeros(3, 4, dtype=torch.bool), [5])),
+    Case(
+        "masked_scatter_backward_broadcast",
+        aten.masked_scatter_backward.default,
+        (f34, torch.tensor([True, False, False, True]), [2, 4]),
+    ),
+    Case(
+        "masked_scatter_backward_no_true",
+        aten.masked_scatter_backward.default,
+        (f34, torch.zeros(3, 4, dtype=torch.bool), [5]),
+    ),
     # scatter family
     Case("scatter_src", aten.scatter.src, (f34, 1, gidx, T(3, 3))),
     Case("scatter_src_dim0", aten.scatter.src, (f34, 0, torch.tensor([[2, 0, 1, 1]]), T(2, 4))),
@@ -133,15 +157,28 @@ CASES = [
     Case("scatter_add_int", aten.scatter_add.default, (i34, 0, torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]), ints(2, 4))),
     Case("scatter_add_0d", aten.scatter_add.default, (torch.tensor(1.0), 0, torch.tensor(0), torch.tensor(2.0))),
     *(
-        Case(f"scatter_reduce_{r}_{'self' if inc else 'noself'}", aten.scatter_reduce.two,
-             (T(3, 4, low=0.5, high=2), 1, gidx, T(3, 2, low=0.5, high=2), r), {"include_self": inc})
-        for r in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False)
+        Case(
+            f"scatter_reduce_{r}_{'self' if inc else 'noself'}",
+            aten.scatter_reduce.two,
+            (T(3, 4, low=0.5, high=2), 1, gidx, T(3, 2, low=0.5, high=2), r),
+            {"include_self": inc},
+        )
+        for r in ("sum", "prod", "mean", "amax", "amin")
+        for inc in (True, False)
     ),
     Case("scatter_reduce_mean_int", aten.scatter_reduce.two, (i34, 1, gidx, ints(3, 2), "mean")),
-    Case("scatter_reduce_amax_int_noself", aten.scatter_reduce.two, (i34, 1, gidx, ints(3, 2), "amax"), {"include_self": False}),
+    Case(
+        "scatter_reduce_amax_int_noself",
+        aten.scatter_reduce.two,
+        (i34, 1, gidx, ints(3, 2), "amax"),
+        {"include_self": False},
+    ),
     Case("scatter_reduce_sum_bool", aten.scatter_reduce.two, (b34, 1, gidx, T(3, 2, dtype=torch.bool), "sum")),
-    Case("scatter_reduce_amax_nan", aten.scatter_reduce.two,
-         (f34, 1, torch.tensor([[0], [1], [2]]), torch.tensor([[float("nan")], [1.0], [2.0]]), "amax")),
+    Case(
+        "scatter_reduce_amax_nan",
+        aten.scatter_reduce.two,
+        (f34, 1, torch.tensor([[0], [1], [2]]), torch.tensor([[float("nan")], [1.0], [2.0]]), "amax"),
+    ),
     Case("select_scatter", aten.select_scatter.default, (f34, T(4), 0, -1)),
     Case("select_scatter_dim1", aten.select_scatter.default, (i34, ints(3), 1, 2)),
     Case("slice_scatter", aten.slice_scatter.default, (f34, T(3, 2), 1, 1, 4, 2)),
@@ -161,73 +198,216 @@ CASES = [
     Case("nll_loss_1d_mean", aten.nll_loss_forward.default, (logp[0], torch.tensor(3), None, 1, -100)),
     Case("nll_loss_ignore_index_1", aten.nll_loss_forward.default, (logp, target4, None, 1, 4)),
     *(
-        Case(f"nll_loss_backward_r{red}", aten.nll_loss_backward.default,
-             (T() if red else T(4), logp, target4_ign, T(5, low=0.1, high=2), red, -100, torch.tensor(2.5)))
+        Case(
+            f"nll_loss_backward_r{red}",
+            aten.nll_loss_backward.default,
+            (T() if red else T(4), logp, target4_ign, T(5, low=0.1, high=2), red, -100, torch.tensor(2.5)),
+        )
+        for red in (0, 1, 2)
+    ),
+    *(
+        Case(f"nll_loss2d_r{red}", aten.nll_loss2d_forward.default, (logp2d, target2d, None, red, -100))
         for red in (0, 1, 2)
     ),
     # every target ignored, mean: total_weight 0; the ignored elements' gradient stays 0, not 0 * inf
-    Case("nll_loss_backward_all_ignored_mean", aten.nll_loss_backward.default,
-         (T(), logp, torch.full((4,), 2), None, 1, 2, torch.tensor(0.0))),
-    Case("nll_loss2d_backward_all_ignored_mean", aten.nll_loss2d_backward.default,
-         (T(), logp2d, torch.ones(2, 4, 4, dtype=torch.long), T(3, low=0.1, high=2), 1, 1, torch.tensor(0.0))),
-    *(Case(f"nll_loss2d_r{red}", aten.nll_loss2d_forward.default, (logp2d, target2d, None, red, -100)) for red in (0, 1, 2)),
+    Case(
+        "nll_loss_backward_all_ignored_mean",
+        aten.nll_loss_backward.default,
+        (T(), logp, torch.full((4,), 2), None, 1, 2, torch.tensor(0.0)),
+    ),
+    Case(
+        "nll_loss2d_backward_all_ignored_mean",
+        aten.nll_loss2d_backward.default,
+        (T(), logp2d, torch.ones(2, 4, 4, dtype=torch.long), T(3, low=0.1, high=2), 1, 1, torch.tensor(0.0)),
+    ),
     Case("nll_loss2d_weight_ignore", aten.nll_loss2d_forward.default, (logp2d, target2d, T(3, low=0.1, high=2), 1, 1)),
     *(
-        Case(f"nll_loss2d_backward_r{red}", aten.nll_loss2d_backward.default,
-             (T() if red else T(2, 4, 4), logp2d, target2d, T(3, low=0.1, high=2), red, 1, torch.tensor(7.0)))
+        Case(
+            f"nll_loss2d_backward_r{red}",
+            aten.nll_loss2d_backward.default,
+            (T() if red else T(2, 4, 4), logp2d, target2d, T(3, low=0.1, high=2), red, 1, torch.tensor(7.0)),
+        )
         for red in (0, 1, 2)
     ),
     *(Case(f"mse_loss_r{red}", aten.mse_loss.default, (f34, T(3, 4), red)) for red in (0, 1, 2)),
     Case("mse_loss_f64", aten.mse_loss.default, (d34, T(3, 4, dtype=torch.float64))),
     Case("mse_loss_broadcast", aten.mse_loss.default, (T(4), f34, 0)),
-    *(Case(f"mse_loss_backward_r{red}", aten.mse_loss_backward.default, (T() if red else T(3, 4), f34, T(3, 4), red)) for red in (0, 1, 2)),
-    *(Case(f"smooth_l1_loss_r{red}_b{b}", aten.smooth_l1_loss.default, (f34, T(3, 4), red, b)) for red in (0, 1) for b in (1.0, 0.0, 0.5)),
-    *(Case(f"smooth_l1_loss_backward_r{red}", aten.smooth_l1_loss_backward.default, (T() if red else T(3, 4), f34, T(3, 4), red, 0.7)) for red in (0, 1)),
-    Case("smooth_l1_loss_backward_beta0", aten.smooth_l1_loss_backward.default, (T(), f34, T(3, 4), 2, 0.0)),
-    *(Case(f"huber_loss_r{red}", aten.huber_loss.default, (f34, T(3, 4), red, 0.5)) for red in (0, 1, 2)),
-    *(Case(f"huber_loss_backward_r{red}", aten.huber_loss_backward.default, (T() if red else T(3, 4), f34, T(3, 4), red, 0.5)) for red in (0, 1)),
-    *(Case(f"bce_r{red}", aten.binary_cross_entropy.default, (probs, torch.rand(3, 4), None, red)) for red in (0, 1, 2)),
-    Case("bce_weight_edges", aten.binary_cross_entropy.default, (torch.tensor([0.0, 1.0, 0.5]), torch.tensor([1.0, 0.0, 1.0]), T(3), 0)),
-    *(Case(f"bce_backward_r{red}", aten.binary_cross_entropy_backward.default, (T() if red else T(3, 4), probs, torch.rand(3, 4), T(3, 4), red)) for red in (0, 1)),
-    *(Case(f"bce_logits_r{red}", aten.binary_cross_entropy_with_logits.default, (T(3, 4, low=-30, high=30), torch.rand(3, 4), None, None, red)) for red in (0, 1, 2)),
-    Case("bce_logits_weights", aten.binary_cross_entropy_with_logits.default, (f34, torch.rand(3, 4), T(4), T(4, low=0.5, high=3), 1)),
-    *(Case(f"soft_margin_r{red}", aten.soft_margin_loss.default, (f34, torch.randint(0, 2, (3, 4)).float() * 2 - 1, red)) for red in (0, 1)),
-    *(Case(f"soft_margin_backward_r{red}", aten.soft_margin_loss_backward.default, (T() if red else T(3, 4), f34, torch.randint(0, 2, (3, 4)).float() * 2 - 1, red)) for red in (0, 1)),
-    *(Case(f"multi_margin_p{p}_r{red}", aten.multi_margin_loss.default, (f34, idx(0, 3, 1), p, 0.7, None, red)) for p in (1, 2) for red in (0, 1)),
-    # A 1-d input's unreduced loss is 0-d on CPU, (1,) on meta.
-    Case("multi_margin_weight_1d", aten.multi_margin_loss.default, (T(4), torch.tensor(2), 1, 1.0, T(4), 0), meta_agrees=False),
-    *(Case(f"multi_margin_backward_p{p}", aten.multi_margin_loss_backward.default, (T(3), f34, idx(0, 3, 1), p, 0.7, T(4), 0), meta_agrees=False) for p in (1, 2)),
-    Case("multi_margin_backward_mean", aten.multi_margin_loss_backward.default, (T(), f34, idx(0, 3, 1), 1, 1.0, None, 1), meta_agrees=False),
     *(
-        Case(f"multilabel_margin_r{red}", aten.multilabel_margin_loss_forward.default,
-             (f34, torch.tensor([[0, 1, -1, 0], [3, -1, 0, 0], [1, 2, 3, -1]]), red))
+        Case(f"mse_loss_backward_r{red}", aten.mse_loss_backward.default, (T() if red else T(3, 4), f34, T(3, 4), red))
         for red in (0, 1, 2)
     ),
-    Case("multilabel_margin_1d", aten.multilabel_margin_loss_forward.default, (T(4), idx(2, 0, -1, 1), 0), meta_agrees=False),
     *(
-        Case(f"multilabel_margin_backward_r{red}", aten.multilabel_margin_loss_backward.default,
-             (T() if red else T(3), f34, torch.tensor([[0, 1, -1, 0], [3, -1, 0, 0], [1, 2, 3, -1]]), red,
-              torch.tensor([[1.0, 1, 0, 0], [0, 0, 0, 1], [0, 1, 1, 1]])), meta_agrees=False)  # no meta kernel
+        Case(f"smooth_l1_loss_r{red}_b{b}", aten.smooth_l1_loss.default, (f34, T(3, 4), red, b))
+        for red in (0, 1)
+        for b in (1.0, 0.0, 0.5)
+    ),
+    *(
+        Case(
+            f"smooth_l1_loss_backward_r{red}",
+            aten.smooth_l1_loss_backward.default,
+            (T() if red else T(3, 4), f34, T(3, 4), red, 0.7),
+        )
+        for red in (0, 1)
+    ),
+    Case("smooth_l1_loss_backward_beta0", aten.smooth_l1_loss_backward.default, (T(), f34, T(3, 4), 2, 0.0)),
+    *(Case(f"huber_loss_r{red}", aten.huber_loss.default, (f34, T(3, 4), red, 0.5)) for red in (0, 1, 2)),
+    *(
+        Case(
+            f"huber_loss_backward_r{red}",
+            aten.huber_loss_backward.default,
+            (T() if red else T(3, 4), f34, T(3, 4), red, 0.5),
+        )
+        for red in (0, 1)
+    ),
+    *(
+        Case(f"bce_r{red}", aten.binary_cross_entropy.default, (probs, torch.rand(3, 4), None, red))
+        for red in (0, 1, 2)
+    ),
+    Case(
+        "bce_weight_edges",
+        aten.binary_cross_entropy.default,
+        (torch.tensor([0.0, 1.0, 0.5]), torch.tensor([1.0, 0.0, 1.0]), T(3), 0),
+    ),
+    *(
+        Case(
+            f"bce_backward_r{red}",
+            aten.binary_cross_entropy_backward.default,
+            (T() if red else T(3, 4), probs, torch.rand(3, 4), T(3, 4), red),
+        )
+        for red in (0, 1)
+    ),
+    *(
+        Case(
+            f"bce_logits_r{red}",
+            aten.binary_cross_entropy_with_logits.default,
+            (T(3, 4, low=-30, high=30), torch.rand(3, 4), None, None, red),
+        )
+        for red in (0, 1, 2)
+    ),
+    Case(
+        "bce_logits_weights",
+        aten.binary_cross_entropy_with_logits.default,
+        (f34, torch.rand(3, 4), T(4), T(4, low=0.5, high=3), 1),
+    ),
+    *(
+        Case(
+            f"soft_margin_r{red}",
+            aten.soft_margin_loss.default,
+            (f34, torch.randint(0, 2, (3, 4)).float() * 2 - 1, red),
+        )
+        for red in (0, 1)
+    ),
+    *(
+        Case(
+            f"soft_margin_backward_r{red}",
+            aten.soft_margin_loss_backward.default,
+            (T() if red else T(3, 4), f34, torch.randint(0, 2, (3, 4)).float() * 2 - 1, red),
+        )
+        for red in (0, 1)
+    ),
+    *(
+        Case(f"multi_margin_p{p}_r{red}", aten.multi_margin_loss.default, (f34, idx(0, 3, 1), p, 0.7, None, red))
+        for p in (1, 2)
+        for red in (0, 1)
+    ),
+    # A 1-d input's unreduced loss is 0-d on CPU, (1,) on meta.
+    Case(
+        "multi_margin_weight_1d",
+        aten.multi_margin_loss.default,
+        (T(4), torch.tensor(2), 1, 1.0, T(4), 0),
+        meta_agrees=False,
+    ),
+    *(
+        Case(
+            f"multi_margin_backward_p{p}",
+            aten.multi_margin_loss_backward.default,
+            (T(3), f34, idx(0, 3, 1), p, 0.7, T(4), 0),
+            meta_agrees=False,
+        )
+        for p in (1, 2)
+    ),
+    Case(
+        "multi_margin_backward_mean",
+        aten.multi_margin_loss_backward.default,
+        (T(), f34, idx(0, 3, 1), 1, 1.0, None, 1),
+        meta_agrees=False,
+    ),
+    *(
+        Case(
+            f"multilabel_margin_r{red}",
+            aten.multilabel_margin_loss_forward.default,
+            (f34, torch.tensor([[0, 1, -1, 0], [3, -1, 0, 0], [1, 2, 3, -1]]), red),
+        )
+        for red in (0, 1, 2)
+    ),
+    Case(
+        "multilabel_margin_1d",
+        aten.multilabel_margin_loss_forward.default,
+        (T(4), idx(2, 0, -1, 1), 0),
+        meta_agrees=False,
+    ),
+    *(
+        Case(
+            f"multilabel_margin_backward_r{red}",
+            aten.multilabel_margin_loss_backward.default,
+            (
+                T() if red else T(3),
+                f34,
+                torch.tensor([[0, 1, -1, 0], [3, -1, 0, 0], [1, 2, 3, -1]]),
+                red,
+                torch.tensor([[1.0, 1, 0, 0], [0, 0, 0, 1], [0, 1, 1, 1]]),
+            ),
+            meta_agrees=False,
+        )  # no meta kernel
         for red in (0, 1)
     ),
     # embedding_bag (aux outputs follow CPU, whose shapes differ from meta's)
     *(
-        Case(f"embedding_bag_mode{m}_ilo{ilo}_pad{pad}", aten._embedding_bag.default,
-             (ebag_w, ebag_ind, ebag_off_ilo if ilo else ebag_off, False, m, False, None, ilo, pad), meta_agrees=False)
-        for m in (0, 1, 2) for ilo in (False, True) for pad in (-1, 4)
+        Case(
+            f"embedding_bag_mode{m}_ilo{ilo}_pad{pad}",
+            aten._embedding_bag.default,
+            (ebag_w, ebag_ind, ebag_off_ilo if ilo else ebag_off, False, m, False, None, ilo, pad),
+            meta_agrees=False,
+        )
+        for m in (0, 1, 2)
+        for ilo in (False, True)
+        for pad in (-1, 4)
     ),
-    Case("embedding_bag_sum_psw", aten._embedding_bag.default, (ebag_w, ebag_ind, ebag_off, False, 0, False, ebag_psw), meta_agrees=False),
-    Case("embedding_bag_sum_psw_pad", aten._embedding_bag.default, (ebag_w, ebag_ind, ebag_off_ilo, False, 0, False, ebag_psw, True, 4), meta_agrees=False),
-    *(
-        Case(f"embedding_bag_forward_only_mode{m}_ilo{ilo}", aten._embedding_bag_forward_only.default,
-             (ebag_w, ebag_ind, ebag_off_ilo if ilo else ebag_off, False, m, False, None, ilo, 4), meta_agrees=False)
-        for m in (0, 1, 2) for ilo in (False, True)
+    Case(
+        "embedding_bag_sum_psw",
+        aten._embedding_bag.default,
+        (ebag_w, ebag_ind, ebag_off, False, 0, False, ebag_psw),
+        meta_agrees=False,
     ),
-    Case("embedding_bag_f64_int32", aten._embedding_bag.default,
-         (T(10, 3, dtype=torch.float64), ebag_ind.int(), ebag_off.int(), False, 1), meta_agrees=False),
+    Case(
+        "embedding_bag_sum_psw_pad",
+        aten._embedding_bag.default,
+        (ebag_w, ebag_ind, ebag_off_ilo, False, 0, False, ebag_psw, True, 4),
+        meta_agrees=False,
+    ),
     *(
-        Case(f"embedding_bag_no_indices_mode{m}", aten._embedding_bag.default,
-             (ebag_w, torch.zeros(0, dtype=torch.long), idx(0, 0), False, m), meta_agrees=False)
+        Case(
+            f"embedding_bag_forward_only_mode{m}_ilo{ilo}",
+            aten._embedding_bag_forward_only.default,
+            (ebag_w, ebag_ind, ebag_off_ilo if ilo else ebag_off, False, m, False, None, ilo, 4),
+            meta_agrees=False,
+        )
+        for m in (0, 1, 2)
+        for ilo in (False, True)
+    ),
+    Case(
+        "embedding_bag_f64_int32",
+        aten._embedding_bag.default,
+        (T(10, 3, dtype=torch.float64), ebag_ind.int(), ebag_off.int(), False, 1),
+        meta_agrees=False,
+    ),
+    *(
+        Case(
+            f"embedding_bag_no_indices_mode{m}",
+            aten._embedding_bag.default,
+            (ebag_w, torch.zeros(0, dtype=torch.long), idx(0, 0), False, m),
+            meta_agrees=False,
+        )
         for m in (0, 1, 2)
     ),
 ]
@@ -241,17 +421,23 @@ def _embedding_bag_backward_cases():
         for scale in (False,):
             for pad in (-1, 4):
                 psw = ebag_psw if mode == 0 and pad == -1 else None
-                _, o2b, bag_size, max_idx = aten._embedding_bag(ebag_w, ebag_ind, ebag_off, scale, mode, False, psw, False, pad)
+                _, o2b, bag_size, max_idx = aten._embedding_bag(
+                    ebag_w, ebag_ind, ebag_off, scale, mode, False, psw, False, pad
+                )
                 grad = T(4, 3)
                 cases.append(Case(
                     f"embedding_bag_backward_mode{mode}_scale{scale}_pad{pad}", aten._embedding_bag_backward.default,
                     (grad, ebag_ind, ebag_off, o2b, bag_size, max_idx, 10, scale, mode, False, psw, pad),
                 ))
                 if o2b.numel():
-                    cases.append(Case(
-                        f"embedding_bag_dense_backward_mode{mode}_scale{scale}_pad{pad}", aten._embedding_bag_dense_backward.default,
-                        (grad, ebag_ind, o2b, bag_size, max_idx, 10, scale, mode, psw, pad), meta_agrees=False,
-                    ))
+                    cases.append(
+                        Case(
+                            f"embedding_bag_dense_backward_mode{mode}_scale{scale}_pad{pad}",
+                            aten._embedding_bag_dense_backward.default,
+                            (grad, ebag_ind, o2b, bag_size, max_idx, 10, scale, mode, psw, pad),
+                            meta_agrees=False,
+                        )
+                    )
     for pad in (-1, 4):
         _, o2b, _, _ = aten._embedding_bag(ebag_w, ebag_ind, ebag_off, False, 0, False, ebag_psw, False, pad)
         cases.append(Case(
@@ -269,7 +455,11 @@ def test_embedding_bag_scale_grad_by_freq():
     grad = torch.tensor([[1.0], [10.0], [100.0], [1000.0]])
     for mode, per_bag in ((0, grad[:, 0]), (1, grad[:, 0] / torch.tensor([2.0, 1.0, 3.0, 3.0]))):
         _, o2b, bag_size, max_idx = aten._embedding_bag(T(10, 1), ind, off, True, mode)
-        got = run_lowering(aten._embedding_bag_backward.default, (grad, ind, off, o2b, bag_size, max_idx, 10, True, mode, False, None), {})
+        got = run_lowering(
+            aten._embedding_bag_backward.default,
+            (grad, ind, off, o2b, bag_size, max_idx, 10, True, mode, False, None),
+            {},
+        )
         bags = torch.tensor([0, 0, 2, 2, 2, 3, 3, 3])
         freq = torch.bincount(ind, minlength=10).double()
         expected = torch.zeros(10).index_add(0, ind, (per_bag[bags] / freq[ind]).float())
@@ -283,9 +473,23 @@ def _distance_cases():
     for p in (0.0, 1.0, 2.0, 3.0, 0.5, math.inf):
         cases.append(Case(f"cdist_p{p}", aten._cdist_forward.default, (x1, x2, p, None)))
         dist = torch.cdist(x1, x2, p)
-        cases.append(Case(f"cdist_backward_p{p}", aten._cdist_backward.default, (T(4, 5), x1, x2, p, dist), tol={"atol": 1e-4, "rtol": 1e-4}))
+        cases.append(
+            Case(
+                f"cdist_backward_p{p}",
+                aten._cdist_backward.default,
+                (T(4, 5), x1, x2, p, dist),
+                tol={"atol": 1e-4, "rtol": 1e-4},
+            )
+        )
         cases.append(Case(f"pdist_p{p}", aten._pdist_forward.default, (x1, p)))
-        cases.append(Case(f"pdist_backward_p{p}", aten._pdist_backward.default, (T(6), x1, p, F.pdist(x1, p)), tol={"atol": 1e-4, "rtol": 1e-4}))
+        cases.append(
+            Case(
+                f"pdist_backward_p{p}",
+                aten._pdist_backward.default,
+                (T(6), x1, p, F.pdist(x1, p)),
+                tol={"atol": 1e-4, "rtol": 1e-4},
+            )
+        )
     xb1, xb2 = T(2, 1, 4, 3, dtype=torch.float64), T(3, 5, 3, dtype=torch.float64)
     cases.append(Case("cdist_batch_broadcast", aten._cdist_forward.default, (xb1, xb2, 2.0, None)))
     cases.append(Case("cdist_backward_batch", aten._cdist_backward.default,
@@ -363,14 +567,18 @@ ERROR_CASES = [
     Case("nll_target_int32", aten.nll_loss_forward.default, (logp, target4.int(), None, 1, -100)),
     Case("nll_batch_mismatch", aten.nll_loss_forward.default, (logp, idx(0, 1), None, 1, -100)),
     Case("nll_weight_size", aten.nll_loss_forward.default, (logp, target4, T(4), 1, -100)),
-    Case("nll_3d_input", aten.nll_loss_forward.default, (T(2, 3, 4), torch.zeros(2, 4, dtype=torch.int64), None, 1, -100)),
+    Case(
+        "nll_3d_input", aten.nll_loss_forward.default, (T(2, 3, 4), torch.zeros(2, 4, dtype=torch.int64), None, 1, -100)
+    ),
     Case("mse_int", aten.mse_loss.default, (i34, i34, 0)),
     Case("multi_margin_p3", aten.multi_margin_loss.default, (f34, idx(0, 1, 2), 3, 1.0)),
     Case("cdist_columns", aten._cdist_forward.default, (T(3, 4), T(2, 3), 2.0, None)),
     Case("cdist_int", aten._cdist_forward.default, (i34, i34, 2.0, None)),
     Case("cdist_negative_p", aten._cdist_forward.default, (f34, f34, -1.0, None)),
     Case("bucketize_2d_boundaries", aten.bucketize.Tensor, (T(3), T(2, 2))),
-    Case("embedding_bag_psw_mean", aten._embedding_bag.default, (ebag_w, ebag_ind, ebag_off, False, 1, False, ebag_psw)),
+    Case(
+        "embedding_bag_psw_mean", aten._embedding_bag.default, (ebag_w, ebag_ind, ebag_off, False, 1, False, ebag_psw)
+    ),
 ]
 
 
@@ -447,7 +655,9 @@ y3456 = T(3, 4, 5, 6)
         (Ellipsis, idx(-1)),
         (idx(2).int(),),
     ],
-    ids=lambda k: "_".join(type(v).__name__ if not isinstance(v, torch.Tensor) else f"{v.dtype}{list(v.shape)}" for v in k),
+    ids=lambda k: "_".join(
+        type(v).__name__ if not isinstance(v, torch.Tensor) else f"{v.dtype}{list(v.shape)}" for v in k
+    ),
 )
 def test_getitem(key):
     dev_key = tuple(X(k) if isinstance(k, torch.Tensor) and k.dtype is torch.bool else k for k in key)
@@ -456,7 +666,12 @@ def test_getitem(key):
 
 @pytest.mark.parametrize(
     "key",
-    [(idx(1), slice(None), idx(2, 3)), (slice(None), idx(0, 2), slice(None), idx(1, 5)), (idx(0, 2), idx(1, 3)), (torch.tensor([[0], [1]]), slice(None), idx(1, 2, 3))],
+    [
+        (idx(1), slice(None), idx(2, 3)),
+        (slice(None), idx(0, 2), slice(None), idx(1, 5)),
+        (idx(0, 2), idx(1, 3)),
+        (torch.tensor([[0], [1]]), slice(None), idx(1, 2, 3)),
+    ],
     ids=["nonadjacent", "nonadjacent_4d", "adjacent", "broadcast_nonadjacent"],
 )
 def test_getitem_advanced_index_placement(key):
@@ -536,7 +751,11 @@ def test_index_put_accumulate_and_int_dtypes():
 
 
 def test_masked_select():
-    for self_, mask in ((x45, x45 > 0), (ints(4, 5), torch.tensor([True, False, True, False, True])), (T(5), torch.zeros(3, 5, dtype=torch.bool))):
+    for self_, mask in (
+        (x45, x45 > 0),
+        (ints(4, 5), torch.tensor([True, False, True, False, True])),
+        (T(5), torch.zeros(3, 5, dtype=torch.bool)),
+    ):
         assert_same(C(X(self_).masked_select(X(mask))), self_.masked_select(mask))
 
 
@@ -556,8 +775,14 @@ def test_getitem_backward():
     mask = x45 > 0
     _grads(lambda t: t[idx(0, 2, 0)] * 2, x45)
     _grads(lambda t: t[X(mask) if isinstance(t, xnf.runtime.core.tensor.XlaTensor) else mask], x45)
-    _grads(lambda t: t.gather(1, gidx.to(t.device) if not isinstance(t, xnf.runtime.core.tensor.XlaTensor) else X(gidx)), f34)
-    _grads(lambda t: t.index_select(0, X(idx(1, 1)) if isinstance(t, xnf.runtime.core.tensor.XlaTensor) else idx(1, 1)), f34)
+    _grads(
+        lambda t: t.gather(1, gidx.to(t.device) if not isinstance(t, xnf.runtime.core.tensor.XlaTensor) else X(gidx)),
+        f34,
+    )
+    _grads(
+        lambda t: t.index_select(0, X(idx(1, 1)) if isinstance(t, xnf.runtime.core.tensor.XlaTensor) else idx(1, 1)),
+        f34,
+    )
 
 
 def _maybe(t, like):
@@ -643,7 +868,10 @@ def test_embedding_bag_module_include_last_offset():
     assert_same(C(ours.weight.grad), bag.weight.grad)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"weight": "w"}, {"ignore_index": 2}, {"reduction": "sum"}, {"reduction": "none"}, {"label_smoothing": 0.1}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"weight": "w"}, {"ignore_index": 2}, {"reduction": "sum"}, {"reduction": "none"}, {"label_smoothing": 0.1}],
+)
 def test_cross_entropy_forward_backward(kwargs, cpu_fallback_for_other_families):
     w = T(5, low=0.1, high=2)
     target = idx(0, 4, 2, 1, 2)
@@ -666,7 +894,10 @@ def test_cross_entropy_2d_and_losses_backward(cpu_fallback_for_other_families):
         _grads(lambda t: fn(t, _maybe(y, t)), f34)
     _grads(lambda t: F.binary_cross_entropy(torch.sigmoid(t), _maybe(probs, t)), f34)
     _grads(lambda t: F.multi_margin_loss(t, _maybe(idx(0, 3, 1), t)), f34)
-    _grads(lambda t: F.multilabel_margin_loss(t, _maybe(torch.tensor([[0, 1, -1, 0], [3, -1, 0, 0], [1, 2, 3, -1]]), t)), f34)
+    _grads(
+        lambda t: F.multilabel_margin_loss(t, _maybe(torch.tensor([[0, 1, -1, 0], [3, -1, 0, 0], [1, 2, 3, -1]]), t)),
+        f34,
+    )
     other = T(5, 4)
     _grads(lambda t: torch.cdist(t, _maybe(other, t)), f34)
     _grads(lambda t: F.pdist(t), f34)
@@ -734,7 +965,9 @@ def _opinfos():
 def _has_list_index(sample):
     # A Python list index reaches the backend as a CPU tensor copied to our device
     # through aten::_copy_from, which the runtime does not register (see the report).
-    return any(isinstance(a, list) or (isinstance(a, tuple) and any(isinstance(b, list) for b in a)) for a in sample.args)
+    return any(
+        isinstance(a, list) or (isinstance(a, tuple) and any(isinstance(b, list) for b in a)) for a in sample.args
+    )
 
 
 def _tree(fn, obj):
@@ -742,7 +975,9 @@ def _tree(fn, obj):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool], ids=str)
-@pytest.mark.parametrize("opinfo", _opinfos(), ids=lambda o: f"{o.name}.{o.variant_test_name}" if o.variant_test_name else o.name)
+@pytest.mark.parametrize(
+    "opinfo", _opinfos(), ids=lambda o: f"{o.name}.{o.variant_test_name}" if o.variant_test_name else o.name
+)
 def test_opinfo_samples(opinfo, dtype, cpu_fallback_for_other_families):
     if dtype not in opinfo.supported_dtypes("cpu"):
         pytest.skip(f"{opinfo.name} has no {dtype} kernel on CPU")
@@ -788,7 +1023,11 @@ def test_opinfo_float64_gradients(opinfo, cpu_fallback_for_other_families):
         if _has_list_index(sample):
             continue
         out = opinfo(sample.input, *sample.args, **sample.kwargs)
-        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out]) if isinstance(o, torch.Tensor) and o.requires_grad]
+        outs = [
+            o
+            for o in (out if isinstance(out, (tuple, list)) else [out])
+            if isinstance(o, torch.Tensor) and o.requires_grad
+        ]
         leaves = leaves_of(sample)
         if not outs or not leaves:
             continue
@@ -804,7 +1043,11 @@ def test_opinfo_float64_gradients(opinfo, cpu_fallback_for_other_families):
             return y
 
         got_out = opinfo(_tree(move, sample.input), *_tree(move, list(sample.args)), **_tree(move, sample.kwargs))
-        got_outs = [o for o in (got_out if isinstance(got_out, (tuple, list)) else [got_out]) if isinstance(o, torch.Tensor) and o.requires_grad]
+        got_outs = [
+            o
+            for o in (got_out if isinstance(got_out, (tuple, list)) else [got_out])
+            if isinstance(o, torch.Tensor) and o.requires_grad
+        ]
         got = torch.autograd.grad(got_outs, [moved[id(t)] for t in leaves], [X(g) for g in gouts], allow_unused=True)
         for g, e in zip(got, expected):
             if e is None:

@@ -299,7 +299,9 @@ def test_rrelu_train_compiled():
 def test_rrelu_with_noise_errors(x, noise, training, lower, upper, error):
     with pytest.raises(error) as cpu:
         aten.rrelu_with_noise(x, noise.clone(), lower, upper, training)
-    ours = raised_on_ours(error, lambda: aten.rrelu_with_noise(xnf.to_xla(x), xnf.to_xla(noise), lower, upper, training))
+    ours = raised_on_ours(
+        error, lambda: aten.rrelu_with_noise(xnf.to_xla(x), xnf.to_xla(noise), lower, upper, training)
+    )
     assert str(ours).split(".")[0] == str(cpu.value).split(".")[0]
 
 
@@ -307,7 +309,11 @@ def test_rrelu_with_noise_errors(x, noise, training, lower, upper, error):
 
 
 def _backward_cases():
-    g, x, noise = T(3, 4, dtype=torch.float64), T(3, 4, dtype=torch.float64), T(3, 4, dtype=torch.float64, low=0.1, high=0.3)
+    g, x, noise = (
+        T(3, 4, dtype=torch.float64),
+        T(3, 4, dtype=torch.float64),
+        T(3, 4, dtype=torch.float64, low=0.1, high=0.3),
+    )
     return [
         ("train", (g, x, noise, 0.1, 0.3, True, False)),
         ("train_equal_bounds", (g, x, noise, 0.2, 0.2, True, False)),

@@ -10,7 +10,20 @@ import torch
 import torch.nn.functional as F
 
 import xla_native_functions as xnf
-from lowering_harness import cases_elsewhere, Case, ErrorCase, T, functions_in, as_meta, assert_same, ints, on_device, run_lowering, run_shape_fn, unambiguous_name
+from lowering_harness import (
+    cases_elsewhere,
+    Case,
+    ErrorCase,
+    T,
+    functions_in,
+    as_meta,
+    assert_same,
+    ints,
+    on_device,
+    run_lowering,
+    run_shape_fn,
+    unambiguous_name,
+)
 from xla_native_functions.lowerings import fft as lower_fft
 from xla_native_functions.lowerings import linalg_decomp as lower_decomp
 from xla_native_functions.lowerings import matmul as lower_matmul
@@ -70,17 +83,32 @@ CASES = [
     Case("addr_broadcast_promote", aten.addr.default, (T(4), ints(3), T(4, dtype=f64))),
     Case("addr_int", aten.addr.default, (ints(3, 4), ints(3), ints(4)), {"alpha": 3}),
     Case("addr_bool", aten.addr.default, (T(3, 4, dtype=torch.bool), T(3, dtype=torch.bool), T(4, dtype=torch.bool))),
-    Case("addr_bool_beta_false", aten.addr.default, (T(3, 4, dtype=torch.bool), T(3, dtype=torch.bool), T(4, dtype=torch.bool)), {"beta": False}),
+    Case(
+        "addr_bool_beta_false",
+        aten.addr.default,
+        (T(3, 4, dtype=torch.bool), T(3, dtype=torch.bool), T(4, dtype=torch.bool)),
+        {"beta": False},
+    ),
     Case("addr_beta0_nan", aten.addr.default, (torch.full((3, 4), float("nan")), T(3), T(4)), {"beta": 0}),
     Case("baddbmm_f32", aten.baddbmm.default, (T(2, 3, 4), T(2, 3, 5), T(2, 5, 4)), {"beta": 0.5, "alpha": 2}),
     Case("baddbmm_broadcast_self", aten.baddbmm.default, (T(4), T(2, 3, 5), T(2, 5, 4))),
     Case("baddbmm_int64", aten.baddbmm.default, (ints(2, 3, 4), ints(2, 3, 5), ints(2, 5, 4)), {"alpha": -1}),
-    Case("baddbmm_bf16", aten.baddbmm.default, (T(2, 3, 4, dtype=torch.bfloat16), T(2, 3, 5, dtype=torch.bfloat16), T(2, 5, 4, dtype=torch.bfloat16)), tol={"rtol": 2e-2, "atol": 2e-2}),
+    Case(
+        "baddbmm_bf16",
+        aten.baddbmm.default,
+        (T(2, 3, 4, dtype=torch.bfloat16), T(2, 3, 5, dtype=torch.bfloat16), T(2, 5, 4, dtype=torch.bfloat16)),
+        tol={"rtol": 2e-2, "atol": 2e-2},
+    ),
     Case("addbmm_f64", aten.addbmm.default, (T(3, 4, dtype=f64), T(2, 3, 5, dtype=f64), T(2, 5, 4, dtype=f64))),
     Case("addbmm_int64_beta0", aten.addbmm.default, (ints(3, 4), ints(2, 3, 5), ints(2, 5, 4)), {"beta": 0}),
     # FFT primitives (dims as torch.fft passes them: wrapped, any order)
     *(
-        Case(f"fft_c2c_{dt}_n{norm}_{'fwd' if fwd else 'inv'}", aten._fft_c2c.default, (T(3, 8, 5, dtype=dt), [2, 1], norm, fwd), tol=TOL32)
+        Case(
+            f"fft_c2c_{dt}_n{norm}_{'fwd' if fwd else 'inv'}",
+            aten._fft_c2c.default,
+            (T(3, 8, 5, dtype=dt), [2, 1], norm, fwd),
+            tol=TOL32,
+        )
         for dt in (c64, c128)
         for norm in (0, 1, 2)
         for fwd in (True, False)
@@ -94,7 +122,12 @@ CASES = [
         for one in (True, False)
     ),
     *(
-        Case(f"fft_c2r_{dt}_n{norm}_{size}", aten._fft_c2r.default, (T(4, 6, size // 2 + 1, dtype=dt), [0, 2], norm, size), tol=TOL32)
+        Case(
+            f"fft_c2r_{dt}_n{norm}_{size}",
+            aten._fft_c2r.default,
+            (T(4, 6, size // 2 + 1, dtype=dt), [0, 2], norm, size),
+            tol=TOL32,
+        )
         for dt in (c64, c128)
         for norm in (0, 1, 2)
         for size in (7, 8)
@@ -103,13 +136,31 @@ CASES = [
     Case("cholesky_ex_f32", aten.linalg_cholesky_ex.default, (spd(2),), tol=TOL32),
     Case("cholesky_ex_upper_c128", aten.linalg_cholesky_ex.default, (spd(2, dtype=c128),), {"upper": True}),
     Case("cholesky_ex_empty", aten.linalg_cholesky_ex.default, (T(0, 0),)),
-    Case("cholesky_solve", aten.cholesky_solve.default, (T(3, 2, 4, 2, dtype=f64), torch.linalg.cholesky(spd(2, dtype=f64)))),
-    Case("cholesky_solve_upper", aten.cholesky_solve.default, (T(4, 3), torch.linalg.cholesky(spd()).mT.contiguous(), True), tol=TOL32),
+    Case(
+        "cholesky_solve",
+        aten.cholesky_solve.default,
+        (T(3, 2, 4, 2, dtype=f64), torch.linalg.cholesky(spd(2, dtype=f64))),
+    ),
+    Case(
+        "cholesky_solve_upper",
+        aten.cholesky_solve.default,
+        (T(4, 3), torch.linalg.cholesky(spd()).mT.contiguous(), True),
+        tol=TOL32,
+    ),
     Case("cholesky_inverse", aten.cholesky_inverse.default, (torch.linalg.cholesky(spd(dtype=f64)),)),
-    Case("cholesky_inverse_upper_c128", aten.cholesky_inverse.default, (torch.linalg.cholesky(spd(2, dtype=c128), upper=True), True)),
+    Case(
+        "cholesky_inverse_upper_c128",
+        aten.cholesky_inverse.default,
+        (torch.linalg.cholesky(spd(2, dtype=c128), upper=True), True),
+    ),
     Case("inv_ex_f32", aten.linalg_inv_ex.default, (A32,), tol=TOL32),
     Case("inv_ex_c64", aten.linalg_inv_ex.default, (Ac,), tol=TOL32),
-    Case("inv_ex_singular_info", aten.linalg_inv_ex.default, (torch.tensor([[[1.0, 2.0], [2.0, 4.0]], [[1.0, 0.0], [0.0, 2.0]]], dtype=f64),), meta_agrees=True),
+    Case(
+        "inv_ex_singular_info",
+        aten.linalg_inv_ex.default,
+        (torch.tensor([[[1.0, 2.0], [2.0, 4.0]], [[1.0, 0.0], [0.0, 2.0]]], dtype=f64),),
+        meta_agrees=True,
+    ),
     Case("solve_ex_matrix", aten._linalg_solve_ex.default, (A64, T(2, 3, 4, 2, dtype=f64))),
     Case("solve_ex_vector", aten._linalg_solve_ex.default, (A64, T(3, 4, dtype=f64))),
     Case("solve_ex_1d", aten._linalg_solve_ex.default, (A64, T(4, dtype=f64))),
@@ -118,7 +169,9 @@ CASES = [
     Case("lu_factor_ex_square", aten.linalg_lu_factor_ex.default, (A64,)),
     Case("lu_factor_ex_wide", aten.linalg_lu_factor_ex.default, (T(2, 3, 5, dtype=f64),)),
     Case("lu_factor_ex_tall_c128", aten.linalg_lu_factor_ex.default, (T(5, 3, dtype=c128),)),
-    Case("lu_factor_ex_singular", aten.linalg_lu_factor_ex.default, (torch.tensor([[0.0, 0.0], [0.0, 4.0]], dtype=f64),)),
+    Case(
+        "lu_factor_ex_singular", aten.linalg_lu_factor_ex.default, (torch.tensor([[0.0, 0.0], [0.0, 4.0]], dtype=f64),)
+    ),
     Case("linalg_lu_tall", aten.linalg_lu.default, (T(2, 5, 3, dtype=f64),)),
     Case("linalg_lu_wide_f32", aten.linalg_lu.default, (T(3, 5),), tol=TOL32),
     Case("lu_unpack", aten.lu_unpack.default, (LUrect, PIVrect)),
@@ -127,7 +180,12 @@ CASES = [
     Case("lu_solve", aten.linalg_lu_solve.default, (LU64, PIV64, T(3, 2, 4, 2, dtype=f64))),
     Case("lu_solve_adjoint", aten.linalg_lu_solve.default, (LU64, PIV64, T(2, 4, 3, dtype=f64)), {"adjoint": True}),
     Case("lu_solve_right", aten.linalg_lu_solve.default, (LU64, PIV64, T(2, 3, 4, dtype=f64)), {"left": False}),
-    Case("lu_solve_right_adjoint", aten.linalg_lu_solve.default, (LU64, PIV64, T(2, 3, 4, dtype=f64)), {"left": False, "adjoint": True}),
+    Case(
+        "lu_solve_right_adjoint",
+        aten.linalg_lu_solve.default,
+        (LU64, PIV64, T(2, 3, 4, dtype=f64)),
+        {"left": False, "adjoint": True},
+    ),
     Case("det_f64", aten._linalg_det.default, (A64,)),
     Case("det_singular", aten._linalg_det.default, (torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=f64),)),
     Case("det_c128", aten._linalg_det.default, (wellcond(2, dtype=c128),)),
@@ -136,11 +194,35 @@ CASES = [
     Case("slogdet_singular", aten._linalg_slogdet.default, (torch.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=f64),)),
     Case("householder_product", aten.linalg_householder_product.default, (T(2, 5, 3, dtype=f64), T(2, 2, dtype=f64))),
     Case("householder_product_c128", aten.linalg_householder_product.default, (T(4, 4, dtype=c128), T(3, dtype=c128))),
-    Case("triangular_solve", aten.triangular_solve.default, (T(3, 2, 4, 2, dtype=f64), lower_tri(2, dtype=f64, upper=True))),
-    Case("triangular_solve_lower_t_unit", aten.triangular_solve.default, (T(4, 3, dtype=f64), lower_tri(dtype=f64), False, True, True)),
-    Case("solve_triangular_left", aten.linalg_solve_triangular.default, (lower_tri(2, dtype=f64), T(2, 4, 3, dtype=f64)), {"upper": False}),
-    Case("solve_triangular_right_upper_unit", aten.linalg_solve_triangular.default, (lower_tri(dtype=f64, upper=True), T(3, 3, 4, dtype=f64)), {"upper": True, "left": False, "unitriangular": True}),
-    Case("solve_triangular_c64", aten.linalg_solve_triangular.default, (lower_tri(dtype=c64), T(4, 2, dtype=c64)), {"upper": False}, tol=TOL32),
+    Case(
+        "triangular_solve",
+        aten.triangular_solve.default,
+        (T(3, 2, 4, 2, dtype=f64), lower_tri(2, dtype=f64, upper=True)),
+    ),
+    Case(
+        "triangular_solve_lower_t_unit",
+        aten.triangular_solve.default,
+        (T(4, 3, dtype=f64), lower_tri(dtype=f64), False, True, True),
+    ),
+    Case(
+        "solve_triangular_left",
+        aten.linalg_solve_triangular.default,
+        (lower_tri(2, dtype=f64), T(2, 4, 3, dtype=f64)),
+        {"upper": False},
+    ),
+    Case(
+        "solve_triangular_right_upper_unit",
+        aten.linalg_solve_triangular.default,
+        (lower_tri(dtype=f64, upper=True), T(3, 3, 4, dtype=f64)),
+        {"upper": True, "left": False, "unitriangular": True},
+    ),
+    Case(
+        "solve_triangular_c64",
+        aten.linalg_solve_triangular.default,
+        (lower_tri(dtype=c64), T(4, 2, dtype=c64)),
+        {"upper": False},
+        tol=TOL32,
+    ),
     Case("cross_f32", aten.linalg_cross.default, (T(4, 3), T(4, 3))),
     Case("cross_broadcast_dim", aten.linalg_cross.default, (T(3, 1, 5, dtype=f64), T(3, 4, 5, dtype=f64)), {"dim": 0}),
     Case("cross_int64", aten.linalg_cross.default, (ints(2, 3), ints(2, 3))),
@@ -378,12 +460,16 @@ def test_cpu_flash_attention_kernels_match_cpu(dtype, kv_heads, causal_and_mask)
     kw = {"scale": 0.3 if causal else None}
     out, lse = aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask, **kw)
     x_mask = None if mask is None else xnf.to_xla(mask)
-    x_out, x_lse = aten._scaled_dot_product_flash_attention_for_cpu(*xnf.to_xla([q, k, v]), 0.0, causal, attn_mask=x_mask, **kw)
+    x_out, x_lse = aten._scaled_dot_product_flash_attention_for_cpu(
+        *xnf.to_xla([q, k, v]), 0.0, causal, attn_mask=x_mask, **kw
+    )
     tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
     assert_same(xnf.to_torch(x_out), out, **tol)
     assert_same(xnf.to_torch(x_lse), lse, **tol)
     grad = torch.randn_like(out)
-    expected = aten._scaled_dot_product_flash_attention_for_cpu_backward(grad, q, k, v, out, lse, 0.0, causal, attn_mask=mask, **kw)
+    expected = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        grad, q, k, v, out, lse, 0.0, causal, attn_mask=mask, **kw
+    )
     ours = aten._scaled_dot_product_flash_attention_for_cpu_backward(
         *xnf.to_xla([grad, q, k, v, out, lse]), 0.0, causal, attn_mask=x_mask, **kw
     )
@@ -393,7 +479,11 @@ def test_cpu_flash_attention_kernels_match_cpu(dtype, kv_heads, causal_and_mask)
 
 def test_cpu_flash_attention_errors_match_cpu():
     q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
-    for args, kwargs in [((q, k, torch.randn(1, 2, 3, 5)), {}), ((q, k, k, 0.5), {}), ((q, k, k), {"attn_mask": torch.ones(3, 3, dtype=torch.bool)})]:
+    for args, kwargs in [
+        ((q, k, torch.randn(1, 2, 3, 5)), {}),
+        ((q, k, k, 0.5), {}),
+        ((q, k, k), {"attn_mask": torch.ones(3, 3, dtype=torch.bool)}),
+    ]:
         with pytest.raises(RuntimeError) as expected:
             aten._scaled_dot_product_flash_attention_for_cpu(*args, **kwargs)
         x_kwargs = {n: xnf.to_xla(t) for n, t in kwargs.items()}
@@ -475,7 +565,9 @@ def test_grouped_mm_errors_match_cpu_messages(name):
         torch._grouped_mm(*args, **kwargs)
     on_xla = [xnf.to_xla(a) for a in args]
     with pytest.raises(RuntimeError) as ours:
-        torch._grouped_mm(*on_xla, **{k: xnf.to_xla(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
+        torch._grouped_mm(
+            *on_xla, **{k: xnf.to_xla(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        )
     assert str(ours.value) == str(expected.value)
 
 
@@ -540,7 +632,9 @@ GROUPED_SIZES = {
 }
 
 
-@pytest.mark.parametrize("ends", [(0, 37, 37, 90, 150, 180), (50, 20, 120, 120, 190, 200)], ids=["uneven_with_tail", "decreasing"])
+@pytest.mark.parametrize(
+    "ends", [(0, 37, 37, 90, 150, 180), (50, 20, 120, 120, 190, 200)], ids=["uneven_with_tail", "decreasing"]
+)
 @pytest.mark.parametrize("case", sorted(GROUPED_SIZES))
 def test_grouped_mm_follows_its_rule(case, ends):
     layout, a_shape, b_shape = GROUPED_SIZES[case]

@@ -13,7 +13,16 @@ import torch
 import xla_native_functions as xnf
 from lowering_harness import (
     CASES_LIVE_IN,
-    Case, ErrorCase, T, functions_in, as_meta, assert_params_match_schema, assert_same, on_device, run_lowering, run_shape_fn,
+    Case,
+    ErrorCase,
+    T,
+    functions_in,
+    as_meta,
+    assert_params_match_schema,
+    assert_same,
+    on_device,
+    run_lowering,
+    run_shape_fn,
     unambiguous_name,
 )
 from xla_native_functions.lowerings import linalg_decomp as lower_decomp
@@ -23,9 +32,13 @@ from xla_native_functions.shape_fns import linalg_solve as shape_solve
 
 aten = torch.ops.aten
 NEW_OPS = CASES_LIVE_IN["test_ops_linalg_solve.py"]  # geqrf, ormqr, pinv, eig, LDL
-LOWERINGS = {k: v for k, v in functions_in([lower_decomp, lower_solve], prefix="lower_").items() if k[len("lower_"):] in NEW_OPS}
+LOWERINGS = {
+    k: v for k, v in functions_in([lower_decomp, lower_solve], prefix="lower_").items() if k[len("lower_") :] in NEW_OPS
+}
 SHAPE_FNS = {
-    k: v for k, v in functions_in([shape_decomp, shape_solve], suffix="_output_shape").items() if k[: -len("_output_shape")] in NEW_OPS
+    k: v
+    for k, v in functions_in([shape_decomp, shape_solve], suffix="_output_shape").items()
+    if k[: -len("_output_shape")] in NEW_OPS
 }
 
 torch.manual_seed(0)
@@ -78,11 +91,32 @@ CASES = [
     Case("ormqr_c128_adjoint", aten.ormqr.default, (QRc, TAUc, T(4, 2, dtype=c128), True, True)),
     Case("pinv_default", aten.linalg_pinv.atol_rtol_tensor, (T(2, 5, 3, dtype=f64),)),
     Case("pinv_f32_wide", aten.linalg_pinv.atol_rtol_tensor, (T(3, 5),), tol=TOL32),
-    Case("pinv_rtol_cuts", aten.linalg_pinv.atol_rtol_tensor, (T(4, 4, dtype=f64),), {"rtol": torch.tensor(0.5, dtype=f64)}),
-    Case("pinv_atol_batch_broadcast", aten.linalg_pinv.atol_rtol_tensor, (T(4, 3, dtype=f64),), {"atol": torch.tensor([0.0, 1.0, 100.0], dtype=f64)}),
-    Case("pinv_atol_f32_rtol", aten.linalg_pinv.atol_rtol_tensor, (T(2, 4, 4),), {"atol": torch.tensor(0.3), "rtol": torch.tensor(0.1)}, tol=TOL32),
+    Case(
+        "pinv_rtol_cuts",
+        aten.linalg_pinv.atol_rtol_tensor,
+        (T(4, 4, dtype=f64),),
+        {"rtol": torch.tensor(0.5, dtype=f64)},
+    ),
+    Case(
+        "pinv_atol_batch_broadcast",
+        aten.linalg_pinv.atol_rtol_tensor,
+        (T(4, 3, dtype=f64),),
+        {"atol": torch.tensor([0.0, 1.0, 100.0], dtype=f64)},
+    ),
+    Case(
+        "pinv_atol_f32_rtol",
+        aten.linalg_pinv.atol_rtol_tensor,
+        (T(2, 4, 4),),
+        {"atol": torch.tensor(0.3), "rtol": torch.tensor(0.1)},
+        tol=TOL32,
+    ),
     Case("pinv_hermitian", aten.linalg_pinv.atol_rtol_tensor, (sym(2, n=4),), {"hermitian": True}),
-    Case("pinv_hermitian_c128", aten.linalg_pinv.atol_rtol_tensor, (sym(n=4, dtype=c128, hermitian=True),), {"hermitian": True}),
+    Case(
+        "pinv_hermitian_c128",
+        aten.linalg_pinv.atol_rtol_tensor,
+        (sym(n=4, dtype=c128, hermitian=True),),
+        {"hermitian": True},
+    ),
     Case("pinv_singular", aten.linalg_pinv.atol_rtol_tensor, (T(5, 2, dtype=f64) @ T(2, 5, dtype=f64),)),
     Case("pinv_empty", aten.linalg_pinv.atol_rtol_tensor, (T(0, 3, dtype=f64),)),
     Case("ldl_factor", aten.linalg_ldl_factor_ex.default, (sym(2),)),
@@ -90,7 +124,12 @@ CASES = [
     Case("ldl_factor_two_by_two_pivot", aten.linalg_ldl_factor_ex.default, (TWO_BY_TWO,)),
     Case("ldl_factor_singular_info", aten.linalg_ldl_factor_ex.default, (SINGULAR,), meta_agrees=True),
     Case("ldl_factor_reads_lower_triangle", aten.linalg_ldl_factor_ex.default, (T(4, 4, dtype=f64),)),
-    Case("ldl_factor_hermitian_c128", aten.linalg_ldl_factor_ex.default, (sym(n=5, dtype=c128, hermitian=True),), {"hermitian": True}),
+    Case(
+        "ldl_factor_hermitian_c128",
+        aten.linalg_ldl_factor_ex.default,
+        (sym(n=5, dtype=c128, hermitian=True),),
+        {"hermitian": True},
+    ),
     Case("ldl_factor_symmetric_c128", aten.linalg_ldl_factor_ex.default, (sym(n=5, dtype=c128),)),
     Case("ldl_factor_hermitian_real", aten.linalg_ldl_factor_ex.default, (sym(n=4),), {"hermitian": True}),
     Case("ldl_factor_empty", aten.linalg_ldl_factor_ex.default, (T(0, 0, dtype=f64),)),
@@ -99,10 +138,16 @@ CASES = [
     Case("ldl_solve_broadcast_b", aten.linalg_ldl_solve.default, (LD64, PIV64, T(1, 5, 2, dtype=f64))),
     Case("ldl_solve_broadcast_ld", aten.linalg_ldl_solve.default, (LD64[0], PIV64[0], T(3, 5, 2, dtype=f64))),
     Case("ldl_solve_two_by_two", aten.linalg_ldl_solve.default, (*_ldl(TWO_BY_TWO), T(3, 2, dtype=f64))),
-    Case("ldl_solve_hermitian_c128", aten.linalg_ldl_solve.default, (LDc, PIVc, T(4, 2, dtype=c128)), {"hermitian": True}),
+    Case(
+        "ldl_solve_hermitian_c128", aten.linalg_ldl_solve.default, (LDc, PIVc, T(4, 2, dtype=c128)), {"hermitian": True}
+    ),
     Case("ldl_solve_symmetric_c128", aten.linalg_ldl_solve.default, (LDcs, PIVcs, T(4, 2, dtype=c128))),
     Case("ldl_solve_int64_pivots", aten.linalg_ldl_solve.default, (LD64, PIV64.long(), T(2, 5, 3, dtype=f64))),
-    Case("ldl_solve_empty", aten.linalg_ldl_solve.default, (T(0, 0, dtype=f64), torch.zeros(0, dtype=torch.int32), T(0, 5, dtype=f64))),
+    Case(
+        "ldl_solve_empty",
+        aten.linalg_ldl_solve.default,
+        (T(0, 0, dtype=f64), torch.zeros(0, dtype=torch.int32), T(0, 5, dtype=f64)),
+    ),
 ]
 
 
@@ -111,7 +156,9 @@ def test_lowering_matches_cpu(case):
     expected = case.op(*case.args, **case.kwargs)
     ours = run_lowering(case.op, case.args, case.kwargs)
     assert_same(ours, expected, **case.tol)
-    for o, e in zip(ours if isinstance(ours, tuple) else (ours,), expected if isinstance(expected, tuple) else (expected,)):
+    for o, e in zip(
+        ours if isinstance(ours, tuple) else (ours,), expected if isinstance(expected, tuple) else (expected,)
+    ):
         assert (o.shape, o.dtype) == (e.shape, e.dtype)
 
 
@@ -188,7 +235,9 @@ ERROR_CASES = [
     ErrorCase("ormqr_tau_ndim", aten.ormqr.default, (QR64, TAU64[0], T(2, 5, 4, dtype=f64))),
     ErrorCase("pinv_1d", aten.linalg_pinv.atol_rtol_tensor, (T(3, dtype=f64),)),
     ErrorCase("pinv_int", aten.linalg_pinv.atol_rtol_tensor, (torch.ones(3, 3, dtype=torch.int64),)),
-    ErrorCase("pinv_complex_atol", aten.linalg_pinv.atol_rtol_tensor, (T(3, 3, dtype=f64),), {"atol": torch.tensor(1j)}),
+    ErrorCase(
+        "pinv_complex_atol", aten.linalg_pinv.atol_rtol_tensor, (T(3, 3, dtype=f64),), {"atol": torch.tensor(1j)}
+    ),
     ErrorCase("eig_not_square", aten.linalg_eig.default, (T(3, 4, dtype=f64),)),
     ErrorCase("eig_int", aten.linalg_eig.default, (torch.ones(3, 3, dtype=torch.int64),)),
     ErrorCase("ldl_factor_not_square", aten.linalg_ldl_factor_ex.default, (T(3, 4, dtype=f64),)),
@@ -306,7 +355,10 @@ def test_lstsq_compiled_and_out():
         if driver == "gels":  # gels assumes full rank: compare only the full-rank matrix
             ours, expected = [o[1] for o in ours[:2]], [e[1] for e in expected[:2]]
         _assert_outputs(ours, expected)
-    outs = [xnf.to_xla(torch.empty(0, dtype=f64)) for _ in range(2)] + [xnf.to_xla(torch.empty(0, dtype=torch.int64)), xnf.to_xla(torch.empty(0, dtype=f64))]
+    outs = [xnf.to_xla(torch.empty(0, dtype=f64)) for _ in range(2)] + [
+        xnf.to_xla(torch.empty(0, dtype=torch.int64)),
+        xnf.to_xla(torch.empty(0, dtype=f64)),
+    ]
     torch.linalg.lstsq(xnf.to_xla(a[1]), xnf.to_xla(b[1]), driver="gelsd", out=tuple(outs))
     _assert_outputs(tuple(xnf.to_torch(o) for o in outs), tuple(torch.linalg.lstsq(a[1], b[1], driver="gelsd")))
 
@@ -358,7 +410,13 @@ def test_compiled_factorizations_match_cpu():
     def f(a, s):
         qr, tau = torch.geqrf(a)
         ld, piv = torch.linalg.ldl_factor(s)
-        return torch.ormqr(qr, tau, a, transpose=True), torch.linalg.pinv(a), ld, piv, torch.linalg.ldl_solve(ld, piv, a)
+        return (
+            torch.ormqr(qr, tau, a, transpose=True),
+            torch.linalg.pinv(a),
+            ld,
+            piv,
+            torch.linalg.ldl_solve(ld, piv, a),
+        )
 
     ours = xnf.compile(f)(xnf.to_xla(a), xnf.to_xla(s))
     torch.testing.assert_close([xnf.to_torch(o) for o in ours], list(f(a, s)))
@@ -377,14 +435,28 @@ def _grads(fn, inputs):
 
 
 GRADS = [
-    ("cholesky", lambda a: torch.cholesky(a @ a.mT + 4 * torch.eye(4, dtype=f64, device=a.device), upper=True).pow(2).sum(), [(2, 4, 4)]),
-    ("ormqr", lambda a, t, c: torch.ormqr(a, t, c, left=False).pow(2).mul(torch.arange(5.0, dtype=f64, device=a.device)).sum(), [(5, 3), (3,), (4, 5)]),
+    (
+        "cholesky",
+        lambda a: torch.cholesky(a @ a.mT + 4 * torch.eye(4, dtype=f64, device=a.device), upper=True).pow(2).sum(),
+        [(2, 4, 4)],
+    ),
+    (
+        "ormqr",
+        lambda a, t, c: (
+            torch.ormqr(a, t, c, left=False).pow(2).mul(torch.arange(5.0, dtype=f64, device=a.device)).sum()
+        ),
+        [(5, 3), (3,), (4, 5)],
+    ),
     ("pinv", lambda a: torch.linalg.pinv(a).sin().sum(), [(2, 5, 3)]),
     ("pinv_hermitian", lambda a: torch.linalg.pinv(a + a.mT, hermitian=True).sin().sum(), [(4, 4)]),
     ("lstsq", lambda a, b: torch.linalg.lstsq(a, b).solution.sin().sum(), [(6, 3), (6, 2)]),
     ("lstsq_residuals", lambda a, b: torch.linalg.lstsq(a, b, driver="gels").residuals.sum(), [(6, 3), (6, 2)]),
     ("eigvals", lambda a: torch.linalg.eigvals(a).abs().sum(), [(2, 4, 4)]),
-    ("eig", lambda a: torch.linalg.eig(a)[1].abs().pow(2).mul(torch.arange(4.0, dtype=f64, device=a.device)).sum(), [(4, 4)]),
+    (
+        "eig",
+        lambda a: torch.linalg.eig(a)[1].abs().pow(2).mul(torch.arange(4.0, dtype=f64, device=a.device)).sum(),
+        [(4, 4)],
+    ),
 ]
 
 

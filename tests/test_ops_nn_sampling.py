@@ -15,7 +15,17 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from lowering_harness import functions_in, CASES_LIVE_IN, T, as_meta, assert_same, call_lowering, on_device, to_meta_arg, unambiguous_name
+from lowering_harness import (
+    functions_in,
+    CASES_LIVE_IN,
+    T,
+    as_meta,
+    assert_same,
+    call_lowering,
+    on_device,
+    to_meta_arg,
+    unambiguous_name,
+)
 from xla_native_functions.lowerings import grid_sample as lower_grid_sample
 from xla_native_functions.lowerings import nn_misc as lower_nn_misc
 from xla_native_functions.lowerings import pooling as lower_pooling
@@ -34,8 +44,12 @@ F32_TOL = dict(atol=1e-4, rtol=1e-4)
 OPS_UNDER_TEST = CASES_LIVE_IN["test_ops_nn_sampling.py"]
 
 
-LOWERINGS = functions_in([lower_grid_sample, lower_nn_misc, lower_pooling, lower_unpool, lower_upsample], prefix="lower_")
-SHAPE_FNS = functions_in([shape_grid_sample, shape_nn_misc, shape_pooling, shape_unpool, shape_upsample], suffix="_output_shape")
+LOWERINGS = functions_in(
+    [lower_grid_sample, lower_nn_misc, lower_pooling, lower_unpool, lower_upsample], prefix="lower_"
+)
+SHAPE_FNS = functions_in(
+    [shape_grid_sample, shape_nn_misc, shape_pooling, shape_unpool, shape_upsample], suffix="_output_shape"
+)
 
 
 def run_lowering(op, args, kwargs):
@@ -106,18 +120,30 @@ def grid_cases():
                 tag = f"_m{mode}_p{pad}_{'ac' if ac else 'nc'}"
                 cases.append(Case("grid_sampler_2d" + tag, aten.grid_sampler_2d.default, (x2, g2, mode, pad, ac)))
                 cases.append(
-                    Case("grid_sampler_2d_backward" + tag, aten.grid_sampler_2d_backward.default, (go2, x2, g2, mode, pad, ac, [True, True]))
+                    Case(
+                        "grid_sampler_2d_backward" + tag,
+                        aten.grid_sampler_2d_backward.default,
+                        (go2, x2, g2, mode, pad, ac, [True, True]),
+                    )
                 )
                 if mode == 2:
                     continue  # bicubic is 2-D only
                 cases.append(Case("grid_sampler_3d" + tag, aten.grid_sampler_3d.default, (x3, g3, mode, pad, ac)))
                 cases.append(
-                    Case("grid_sampler_3d_backward" + tag, aten.grid_sampler_3d_backward.default, (go3, x3, g3, mode, pad, ac, [True, True]))
+                    Case(
+                        "grid_sampler_3d_backward" + tag,
+                        aten.grid_sampler_3d_backward.default,
+                        (go3, x3, g3, mode, pad, ac, [True, True]),
+                    )
                 )
     for mode in (0, 2):
         x, g = x2.float(), g2.float()
-        cases.append(Case(f"grid_sampler_2d_m{mode}_f32", aten.grid_sampler_2d.default, (x, g, mode, 2, False), tol=F32_TOL))
-    cases.append(Case("grid_sampler_3d_f32", aten.grid_sampler_3d.default, (x3.float(), g3.float(), 0, 1, True), tol=F32_TOL))
+        cases.append(
+            Case(f"grid_sampler_2d_m{mode}_f32", aten.grid_sampler_2d.default, (x, g, mode, 2, False), tol=F32_TOL)
+        )
+    cases.append(
+        Case("grid_sampler_3d_f32", aten.grid_sampler_3d.default, (x3.float(), g3.float(), 0, 1, True), tol=F32_TOL)
+    )
     go = T(2, 3, 4, 7, dtype=D)
     x2, g2 = T(2, 3, 5, 6, dtype=D), T(2, 4, 7, 2, dtype=D)
     cases.append(
@@ -131,9 +157,20 @@ def grid_cases():
     edge = torch.tensor([[[[-1.0, -1.0], [1.0, 1.0], [0.0, 0.0], [-1.5, 2.0]]]], dtype=D)
     for pad in (0, 1, 2):
         cases.append(
-            Case(f"grid_sampler_2d_edges_p{pad}", aten.grid_sampler_2d.default, (T(1, 1, 3, 4, dtype=D), edge, 0, pad, True))
+            Case(
+                f"grid_sampler_2d_edges_p{pad}",
+                aten.grid_sampler_2d.default,
+                (T(1, 1, 3, 4, dtype=D), edge, 0, pad, True),
+            )
         )
-    cases.append(Case("grid_sampler_2d_half", aten.grid_sampler_2d.default, (T(1, 2, 3, 3, dtype=torch.float16), T(1, 2, 2, 2, dtype=torch.float16, low=-1, high=1), 0, 0, False), tol=dict(atol=1e-2, rtol=1e-2)))
+    cases.append(
+        Case(
+            "grid_sampler_2d_half",
+            aten.grid_sampler_2d.default,
+            (T(1, 2, 3, 3, dtype=torch.float16), T(1, 2, 2, 2, dtype=torch.float16, low=-1, high=1), 0, 0, False),
+            tol=dict(atol=1e-2, rtol=1e-2),
+        )
+    )
     return cases
 
 
@@ -143,27 +180,64 @@ def upsample_cases():
         sfx = "" if dtype is torch.float32 else "_f64"
         tol = F32_TOL if dtype is torch.float32 else {}
         x = T(2, 3, 5, 7, dtype=dtype)
-        for size, ac, scales in (([9, 4], False, ()), ([9, 4], True, ()), ([10, 14], False, (2.0, 2.0)), ([1, 1], True, ())):
+        for size, ac, scales in (
+            ([9, 4], False, ()),
+            ([9, 4], True, ()),
+            ([10, 14], False, (2.0, 2.0)),
+            ([1, 1], True, ()),
+        ):
             tag = f"_{size[0]}x{size[1]}_{'ac' if ac else 'nc'}{'_scales' if scales else ''}{sfx}"
-            cases.append(Case("upsample_bicubic2d" + tag, aten.upsample_bicubic2d.default, (x, size, ac, *scales), tol=tol))
-            cases.append(Case("upsample_bilinear2d_aa" + tag, aten._upsample_bilinear2d_aa.default, (x, size, ac, *scales), tol=tol))
-            cases.append(Case("upsample_bicubic2d_aa" + tag, aten._upsample_bicubic2d_aa.default, (x, size, ac, *scales), tol=tol))
+            cases.append(
+                Case("upsample_bicubic2d" + tag, aten.upsample_bicubic2d.default, (x, size, ac, *scales), tol=tol)
+            )
+            cases.append(
+                Case(
+                    "upsample_bilinear2d_aa" + tag,
+                    aten._upsample_bilinear2d_aa.default,
+                    (x, size, ac, *scales),
+                    tol=tol,
+                )
+            )
+            cases.append(
+                Case(
+                    "upsample_bicubic2d_aa" + tag, aten._upsample_bicubic2d_aa.default, (x, size, ac, *scales), tol=tol
+                )
+            )
             go = T(2, 3, *size, dtype=dtype)
             cases.append(
-                Case("upsample_bicubic2d_backward" + tag, aten.upsample_bicubic2d_backward.default, (go, size, [2, 3, 5, 7], ac, *scales), tol=tol)
+                Case(
+                    "upsample_bicubic2d_backward" + tag,
+                    aten.upsample_bicubic2d_backward.default,
+                    (go, size, [2, 3, 5, 7], ac, *scales),
+                    tol=tol,
+                )
             )
             cases.append(
-                Case("upsample_bicubic2d_aa_backward" + tag, aten._upsample_bicubic2d_aa_backward.default, (go, size, [2, 3, 5, 7], ac, *scales), tol=tol)
+                Case(
+                    "upsample_bicubic2d_aa_backward" + tag,
+                    aten._upsample_bicubic2d_aa_backward.default,
+                    (go, size, [2, 3, 5, 7], ac, *scales),
+                    tol=tol,
+                )
             )
             cases.append(
-                Case("upsample_bilinear2d_aa_backward" + tag, aten._upsample_bilinear2d_aa_backward.default, (go, size, [2, 3, 5, 7], ac, *scales), tol=tol)
+                Case(
+                    "upsample_bilinear2d_aa_backward" + tag,
+                    aten._upsample_bilinear2d_aa_backward.default,
+                    (go, size, [2, 3, 5, 7], ac, *scales),
+                    tol=tol,
+                )
             )
         cases += [
             Case("nearest_exact1d" + sfx, aten._upsample_nearest_exact1d.default, (T(2, 3, 5, dtype=dtype), [8])),
             Case("nearest_exact1d_down" + sfx, aten._upsample_nearest_exact1d.default, (T(2, 3, 7, dtype=dtype), [3])),
             Case("nearest_exact2d" + sfx, aten._upsample_nearest_exact2d.default, (x, [11, 4])),
             Case("nearest_exact2d_scales" + sfx, aten._upsample_nearest_exact2d.default, (x, [7, 10], 1.5, 1.5)),
-            Case("nearest_exact3d" + sfx, aten._upsample_nearest_exact3d.default, (T(1, 2, 3, 4, 5, dtype=dtype), [5, 3, 7])),
+            Case(
+                "nearest_exact3d" + sfx,
+                aten._upsample_nearest_exact3d.default,
+                (T(1, 2, 3, 4, 5, dtype=dtype), [5, 3, 7]),
+            ),
             Case(
                 "nearest_exact1d_backward" + sfx,
                 aten._upsample_nearest_exact1d_backward.default,
@@ -180,7 +254,11 @@ def upsample_cases():
                 (T(1, 2, 5, 3, 7, dtype=dtype), [5, 3, 7], [1, 2, 3, 4, 5]),
             ),
         ]
-    cases.append(Case("nearest_exact2d_uint8", aten._upsample_nearest_exact2d.default, (T(1, 2, 3, 3, dtype=torch.uint8), [5, 4])))
+    cases.append(
+        Case(
+            "nearest_exact2d_uint8", aten._upsample_nearest_exact2d.default, (T(1, 2, 3, 3, dtype=torch.uint8), [5, 4])
+        )
+    )
     return cases
 
 
@@ -194,20 +272,54 @@ def misc_cases():
         cases.append(Case("adaptive_max_pool3d_unbatched" + sfx, aten.adaptive_max_pool3d.default, (x[0], [3, 1, 5])))
         out, idx = aten.adaptive_max_pool3d(x, [2, 3, 3])
         cases.append(
-            Case("adaptive_max_pool3d_backward" + sfx, aten.adaptive_max_pool3d_backward.default, (T(*out.shape, dtype=dtype), x, idx))
+            Case(
+                "adaptive_max_pool3d_backward" + sfx,
+                aten.adaptive_max_pool3d_backward.default,
+                (T(*out.shape, dtype=dtype), x, idx),
+            )
         )
         i1, w, i2 = T(4, 3, dtype=dtype), T(5, 3, 2, dtype=dtype), T(4, 2, dtype=dtype)
-        cases.append(Case("trilinear_bilinear" + sfx, aten._trilinear.default, (i1, w, i2, [1, 3], [0], [1, 2], [2, 3]), tol=tol))
-        cases.append(Case("euclidean_dist" + sfx, aten._euclidean_dist.default, (T(4, 3, dtype=dtype), T(6, 3, dtype=dtype)), tol=tol))
         cases.append(
-            Case("euclidean_dist_batched" + sfx, aten._euclidean_dist.default, (T(2, 1, 4, 3, dtype=dtype), T(3, 5, 3, dtype=dtype)), tol=tol)
+            Case("trilinear_bilinear" + sfx, aten._trilinear.default, (i1, w, i2, [1, 3], [0], [1, 2], [2, 3]), tol=tol)
+        )
+        cases.append(
+            Case(
+                "euclidean_dist" + sfx,
+                aten._euclidean_dist.default,
+                (T(4, 3, dtype=dtype), T(6, 3, dtype=dtype)),
+                tol=tol,
+            )
+        )
+        cases.append(
+            Case(
+                "euclidean_dist_batched" + sfx,
+                aten._euclidean_dist.default,
+                (T(2, 1, 4, 3, dtype=dtype), T(3, 5, 3, dtype=dtype)),
+                tol=tol,
+            )
         )
         table = T(6, 4, dtype=dtype, low=-3, high=3)
         idx = torch.tensor([[0, 2], [2, 5]])
         for p in (2.0, 1.0, 3.0, float("inf")):
-            cases.append(Case(f"embedding_renorm_p{p}{sfx}", aten.embedding_renorm.default, (table, idx, 1.5, p), tol=tol))
+            cases.append(
+                Case(f"embedding_renorm_p{p}{sfx}", aten.embedding_renorm.default, (table, idx, 1.5, p), tol=tol)
+            )
     cases += weight_norm_cases()
-    cases.append(Case("trilinear_int64", aten._trilinear.default, (T(4, 3, dtype=torch.int64), T(5, 3, 2, dtype=torch.int64), T(4, 2, dtype=torch.int64), [1, 3], [0], [1, 2], [2, 3])))
+    cases.append(
+        Case(
+            "trilinear_int64",
+            aten._trilinear.default,
+            (
+                T(4, 3, dtype=torch.int64),
+                T(5, 3, 2, dtype=torch.int64),
+                T(4, 2, dtype=torch.int64),
+                [1, 3],
+                [0],
+                [1, 2],
+                [2, 3],
+            ),
+        )
+    )
     return cases
 
 
@@ -224,7 +336,9 @@ def weight_norm_cases():
             cases.append(Case(f"weight_norm_backward_dim{dim}{sfx}", aten._weight_norm_interface_backward.default,
                               (T(6, 3, 5, dtype=dtype), v, g, norms, dim), tol=tol))
     # A 1-D weight normalised over its only dim. The norms take g's shape on CPU; meta says (1,).
-    cases.append(Case("weight_norm_1d", aten._weight_norm_interface.default, (T(5), T(5), 0), tol=F32_TOL, meta_agrees=False))
+    cases.append(
+        Case("weight_norm_1d", aten._weight_norm_interface.default, (T(5), T(5), 0), tol=F32_TOL, meta_agrees=False)
+    )
     return cases
 
 
@@ -291,12 +405,18 @@ ERROR_CASES = [
     ErrorCase("unpool2d_bad_output_size", aten.max_unpool2d.default, (*_u2, [2])),
     ErrorCase("unpool2d_bad_rank", aten.max_unpool2d.default, (_u2[0][0], _u2[1][0], [2, 2])),
     ErrorCase("unpool2d_shape_mismatch", aten.max_unpool2d.default, (_u2[0], _u2[1][:, :1], [2, 2])),
-    ErrorCase("unpool2d_empty_channel", aten.max_unpool2d.default, (T(1, 0, 2), torch.zeros(1, 0, 2, dtype=torch.long), [2, 2])),
+    ErrorCase(
+        "unpool2d_empty_channel",
+        aten.max_unpool2d.default,
+        (T(1, 0, 2), torch.zeros(1, 0, 2, dtype=torch.long), [2, 2]),
+    ),
     ErrorCase("unpool2d_int64_input", aten.max_unpool2d.default, (_u2[0].long(), _u2[1], [2, 2])),
     ErrorCase("unpool3d_bad_stride_length", aten.max_unpool3d.default, (*_u3, [2, 2, 2], [1, 1], [0, 0, 0])),
     ErrorCase("unpool3d_bad_padding_length", aten.max_unpool3d.default, (*_u3, [2, 2, 2], [1, 1, 1], [0, 0])),
     ErrorCase("unpool3d_zero_stride", aten.max_unpool3d.default, (*_u3, [2, 2, 2], [0, 1, 1], [0, 0, 0])),
-    ErrorCase("unpool3d_bad_rank", aten.max_unpool3d.default, (_u3[0][0, 0], _u3[1][0, 0], [2, 2, 2], [1, 1, 1], [0, 0, 0])),
+    ErrorCase(
+        "unpool3d_bad_rank", aten.max_unpool3d.default, (_u3[0][0, 0], _u3[1][0, 0], [2, 2, 2], [1, 1, 1], [0, 0, 0])
+    ),
     ErrorCase("grid2d_dtype_mismatch", aten.grid_sampler_2d.default, (_g[0], _g[1].double(), 0, 0, False)),
     ErrorCase("grid2d_last_dim", aten.grid_sampler_2d.default, (_g[0], _g[1][..., :1], 0, 0, False)),
     ErrorCase("grid2d_batch_mismatch", aten.grid_sampler_2d.default, (_g[0], _g[1].expand(2, 5, 6, 2), 0, 0, False)),
@@ -309,7 +429,9 @@ ERROR_CASES = [
     ErrorCase("aa_half", aten._upsample_bilinear2d_aa.default, (T(1, 1, 3, 3, dtype=torch.float16), [4, 4], False)),
     ErrorCase("nearest_exact_bool", aten._upsample_nearest_exact1d.default, (T(1, 1, 3, dtype=torch.bool), [4])),
     ErrorCase("nearest_exact_zero_output", aten._upsample_nearest_exact2d.default, (T(1, 1, 3, 3), [0, 2])),
-    ErrorCase("adaptive_max_pool3d_int64", aten.adaptive_max_pool3d.default, (T(1, 2, 3, 3, 3, dtype=torch.int64), [2, 2, 2])),
+    ErrorCase(
+        "adaptive_max_pool3d_int64", aten.adaptive_max_pool3d.default, (T(1, 2, 3, 3, 3, dtype=torch.int64), [2, 2, 2])
+    ),
     ErrorCase("adaptive_max_pool3d_bad_rank", aten.adaptive_max_pool3d.default, (T(3, 3), [2, 2, 2])),
     ErrorCase("euclidean_dist_columns", aten._euclidean_dist.default, (T(4, 3), T(5, 2))),
     ErrorCase("embedding_renorm_float_indices", aten.embedding_renorm.default, (T(4, 3), T(2), 1.0, 2.0)),
@@ -317,14 +439,44 @@ ERROR_CASES = [
     ErrorCase("weight_norm_middle_dim", aten._weight_norm_interface.default, (T(4, 3, 5), T(1, 3, 1), 1)),
     ErrorCase("weight_norm_negative_dim", aten._weight_norm_interface.default, (T(4, 3, 5), T(1, 1, 5), -1)),
     ErrorCase("weight_norm_0d", aten._weight_norm_interface.default, (T(), T(), 0)),
-    ErrorCase("weight_norm_int64", aten._weight_norm_interface.default, (T(4, 3, dtype=torch.int64), T(4, 1, dtype=torch.int64), 0)),
+    ErrorCase(
+        "weight_norm_int64",
+        aten._weight_norm_interface.default,
+        (T(4, 3, dtype=torch.int64), T(4, 1, dtype=torch.int64), 0),
+    ),
     ErrorCase("weight_norm_g_dtype", aten._weight_norm_interface.default, (T(4, 3), T(4, 1, dtype=D), 0)),
-    ErrorCase("weight_norm_backward_middle_dim", aten._weight_norm_interface_backward.default, (T(4, 3, 5), T(4, 3, 5), T(1, 3, 1), T(1, 3, 1), 1)),
-    ErrorCase("weight_norm_backward_grad_dtype", aten._weight_norm_interface_backward.default, (T(4, 3, dtype=D), T(4, 3), T(4, 1), T(4, 1), 0)),
-    ErrorCase("weight_norm_backward_norms_bf16", aten._weight_norm_interface_backward.default,
-              (T(4, 8, dtype=torch.bfloat16), T(4, 8, dtype=torch.bfloat16), T(4, 1, dtype=torch.bfloat16), T(4, 1, dtype=torch.bfloat16), 0)),
-    ErrorCase("weight_norm_backward_int64", aten._weight_norm_interface_backward.default,
-              (T(4, 3, dtype=torch.int64), T(4, 3, dtype=torch.int64), T(4, 1, dtype=torch.int64), T(4, 1, dtype=torch.int64), 0)),
+    ErrorCase(
+        "weight_norm_backward_middle_dim",
+        aten._weight_norm_interface_backward.default,
+        (T(4, 3, 5), T(4, 3, 5), T(1, 3, 1), T(1, 3, 1), 1),
+    ),
+    ErrorCase(
+        "weight_norm_backward_grad_dtype",
+        aten._weight_norm_interface_backward.default,
+        (T(4, 3, dtype=D), T(4, 3), T(4, 1), T(4, 1), 0),
+    ),
+    ErrorCase(
+        "weight_norm_backward_norms_bf16",
+        aten._weight_norm_interface_backward.default,
+        (
+            T(4, 8, dtype=torch.bfloat16),
+            T(4, 8, dtype=torch.bfloat16),
+            T(4, 1, dtype=torch.bfloat16),
+            T(4, 1, dtype=torch.bfloat16),
+            0,
+        ),
+    ),
+    ErrorCase(
+        "weight_norm_backward_int64",
+        aten._weight_norm_interface_backward.default,
+        (
+            T(4, 3, dtype=torch.int64),
+            T(4, 3, dtype=torch.int64),
+            T(4, 1, dtype=torch.int64),
+            T(4, 1, dtype=torch.int64),
+            0,
+        ),
+    ),
 ]
 
 

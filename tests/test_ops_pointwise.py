@@ -27,7 +27,21 @@ from xla_native_functions.shape_fns import pointwise_binary as shape_binary
 from xla_native_functions.shape_fns import pointwise_math as shape_math
 from xla_native_functions.shape_fns import pointwise_scalar as shape_scalar
 from xla_native_functions.shape_fns import special as shape_special
-from lowering_harness import LOWERINGS as HARNESS_LOWERINGS, cases_elsewhere, cpu_result, run_lowering, run_shape_fn, Case, T, functions_in, as_meta, assert_same, ints, to_jax, unambiguous_name
+from lowering_harness import (
+    LOWERINGS as HARNESS_LOWERINGS,
+    cases_elsewhere,
+    cpu_result,
+    run_lowering,
+    run_shape_fn,
+    Case,
+    T,
+    functions_in,
+    as_meta,
+    assert_same,
+    ints,
+    to_jax,
+    unambiguous_name,
+)
 
 aten = torch.ops.aten
 
@@ -57,7 +71,9 @@ def sample(dtype, shape=(2, 3), low=-3.0, high=3.0):
     if dtype is torch.bool:
         return T(*shape, dtype=torch.bool)
     if not dtype.is_floating_point:
-        return ints(*shape, low=int(math.floor(low)), high=max(int(math.ceil(high)), int(math.floor(low)) + 1), dtype=dtype)
+        return ints(
+            *shape, low=int(math.floor(low)), high=max(int(math.ceil(high)), int(math.floor(low)) + 1), dtype=dtype
+        )
     return T(*shape, dtype=dtype, low=low, high=high)
 
 
@@ -203,7 +219,9 @@ def _binary_cases():
             tol = _tol(a) if a in (torch.bfloat16,) else _tol(b)
             cases.append(Case(f"{name}_{str(a)[6:]}_{str(b)[6:]}", op, (x, y), tol=tol))
         x0 = torch.tensor(1.5, dtype=torch.float64)
-        cases.append(Case(f"{name}_f32_0d_f64", op, (sample(torch.float32, low=low, high=high), x0), tol=_tol(torch.float32)))
+        cases.append(
+            Case(f"{name}_f32_0d_f64", op, (sample(torch.float32, low=low, high=high), x0), tol=_tol(torch.float32))
+        )
         if op is not aten.special_zeta.default:  # Not matched: zeta for q < 0 off the poles.
             cases.append(Case(f"{name}_edges", op, (EDGES, EDGES.flip(0))))
     return cases
@@ -283,7 +301,9 @@ def _specific_cases():
     pos23 = T(2, 3, low=0.1, high=5)
     return [
         Case("round_decimals_2", aten.round.decimals, (T(2, 3, low=-50, high=50),), {"decimals": 2}),
-        Case("round_decimals_neg", aten.round.decimals, (torch.tensor([150.0, 250.0, -1234.5, 49.0]),), {"decimals": -2}),
+        Case(
+            "round_decimals_neg", aten.round.decimals, (torch.tensor([150.0, 250.0, -1234.5, 49.0]),), {"decimals": -2}
+        ),
         Case("round_decimals_f64", aten.round.decimals, (T(5, dtype=torch.float64),), {"decimals": 3}),
         Case("round_decimals_int", aten.round.decimals, (i23,), {"decimals": 1}),
         Case("nan_to_num_values", aten.nan_to_num.default, (EDGES, 1.0, 100.0, -100.0)),
@@ -297,20 +317,64 @@ def _specific_cases():
         Case("div_scalar_mode_float_zero", aten.div.Scalar_mode, (f23, 0.0), {"rounding_mode": "floor"}),
         Case("div_scalar_mode_bool", aten.div.Scalar_mode, (T(3, dtype=torch.bool), True), {"rounding_mode": "trunc"}),
         Case("div_scalar_mode_bad", aten.div.Scalar_mode, (f23, 2), {"rounding_mode": "round"}),
-        Case("shift_out_of_range", aten.bitwise_left_shift.Tensor, (torch.tensor([1, -1, 5, 5]), torch.tensor([63, 64, -1, 70]))),
-        Case("rshift_out_of_range", aten.bitwise_right_shift.Tensor, (torch.tensor([-8, -8, 8, 8]), torch.tensor([2, 64, -1, 70]))),
-        Case("rshift_uint8", aten.bitwise_right_shift.Tensor, (torch.tensor([200, 200], dtype=torch.uint8), torch.tensor([1, 9], dtype=torch.uint8))),
-        Case("lshift_int32", aten.bitwise_left_shift.Tensor, (torch.tensor([1, 1], dtype=torch.int32), torch.tensor([31, 32], dtype=torch.int32))),
+        Case(
+            "shift_out_of_range",
+            aten.bitwise_left_shift.Tensor,
+            (torch.tensor([1, -1, 5, 5]), torch.tensor([63, 64, -1, 70])),
+        ),
+        Case(
+            "rshift_out_of_range",
+            aten.bitwise_right_shift.Tensor,
+            (torch.tensor([-8, -8, 8, 8]), torch.tensor([2, 64, -1, 70])),
+        ),
+        Case(
+            "rshift_uint8",
+            aten.bitwise_right_shift.Tensor,
+            (torch.tensor([200, 200], dtype=torch.uint8), torch.tensor([1, 9], dtype=torch.uint8)),
+        ),
+        Case(
+            "lshift_int32",
+            aten.bitwise_left_shift.Tensor,
+            (torch.tensor([1, 1], dtype=torch.int32), torch.tensor([31, 32], dtype=torch.int32)),
+        ),
         Case("gcd_edges", aten.gcd.default, (torch.tensor([0, -4, 6, -(2**63), 17]), torch.tensor([0, 6, -4, 0, 5]))),
         Case("lcm_edges", aten.lcm.default, (torch.tensor([0, -4, 6, 3]), torch.tensor([0, 6, -4, -5]))),
-        Case("fmod_signs", aten.fmod.Tensor, (torch.tensor([[7, 7, -7], [-7, 0, 13]]), torch.tensor([[3, -3, 2], [-2, 5, -7]]))),
-        Case("remainder_signs", aten.remainder.Tensor, (torch.tensor([[7, 7, -7], [-7, 0, 13]]), torch.tensor([[3, -3, 2], [-2, 5, -7]]))),
-        Case("remainder_float_signs", aten.remainder.Tensor, (torch.tensor([5.5, -5.5, 5.5, -5.5, 3.0, 1.0]), torch.tensor([2.0, 2.0, -2.0, -2.0, 0.0, INF]))),
-        Case("fmod_float_signs", aten.fmod.Tensor, (torch.tensor([5.5, -5.5, 5.5, -5.5, 3.0, 1.0]), torch.tensor([2.0, 2.0, -2.0, -2.0, 0.0, INF]))),
+        Case(
+            "fmod_signs",
+            aten.fmod.Tensor,
+            (torch.tensor([[7, 7, -7], [-7, 0, 13]]), torch.tensor([[3, -3, 2], [-2, 5, -7]])),
+        ),
+        Case(
+            "remainder_signs",
+            aten.remainder.Tensor,
+            (torch.tensor([[7, 7, -7], [-7, 0, 13]]), torch.tensor([[3, -3, 2], [-2, 5, -7]])),
+        ),
+        Case(
+            "remainder_float_signs",
+            aten.remainder.Tensor,
+            (torch.tensor([5.5, -5.5, 5.5, -5.5, 3.0, 1.0]), torch.tensor([2.0, 2.0, -2.0, -2.0, 0.0, INF])),
+        ),
+        Case(
+            "fmod_float_signs",
+            aten.fmod.Tensor,
+            (torch.tensor([5.5, -5.5, 5.5, -5.5, 3.0, 1.0]), torch.tensor([2.0, 2.0, -2.0, -2.0, 0.0, INF])),
+        ),
         Case("heaviside_mixed_dtypes", aten.heaviside.default, (f23, T(3, dtype=torch.float64))),
-        Case("xlogy_nan_zero", aten.xlogy.Tensor, (torch.tensor([0.0, 0.0, 1.0, 2.0]), torch.tensor([NAN, 0.0, 0.0, -1.0]))),
-        Case("logaddexp_inf", aten.logaddexp.default, (torch.tensor([INF, -INF, INF, 1.0]), torch.tensor([INF, -INF, -INF, 1000.0]))),
-        Case("pow_tensor_negative_int", aten.pow.Tensor_Tensor, (torch.tensor([2, 1, -1, -1, 0, 3]), torch.tensor([-1, -3, -3, -2, 2, 2]))),
+        Case(
+            "xlogy_nan_zero",
+            aten.xlogy.Tensor,
+            (torch.tensor([0.0, 0.0, 1.0, 2.0]), torch.tensor([NAN, 0.0, 0.0, -1.0])),
+        ),
+        Case(
+            "logaddexp_inf",
+            aten.logaddexp.default,
+            (torch.tensor([INF, -INF, INF, 1.0]), torch.tensor([INF, -INF, -INF, 1000.0])),
+        ),
+        Case(
+            "pow_tensor_negative_int",
+            aten.pow.Tensor_Tensor,
+            (torch.tensor([2, 1, -1, -1, 0, 3]), torch.tensor([-1, -3, -3, -2, 2, 2])),
+        ),
         # ternary ops
         Case("addcmul_f32", aten.addcmul.default, (f23, T(3), T(2, 1)), {"value": 0.5}, tol=_tol(torch.float32)),
         Case("addcmul_int", aten.addcmul.default, (i23, ints(3), ints(2, 3)), {"value": 2}),
@@ -319,13 +383,22 @@ def _specific_cases():
         Case("addcmul_bool", aten.addcmul.default, (T(3, dtype=torch.bool),) * 3),
         Case("addcmul_bf16", aten.addcmul.default, (T(3, dtype=torch.bfloat16),) * 3, tol=_tol(torch.bfloat16)),
         Case("addcdiv_f32", aten.addcdiv.default, (f23, T(3), pos23), {"value": -2}, tol=_tol(torch.float32)),
-        Case("addcdiv_f64_0d", aten.addcdiv.default, (T(3, dtype=torch.float64), T(dtype=torch.float64), T(3, dtype=torch.float64, low=1, high=2))),
+        Case(
+            "addcdiv_f64_0d",
+            aten.addcdiv.default,
+            (T(3, dtype=torch.float64), T(dtype=torch.float64), T(3, dtype=torch.float64, low=1, high=2)),
+        ),
         Case("addcdiv_int", aten.addcdiv.default, (i23, ints(3), ints(3, low=1))),
         Case("addcdiv_int_self", aten.addcdiv.default, (i23, T(3), pos23)),
         Case("lerp_scalar", aten.lerp.Scalar, (f23, T(3), 0.3), tol=_tol(torch.float32)),
         Case("lerp_scalar_high", aten.lerp.Scalar, (f23, T(3), 0.8), tol=_tol(torch.float32)),
         Case("lerp_scalar_int_weight", aten.lerp.Scalar, (T(3, dtype=torch.float64), T(3, dtype=torch.float64), 1)),
-        Case("lerp_scalar_bf16", aten.lerp.Scalar, (T(3, dtype=torch.bfloat16), T(3, dtype=torch.bfloat16), 0.5), tol=_tol(torch.bfloat16)),
+        Case(
+            "lerp_scalar_bf16",
+            aten.lerp.Scalar,
+            (T(3, dtype=torch.bfloat16), T(3, dtype=torch.bfloat16), 0.5),
+            tol=_tol(torch.bfloat16),
+        ),
         Case("lerp_scalar_int", aten.lerp.Scalar, (i23, i23, 0.5)),
         Case("lerp_scalar_mixed", aten.lerp.Scalar, (f23, T(3, dtype=torch.float64), 0.5)),
         Case("lerp_tensor", aten.lerp.Tensor, (f23, T(3), T(2, 1, low=-1, high=2)), tol=_tol(torch.float32)),
@@ -347,7 +420,11 @@ def _specific_cases():
         Case("mvlgamma_1_f64", aten.mvlgamma.default, (T(4, low=0.5, high=6, dtype=torch.float64), 1)),
         Case("mvlgamma_int", aten.mvlgamma.default, (ints(3, low=3), 2)),
         Case("mvlgamma_p0", aten.mvlgamma.default, (f23, 0)),
-        Case("zeta_poles", aten.special_zeta.default, (torch.tensor([1.5, 2.0, 3.0, 1.0, 0.5]), torch.tensor([0.0, -1.0, -3.0, 1.0, 1.0]))),
+        Case(
+            "zeta_poles",
+            aten.special_zeta.default,
+            (torch.tensor([1.5, 2.0, 3.0, 1.0, 0.5]), torch.tensor([0.0, -1.0, -3.0, 1.0, 1.0])),
+        ),
         Case("digamma_zeros", aten.digamma.default, (torch.tensor([0.0, -0.0, -1.0, -2.0, 1e-30]),)),
         Case("ne_complex", aten.ne.Tensor, (T(3, dtype=torch.complex64), T(3, dtype=torch.complex64))),
         Case("ge_complex", aten.ge.Tensor, (T(3, dtype=torch.complex64), T(3, dtype=torch.complex64))),
@@ -403,7 +480,11 @@ def _activation_cases():
         (aten.logit_backward.default, (0.25,)),
     ]:
         name = unambiguous_name(op) + "".join(f"_{e}" for e in extra)
-        x = boundary if op is not aten.logit_backward.default else torch.tensor([-0.5, 0.0, 0.2, 0.5, 0.8, 1.0, 1.5, 0.25])
+        x = (
+            boundary
+            if op is not aten.logit_backward.default
+            else torch.tensor([-0.5, 0.0, 0.2, 0.5, 0.8, 1.0, 1.5, 0.25])
+        )
         cases.append(Case(f"{name}_f32", op, (grad, x, *extra), tol=_tol(torch.float32)))
         cases.append(Case(f"{name}_f32_f64", op, (grad, x.double(), *extra)))
         cases.append(Case(f"{name}_bf16", op, (grad.bfloat16(), x.bfloat16(), *extra), tol=_tol(torch.bfloat16)))
@@ -412,14 +493,20 @@ def _activation_cases():
     cases += [
         Case("elu_backward_input", aten.elu_backward.default, (grad, 1.5, 1.0, 1.0, False, boundary)),
         Case("elu_backward_result", aten.elu_backward.default, (grad, 1.5, 1.0, 1.0, True, y), tol=_tol(torch.float32)),
-        Case("elu_backward_scales", aten.elu_backward.default, (grad.double(), 0.5, 2.0, 1.5, False, boundary.double())),
+        Case(
+            "elu_backward_scales", aten.elu_backward.default, (grad.double(), 0.5, 2.0, 1.5, False, boundary.double())
+        ),
         Case("elu_backward_int", aten.elu_backward.default, (ints(8), 1, 1, 1, False, ints(8))),
         Case("hardtanh_uint8", aten.hardtanh.default, (ints(3, low=0, dtype=torch.uint8),)),
         Case("glu_odd", aten.glu.default, (T(2, 3),)),
         Case("glu_0d", aten.glu.default, (T(),)),
         Case("glu_bad_dim", aten.glu.default, (T(2, 4), 2)),
         Case("glu_backward", aten.glu_backward.default, (T(2, 2), T(2, 4), -1)),
-        Case("glu_backward_dim0", aten.glu_backward.default, (T(1, 3, dtype=torch.float64), T(2, 3, dtype=torch.float64), 0)),
+        Case(
+            "glu_backward_dim0",
+            aten.glu_backward.default,
+            (T(1, 3, dtype=torch.float64), T(2, 3, dtype=torch.float64), 0),
+        ),
         Case("glu_backward_odd", aten.glu_backward.default, (T(2, 1), T(2, 3), 1)),
         Case("prelu", aten._prelu_kernel.default, (T(2, 3, 4), T(3, 1))),
         Case("prelu_f64_scalar_weight", aten._prelu_kernel.default, (x64, T(1, dtype=torch.float64))),
@@ -432,7 +519,11 @@ def _activation_cases():
     z = aten.log_sigmoid_forward(boundary)[1]
     cases += [
         Case("log_sigmoid_backward", aten.log_sigmoid_backward.default, (grad, boundary, z), tol=_tol(torch.float32)),
-        Case("log_sigmoid_backward_f64", aten.log_sigmoid_backward.default, (grad.double(), boundary.double(), z.double())),
+        Case(
+            "log_sigmoid_backward_f64",
+            aten.log_sigmoid_backward.default,
+            (grad.double(), boundary.double(), z.double()),
+        ),
         Case("log_sigmoid_backward_mixed", aten.log_sigmoid_backward.default, (grad, boundary.double(), z)),
     ]
     del f23, g23
@@ -554,8 +645,14 @@ ACTIVATIONS = [
     ("logit", lambda x: torch.logit(x.sigmoid(), 0.1)),
     ("prelu", lambda x: torch.nn.functional.prelu(x, torch.full((3,), 0.25, dtype=x.dtype, device=x.device))),
     ("math", lambda x: (torch.hypot(x, x.exp()) + x.expm1() * x.cosh() + torch.lerp(x, x.sin(), 0.3)).abs().log1p()),
-    ("math2", lambda x: torch.logaddexp(x.asinh(), (0.3 * x).tan()) * torch.erf(x) + torch.addcdiv(x, x, x.exp(), value=0.5)),
-    ("special", lambda x: torch.special.i1(x) + torch.digamma(x.exp()) + torch.lgamma(x.exp()) + torch.erfinv(0.9 * x.tanh())),
+    (
+        "math2",
+        lambda x: torch.logaddexp(x.asinh(), (0.3 * x).tan()) * torch.erf(x) + torch.addcdiv(x, x, x.exp(), value=0.5),
+    ),
+    (
+        "special",
+        lambda x: torch.special.i1(x) + torch.digamma(x.exp()) + torch.lgamma(x.exp()) + torch.erfinv(0.9 * x.tanh()),
+    ),
 ]
 
 

@@ -12,7 +12,19 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from lowering_harness import run_lowering, run_shape_fn, Case, ErrorCase, T, functions_in, as_meta, assert_same, ints, on_device, unambiguous_name
+from lowering_harness import (
+    run_lowering,
+    run_shape_fn,
+    Case,
+    ErrorCase,
+    T,
+    functions_in,
+    as_meta,
+    assert_same,
+    ints,
+    on_device,
+    unambiguous_name,
+)
 from xla_native_functions.lowerings import cumulative as lower_cumulative
 from xla_native_functions.lowerings import rearrange as lower_rearrange
 from xla_native_functions.lowerings import sort as lower_sort
@@ -26,7 +38,9 @@ from xla_native_functions.shape_fns import statistics as shape_statistics
 
 aten = torch.ops.aten
 
-LOWERINGS = functions_in([lower_statistics, lower_sort, lower_cumulative, lower_rearrange, lower_split], prefix="lower_")
+LOWERINGS = functions_in(
+    [lower_statistics, lower_sort, lower_cumulative, lower_rearrange, lower_split], prefix="lower_"
+)
 SHAPE_FNS = functions_in([shape_statistics, shape_sort, shape_cumulative, shape_rearrange, shape_split],
                          suffix="_output_shape")
 
@@ -322,7 +336,9 @@ def test_tied_selection_returns_valid_index(op, args):
     ours_values, ours_indices = run_lowering(op, args, {})
     torch.testing.assert_close(ours_values, values, equal_nan=True)
     dim = args[2] if op is aten.kthvalue.default and len(args) > 2 else -1
-    gathered = torch.gather(args[0], dim, ours_indices if ours_indices.dim() == args[0].dim() else ours_indices.unsqueeze(dim))
+    gathered = torch.gather(
+        args[0], dim, ours_indices if ours_indices.dim() == args[0].dim() else ours_indices.unsqueeze(dim)
+    )
     torch.testing.assert_close(gathered.reshape(ours_values.shape), ours_values, equal_nan=True)
 
 

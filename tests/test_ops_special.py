@@ -21,7 +21,19 @@ from xla_native_functions.lowerings import special_polynomials as lower_polynomi
 from xla_native_functions.shape_fns import activation as shape_activation
 from xla_native_functions.shape_fns import special as shape_special
 from xla_native_functions.shape_fns import special_polynomials as shape_polynomials
-from lowering_harness import CASES_LIVE_IN, cpu_result, run_lowering, run_shape_fn, Case, T, functions_in, as_meta, assert_same, ints, unambiguous_name
+from lowering_harness import (
+    CASES_LIVE_IN,
+    cpu_result,
+    run_lowering,
+    run_shape_fn,
+    Case,
+    T,
+    functions_in,
+    as_meta,
+    assert_same,
+    ints,
+    unambiguous_name,
+)
 
 aten = torch.ops.aten
 NAN, INF = float("nan"), float("inf")
@@ -71,7 +83,12 @@ def _polynomial_cases():
                 tol = {"rtol": 1e-5, "atol": 1e-5}
             cases.append(Case(f"{name}_grid_{str(dtype)[6:]}", packet.default, (x, n), tol=tol))
         cases += [
-            Case(f"{name}_int", packet.default, (ints(3, 4, low=-3, high=4), ints(4, low=-1, high=9)), tol=_tol(torch.float32)),
+            Case(
+                f"{name}_int",
+                packet.default,
+                (ints(3, 4, low=-3, high=4), ints(4, low=-1, high=9)),
+                tol=_tol(torch.float32),
+            ),
             Case(f"{name}_bool", packet.default, (T(3, dtype=torch.bool), T(3, dtype=torch.bool))),
             Case(f"{name}_empty", packet.default, (T(0, 3), T(3))),
             Case(f"{name}_bf16", packet.default, (T(3, dtype=torch.bfloat16), T(3, dtype=torch.bfloat16))),
@@ -134,11 +151,34 @@ def _gamma_cases():
             cases.append(Case(f"{name}_edges_{str(dtype)[6:]}", op, (a.contiguous(), x.contiguous()), tol=_tol(dtype)))
         cases += [
             Case(f"{name}_f32", op, (T(3, 4, low=0.1, high=9), T(4, low=0, high=9)), tol=_tol(torch.float32)),
-            Case(f"{name}_large_a", op, (torch.tensor([2e6, 2e6, 1e8, 1e8, 1e20]), torch.tensor([1.9998e6, 2.0002e6, 1e8, 1.0001e8, 1e20])), tol={"rtol": 1e-4, "atol": 1e-4}),  # CPU's float32 is off by ~3e-5 here
-            Case(f"{name}_large_a_f64", op, (torch.tensor([2e6, 2e6, 1e8], dtype=torch.float64), torch.tensor([1.9998e6, 2.0002e6, 1.0001e8], dtype=torch.float64)), tol={"rtol": 1e-9, "atol": 1e-10}),
+            Case(
+                f"{name}_large_a",
+                op,
+                (torch.tensor([2e6, 2e6, 1e8, 1e8, 1e20]), torch.tensor([1.9998e6, 2.0002e6, 1e8, 1.0001e8, 1e20])),
+                tol={"rtol": 1e-4, "atol": 1e-4},
+            ),  # CPU's float32 is off by ~3e-5 here
+            Case(
+                f"{name}_large_a_f64",
+                op,
+                (
+                    torch.tensor([2e6, 2e6, 1e8], dtype=torch.float64),
+                    torch.tensor([1.9998e6, 2.0002e6, 1.0001e8], dtype=torch.float64),
+                ),
+                tol={"rtol": 1e-9, "atol": 1e-10},
+            ),
             Case(f"{name}_mixed", op, (T(3, low=0.1, high=5), T(3, dtype=torch.float64, low=0.1, high=5))),
-            Case(f"{name}_0d_other", op, (T(3, low=0.1, high=5), torch.tensor(1.5, dtype=torch.float64)), tol=_tol(torch.float32)),
-            Case(f"{name}_bf16", op, (T(3, dtype=torch.bfloat16, low=0.5, high=4), T(3, dtype=torch.bfloat16, low=0.5, high=4)), tol=_tol(torch.bfloat16)),
+            Case(
+                f"{name}_0d_other",
+                op,
+                (T(3, low=0.1, high=5), torch.tensor(1.5, dtype=torch.float64)),
+                tol=_tol(torch.float32),
+            ),
+            Case(
+                f"{name}_bf16",
+                op,
+                (T(3, dtype=torch.bfloat16, low=0.5, high=4), T(3, dtype=torch.bfloat16, low=0.5, high=4)),
+                tol=_tol(torch.bfloat16),
+            ),
             Case(f"{name}_int", op, (ints(3, low=1), ints(3, low=1))),
             Case(f"{name}_int_float", op, (ints(3, low=1), T(3, low=0.1, high=5)), tol=_tol(torch.float32)),
             Case(f"{name}_empty", op, (T(0, 3), T(3))),
@@ -186,7 +226,9 @@ def _activation_cases():
         Case("renorm_p2", aten.renorm.default, (T(3, 4, 5), 2, 1, 1.5), tol=_tol(torch.float32)),
         Case("renorm_p1_dim0", aten.renorm.default, (T(3, 4, dtype=torch.float64), 1, 0, 2.0)),
         Case("renorm_inf_neg_dim", aten.renorm.default, (T(3, 4), INF, -1, 1.0), tol=_tol(torch.float32)),
-        Case("renorm_fractional_p", aten.renorm.default, (T(2, 5, low=-3, high=3), 1.5, 0, 0.5), tol=_tol(torch.float32)),
+        Case(
+            "renorm_fractional_p", aten.renorm.default, (T(2, 5, low=-3, high=3), 1.5, 0, 0.5), tol=_tol(torch.float32)
+        ),
         Case("renorm_large_maxnorm", aten.renorm.default, (T(3, 4), 2, 0, 100.0)),
         Case("renorm_bf16", aten.renorm.default, (T(3, 4, dtype=torch.bfloat16), 2, 0, 1.0), tol=_tol(torch.bfloat16)),
         Case("renorm_1d", aten.renorm.default, (T(4), 2, 0, 1.0)),
@@ -205,21 +247,59 @@ def _activation_cases():
         Case("dist_empty", aten.dist.default, (T(0), T(0))),
         Case("dist_int", aten.dist.default, (ints(3), ints(3))),
         Case("dist_bool", aten.dist.default, (T(3, dtype=torch.bool), T(3, dtype=torch.bool))),
-        Case("dist_bf16", aten.dist.default, (T(6, dtype=torch.bfloat16), T(6, dtype=torch.bfloat16)), tol=_tol(torch.bfloat16)),
-        Case("native_dropout_backward", aten.native_dropout_backward.default, (T(3, 4), T(3, 4, dtype=torch.bool), 2.0)),
-        Case("native_dropout_backward_f64", aten.native_dropout_backward.default, (T(3, 4, dtype=torch.float64), T(3, 4, dtype=torch.bool), 1.25)),
-        Case("native_dropout_backward_int", aten.native_dropout_backward.default, (ints(3, 4), T(3, 4, dtype=torch.bool), 2.0)),
-        Case("native_dropout_backward_uint8", aten.native_dropout_backward.default, (ints(4, low=0, high=255, dtype=torch.uint8), T(4, dtype=torch.bool), 3.0)),
-        Case("native_dropout_backward_bool", aten.native_dropout_backward.default, (T(4, dtype=torch.bool), T(4, dtype=torch.bool), 2.0)),
-        Case("native_dropout_backward_float_mask", aten.native_dropout_backward.default, (T(4), T(4, dtype=torch.float64), 2.0), meta_agrees=False),
-        Case("native_dropout_backward_bf16", aten.native_dropout_backward.default, (T(4, dtype=torch.bfloat16), T(4, dtype=torch.bool), 1.5), tol=_tol(torch.bfloat16)),
+        Case(
+            "dist_bf16",
+            aten.dist.default,
+            (T(6, dtype=torch.bfloat16), T(6, dtype=torch.bfloat16)),
+            tol=_tol(torch.bfloat16),
+        ),
+        Case(
+            "native_dropout_backward", aten.native_dropout_backward.default, (T(3, 4), T(3, 4, dtype=torch.bool), 2.0)
+        ),
+        Case(
+            "native_dropout_backward_f64",
+            aten.native_dropout_backward.default,
+            (T(3, 4, dtype=torch.float64), T(3, 4, dtype=torch.bool), 1.25),
+        ),
+        Case(
+            "native_dropout_backward_int",
+            aten.native_dropout_backward.default,
+            (ints(3, 4), T(3, 4, dtype=torch.bool), 2.0),
+        ),
+        Case(
+            "native_dropout_backward_uint8",
+            aten.native_dropout_backward.default,
+            (ints(4, low=0, high=255, dtype=torch.uint8), T(4, dtype=torch.bool), 3.0),
+        ),
+        Case(
+            "native_dropout_backward_bool",
+            aten.native_dropout_backward.default,
+            (T(4, dtype=torch.bool), T(4, dtype=torch.bool), 2.0),
+        ),
+        Case(
+            "native_dropout_backward_float_mask",
+            aten.native_dropout_backward.default,
+            (T(4), T(4, dtype=torch.float64), 2.0),
+            meta_agrees=False,
+        ),
+        Case(
+            "native_dropout_backward_bf16",
+            aten.native_dropout_backward.default,
+            (T(4, dtype=torch.bfloat16), T(4, dtype=torch.bool), 1.5),
+            tol=_tol(torch.bfloat16),
+        ),
         Case("ldexp", aten.ldexp.Tensor, (T(3, 4), ints(4, low=-5, high=5))),
         Case("ldexp_f64_float_exp", aten.ldexp.Tensor, (T(3, dtype=torch.float64), T(3, dtype=torch.float64))),
         Case("ldexp_int_int", aten.ldexp.Tensor, (ints(4), ints(4, low=0, high=8))),
         Case("ldexp_int32", aten.ldexp.Tensor, (ints(4, dtype=torch.int32), ints(4, low=0, high=8, dtype=torch.int32))),
         Case("ldexp_bool_f64", aten.ldexp.Tensor, (T(3, dtype=torch.bool), T(3, dtype=torch.float64))),
         Case("ldexp_int_float", aten.ldexp.Tensor, (ints(3), T(3)), tol=_tol(torch.float32)),
-        Case("ldexp_bf16", aten.ldexp.Tensor, (T(3, dtype=torch.bfloat16), ints(3, low=-3, high=3)), tol=_tol(torch.bfloat16)),
+        Case(
+            "ldexp_bf16",
+            aten.ldexp.Tensor,
+            (T(3, dtype=torch.bfloat16), ints(3, low=-3, high=3)),
+            tol=_tol(torch.bfloat16),
+        ),
         Case("ldexp_overflow", aten.ldexp.Tensor, (torch.tensor([1.0, 1.0, -1.0]), torch.tensor([127, 128, 200]))),
     ]
     return cases
@@ -308,7 +388,10 @@ def test_incomplete_gamma_large_a_matches_mpmath():
     a = torch.tensor([2e6, 2e6, 1e8, 1e8], dtype=torch.float64)
     x = torch.tensor([1.9998e6, 2.0003e6, 1.00005e8, 1e8], dtype=torch.float64)
     ours = run_lowering(aten.igammac.default, (a, x), {})
-    expected = [float(MPMATH.gammainc(MPMATH.mpf(ai), MPMATH.mpf(xi), MPMATH.inf, regularized=True)) for ai, xi in zip(a.tolist(), x.tolist())]
+    expected = [
+        float(MPMATH.gammainc(MPMATH.mpf(ai), MPMATH.mpf(xi), MPMATH.inf, regularized=True))
+        for ai, xi in zip(a.tolist(), x.tolist())
+    ]
     torch.testing.assert_close(ours, torch.tensor(expected, dtype=torch.float64), rtol=1e-10, atol=1e-12)
 
 

@@ -34,7 +34,9 @@ def fresh_state(monkeypatch):
 
 def _mlp(dropout: float = 0.0):
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Dropout(dropout), torch.nn.Linear(12, 3))
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Dropout(dropout), torch.nn.Linear(12, 3)
+    )
 
 
 def _pair(make_opt, **model_kwargs):
@@ -365,7 +367,8 @@ def test_inference_weights_multiplied_transposed_by_few_rows_are_passed_as_copie
             torch.testing.assert_close(cpu(forward(xnf.to_xla(x))), ref(x), atol=1e-5, rtol=1e-5)
         assert (id(ours[0].weight._store.array) in graph._TRANSPOSED_COPIES) is copied
     assert metrics.replays > 0
-    del ours, forward
+    del forward
+    ours = None
     gc.collect()
     assert not graph._TRANSPOSED_COPIES  # each copy is dropped with the array it copies
 

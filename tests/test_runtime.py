@@ -19,8 +19,13 @@ from xla_native_functions.runtime.core import views
 from xla_native_functions.runtime.exec import eager, fallback, graph, registry
 from xla_native_functions.runtime.frontends import dispatch
 from xla_native_functions.runtime.core import tensor as xla_tensor_module
-from xla_native_functions.runtime.platform.backend import (ASYNC_DISPATCH_ENV, CACHE_DIR_ENV, MALLOC_DEFAULTS_ENV, NO_COMPILATION_CACHE_ENV,
-                                                   SCHEDULER_FLAG)
+from xla_native_functions.runtime.platform.backend import (
+    ASYNC_DISPATCH_ENV,
+    CACHE_DIR_ENV,
+    MALLOC_DEFAULTS_ENV,
+    NO_COMPILATION_CACHE_ENV,
+    SCHEDULER_FLAG,
+)
 from xla_native_functions.runtime.platform.device_guard import PYTHON_GUARD_ENV
 from xla_native_functions.runtime.platform.metrics import metrics
 from xla_native_functions.runtime.core.tensor import DEVICE, XlaTensor
@@ -104,12 +109,33 @@ def test_metadata_and_host_reads():
     assert x.cpu().device.type == "cpu"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16, torch.complex64])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16, torch.complex64]
+)
 @pytest.mark.parametrize(
     "view",
-    [lambda x: x.t(), lambda x: x[1:, ::2], lambda x: x[2], lambda x: x[:, 1:2].squeeze(1), lambda x: x.reshape(-1)[3:9],
-     lambda x: x[1:2].expand(3, 4), lambda x: x.as_strided((2, 2), (1, 4), 5), lambda x: x[3:], lambda x: x[1:, 1:][5:]],
-    ids=["t", "slices", "select", "squeezed_column", "flat_range", "expanded", "as_strided", "empty", "empty_past_the_end"],
+    [
+        lambda x: x.t(),
+        lambda x: x[1:, ::2],
+        lambda x: x[2],
+        lambda x: x[:, 1:2].squeeze(1),
+        lambda x: x.reshape(-1)[3:9],
+        lambda x: x[1:2].expand(3, 4),
+        lambda x: x.as_strided((2, 2), (1, 4), 5),
+        lambda x: x[3:],
+        lambda x: x[1:, 1:][5:],
+    ],
+    ids=[
+        "t",
+        "slices",
+        "select",
+        "squeezed_column",
+        "flat_range",
+        "expanded",
+        "as_strided",
+        "empty",
+        "empty_past_the_end",
+    ],
 )
 def test_host_reads_of_views_match_torch(view, dtype):
     ref = torch.arange(12).reshape(3, 4).to(dtype)
@@ -180,7 +206,14 @@ def _both(fn, make):
         lambda x: x.unsqueeze(0).transpose(1, 2)[0, 1].zero_(),
         lambda x: x.permute(1, 0)[2:].copy_(torch.ones(2, 3)),
     ],
-    ids=["view_setitem", "t_select_add_", "slice_fill_", "step_slice_mul_", "unsqueeze_transpose_zero_", "permute_copy_"],
+    ids=[
+        "view_setitem",
+        "t_select_add_",
+        "slice_fill_",
+        "step_slice_mul_",
+        "unsqueeze_transpose_zero_",
+        "permute_copy_",
+    ],
 )
 def test_write_through_view_lands_in_base(mutate):
     ref, ours = _both(mutate, lambda: torch.arange(12.0).reshape(3, 4))
@@ -353,7 +386,9 @@ def test_out_overlapping_an_input_raises_like_torch():
     torch.testing.assert_close(cpu(ours), torch.cat([torch.arange(4.0) * 2, torch.arange(4.0, 8.0)]))
     # ... but not for gather/index_select/take/cat/masked_select
     x = xnf.to_xla(torch.arange(6.0))
-    _raises_like_torch(lambda t, i: torch.index_select(t, 0, i, out=t[:2]), (torch.arange(6.0), idx), (x, xnf.to_xla(idx)))
+    _raises_like_torch(
+        lambda t, i: torch.index_select(t, 0, i, out=t[:2]), (torch.arange(6.0), idx), (x, xnf.to_xla(idx))
+    )
     _raises_like_torch(lambda t: torch.cat([t[:3], t[3:]], out=t[:6]), (torch.arange(6.0),), (x,))
     # an expanded out= has elements sharing memory
     _raises_like_torch(
@@ -423,7 +458,11 @@ def test_out_dtype_rules_match_torch():
     torch.add(xnf.to_xla(src), 1, out=out)
     torch.testing.assert_close(cpu(out), (src + 1).double())
     # factories compute in the out tensor's dtype
-    for make in (lambda o: torch.arange(0.0, 5.0, out=o), lambda o: torch.full((3,), 2.7, out=o), lambda o: torch.linspace(0, 7, 4, out=o)):
+    for make in (
+        lambda o: torch.arange(0.0, 5.0, out=o),
+        lambda o: torch.full((3,), 2.7, out=o),
+        lambda o: torch.linspace(0, 7, 4, out=o),
+    ):
         ref, ours = make(torch.empty(0, dtype=torch.int64)), make(xnf.to_xla(torch.empty(0, dtype=torch.int64)))
         assert ours.dtype == torch.int64
         torch.testing.assert_close(cpu(ours), ref)
@@ -448,7 +487,9 @@ INDEX_ERRORS = {
     "index_fill": lambda x, d: torch.index_fill(x, 1, torch.tensor([-5], device=d), 1.0),
     "take": lambda x, d: torch.take(x, torch.tensor([-13], device=d)),
     "embedding": lambda x, d: torch.nn.functional.embedding(torch.tensor([3], device=d), x),
-    "embedding_bag": lambda x, d: torch.nn.functional.embedding_bag(torch.tensor([5], device=d), x, torch.tensor([0], device=d)),
+    "embedding_bag": lambda x, d: torch.nn.functional.embedding_bag(
+        torch.tensor([5], device=d), x, torch.tensor([0], device=d)
+    ),
     "nll_loss": lambda x, d: torch.nn.functional.nll_loss(x, torch.tensor([0, 1, 4], device=d)),
     "cross_entropy": lambda x, d: torch.nn.functional.cross_entropy(x, torch.tensor([0, -2, 1], device=d)),
 }
@@ -466,10 +507,17 @@ def test_out_of_range_index_values_raise_like_torch_in_eager_mode(name):
 def test_in_range_index_values_pass_the_checks():
     # negative indices where PyTorch wraps them, and nll_loss's ignore_index
     x = xnf.to_xla(_X)
-    torch.testing.assert_close(cpu(torch.take(x, xnf.to_xla(torch.tensor([-12, 11])))), torch.take(_X, torch.tensor([-12, 11])))
-    torch.testing.assert_close(cpu(torch.index_fill(x, 1, xnf.to_xla(torch.tensor([-1])), 2.0)), torch.index_fill(_X, 1, torch.tensor([-1]), 2.0))
+    torch.testing.assert_close(
+        cpu(torch.take(x, xnf.to_xla(torch.tensor([-12, 11])))), torch.take(_X, torch.tensor([-12, 11]))
+    )
+    torch.testing.assert_close(
+        cpu(torch.index_fill(x, 1, xnf.to_xla(torch.tensor([-1])), 2.0)),
+        torch.index_fill(_X, 1, torch.tensor([-1]), 2.0),
+    )
     target = torch.tensor([0, -100, 3])
-    torch.testing.assert_close(cpu(torch.nn.functional.nll_loss(x, xnf.to_xla(target))), torch.nn.functional.nll_loss(_X, target))
+    torch.testing.assert_close(
+        cpu(torch.nn.functional.nll_loss(x, xnf.to_xla(target))), torch.nn.functional.nll_loss(_X, target)
+    )
 
 
 def test_index_value_checks_can_be_turned_off(monkeypatch):
@@ -1074,7 +1122,10 @@ def _schedule_after_import(prelude: str, env: dict) -> list[str]:
 
 def test_import_prefers_the_sequential_schedule_unless_told_or_too_late():
     # Note [Sequential XLA CPU schedule]: an XLA flag, read when JAX's CPU client is made.
-    assert _schedule_after_import("", {}) == [f"{SCHEDULER_FLAG}=false", "  XLA CPU schedule: memory-optimized, run in order"]
+    assert _schedule_after_import("", {}) == [
+        f"{SCHEDULER_FLAG}=false",
+        "  XLA CPU schedule: memory-optimized, run in order",
+    ]
     flags, line = _schedule_after_import("", {"XLA_FLAGS": f"{SCHEDULER_FLAG}=true"})
     assert flags == f"{SCHEDULER_FLAG}=true" and "as XLA_FLAGS sets it" in line
     flags, line = _schedule_after_import("import jax.numpy as jnp; jnp.zeros(1)", {})
@@ -1130,7 +1181,9 @@ print([l for l in xnf.metrics_report().splitlines() if 'host allocator' in l][0]
 
 def _run_with(code: str, env: dict) -> list[str]:
     env = {k: v for k, v in os.environ.items() if k != MALLOC_DEFAULTS_ENV} | env
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.splitlines()
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's")
@@ -1214,7 +1267,9 @@ def _guard_after_import(env: dict) -> tuple[int, str]:
     return int(out[0]), out[1]
 
 
-@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler to build the guard")
+@pytest.mark.skipif(
+    shutil.which("c++") is None and shutil.which("g++") is None, reason="no C++ compiler to build the guard"
+)
 def test_native_device_guard_replaces_python_calls(tmp_path):
     # Note [Native device guard]: built into an empty cache, then PyTorch never asks the
     # Python guard during a backward pass; without it, it does, and the answer is the same.
@@ -1248,7 +1303,9 @@ print([l for l in xnf.metrics_report().splitlines() if 'compilation cache' in l]
 
 
 def _cache_after_import(env: dict) -> tuple[int, str]:
-    inherited = {k: v for k, v in os.environ.items() if k not in (NO_COMPILATION_CACHE_ENV, "JAX_COMPILATION_CACHE_DIR")}
+    inherited = {
+        k: v for k, v in os.environ.items() if k not in (NO_COMPILATION_CACHE_ENV, "JAX_COMPILATION_CACHE_DIR")
+    }
     env = inherited | {PYTHON_GUARD_ENV: "1"} | env  # no C++ build into the fresh cache directories
     out = subprocess.run([sys.executable, "-c", _CACHE_HITS_OF_A_FORWARD], env=env, capture_output=True, text=True,
                          check=True).stdout.splitlines()
@@ -1274,7 +1331,9 @@ def test_compilation_cache_stays_off_when_asked_or_unwritable(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     hits, line = _cache_after_import({CACHE_DIR_ENV: str(blocker)})
-    assert hits == 0 and line.startswith(f"  persistent compilation cache: off (cannot create {blocker}/jax-compilation-cache")
+    assert hits == 0 and line.startswith(
+        f"  persistent compilation cache: off (cannot create {blocker}/jax-compilation-cache"
+    )
 
 
 def test_compilation_cache_directory_chosen_for_jax_is_kept(tmp_path):

@@ -82,7 +82,9 @@ def test_scaffold_full_codegen_op_until_filled_in(repo, two_ops):
     assert f"def {name}_output_shape(self, other):" in shape.read_text()
     assert re.search(rf"lowerings/{family.group(1)}\.py:\d+  def lower_{name}\(self, other\):", out)
     # the OpInfo whose Python operator reaches it joins the test table
-    assert re.search(r'OPINFOS = \[.*"bitwise_(left|right)_shift",\n\]', (repo / "tests/test_opinfo.py").read_text(), re.S)
+    assert re.search(
+        r'OPINFOS = \[.*"bitwise_(left|right)_shift",\n\]', (repo / "tests/test_opinfo.py").read_text(), re.S
+    )
     # the generator names the stubs until they are filled in; --check fails on them
     gen = run(repo, "codegen.generate")
     assert gen.returncode == 0, gen.stderr
@@ -103,7 +105,10 @@ def test_scaffold_full_codegen_op_until_filled_in(repo, two_ops):
     assert call.returncode == 0 and call.stdout.startswith("unfinished: "), call.stderr[-2000:]
     # filled in: the generator is quiet, the op runs
     twin = family.group(2).replace(".", "_")
-    for path, old, new in ((lowering, f"lower_{name}", f"lower_{twin}"), (shape, f"{name}_output_shape", f"{twin}_output_shape")):
+    for path, old, new in (
+        (lowering, f"lower_{name}", f"lower_{twin}"),
+        (shape, f"{name}_output_shape", f"{twin}_output_shape"),
+    ):
         text = path.read_text()
         start = text.index(f"def {old}(")
         path.write_text(text[:start] + f"def {old}(self, other):\n    return {new}(self, other)\n")
@@ -129,7 +134,10 @@ def test_supported_and_fallback_sections(repo, two_ops):
     out = run(repo, "codegen.scaffold", f"aten::{fallback}", "--section", "fallback")
     assert out.returncode == 0 and "stubs" not in out.stdout, out.stdout
     manifest = load_manifest(repo / "native_functions.yaml")
-    assert {e.op: e.section for e in manifest.entries if e.op in two_ops} == {supported: "supported", fallback: "fallback"}
+    assert {e.op: e.section for e in manifest.entries if e.op in two_ops} == {
+        supported: "supported",
+        fallback: "fallback",
+    }
     assert lint_order(manifest) == []
     gen = run(repo, "codegen.generate")
     assert gen.returncode == 0 and "1 handwritten function(s) are unfinished" in gen.stderr, gen.stderr

@@ -22,9 +22,8 @@ import pytest
 import torch
 
 import opinfo_harness as h
-import xla_native_functions as xnf
 from xla_native_functions import ir
-from xla_native_functions.runtime.core.ir import ATTR_LIST, SCALAR, TENSOR, TENSOR_LIST, OPT_TENSOR
+from xla_native_functions.runtime.core.ir import ATTR_LIST
 from xla_native_functions.shape_fns.common import TensorMeta
 
 COVERAGE = Path(__file__).resolve().parent.parent / "docs" / "reports" / "coverage.json"
@@ -62,7 +61,10 @@ def _opinfos_for(op_name: str) -> list[str]:
     hits = []
     if COVERAGE.exists():
         data = json.loads(COVERAGE.read_text()).get("opinfos", {})
-        hits = sorted((k for k, v in data.items() if op_name in v.get("aten_ops", ()) and k in h.opinfos()), key=lambda k: len(data[k]["aten_ops"]))
+        hits = sorted(
+            (k for k, v in data.items() if op_name in v.get("aten_ops", ()) and k in h.opinfos()),
+            key=lambda k: len(data[k]["aten_ops"]),
+        )
     seen, out = set(), []
     for k in named + hits:
         if k not in seen:
@@ -225,7 +227,9 @@ def test_shape_fn_matches_meta(op_name):
         if len(calls) >= MAX_CALLS:
             break
     if not calls:
-        pytest.skip(f"no OpInfo sample reaches aten.{op_name} on the meta device (looked at: {', '.join(keys) or 'none'})")
+        pytest.skip(
+            f"no OpInfo sample reaches aten.{op_name} on the meta device (looked at: {', '.join(keys) or 'none'})"
+        )
     problems = []
     for args, kwargs, expected in calls:
         try:
@@ -246,12 +250,18 @@ def test_shape_fn_matches_meta(op_name):
         if isinstance(expected, Exception):
             if isinstance(expected, NotImplementedError):
                 continue  # no meta kernel for this input; nothing to compare
-            problems.append(f"({desc}): returned {_ours(got)}, meta raises {type(expected).__name__}: {str(expected)[:100]}")
+            problems.append(
+                f"({desc}): returned {_ours(got)}, meta raises {type(expected).__name__}: {str(expected)[:100]}"
+            )
             continue
         exp = expected
         g = _ours(got)
         if isinstance(exp, tuple) and len(exp) == 2 and isinstance(exp[1], torch.dtype):
-            g = g[0] if isinstance(g, tuple) and len(g) == 1 and isinstance(g[0], tuple) and isinstance(g[0][1], torch.dtype) else g
+            g = (
+                g[0]
+                if isinstance(g, tuple) and len(g) == 1 and isinstance(g[0], tuple) and isinstance(g[0][1], torch.dtype)
+                else g
+            )
         if g != exp:
             problems.append(f"({desc}): got {g}, meta {exp}")
     assert not problems, f"{len(problems)} of {len(calls)} calls disagree:\n" + "\n".join(problems[:10])

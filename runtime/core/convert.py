@@ -78,8 +78,21 @@ def host_tensor(arr: np.ndarray) -> torch.Tensor:
 _NUMPY_BFLOAT16 = TORCH_TO_NUMPY[torch.bfloat16]
 
 
+def to_host(a: jax.Array) -> np.ndarray:
+    """An array's values on the host. An array spread over several processes' devices
+    (docs/distributed.md, "Several processes") is read from this process's copy when it
+    is replicated; split, no process holds all of it."""
+    if a.__class__ is not np.ndarray and not getattr(a, "is_fully_addressable", True):
+        if not a.is_fully_replicated:
+            raise RuntimeError("this tensor's values are split over several processes' devices, so no process holds "
+                               "them all: lay it out replicated first (t.full_tensor(), or redistribute(t, mesh, "
+                               "[Replicate()] * mesh.ndim)) to read it")
+        a = a.addressable_data(0)
+    return np.asarray(a)
+
+
 def jax_to_cpu(a: jax.Array) -> torch.Tensor:
-    arr = np.asarray(a)
+    arr = to_host(a)
     if arr.dtype == _NUMPY_BFLOAT16:
         return host_tensor(arr.view(np.int16).copy()).view(torch.bfloat16)
     return host_tensor(arr.copy())
@@ -147,7 +160,7 @@ def host_array(t) -> np.ndarray:
     base = store.array
     if base is None or store.pending is not None:
         base = current_array(store)
-    host = np.asarray(base)
+    host = to_host(base)
     if t._whole:
         return host
     shape = tuple(t.shape)

@@ -47,7 +47,10 @@ class SpecialScalar(ScalarInput):
     __slots__ = ()
 
     def __eq__(self, other: Any) -> bool:
-        return other.__class__ is SpecialScalar and (self.value.__class__, self.value) == (other.value.__class__, other.value)
+        return other.__class__ is SpecialScalar and (self.value.__class__, self.value) == (
+            other.value.__class__,
+            other.value,
+        )
 
     def __hash__(self) -> int:
         return hash((self.value.__class__, self.value))

@@ -47,6 +47,7 @@ from ..platform import hook_errors
 from ..platform.device_guard import install_native_device_guard
 from .autocast import install_autocast_fallthrough, install_autocast_kernels
 from .device_storage import DeviceStorage, pickled_form, storage_address
+from .inference import made_in_mode
 from .sharing import wait_for_write
 
 DEVICE_NAME = "jax"
@@ -98,6 +99,10 @@ class Storage:
     """Shared memory of a family of views; see Note [Views and mutation]."""
 
     __slots__ = ("array", "pending", "owner", "version", "__weakref__")
+    # The device of every tensor on this storage. A storage anywhere else (another
+    # device, a sharding over several) is a PlacedStorage: Note [Placed storage] in
+    # core/placement.py.
+    device = DEVICE
 
     def __init__(self, array: Any):
         self.array = array
@@ -119,6 +124,21 @@ class Storage:
 
 _NO_KWARGS: dict[str, Any] = {}
 _dispatch: Any = None
+# Makes the storage of an array that may live elsewhere than the default device, once
+# core/placement.py has placed a tensor there (None until then: every array is on it).
+_placed_storage: Any = None
+
+
+def register_placed_storage(make: Any) -> None:
+    """Arrays get their storage from `make(array)` (core/placement.py, which this layer
+    cannot import)."""
+    global _placed_storage
+    _placed_storage = make
+
+
+def storage_of(array: Any) -> Storage:
+    """The new storage of an array (Note [Placed storage] in core/placement.py)."""
+    return Storage(array) if _placed_storage is None else _placed_storage(array)
 
 
 def register_dispatcher(dispatch: Any) -> None:
@@ -157,13 +177,23 @@ class XlaTensor(torch.Tensor):
     _real = False  # a view of a complex storage as reals (Note [Views and mutation])
 
     @staticmethod
-    def __new__(cls, store: Storage, shape, dtype: torch.dtype, strides=None, offset: int = 0, requires_grad: bool = False):
+    def __new__(
+        cls, store: Storage, shape, dtype: torch.dtype, strides=None, offset: int = 0, requires_grad: bool = False
+    ):
         if strides is None:
-            r = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=DEVICE, requires_grad=requires_grad)
+            r = torch.Tensor._make_wrapper_subclass(
+                cls, shape, dtype=dtype, device=store.device, requires_grad=requires_grad
+            )
             r._whole = True
         else:
             r = torch.Tensor._make_wrapper_subclass(
-                cls, shape, strides=strides, storage_offset=offset, dtype=dtype, device=DEVICE, requires_grad=requires_grad
+                cls,
+                shape,
+                strides=strides,
+                storage_offset=offset,
+                dtype=dtype,
+                device=store.device,
+                requires_grad=requires_grad,
             )
             r._whole = False
         r._store = store
@@ -186,6 +216,15 @@ class XlaTensor(torch.Tensor):
     def data(self, new: torch.Tensor) -> None:
         # torch copies sizes, strides and offset into this TensorImpl (and rejects a
         # tensor of another device), but our storage lives on the Python object.
+        if new.__class__ is XlaTensor:
+            # torch also copies the key set, and refuses one that differs on a device
+            # like ours: `self` stays what it is (Note [Inference mode] in
+            # core/inference.py). Read without __torch_function__, which a placeholder
+            # of a lazy module (core/uninitialized.py) refuses.
+            with torch._C.DisableTorchFunctionSubclass():
+                inference = self.is_inference()
+            if new.is_inference() is not inference:
+                new = made_in_mode(inference, same_layout, new)
         torch.Tensor.data.__set__(self, new)
         self._store, self._whole, self._cache, self._real = new._store, new._whole, None, new._real
 
@@ -281,9 +320,14 @@ def _whole_storage(t: XlaTensor) -> XlaTensor | None:
 def from_array(array: jax.Array, requires_grad: bool = False) -> XlaTensor:
     """A new tensor owning a new storage holding `array`. (XlaTensor.__new__ without its
     Python call overhead: every eager op result is made here.)"""
-    r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=DEVICE, requires_grad=requires_grad)
+    store = Storage(array) if _placed_storage is None else _placed_storage(array)
+    if requires_grad:
+        r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=store.device,
+                                   requires_grad=True)
+    else:  # without the keyword: parsing it costs about 0.7 us of every eager op's 20
+        r = _make_wrapper_subclass(XlaTensor, array.shape, dtype=NUMPY_TO_TORCH[array.dtype], device=store.device)
     r._whole = True
-    r._store = Storage(array)
+    r._store = store
     r._cache = None
     return r
 
@@ -292,9 +336,11 @@ def tensor_on(store: Storage, shape, dtype: torch.dtype, view: tuple | None = No
     """A new tensor on an existing storage, whole or with view = (strides, offset)
     (XlaTensor.__new__ without its Python call overhead)."""
     if view is None:
-        r = _make_wrapper_subclass(XlaTensor, shape, dtype=dtype, device=DEVICE)
+        r = _make_wrapper_subclass(XlaTensor, shape, dtype=dtype, device=store.device)
     else:
-        r = _make_wrapper_subclass(XlaTensor, shape, strides=view[0], storage_offset=view[1], dtype=dtype, device=DEVICE)
+        r = _make_wrapper_subclass(
+            XlaTensor, shape, strides=view[0], storage_offset=view[1], dtype=dtype, device=store.device
+        )
     r._whole = view is None
     r._store = store
     r._cache = None
@@ -307,3 +353,13 @@ def real_view_on(store: Storage, shape, dtype: torch.dtype, view: tuple) -> XlaT
     r = tensor_on(store, shape, dtype, view)
     r._real = True
     return r
+
+
+def same_layout(t: XlaTensor) -> XlaTensor:
+    """A new tensor on t's storage with t's size, strides, offset and dtype."""
+    if t._whole:
+        return tensor_on(t._store, tuple(t.shape), t.dtype)
+    view = (tuple(t.stride()), t.storage_offset())
+    if t._real:
+        return real_view_on(t._store, tuple(t.shape), t.dtype, view)
+    return tensor_on(t._store, tuple(t.shape), t.dtype, view)

@@ -118,7 +118,9 @@ def _fast_view_meta(name: str, size, stride, offset, args) -> tuple | None:
         split_size, d = args[1], args[2]
         if split_size > 0 and -ndim <= d < ndim and size[d % ndim] > 0:
             d %= ndim
-            return [_slice(size, stride, offset, d, start, start + split_size, 1) for start in range(0, size[d], split_size)]
+            return [
+                _slice(size, stride, offset, d, start, start + split_size, 1) for start in range(0, size[d], split_size)
+            ]
     if name == "squeeze_dim" and ndim and -ndim <= args[1] < ndim:
         d = args[1] % ndim
         if size[d] != 1:

@@ -161,9 +161,13 @@ def _signature_problems(fn: Callable, positional: list[str], kwonly: list[str]) 
     have_pos = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     have_kw = [p.name for p in params if p.kind == p.KEYWORD_ONLY]
     if have_pos != positional:
-        problems.append(f"its positional parameters are ({', '.join(have_pos)}), the schema's are ({', '.join(positional)})")
+        problems.append(
+            f"its positional parameters are ({', '.join(have_pos)}), the schema's are ({', '.join(positional)})"
+        )
     if have_kw != kwonly:
-        problems.append(f"its keyword-only parameters are ({', '.join(have_kw)}), the schema's are ({', '.join(kwonly)})")
+        problems.append(
+            f"its keyword-only parameters are ({', '.join(have_kw)}), the schema's are ({', '.join(kwonly)})"
+        )
     return problems
 
 
@@ -262,7 +266,9 @@ def _output_shape_fn(name: str, kinds: tuple[str, ...], kwonly: tuple[str, ...],
         else:
             if not isinstance(out, (tuple, list)):
                 raise TypeError(f"{what} returned {type(out).__name__}; the schema of {name} returns several tensors")
-            result = type(out)(_to_meta(o, what) for o in out) if returns == "tuple" else [_to_meta(o, what) for o in out]
+            result = (
+                type(out)(_to_meta(o, what) for o in out) if returns == "tuple" else [_to_meta(o, what) for o in out]
+            )
         if key is not None:
             cache[key] = result
         return result
@@ -301,7 +307,9 @@ def _make_node_class(op: torch._ops.OpOverload, lowering: Callable, shape_fn: Ca
 
     def lower(*args: Any) -> Any:
         out = lowering(*args[:n_positional], **dict(zip(kwonly, args[n_positional:])))
-        _check_lowering_output(qualname, lowering_name, what, out, output_shape(*[_array_meta(k, a) for k, a in zip(kinds, args)]))
+        _check_lowering_output(
+            qualname, lowering_name, what, out, output_shape(*[_array_meta(k, a) for k, a in zip(kinds, args)])
+        )
         return out
 
     identifier = re.sub(r"\W", "_", qualname)

@@ -55,7 +55,11 @@ def _has_zero(divisor: Any) -> bool:
     array = divisor._store.array
     if isinstance(array, jax.core.Tracer):  # inside a JAX transformation: no values to read
         return False
-    if isinstance(array, jax.Array) and array.is_fully_addressable and all(d.platform == "cpu" for d in array.devices()):
+    if (
+        isinstance(array, jax.Array)
+        and array.is_fully_addressable
+        and all(d.platform == "cpu" for d in array.devices())
+    ):
         return not host_array(divisor).all()
     with X64:
         return not bool(_all_nonzero(value(divisor)))
@@ -110,18 +114,13 @@ def _checked(op: Any, handler: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-# aten op packets (in-place and out= forms included) that divide `self` by `other`
-DIVIDING_OPS = frozenset({"floor_divide", "remainder", "fmod", "div"})
-
-
-def install(registry: dict[Any, Any]) -> dict[Any, Any]:
-    """The registry with the handlers of integer-dividing ops wrapped by the check."""
-    out = dict(registry)
-    for op, handler in registry.items():
-        packet = op._schema.name.removeprefix("aten::").removesuffix("_")
-        names = [a.name for a in op._schema.arguments]
-        if packet in DIVIDING_OPS and "self" in names and "other" in names:
-            if packet == "div" and "rounding_mode" not in names:
-                continue  # true division: a floating-point result
-            out[op] = _checked(op, handler)
-    return out
+def wrap(op: Any, handler: Callable[..., Any]) -> Callable[..., Any]:
+    """`handler` of `op` run after the division check, if `op` divides `self` by `other`
+    with an integer result (`div` only with a rounding mode: true division gives a
+    floating-point result)."""
+    names = [a.name for a in op._schema.arguments]
+    if "self" not in names or "other" not in names:
+        return handler
+    if op._schema.name.removeprefix("aten::").rstrip("_") == "div" and "rounding_mode" not in names:
+        return handler
+    return _checked(op, handler)

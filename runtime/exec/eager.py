@@ -330,7 +330,10 @@ def check_in_place_result(shape: tuple, dtype: torch.dtype, new_shape: tuple, ne
                           check_cast: bool = True) -> None:
     """PyTorch's errors for writing a result of (new_shape, new_dtype) into a tensor."""
     if check_cast and new_dtype != dtype and not torch.can_cast(new_dtype, dtype):
-        raise RuntimeError(f"result type {scalar_type_name(new_dtype)} can't be cast to the desired output type {scalar_type_name(dtype)}")
+        raise RuntimeError(
+            f"result type {scalar_type_name(new_dtype)} can't be cast to the desired output type "
+            f"{scalar_type_name(dtype)}"
+        )
     if new_shape != shape:
         raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape {list(new_shape)}")
 

@@ -17,7 +17,7 @@ from ..platform.backend import graph_compiler_options
 from ..platform.config import config
 from ..platform.executable_cache import eager_jit
 from ..platform.metrics import metrics
-from .eager import scalar_operand, scoped_lowering
+from .eager import scalar_operand, scope_name, scoped_lowering
 from .sparse_updates import fold_sparse_updates
 from .registry import node, policy
 
@@ -198,6 +198,26 @@ def _transposed_copy(a: Any) -> Any:
 # were.
 
 
+# Note [Labelled nodes]
+# The analysis (frontends/analyze.py) names the call site of every instruction of a
+# compiled graph. While it watches a trace it labels the nodes each op records (id(node)
+# -> label), and a graph built meanwhile runs a labelled node's lowering in a named scope
+# of its label inside the op's own scope: `aten::addmm/site3/dot_general` in the op_name
+# metadata. Empty otherwise, which costs one test per node when a graph is built.
+NODE_LABELS: dict[int, str] = {}
+
+
+def _labelled_lowering(cls: type[Node], label: str) -> Callable:
+    name = scope_name(cls)
+    lower = cls.lower
+
+    def fn(*args: Any) -> Any:
+        with jax.named_scope(name), jax.named_scope(label):
+            return lower(*args)
+
+    return fn
+
+
 def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], roots: list[Value],
            read_only: set[int], donated: tuple[int, ...]) -> Callable:
     """The graph as a function of its inputs' arrays and its scalars. `read_only`: the
@@ -226,6 +246,9 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
     def step(n: Node) -> tuple:
         if n.__class__ is strided_read and in_pos.get(id(n.args[0])) in transposed:
             return _same, [ref(n.args[0])]  # the input arrives transposed
+        label = NODE_LABELS.get(id(n)) if NODE_LABELS else None
+        if label is not None:
+            return _labelled_lowering(type(n), label), [ref(a) for a in n.args]
         return scoped_lowering(type(n)), [ref(a) for a in n.args]
 
     program = [step(n) for n in order]
@@ -334,9 +357,11 @@ GRAPH_WATCHERS: list[Callable] = []
 
 
 def input_spec(v: Value) -> Any:
-    """The abstract value of a graph input, for lowering the graph again."""
+    """The abstract value of a graph input, for lowering the graph again (with its
+    sharding, where it is laid out over devices: docs/distributed.md)."""
     aval = jax.typeof(v.data)
-    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+    sharding = getattr(v.data, "sharding", None) if getattr(v.data, "committed", False) else None
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type, sharding=sharding)
 
 
 def dump_graph(text: str, kind: str) -> None:

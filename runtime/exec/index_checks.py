@@ -109,7 +109,9 @@ def _index_select(self, dim, index, **_):
     if self.numel() == 0 and size == 0:
         raise RuntimeError("index_select(): self indexing axis dim should be positive")
     if self.numel() == 0 or dim % self.dim() == 1:
-        raise RuntimeError(f"INDICES element is out of DATA bounds, id={_first_outside(index, 0, size)} axis_dim={size}")
+        raise RuntimeError(
+            f"INDICES element is out of DATA bounds, id={_first_outside(index, 0, size)} axis_dim={size}"
+        )
     raise IndexError(_OUT_OF_RANGE)
 
 
@@ -185,13 +187,10 @@ def _nll_loss(self, target, ignore_index=-100, **_):
 
 _OUT_OF_BOUNDS = "index {index} is out of bounds for dimension {dim} with size {size}"
 
-# aten op packet name (in-place forms included) -> check, called with the op's
-# arguments bound to their schema names.
+# check name (the manifest's policy `eager_value_checks` gives each op its check) -> the
+# check, called with the op's arguments bound to their schema names.
 CHECKS: dict[str, Callable[..., None]] = {
-    "gather": _along_dim(RuntimeError, _OUT_OF_BOUNDS),
-    "scatter": _along_dim(RuntimeError, _OUT_OF_BOUNDS),
-    "scatter_add": _along_dim(RuntimeError, _OUT_OF_BOUNDS),
-    "scatter_reduce": _along_dim(RuntimeError, _OUT_OF_BOUNDS),
+    "index_along_dim": _along_dim(RuntimeError, _OUT_OF_BOUNDS),
     "index_add": _index_add,
     "index_copy": _along_dim(IndexError, "index_copy_(): " + _OUT_OF_BOUNDS),
     "index_fill": _along_dim(IndexError, _OUT_OF_BOUNDS, negative_ok=True),
@@ -199,10 +198,8 @@ CHECKS: dict[str, Callable[..., None]] = {
     "index_select": _index_select,
     "take": _take,
     "embedding": _embedding,
-    "_embedding_bag": _embedding_bag,
-    "_embedding_bag_forward_only": _embedding_bag,
-    "nll_loss_forward": _nll_loss,
-    "nll_loss2d_forward": _nll_loss,
+    "embedding_bag": _embedding_bag,
+    "nll_loss": _nll_loss,
 }
 
 
@@ -238,13 +235,6 @@ def _functional_form(op: Any) -> Any:
     return None if packet_ops is None else getattr(packet_ops, overload, None)
 
 
-def install(registry: dict[Any, Any]) -> dict[Any, Any]:
-    """The registry with the handlers of the ops in CHECKS wrapped by their check."""
-    out = dict(registry)
-    for op, handler in registry.items():
-        packet = op._schema.name.removeprefix("aten::")
-        check = CHECKS.get(packet) or CHECKS.get(packet.removesuffix("_"))
-        if check is not None:
-            out[op] = _checked(op, handler, check, registry.get(_functional_form(op)))
-    return out
-
+def wrap(op: Any, handler: Callable[..., Any], check: str, registry: dict[Any, Any]) -> Callable[..., Any]:
+    """`handler` of `op` run after the index check named `check`."""
+    return _checked(op, handler, CHECKS[check], registry.get(_functional_form(op)))

@@ -16,8 +16,9 @@ import torch
 from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY
 from ..core.context import context
 from ..core.convert import X64, jax_to_cpu, current_array
+from ..core.inference import inference_mode_enabled, made_in_mode, made_like
 from ..core.ir import Node
-from ..core.tensor import Storage, XlaTensor, real_view_on, tensor_on
+from ..core.tensor import Storage, XlaTensor, real_view_on, same_layout, tensor_on
 from ..core.views import (is_whole, non_overlapping_and_dense, overlapping, real_strided_write_jit, strided_write_jit,
                           view_meta)
 from ..platform.config import config
@@ -35,18 +36,32 @@ def make_view(cls: type[Node], args: tuple[Any, ...]) -> Any:
     layout = view_meta(cls.name, cls.op, base, tuple(base.shape), tuple(base.stride()), base.storage_offset(),
                        math.prod(storage_shape) * (2 if real else 1), args)
     if isinstance(layout, list):
-        return [alias(store, base.dtype, *lo, storage_shape, real) for lo in layout]
-    return alias(store, base.dtype, *layout, storage_shape, real)
+        return [alias(store, base.dtype, *lo, storage_shape, real, base=base) for lo in layout]
+    return alias(store, base.dtype, *layout, storage_shape, real, base=base)
 
 
-def alias(store: Storage, dtype: torch.dtype, size, stride, offset, storage_shape=None, real: bool = False) -> XlaTensor:
-    """A tensor on `store` with this layout; `real`: a view of the complex storage as
-    reals (Note [Views and mutation])."""
-    if real:
-        return real_view_on(store, size, dtype, (stride, offset))
-    if is_whole(size, stride, offset, store.shape() if storage_shape is None else storage_shape):
-        return tensor_on(store, size, dtype)
-    return tensor_on(store, size, dtype, (stride, offset))
+def alias(store: Storage, dtype: torch.dtype, size, stride, offset, storage_shape=None, real: bool = False, *,
+          base: torch.Tensor) -> XlaTensor:
+    """A view of `base` on its storage `store` with this layout; `real`: a view of the
+    complex storage as reals (Note [Views and mutation]). It is an inference tensor
+    exactly when `base` is one (Note [Inference mode] in core/inference.py)."""
+    make = real_view_on if real else tensor_on
+    view = (stride, offset)
+    if not real and is_whole(size, stride, offset, store.shape() if storage_shape is None else storage_shape):
+        view = None
+    inference = base.is_inference()
+    if inference is not inference_mode_enabled():  # only across the edge of an inference_mode block
+        return made_in_mode(inference, make, store, size, dtype, view)
+    return make(store, size, dtype, view)
+
+
+def of_kind(base: torch.Tensor, result: XlaTensor) -> XlaTensor:
+    """`result`, a new tensor that an operator PyTorch makes a view of `base` returns
+    here (a conjugate), as a tensor of `base`'s kind: ADInplaceOrView treats it as a
+    view, and gives it `base`'s version counter if `base` is normal."""
+    if result.is_inference() is base.is_inference():
+        return result
+    return made_like(base, same_layout, result)
 
 
 def write_into(t: Any, new: Any, check_cast: bool = True) -> None:

@@ -64,12 +64,12 @@ HANDLERS = REGISTRY.by_id
 CALLS = metrics.calls_by_id
 # Manifest section of each overload, for metrics and error messages.
 SECTIONS: dict[str, str] = {}
-# Facts about operators from the manifest's `policy`: fact -> {unambiguous name: its
-# integers} (`host_only`, `transposed_weight_operands`).
-POLICY: dict[str, dict[str, tuple[int, ...]]] = {}
+# Facts about operators from the manifest's `policy`: fact -> {op name: its integers or
+# its name} (`host_only`, `transposed_weight_operands`, `eager_value_checks`).
+POLICY: dict[str, dict[str, tuple[int | str, ...]]] = {}
 
 
-def policy(fact: str) -> dict[str, tuple[int, ...]]:
+def policy(fact: str) -> dict[str, tuple[int | str, ...]]:
     return POLICY.get(fact, {})
 
 

@@ -48,12 +48,14 @@ from ..core.context import context
 from ..core.convert import X64, current_array
 from ..core.ir import ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node, ScalarInput, SpecialScalar, Value, \
     is_special_scalar
+from ..core.placement import pending_storage, state as placement_state
 from ..core.sharing import WRITE_LOCK
 from ..core.tensor import Storage, XlaTensor
 from ..platform.metrics import metrics
 from .eager import check_in_place_result, foreign_value, scalar_operand
 from .graph import lower_graph
 from .registry import node
+from .sharding import constrain_roots
 
 
 def _meta_of(a: Any) -> TensorMeta:
@@ -184,12 +186,14 @@ class Trace:
         check_result_sizes(metas)  # Note [Overflowing sizes]
         node = cls(tuple(node_args))
         outs = _emit(node, metas)
+        # results live where the op's operands do (Note [Placed storage] in core/placement.py)
+        operands = args if placement_state.active else None
         if isinstance(outs, tuple):
-            return tuple(None if o is None else self._new_tensor(o) for o in outs)
-        return self._new_tensor(outs)
+            return tuple(None if o is None else self._new_tensor(o, operands) for o in outs)
+        return self._new_tensor(outs, operands)
 
-    def _new_tensor(self, v: Value) -> XlaTensor:
-        store = Storage(None)
+    def _new_tensor(self, v: Value, operands: tuple | None = None) -> XlaTensor:
+        store = Storage(None) if operands is None else pending_storage(operands)
         store.pending, store.owner = v, self
         self.storages.append(weakref.ref(store))
         return XlaTensor(store, v.meta.shape, v.meta.dtype)
@@ -305,6 +309,8 @@ class Trace:
                 s.pending = s.owner = None
         if not pending:
             return
+        if placement_state.active:
+            constrain_roots(pending)  # Note [Placed storage] in core/placement.py
         previous: list[Any] = []
         self.running.acquire()
         try:

@@ -11,7 +11,9 @@ depends on where the op's values are:
     on the host), so the values checked are the ones the fused program computed. An
     input that entered the graph concrete is copied when the op is recorded (the graph
     may take over its buffer). compile() traces every call while the option is on: a
-    replayed call runs no Python, so nothing could be checked;
+    replayed call runs no Python, so nothing could be checked. The analysis's compiled
+    mode (`analyze --accuracy`, frontends/analyze.py) records its ops' checks the same
+    way (`check_after_sync`), with a callback that puts the differences in its report;
   - JAX transformations (jax_jit, jax_function under jax.jit/grad/vmap, the
     torch.compile backend): the values are JAX tracers, with nothing to compare while
     the op runs. Those ops are skipped, counted per op in `metrics_report()`, and the
@@ -71,11 +73,11 @@ def debug_call(func: Any, handler: Any, args: tuple[Any, ...], kwargs: dict[str,
 
 def _run(handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     # ops the handler calls through dispatch are checked too
-    _active[0] = False
+    saved, _active[0] = _active[0], False
     try:
         return handler(*args, **kwargs)
     finally:
-        _active[0] = True
+        _active[0] = saved
 
 
 def _debug_call(func: Any, handler: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -86,7 +88,7 @@ def _debug_call(func: Any, handler: Any, args: tuple[Any, ...], kwargs: dict[str
         return _run(handler, args, kwargs)
     trace = context.trace
     if trace is not None:
-        return _check_after_sync(trace, func, handler, args, kwargs)
+        return check_after_sync(trace, func, handler, args, kwargs)
     flat, _ = tree_flatten((args, kwargs))
     if any(_jax_traced(x) for x in flat):
         out = _run(handler, args, kwargs)
@@ -107,6 +109,14 @@ def _debug_call(func: Any, handler: Any, args: tuple[Any, ...], kwargs: dict[str
 def _random(func: Any) -> bool:
     # Random numbers come from another generator than PyTorch CPU's: nothing to compare.
     return torch.Tag.nondeterministic_seeded in getattr(func, "tags", ())
+
+
+def cpu_reference(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """`func` run by PyTorch on CPU copies of its arguments (None if PyTorch raises): the
+    reference of the accuracy check. Taken before the op runs, which may write into its
+    arguments."""
+    cpu_args, cpu_kwargs = tree_map(_to_cpu, (args, kwargs))
+    return _reference(func, cpu_args, cpu_kwargs)
 
 
 def _reference(func: Any, args: Any, kwargs: Any) -> Any:
@@ -141,11 +151,11 @@ def _skipped(func: Any) -> None:
 class _PendingCheck:
     """One recorded op whose values become concrete at the next sync."""
 
-    __slots__ = ("func", "spec", "inputs", "out_spec", "outputs", "site")
+    __slots__ = ("func", "spec", "inputs", "out_spec", "outputs", "site", "compare")
 
-    def __init__(self, func, spec, inputs, out_spec, outputs, site):
+    def __init__(self, func, spec, inputs, out_spec, outputs, site, compare):
         self.func, self.spec, self.inputs = func, spec, inputs
-        self.out_spec, self.outputs, self.site = out_spec, outputs, site
+        self.out_spec, self.outputs, self.site, self.compare = out_spec, outputs, site, compare
 
 
 # trace -> its pending checks, settled by a callback the trace runs after each sync
@@ -185,14 +195,18 @@ def _array_to_cpu(array: Any) -> Any:
         return jax_to_cpu(np.asarray(array))
 
 
-def _check_after_sync(trace: Any, func: Any, handler: Any, args: tuple, kwargs: dict) -> Any:
+def check_after_sync(trace: Any, func: Any, handler: Any, args: tuple, kwargs: dict, site: Any = None,
+                     compare: Any = None) -> Any:
+    """Run `handler`, which records the op `func` into `trace`, and compare it with
+    PyTorch CPU after the sync that computes its values: `compare(func, out, reference,
+    site)` with CPU tensors (by default, print the differences, with the call site)."""
     flat, spec = tree_flatten((args, kwargs))
     inputs = [_kept(trace, x) for x in flat]
-    site = user_call_site()
+    site = user_call_site() if site is None else site
     out = _run(handler, args, kwargs)
     out_flat, out_spec = tree_flatten(out)
     outputs = [_kept(trace, o) if isinstance(o, XlaTensor) else o for o in out_flat]
-    _pending_checks(trace).append(_PendingCheck(func, spec, inputs, out_spec, outputs, site))
+    _pending_checks(trace).append(_PendingCheck(func, spec, inputs, out_spec, outputs, site, compare or _compare))
     return out
 
 
@@ -225,7 +239,7 @@ def _settle_one(check: _PendingCheck) -> bool:
     args, kwargs = tree_unflatten(check.inputs, check.spec)
     reference = _reference(check.func, args, kwargs)
     if reference is not None:
-        _compare(check.func, tree_unflatten(check.outputs, check.out_spec), reference, check.site)
+        check.compare(check.func, tree_unflatten(check.outputs, check.out_spec), reference, check.site)
     return False
 
 
@@ -246,9 +260,22 @@ def _compare(func: Any, out: Any, reference: Any, site: str) -> None:
 
 
 def _compare_values(func: Any, out: Any, reference: Any, site: str) -> None:
-    ours, _ = tree_flatten(out)
-    ref, _ = tree_flatten(reference)
     metrics.accuracy_checked += 1
+    for max_abs, max_rel in differences(out, reference):
+        metrics.accuracy_differences += 1
+        print(
+            f"[xla_native_functions] accuracy: {func} differs from PyTorch CPU: max abs {max_abs:.3g}, "
+            f"max rel {max_rel:.3g}, at {site}"
+        )
+
+
+def differences(out: Any, reference: Any) -> list[tuple[float, float]]:
+    """(max abs, max rel) difference of every result of ours that differs from PyTorch's
+    beyond `config.accuracy_atol`/`accuracy_rtol` (`torch.allclose`; integer and bool
+    results must be equal, and count their unequal elements)."""
+    ours, _ = tree_flatten(tree_map(_to_cpu, out))
+    ref, _ = tree_flatten(reference)
+    found = []
     for a, b in zip(ours, ref):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
             continue
@@ -257,13 +284,12 @@ def _compare_values(func: Any, out: Any, reference: Any, site: str) -> None:
             max_abs = diff.max().item() if diff.numel() else 0.0
             denom = b.double().abs().clamp_min(1e-30)
             max_rel = (diff / denom).max().item() if diff.numel() else 0.0
-            bad = not torch.allclose(a.to(b.dtype), b, atol=config.accuracy_atol, rtol=config.accuracy_rtol, equal_nan=True)
+            bad = not torch.allclose(
+                a.to(b.dtype), b, atol=config.accuracy_atol, rtol=config.accuracy_rtol, equal_nan=True
+            )
         else:
             max_abs = max_rel = float((a != b).sum().item())
             bad = bool(max_abs)
         if bad:
-            metrics.accuracy_differences += 1
-            print(
-                f"[xla_native_functions] accuracy: {func} differs from PyTorch CPU: max abs {max_abs:.3g}, "
-                f"max rel {max_rel:.3g}, at {site}"
-            )
+            found.append((max_abs, max_rel))
+    return found

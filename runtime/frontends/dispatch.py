@@ -14,6 +14,7 @@ import torch
 from ...shape_fns.common import TORCH_TO_NUMPY
 from ..core.context import context
 from ..core.convert import X64, cpu_to_jax
+from ..core.inference import composite_implicit, decompose
 from ..core.tensor import XlaTensor, from_array, register_dispatcher
 from ..exec.custom_ops import library_op_handler, not_found_message
 from ..exec.eager import value
@@ -43,13 +44,12 @@ def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     late = library_op_handler(func)  # Note [Library operators] in runtime/exec/custom_ops.py
     if late is not None:
         return late(*args, **kwargs)
-    if isinstance(func, torch._ops.OpOverload) and torch._C._dispatch_has_kernel_for_dispatch_key(
-        func.name(), "CompositeImplicitAutograd"
-    ):
+    if composite_implicit(func):
         # PyTorch decomposes these above the backend, except when they are called below
-        # autograd (inside another op's kernel, under no-autograd guards): then they
-        # reach us, and PyTorch's own decomposition runs here instead.
-        return func.decompose(*args, **kwargs)
+        # autograd (inside another op's kernel, under no-autograd guards) or under
+        # inference mode, which skips autograd's kernels: then they reach us, and
+        # PyTorch's own decomposition runs here instead (Note [Inference mode]).
+        return decompose(func, args, kwargs)
     if (isinstance(func, torch._ops.OpOverload) and func._schema.name.startswith("aten::_foreach_")
             and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd")):
         # An unlisted foreach op: PyTorch's loop calls the element op on each tensor.
@@ -111,6 +111,13 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 # caller's thread. Errors raised by hooks are kept in the same list: Note [Hook errors
 # during backward] in runtime/platform/hook_errors.py.
 _backward_errors = backward_errors
+
+
+def take_backward_error() -> BaseException | None:
+    """The error an op raised during backward and kept for backward() to raise (Note
+    [Errors during backward]), taken away so that it is not raised: the analysis
+    (frontends/analyze.py) runs that op on PyTorch CPU instead."""
+    return _backward_errors.pop() if _backward_errors else None
 
 
 def _defer_backward_error(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], error: BaseException) -> Any:
@@ -207,8 +214,12 @@ def install(registry: dict[Any, Any]) -> None:
         if any(a.name == "device" for a in op._schema.arguments) and not any(
             a.type.kind() == "TensorType" for a in op._schema.arguments
         ):
-            lib.impl(op._schema.name.removeprefix("aten::") + ("." + op._overloadname if op._overloadname != "default" else ""),
-                     _factory_kernel(op), "PrivateUse1")
+            lib.impl(
+                op._schema.name.removeprefix("aten::")
+                + ("." + op._overloadname if op._overloadname != "default" else ""),
+                _factory_kernel(op),
+                "PrivateUse1",
+            )
     # PyTorch's CPU kernels that produce a tensor on our device (cpu_tensor.to("jax")
     # inside torch.tensor(data, device=...), a list index moved to an XlaTensor's
     # device) end in a copy that reaches the dispatcher's PrivateUse1 key.

@@ -46,6 +46,7 @@ from ..exec.custom_ops import register_loaded_library_ops
 from ..exec.eager import value
 from ..exec.graph import dump_graph
 from ..exec.registry import REGISTRY, SECTIONS, policy
+from ..exec.sharding import InputLayouts, constrain_array, input_layouts, place_input
 from ..platform.config import config
 from ..platform.metrics import ReplayedOps, metrics
 from .dispatch import dispatch
@@ -297,9 +298,12 @@ class JaxGraph:
         seed = dynamic[0] if self.has_random else None
         env: dict[torch.fx.Node, Any] = {}
         inputs: list[Any] = []
-        for node, kind in zip(self.placeholders, self.kinds):
+        layouts = statics[-1] if statics and statics[-1].__class__ is InputLayouts else None
+        for i, (node, kind) in enumerate(zip(self.placeholders, self.kinds)):
             if kind == _TENSOR:
                 arr = next(dyn)
+                if layouts is not None and arr is not None:
+                    arr = constrain_array(arr, layouts[i])  # Note [Layouts of CPU tensors] in exec/sharding.py
                 v = None if arr is None else from_array(arr)
             elif kind == _DYNAMIC:
                 v = next(dyn)
@@ -322,14 +326,18 @@ class JaxGraph:
                 env[node] = from_array(c) if isinstance(c, jax.Array) else c
                 continue
             if op != "call_function":
-                raise NotImplementedError(f"{op} nodes are not supported by the {BACKEND_NAME} backend ({node.format_node()})")
+                raise NotImplementedError(
+                    f"{op} nodes are not supported by the {BACKEND_NAME} backend ({node.format_node()})"
+                )
             args = torch.fx.node.map_arg(node.args, env.__getitem__)
             kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
             target = node.target
             target = _SUBSTITUTES.get(target, target)
             if target in _RANDOM:
                 with jax.named_scope(target.name()):  # Note [Op names in programs] in exec/eager.py
-                    env[node] = _random(target, jax.random.fold_in(jax.random.PRNGKey(seed), random_index), args, kwargs)
+                    env[node] = _random(
+                        target, jax.random.fold_in(jax.random.PRNGKey(seed), random_index), args, kwargs
+                    )
                 random_index += 1
             elif target in _STORAGE_ADDRESSED:
                 env[node] = _with_pytorch_layout(target, node, args, kwargs)
@@ -412,14 +420,18 @@ class JaxGraph:
             with torch._C._DisableTorchDispatch():
                 dynamic.append(int(torch.empty((), dtype=torch.int64).random_(0, 2**31 - 1)))
         cache = self.cache
+        layouts = input_layouts(args)  # Note [Layouts of CPU tensors] in exec/sharding.py
         with X64:
             for i, (a, kind) in enumerate(zip(args, kinds)):
                 if kind == _TENSOR:
-                    dynamic.append(None if a is None else cache.get(i, a))
+                    dynamic.append(None if a is None else cache.get(i, a) if layouts is None or layouts[i] is None
+                                   else place_input(cache.get(i, a), layouts[i]))
                 elif kind == _DYNAMIC:
                     dynamic.append(a)
                 else:
                     statics.append(_static(a))
+            if layouts is not None:
+                statics.append(layouts)
             statics_t = tuple(statics)
             traces = stats.traces
             outs = self.jitted(tuple(dynamic), statics_t)
@@ -459,16 +471,25 @@ def _with_pytorch_layout(target: Any, node: torch.fx.Node, args: tuple, kwargs: 
     scatter = target is _aten.as_strided_scatter.default
     x, rest = args[0], dict(zip(("size", "stride", "storage_offset"), args[2:] if scatter else args[1:]), **kwargs)
     meta = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
-    if not isinstance(meta, torch.Tensor) or (tuple(x.stride()), x.storage_offset()) == (meta.stride(), meta.storage_offset()):
+    if not isinstance(meta, torch.Tensor) or (tuple(x.stride()), x.storage_offset()) == (
+        meta.stride(),
+        meta.storage_offset(),
+    ):
         return dispatch(target, args, kwargs)  # laid out as in PyTorch, on a storage made the same way
     shape, strides, first = tuple(meta.shape), tuple(meta.stride()), meta.storage_offset()
     order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))  # outermost dim first
     size, stride = list(rest["size"]), list(rest["stride"])
     offset = (first if rest.get("storage_offset") is None else rest["storage_offset"]) - first
     last = offset + sum((n - 1) * st for n, st in zip(size, stride)) if all(n > 0 for n in size) else offset
-    if not non_overlapping_and_dense(shape, strides) or offset < 0 or min(stride, default=0) < 0 or last >= max(x.numel(), 1):
+    if (
+        not non_overlapping_and_dense(shape, strides)
+        or offset < 0
+        or min(stride, default=0) < 0
+        or last >= max(x.numel(), 1)
+    ):
         raise NotImplementedError(
-            f"{_op_name(target)} at {node.name}: its input's PyTorch layout (strides {list(strides)}) or the addresses it "
+            f"{_op_name(target)} at {node.name}: its input's PyTorch layout (strides {list(strides)}) or the addresses "
+            "it "
             f"reads (size {size}, stride {stride}) reach memory outside the input's elements, which the {BACKEND_NAME} "
             "backend cannot reproduce; run the model eagerly or with xla_native_functions.compile"
         )

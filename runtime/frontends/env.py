@@ -19,7 +19,7 @@ from ..exec.registry import HANDLERS
 from .dispatch import dispatch
 
 
-def _creates_on_jax(kwargs: dict[str, Any]) -> bool:
+def creates_on_jax(kwargs: dict[str, Any]) -> bool:
     # PyTorch fills in device=cpu when none was given, so CPU counts as "ours" here.
     device = kwargs.get("device")
     return device is None or torch.device(device).type in (DEVICE.type, "cpu")
@@ -32,14 +32,14 @@ class Environment(TorchDispatchMode):
         if any(isinstance(x, XlaTensor) for x in flat):
             return dispatch(func, args, kwargs)
         tensors = [x for x in flat if isinstance(x, torch.Tensor)]
-        if not tensors and _is_factory(func) and _creates_on_jax(kwargs):
-            if id(func) not in HANDLERS and _has_composite_kernel(func):
+        if not tensors and is_factory(func) and creates_on_jax(kwargs):
+            if id(func) not in HANDLERS and has_composite_kernel(func):
                 # A factory built from other ops (hann_window: arange, then pointwise
                 # ops): PyTorch's kernel runs for our device, and the factories it calls
                 # reach our kernels for the device (runtime/frontends/dispatch.py).
                 return func(*args, **{**kwargs, "device": DEVICE})
             return dispatch(func, args, {**kwargs, "device": DEVICE})
-        if func is _LIFT_FRESH and args[0].device.type == "cpu":
+        if func is LIFT_FRESH and args[0].device.type == "cpu":
             # torch.tensor(data) builds the tensor on the CPU and then lifts it: like a
             # default device (torch.set_default_device), the environment moves it.
             return from_array(cpu_to_jax(args[0]))
@@ -56,14 +56,14 @@ class Environment(TorchDispatchMode):
             self._global = False
 
 
-_LIFT_FRESH = torch.ops.aten.lift_fresh.default
+LIFT_FRESH = torch.ops.aten.lift_fresh.default
 
 
-def _is_factory(func: Any) -> bool:
+def is_factory(func: Any) -> bool:
     return any(a.name == "device" for a in func._schema.arguments)
 
 
-def _has_composite_kernel(func: Any) -> bool:
+def has_composite_kernel(func: Any) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeExplicitAutograd")
 
 

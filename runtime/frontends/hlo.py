@@ -106,8 +106,13 @@ def _dynamo_programs(fn: Callable, args: tuple, kwargs: dict) -> list[Callable]:
     found: dict[Any, Callable] = {}
 
     def watch(graph: Any, dynamic: tuple, statics: tuple) -> None:
-        key = (id(graph), statics, tuple(None if a is None else (getattr(a, "shape", None), str(getattr(a, "dtype", type(a))))
-                                         for a in dynamic))
+        key = (
+            id(graph),
+            statics,
+            tuple(
+                None if a is None else (getattr(a, "shape", None), str(getattr(a, "dtype", type(a)))) for a in dynamic
+            ),
+        )
         found.setdefault(key, lambda: graph.jitted.lower(dynamic, statics))
 
     dynamo.GRAPH_WATCHERS.append(watch)

@@ -30,6 +30,7 @@ from ..core.context import context, untraced
 from ..core.convert import X64, cpu_to_jax, jax_to_cpu, shared_array
 from ..core.tensor import XlaTensor, from_array
 from ..exec.eager import value
+from ..exec.sharding import argument_shardings, constrain_outputs, place_argument
 
 __all__ = ["call_jax", "jax_function", "jax_jit", "to_jax", "to_torch_tensor", "x64"]
 
@@ -204,11 +205,23 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
         with untraced():
             return call()
 
+    # Layouts over devices (docs/distributed.md): inputs are put in theirs before the
+    # call, outputs constrained to theirs inside the program.
+    in_shardings = jit_kwargs.pop("in_shardings", None)
+    out_shardings = jit_kwargs.pop("out_shardings", None)
+    if out_shardings is not None:
+        body = pure
+
+        def pure(arrays: list, key: _StaticKey):
+            out, mutated = body(arrays, key)
+            return constrain_outputs(out, out_shardings), mutated
+
     jitted = jax.jit(pure, static_argnums=(1,), **jit_kwargs)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         leaves, spec = tree_flatten((args, kwargs))
+        shardings = None if in_shardings is None else argument_shardings(args, kwargs, in_shardings)
         arrays = []
         static = []
         tensor_leaves = []
@@ -219,10 +232,14 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
             if isinstance(leaf, torch.Tensor):
                 any_ours = any_ours or isinstance(leaf, XlaTensor)
                 all_cpu = all_cpu and not isinstance(leaf, XlaTensor)
-                arrays.append(_tensor_to_jax(leaf))
+                arrays.append(_tensor_to_jax(leaf) if shardings is None or shardings[len(static)] is None
+                              else place_argument(_tensor_to_jax(leaf), shardings[len(static)]))
                 tensor_leaves.append(leaf)
                 static.append(_ARRAY)
             elif isinstance(leaf, torch.nn.Module):
+                if shardings is not None and shardings[len(static)] is not None:
+                    raise TypeError("jax_jit: in_shardings gives a module argument a sharding: lay its parameters out "
+                                    "instead (xla_native_functions.distributed), and give None for the module")
                 named = _named_state(leaf)
                 slot = _ModuleSlot(leaf, tuple(named))
                 static.append(slot)
@@ -235,7 +252,9 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
             out, mutated = jitted(arrays + module_arrays, _StaticKey(spec, tuple(static)))
         for i, new in mutated.items():
             with torch.no_grad():
-                tensor_leaves[i].copy_(jax_to_cpu(new) if not isinstance(tensor_leaves[i], XlaTensor) else from_array(new))
+                tensor_leaves[i].copy_(
+                    jax_to_cpu(new) if not isinstance(tensor_leaves[i], XlaTensor) else from_array(new)
+                )
         return tree_map(lambda a: (jax_to_cpu(a) if to_cpu else from_array(a)) if isinstance(a, jax.Array) else a, out)
 
     return wrapper

@@ -32,6 +32,14 @@ scheduled learning rate) and the `training` flag of every module called. A faile
 guard traces the call again, with nothing written. Python state beyond these (a
 global counter, an attribute read by the function) is taken as constant, as jax.jit
 does; `compile(fn, replay=False)` traces every call instead.
+
+Note [Modules made by the call]
+What a step reads from a module is its tensors (guarded through their storages like
+any other) and its `training` flag. A module the call made and dropped (DistilBERT's
+`nn.ReLU()(x)`, an activation from transformers' ACT2FN, a `CrossEntropyLoss()` built
+in forward) is part of the Python a replay skips: its flag is fixed by that Python, so
+the plan keys it by class and flag, not by its id (which a new one never shares), and
+guards only the modules still alive after the call.
 """
 
 from __future__ import annotations
@@ -53,8 +61,9 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..core.context import context
 from ..core.convert import X64
+from ..core.inference import made_like
 from ..core.sharing import WRITE_LOCK
-from ..core.tensor import DEVICE, Storage, XlaTensor, real_view_on, tensor_on
+from ..core.tensor import DEVICE, Storage, XlaTensor, real_view_on, storage_of, tensor_on
 from ..exec.eager import scalar_operand
 from ..exec.graph import copy_array
 from ..exec.keys import key_array
@@ -93,7 +102,13 @@ class Probe:
         self.graphs: list[tuple] = []
         self.failure: str | None = None
         self.optimizers: dict[int, Any] = {}
-        self.modules: dict[int, Any] = {}
+        # modules called, in order of first call: (weakref, class, training flag); a
+        # module made by the call and dropped is part of the Python a replay skips
+        self.modules: list[tuple] = []
+        self.module_refs: dict[int, weakref.ref] = {}
+        # id(tensor) -> its version counter before the call wrote through it (None: an
+        # inference tensor, which has none): for the arguments and the owners of storages
+        self.versions: dict[int, int | None] = {}
 
     def note_owner(self, store: Storage, t: XlaTensor, v: Any) -> None:
         sid = id(store)
@@ -110,6 +125,7 @@ class Probe:
                 base = t
             self.owners[sid] = weakref.ref(base)
             self.held[sid] = store
+            self.versions.setdefault(id(base), version_of(base))
         if v is not None:
             self.input_store[id(v)] = sid
 
@@ -160,28 +176,41 @@ class _HostOpWatch(TorchDispatchMode):
         if self.probe.failure is None:
             for x in tree_flatten((args, kwargs))[0]:
                 if isinstance(x, torch.Tensor) and x.device.type == "cpu" and not self._made(x):
-                    self.probe.fail(
-                        f"it runs {func} on a CPU tensor made before the call, which a replay would skip "
-                        "(default AdamW keeps its step counter on the CPU: AdamW(..., capturable=True) "
-                        "keeps it on our device)"
-                    )
+                    self.probe.fail(self._host_op_reason(func, x))
                     return out
             for x in tree_flatten(out)[0]:
                 if isinstance(x, torch.Tensor) and x.device.type == "cpu":
                     self.made[id(x)] = weakref.ref(x)
         return out
 
+    def _host_op_reason(self, func: Any, x: torch.Tensor) -> str:
+        what = f"a CPU tensor made before the call (shape {tuple(x.shape)}, {x.dtype})"
+        if self.probe.optimizers:  # inside an optimizer's step: its state is on the CPU
+            fix = ("default AdamW and Adam keep their step counters on the CPU: "
+                   "AdamW(..., capturable=True) keeps them on our device")
+        else:
+            fix = "move it to our device before the call (xla_native_functions.to_xla), or make it inside the call"
+        return f"it runs {func} on {what}, which a replay would skip ({fix})"
+
     def _made(self, x: torch.Tensor) -> bool:
         ref = self.made.get(id(x))
         return ref is not None and ref() is x
+
+
+def version_of(t: XlaTensor) -> int | None:
+    """`t._version`, or None for an inference tensor, which has no version counter."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
 
 
 class Plan:
     """How to replay one traced call; see Note [Replay]."""
 
     __slots__ = ("segments", "writebacks", "outputs", "out_spec", "grad_guards", "grad_effects", "optimizers",
-                 "modules", "grad_enabled", "fingerprint", "complete", "objects", "object_stores", "args", "whole_args",
-                 "requires_grad", "late_reads", "run", "op_counts")
+                 "modules", "grad_enabled", "inference_mode", "bumps", "fingerprint", "complete", "objects",
+                 "object_stores", "args", "whole_args", "requires_grad", "late_reads", "run", "op_counts")
 
 
 def _hyperparameters(opt: Any) -> tuple:
@@ -304,7 +333,7 @@ def _segment_source(v: Any, probe: Probe, arg_stores: dict[int, int], orphans: s
 
 
 def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTensor], pre_grads: dict[int, tuple],
-               grad_enabled: bool) -> Plan | str:
+               grad_enabled: bool, inference_mode: bool = False) -> Plan | str:
     """The replay plan of a traced call, or why it cannot be replayed. `known`: the
     call's grad_holders, `pre_grads`: their .grad before the call."""
     if probe.failure is not None:
@@ -316,6 +345,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
     orphans = _orphans(probe)
     plan = Plan()
     plan.grad_enabled = grad_enabled
+    plan.inference_mode = inference_mode
     plan.segments = []
     writebacks: dict[int, tuple] = {}  # storage id -> ((segment, root), source)
     new_roots: dict[int, tuple] = {}  # storage id -> (segment, root)
@@ -392,6 +422,21 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         else:
             plan.outputs.append(("fixed", x))
 
+    # Version counters: each tensor the call wrote in place, and each new result it
+    # wrote after making it, advance by as much as in the trace (PyTorch bumps one per
+    # in-place op); a replay writes storages without running those ops.
+    plan.bumps = []
+    for _, src in plan.writebacks:
+        t = leaves[src[1]] if src[0] is ARG else src[1]()
+        before, now = probe.versions.get(id(t)), version_of(t)
+        if before is not None and now is not None and now > before:
+            plan.bumps.append((src, now - before))
+    for j, x in enumerate(out_leaves):
+        if plan.outputs[j][0] == "new":
+            now = version_of(x)
+            if now:
+                plan.bumps.append((("out", j), now))
+
     # .grad: the state of each tensor that may hold one, before the call and after
     plan.complete = all(i in pre_grads for i in known)
     plan.grad_guards, plan.grad_effects = [], []
@@ -445,7 +490,16 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
     plan.whole_args = frozenset(i for i in plan.args if leaves[i]._whole)
     t = None
     plan.optimizers = [(weakref.ref(o), _hyperparameters(o)) for o in probe.optimizers.values()]
-    plan.modules = [(weakref.ref(m), m.training) for m in probe.modules.values()]
+    # Note [Modules made by the call]
+    plan.modules, module_keys = [], []
+    for ref, cls, training in probe.modules:
+        m = ref()
+        if m is None:
+            module_keys.append((cls, training))
+        else:
+            plan.modules.append((ref, m.training))
+            module_keys.append((id(m), m.training))
+    m = None
     plan.fingerprint = (
         tuple((seg.key, tuple(_fp_source(src) for src in seg.sources), tuple(_fp_value(v) for v in seg.scalars),
                tuple((k, _fp_array(e)) for k, e in seg.reads),
@@ -459,8 +513,10 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         tuple((id(r()), g if not isinstance(g, tuple) else id(g[1]())) for r, g in plan.grad_guards),
         tuple((id(r()), e) for r, e in plan.grad_effects),
         tuple((id(r()), h) for r, h in plan.optimizers),
-        tuple((id(r()), tr) for r, tr in plan.modules),
+        tuple(module_keys),
         grad_enabled,
+        inference_mode,
+        tuple((_fp_source(src) if src[0] != "out" else src, n) for src, n in plan.bumps),
         plan.requires_grad,
     )
     for seg in plan.segments:
@@ -478,7 +534,11 @@ def _owned(tensors: tuple) -> bool:
 
 def _same_value(a: Any, expected: np.ndarray) -> bool:
     a = np.asarray(a)
-    return a.shape == expected.shape and a.dtype == expected.dtype and np.array_equal(a, expected, equal_nan=a.dtype.kind in "fc")
+    return (
+        a.shape == expected.shape
+        and a.dtype == expected.dtype
+        and np.array_equal(a, expected, equal_nan=a.dtype.kind in "fc")
+    )
 
 
 def generate_replay(plan: Plan) -> Callable[[Any], Any]:
@@ -489,8 +549,9 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     env: dict[str, Any] = {
         "FAILED": _GUARD_FAILED, "grad_enabled": torch.is_grad_enabled, "hyper": _hyperparameters, "X64": X64,
         "key_array": key_array, "copy": copy_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
-        "Storage": Storage, "tensor_on": tensor_on, "real_view_on": real_view_on, "unflatten": tree_unflatten,
+        "Storage": storage_of, "tensor_on": tensor_on, "real_view_on": real_view_on, "unflatten": tree_unflatten,
         "write_lock": WRITE_LOCK, "active_traces": active_traces, "owned": _owned,
+        "made_like": made_like, "inference_mode": torch.is_inference_mode_enabled, "bump": torch._C._increment_version,
     }
     lines: list[str] = []
 
@@ -502,7 +563,8 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     def emit(text: str, indent: int = 1) -> None:
         lines.append("    " * indent + text)
 
-    emit(f"if grad_enabled() is not {plan.grad_enabled}: return FAILED")
+    emit(f"if grad_enabled() is not {plan.grad_enabled} or inference_mode() is not {plan.inference_mode}:")
+    emit("return FAILED", 2)
     for ref, hyper in plan.optimizers:
         emit(f"o = {const(ref)}()")
         emit(f"if o is None or hyper(o) != {const(hyper)}: return FAILED")
@@ -546,11 +608,15 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
             return f"r{x[0]}[{x[1]}]"
         return "key_array()" if kind is KEY else const(x)
 
-    def on(store: str, spec: tuple) -> str:
+    def on(store: str, spec: tuple, like: str | None = None) -> str:
         """A tensor on `store` with a _layout; a view of a complex storage as reals
-        keeps its flag (Note [Views and mutation])."""
+        keeps its flag (Note [Views and mutation]); `like`: a tensor whose kind it takes
+        (Note [Inference mode] in core/inference.py)."""
         shape, dtype, view, real = spec
-        return f"{'real_view_on' if real else 'tensor_on'}({store}, {shape!r}, {const(dtype)}, {view!r})"
+        make = 'real_view_on' if real else 'tensor_on'
+        if like is not None:
+            return f"made_like({like}, {make}, {store}, {shape!r}, {const(dtype)}, {view!r})"
+        return f"{make}({store}, {shape!r}, {const(dtype)}, {view!r})"
 
     for j, seg in enumerate(plan.segments):
         for src, expected in seg.input_reads:
@@ -625,13 +691,16 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
             value = f"leaves[{o[1]}]"
         elif kind == "same":
             value = tensor(o[1])
-        elif kind == "view":
-            value = on(f"{tensor(o[1])}._store", o[2])
+        elif kind == "view":  # of an argument: a normal tensor if that is one (Note [Inference mode])
+            value = on(f"{tensor(o[1])}._store", o[2], like=tensor(o[1]))
         elif kind == "dup":
             value = f"out{o[1]}"
         else:  # "py", "fixed"
             value = const(o[1])
         emit(f"out{i} = {value}")
+    if plan.bumps:
+        bumped = [tensor(src) if src[0] != "out" else f"out{src[1]}" for src, n in plan.bumps for _ in range(n)]
+        emit(f"bump(({', '.join(bumped)},))")
     if plan.out_spec is None:
         emit("return out0")
     else:
@@ -659,10 +728,13 @@ def signature(args: tuple, kwargs: dict) -> tuple[Any, list] | None:
     for x in leaves:
         cls = x.__class__
         if cls is XlaTensor:
+            # is_inference: an inference tensor is refused where a normal one is not
+            # (saved for backward, written outside inference mode: Note [Inference mode])
             if x._whole:
-                key.append((x.shape, x.dtype, x.requires_grad, stores.setdefault(id(x._store), len(stores))))
+                key.append((x.shape, x.dtype, x.requires_grad, x.is_inference(),
+                            stores.setdefault(id(x._store), len(stores))))
             else:
-                key.append((x.shape, x.stride(), x.storage_offset(), x.dtype, x.requires_grad,
+                key.append((x.shape, x.stride(), x.storage_offset(), x.dtype, x.requires_grad, x.is_inference(),
                             stores.setdefault(id(x._store), len(stores))))
         elif cls in _SIMPLE:
             key.append((cls, x))
@@ -706,15 +778,47 @@ def _structure(x: Any, leaves: list) -> Any:
 class _Signature:
     """What compile() knows about one call signature."""
 
-    __slots__ = ("plan", "candidate", "probes", "known", "holds")
+    __slots__ = ("plan", "candidate", "probes", "known", "holds", "changed")
 
     def __init__(self, leaves):
         self.plan: Plan | None = None
         self.candidate: Plan | None = None
         self.probes = 0
         self.known: list = []
+        self.changed: str | None = None  # what differed between the last two plans
         # non-tensor arguments are keyed by id: hold them so the id is not reused
         self.holds = [x for x in leaves if not isinstance(x, (torch.Tensor, *_SIMPLE))]
+
+
+# What each part of a plan's fingerprint is, for the note of a call whose plan keeps changing.
+_FINGERPRINT_PARTS = (
+    None, "the values it reads on the host", "which tensors it writes", "what it returns", "the structure it returns",
+    "the .grad of the tensors it reads", "the .grad it sets", "the hyperparameters of the optimizers it steps",
+    "the modules it calls (a module made in the call with a different class or training flag)", "grad mode",
+    "inference mode", "the version counters it bumps", "which of the tensors it reads require grad",
+)
+_SEGMENT_PARTS = (
+    "the graph it records", "where its graph inputs come from (a tensor made in the call from Python values "
+    "holds different values each call, or a different tensor is read)", "the Python numbers its ops receive",
+    "the values it reads on the host", "the values it reads on the host",
+)
+
+
+def _what_changed(before: tuple, after: tuple) -> str | None:
+    """Which part of two consecutive fingerprints (build_plan's, one entry of
+    _FINGERPRINT_PARTS per part) differs, in words."""
+    for k, (a, b) in enumerate(zip(before, after)):
+        if a == b:
+            continue
+        if k:
+            return _FINGERPRINT_PARTS[k]
+        if len(a) != len(b):
+            return "the number of graphs (values read on the host split it differently)"
+        for sa, sb in zip(a, b):
+            for part, (pa, pb) in zip(_SEGMENT_PARTS, zip(sa, sb)):
+                if pa != pb:
+                    return part
+    return None
 
 
 def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signature) -> Any:
@@ -734,11 +838,18 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
 
     def on_forward(module, a):
         if threading.get_ident() == thread:
-            probe.modules.setdefault(id(module), module)
+            ref = probe.module_refs.get(id(module))
+            if ref is None or ref() is not module:
+                ref = probe.module_refs[id(module)] = weakref.ref(module)
+                probe.modules.append((ref, module.__class__, module.training))
 
     hooks = [register_optimizer_step_pre_hook(on_step),
              torch.nn.modules.module.register_module_forward_pre_hook(on_forward)]
     grad_enabled = torch.is_grad_enabled()
+    inference_mode = torch.is_inference_mode_enabled()
+    for x in leaves:
+        if x.__class__ is XlaTensor:
+            probe.versions[id(x)] = version_of(x)
     calls = metrics.calls_by_id
     calls_before = dict(calls)
     try:
@@ -750,12 +861,13 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
             h.remove()
     leaves = list(leaves)
     known = grad_holders(probe, leaves)
-    plan = build_plan(probe, leaves, result, known, pre_grads, grad_enabled)
+    plan = build_plan(probe, leaves, result, known, pre_grads, grad_enabled, inference_mode)
     if not isinstance(plan, str):  # what a replay of this call counts (Note [Counting replayed ops])
         plan.op_counts = tuple((k, n - calls_before.get(k, 0)) for k, n in calls.items() if n > calls_before.get(k, 0))
     entry.known = [weakref.ref(t) for t in known.values()]
     del known
-    del pre_grads, probe
+    del pre_grads
+    probe = None  # the hooks' closures hold it
     entry.probes += 1
     if isinstance(plan, str):
         entry.candidate = None
@@ -766,9 +878,11 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
         if plan.complete and previous is not None and previous.fingerprint == plan.fingerprint:
             plan.run = generate_replay(plan)
             entry.plan, entry.candidate, entry.probes = plan, None, 0
-        elif entry.probes >= MAX_PROBES:
-            _note(fn, "what it records (the graph, the Python numbers it passes, where its tensors come "
-                      "from) changed between consecutive calls")
+        else:
+            if previous is not None and plan.complete:
+                entry.changed = _what_changed(previous.fingerprint, plan.fingerprint)
+            if entry.probes >= MAX_PROBES:
+                _note(fn, f"{entry.changed or 'what it records'} changed between consecutive calls")
     return result
 
 

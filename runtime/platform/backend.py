@@ -107,7 +107,7 @@ from pathlib import Path
 import jax
 from jax._src import xla_bridge
 
-from .cache_trust import WITHOUT_CACHE, CACHE_DIR_ENV, cache_root, make_private_dirs, no_cache_reason, refusal, refuse
+from .cache_trust import WITHOUT_CACHE, cache_root, make_private_dirs, no_cache_reason, refusal, refuse
 
 ASYNC_DISPATCH_ENV = "JAX_CPU_ENABLE_ASYNC_DISPATCH"
 NO_COMPILATION_CACHE_ENV = "XLA_NATIVE_FUNCTIONS_NO_COMPILATION_CACHE"

@@ -27,7 +27,7 @@ class Config:
     allow_cpu_fallback: bool = False
     # Eager mode checks index values (gather, scatter, index_*, take, embedding,
     # nll_loss) and raises as PyTorch does, at one read to the host per such op
-    # (runtime/exec/index_checks.py). Compiled programs cannot raise.
+    # (the manifest's policy `eager_value_checks`). Compiled programs cannot raise.
     check_index_values: bool = True
     # Eager in-place ops on a tensor of at least this many bytes write into its own
     # buffer when nothing else can see the old value (Note [Donated in-place updates]

@@ -7,8 +7,13 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backend import (allocator_description, compilation_cache_description, compiled_code_guard, cpu_dispatch_description,
-                      schedule_description)
+from .backend import (
+    allocator_description,
+    compilation_cache_description,
+    compiled_code_guard,
+    cpu_dispatch_description,
+    schedule_description,
+)
 from .config import config
 from .device_guard import guard_description
 from .executable_cache import EXECUTABLE_BYTES, eager_executables
@@ -102,6 +107,14 @@ def reset_metrics() -> None:
         counts.runs = 0
     metrics.calls_by_id.clear()
     metrics.__dict__.update({k: v for k, v in Metrics().__dict__.items() if k not in ("calls_by_id", "ops_by_id")})
+    for reset in REPORT_RESETS:
+        reset()
+
+
+# Functions returning more lines for metrics_report(), from the layers above (the
+# collectives of sharded programs: runtime/frontends/distributed/report.py).
+REPORT_SECTIONS: list[Any] = []
+REPORT_RESETS: list[Any] = []  # and what reset_metrics() clears of theirs
 
 
 def metrics_report() -> str:
@@ -121,13 +134,17 @@ def metrics_report() -> str:
     ]
     cache = eager_executables
     budget = "unbounded" if config.eager_cache_bytes is None else f"budget {config.eager_cache_bytes / 2**20:.0f} MB"
-    lines.append(f"  eager executables: {cache.cached()} held, about {cache.cached() * EXECUTABLE_BYTES / 2**20:.0f} MB "
-                 f"({budget}); {cache.evicted_executables} dropped from {cache.evicted_functions} op caches to stay "
-                 "within it")
+    lines.append(
+        f"  eager executables: {cache.cached()} held, about {cache.cached() * EXECUTABLE_BYTES / 2**20:.0f} MB "
+        f"({budget}); {cache.evicted_executables} dropped from {cache.evicted_functions} op caches to stay "
+        "within it"
+    )
     if compiled_code_guard.clears:
-        lines.append(f"  JAX caches cleared {compiled_code_guard.clears} times near the process's limit of memory mappings "
-                     f"(vm.max_map_count={compiled_code_guard.cap}): inputs of many different shapes compile many "
-                     "executables; pad or bucket them")
+        lines.append(
+            f"  JAX caches cleared {compiled_code_guard.clears} times near the process's limit of memory mappings "
+            f"(vm.max_map_count={compiled_code_guard.cap}): inputs of many different shapes compile many "
+            "executables; pad or bucket them"
+        )
     if m.replay_notes:
         lines.append("  compile() functions traced on every call:")
         lines += [f"    - {r}" for r in m.replay_notes[-20:]]
@@ -140,6 +157,8 @@ def metrics_report() -> str:
     if m.accuracy_skipped:
         lines.append("  accuracy check skipped, values traced by JAX (op: calls):")
         lines += [f"    {op}: {n}" for op, n in sorted(m.accuracy_skipped.items())]
+    for section in REPORT_SECTIONS:
+        lines += section()
     op_calls = m.op_calls  # folds replayed graphs' ops, CPU fallbacks among them
     if m.fallback_calls:
         lines.append("  CPU fallbacks (op: calls):")

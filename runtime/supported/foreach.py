@@ -170,7 +170,9 @@ def _check_lists(*lists: Any) -> None:
         raise RuntimeError("Tensor list must have at least one tensor.")
     for other in lists[1:]:
         if len(other) != len(lists[0]):
-            raise RuntimeError(f"Tensor lists must have the same number of tensors, got {len(lists[0])} and {len(other)}")
+            raise RuntimeError(
+                f"Tensor lists must have the same number of tensors, got {len(lists[0])} and {len(other)}"
+            )
 
 
 def _check_scalars(tensors: Any, scalars: Any) -> None:

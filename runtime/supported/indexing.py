@@ -87,13 +87,18 @@ def _check_bounds(self, indices):
         size = self.shape[dim]
         bad = (arr < -size) | (arr >= size)
         if bad.any():
-            raise IndexError(f"index {int(arr[bad].reshape(-1)[0])} is out of bounds for dimension {dim} with size {size}")
+            raise IndexError(
+                f"index {int(arr[bad].reshape(-1)[0])} is out of bounds for dimension {dim} with size {size}"
+            )
 
 
 def _prepare(self, indices):
     if context.trace is not None:  # eager mode keeps CPU index tensors on the CPU (`_index_operand`)
         indices = [_device(ix) for ix in indices]
-    check_indices(TensorMeta(tuple(self.shape), self.dtype), [None if ix is None else TensorMeta(tuple(ix.shape), ix.dtype) for ix in indices])
+    check_indices(
+        TensorMeta(tuple(self.shape), self.dtype),
+        [None if ix is None else TensorMeta(tuple(ix.shape), ix.dtype) for ix in indices],
+    )
     return indices
 
 
@@ -133,7 +138,7 @@ def impl_index_put(self, indices, values, accumulate=False):
 def impl_masked_select(self, mask):
     mask = _device(mask)
     if mask.dtype is not torch.bool:
-        raise RuntimeError(f"masked_select: expected BoolTensor for mask")
+        raise RuntimeError("masked_select: expected BoolTensor for mask")
     shape = broadcast_shapes(tuple(self.shape), tuple(mask.shape))
     positions = np.flatnonzero(np.broadcast_to(_host(mask), shape)).astype(np.int64)
     return run_node(node("masked_select_positions"), (self, mask, _device(host_tensor(positions))))

@@ -14,7 +14,8 @@ from ..exec.registry import node
 
 def impl_native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
     out, mean, invstd, new_mean, new_var = run_node(
-        node("batch_norm_with_update"), (input, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps))
+        node("batch_norm_with_update"),
+        (input, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps)),
     )
     if new_mean is not None:
         write_inplace(running_mean, new_mean)

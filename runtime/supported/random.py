@@ -57,7 +57,9 @@ _RANDOM_HIGH = {
 
 
 def _sample(kind, shape, dtype, params, generator=None):
-    return run_node(node("random_sample"), (kind, tuple(shape), dtype, tuple(float(p) for p in params)), _key(generator))
+    return run_node(
+        node("random_sample"), (kind, tuple(shape), dtype, tuple(float(p) for p in params)), _key(generator)
+    )
 
 
 def _integers(shape, dtype, low, high, generator=None):
@@ -165,7 +167,9 @@ def impl_randint(high, size, *, dtype=torch.int64, layout=None, device=None, pin
     return impl_randint_low(0, high, size, dtype=dtype)
 
 
-def impl_randint_like_low_dtype(self, low, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+def impl_randint_like_low_dtype(
+    self, low, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
     _check_range(low, high)
     return _integers(self.shape, dtype or self.dtype, low, high)
 
@@ -221,11 +225,11 @@ def _check_probabilities(p) -> None:
 
 def impl_multinomial(self, num_samples, replacement=False, *, generator=None):
     if self.dim() not in (1, 2):
-        raise RuntimeError(f"prob_dist must be 1 or 2 dim")
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
     if not self.dtype.is_floating_point:
         raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: {self.dtype}")
     if num_samples <= 0:
-        raise RuntimeError(f"cannot sample n_sample <= 0 samples")
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
     n = self.shape[-1]
     if not replacement and num_samples > n:
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
@@ -253,7 +257,9 @@ def _rrelu_with_noise(self, noise, lower, upper, training, generator):
     if not self.dtype.is_floating_point:
         raise NotImplementedError(f"\"rrelu_with_noise_out_cpu\" not implemented for '{scalar_type_name(self.dtype)}'")
     if noise.dtype != self.dtype:
-        raise RuntimeError(f"expected scalar type {scalar_type_name(self.dtype)} but found {scalar_type_name(noise.dtype)}")
+        raise RuntimeError(
+            f"expected scalar type {scalar_type_name(self.dtype)} but found {scalar_type_name(noise.dtype)}"
+        )
     if float(lower) > float(upper):
         # PyTorch raises this only when it draws a slope (some element <= 0); the data
         # is not read on the host here, so it is raised for every input.

@@ -11,7 +11,7 @@ from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from ..core.tensor import XlaTensor, from_array
 from ..core.views import as_complex_layout, as_real_layout
 from ..exec.eager import run_node
-from ..exec.mutation import alias, write_inplace
+from ..exec.mutation import alias, of_kind, write_inplace
 from ..exec.registry import node
 
 
@@ -27,7 +27,9 @@ def impl__local_scalar_dense(self):
         return jax_to_cpu(host_array(self)).item()
 
 
-def impl__to_copy(self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+def impl__to_copy(
+    self, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None
+):
     target = torch.device(device) if device is not None else self.device
     dtype = dtype or self.dtype
     if target.type == "cpu":
@@ -53,7 +55,8 @@ def _host_cpu(t):
 
 
 def impl_alias(self):
-    return alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset(), real=self._real)
+    return alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset(),
+                 real=self._real, base=self)
 
 
 def impl_detach(self):
@@ -163,7 +166,7 @@ def impl__conj(self):
     # PyTorch returns a view with the conjugate bit set, resolved lazily. The runtime has
     # no conjugated views: the conjugate is materialised, so a write into it does not
     # reach `self` (docs/semantics.md).
-    return torch.ops.aten._conj_physical.default(self)
+    return of_kind(self, torch.ops.aten._conj_physical.default(self))
 
 
 def impl_polygamma_(self, n):
@@ -193,7 +196,7 @@ def impl_view_as_real(self):
     if self.__class__ is not XlaTensor or not self.is_complex():
         return run_node(node("complex_as_pairs"), (self,))  # raises PyTorch's error for a real tensor
     size, stride, offset = as_real_layout(tuple(self.shape), self.stride(), self.storage_offset())
-    return alias(self._store, self.dtype.to_real(), size, stride, offset, real=True)
+    return alias(self._store, self.dtype.to_real(), size, stride, offset, real=True, base=self)
 
 
 def impl_view_as_complex(self):
@@ -207,5 +210,5 @@ def impl_view_as_complex(self):
     if self.__class__ is XlaTensor and self._real:
         layout = as_complex_layout(tuple(self.shape), self.stride(), self.storage_offset())
         if layout is not None:
-            return alias(self._store, self.dtype.to_complex(), *layout)
-    return run_node(node("pairs_as_complex"), (self,))
+            return alias(self._store, self.dtype.to_complex(), *layout, base=self)
+    return of_kind(self, run_node(node("pairs_as_complex"), (self,)))

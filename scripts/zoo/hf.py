@@ -38,8 +38,15 @@ def build_bert(batch: int, attn: str | None = None, size: Size = SMALL) -> Case:
     from transformers import BertConfig, BertForMaskedLM
 
     config = BertConfig(
-        vocab_size=VOCAB, hidden_size=size.width, num_hidden_layers=size.layers, num_attention_heads=size.heads,
-        intermediate_size=c["ff"], max_position_embeddings=c["positions"], hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **_attn_kwargs(attn),
+        vocab_size=VOCAB,
+        hidden_size=size.width,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
+        intermediate_size=c["ff"],
+        max_position_embeddings=c["positions"],
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        **_attn_kwargs(attn),
     )
     model = BertForMaskedLM(config)
     ids = _ids(batch, size)
@@ -94,8 +101,16 @@ def build_vit(batch: int, attn: str | None = None, size: Size = SMALL) -> Case:
     from transformers import ViTConfig, ViTForImageClassification
 
     config = ViTConfig(
-        image_size=size.image, patch_size=4, num_channels=3, hidden_size=size.width, num_hidden_layers=size.layers,
-        num_attention_heads=size.heads, intermediate_size=c["ff"], hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=10,
+        image_size=size.image,
+        patch_size=4,
+        num_channels=3,
+        hidden_size=size.width,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
+        intermediate_size=c["ff"],
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=10,
         **_attn_kwargs(attn),
     )
     model = ViTForImageClassification(config)

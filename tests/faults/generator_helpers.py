@@ -55,7 +55,12 @@ def generator_env(**extra: str) -> dict[str, str]:
 
 def run_generator(root: Path | None, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        generator_command(root, *args), env=generator_env(**env), capture_output=True, text=True, timeout=timeout, cwd=REPO
+        generator_command(root, *args),
+        env=generator_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
     )
 
 
@@ -107,7 +112,9 @@ def files_of(path: Path) -> dict[str, bytes]:
     if not path.is_dir():
         return None
     return {
-        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file() and "__pycache__" not in p.parts
+        str(p.relative_to(path)): p.read_bytes()
+        for p in sorted(path.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
     }
 
 

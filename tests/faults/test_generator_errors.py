@@ -72,7 +72,9 @@ def test_control_character_in_manifest(tmp_path, root, monkeypatch, capsys):
         ("'", "'", 9, "found unexpected end of stream"),
     ],
 )
-def test_unclosed_bracket_or_quote_is_reported_where_it_opens(tmp_path, root, monkeypatch, capsys, opener, closer, noticed, problem):
+def test_unclosed_bracket_or_quote_is_reported_where_it_opens(
+    tmp_path, root, monkeypatch, capsys, opener, closer, noticed, problem
+):
     manifest = write_manifest(tmp_path, GOOD_MANIFEST.replace("  - add.Tensor\n", f"  - {opener}add.Tensor\n"))
     assert error_of(monkeypatch, capsys, root, "--manifest", manifest) == (
         f"error: {manifest}:4: YAML syntax error: the {opener} opened on this line is not closed before line {noticed} "
@@ -87,22 +89,29 @@ def test_unclosed_bracket_in_the_real_manifest(tmp_path):
     lines[80] = lines[80].replace("  - ", "  - [", 1)
     manifest = write_manifest(tmp_path, "".join(lines))
     proc = run_generator(None, "--manifest", manifest, "--out", tmp_path / "pkg")
-    line = assert_clean_error(proc, f"error: {manifest}:81: YAML syntax error: the [ opened on this line is not closed before line ")
+    line = assert_clean_error(
+        proc, f"error: {manifest}:81: YAML syntax error: the [ opened on this line is not closed before line "
+    )
     assert line.endswith("add the closing ] on line 81 or remove the [")
 
 
 def test_quote_running_on_to_a_later_quote(tmp_path, root, monkeypatch, capsys):
     """An open quote that a later apostrophe (in a comment) closes: PyYAML stops there."""
-    text = GOOD_MANIFEST.replace("  - add.Tensor\n", "  - 'add.Tensor\n").replace("supported:\n", "# don't\nsupported:\n")
+    text = GOOD_MANIFEST.replace("  - add.Tensor\n", "  - 'add.Tensor\n").replace(
+        "supported:\n", "# don't\nsupported:\n"
+    )
     manifest = write_manifest(tmp_path, text)
     assert error_of(monkeypatch, capsys, root, "--manifest", manifest) == (
         f"error: {manifest}:4: YAML syntax error: the ' quote opened on this line runs on to line 5 "
-        "(PyYAML stopped at line 5: expected <block end>, but found '<scalar>'); close the quote on line 4 or remove it\n"
+        "(PyYAML stopped at line 5: expected <block end>, but found '<scalar>'); close the quote on line 4 or remove "
+        "it\n"
     )
 
 
 def test_error_on_the_line_of_its_bracket_is_reported_as_is(tmp_path, root, monkeypatch, capsys):
-    manifest = write_manifest(tmp_path, GOOD_MANIFEST.replace("fallback:\n  - kthvalue\n", "fallback: [kthvalue, @median]\n"))
+    manifest = write_manifest(
+        tmp_path, GOOD_MANIFEST.replace("fallback:\n  - kthvalue\n", "fallback: [kthvalue, @median]\n")
+    )
     assert error_of(monkeypatch, capsys, root, "--manifest", manifest) == (
         f"error: {manifest}:7: YAML syntax error: found character '@' that cannot start any token\n"
     )
@@ -111,7 +120,11 @@ def test_error_on_the_line_of_its_bracket_is_reported_as_is(tmp_path, root, monk
 # ------------------------------------------------------------ the handwritten Python files
 
 
-FOLDERS = [("lowerings", "pointwise.py", LOWERINGS), ("shape_fns", "pointwise.py", SHAPE_FNS), ("runtime", "ops.py", IMPLS)]
+FOLDERS = [
+    ("lowerings", "pointwise.py", LOWERINGS),
+    ("shape_fns", "pointwise.py", SHAPE_FNS),
+    ("runtime", "ops.py", IMPLS),
+]
 
 
 @pytest.mark.parametrize("folder, name, text", FOLDERS, ids=[f[0] for f in FOLDERS])

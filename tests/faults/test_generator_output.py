@@ -145,7 +145,8 @@ def test_refuses_the_parent_of_a_generated_package(tmp_path, root, monkeypatch, 
     manifest = write_manifest(tmp_path, GOOD_MANIFEST)
     assert run_main(monkeypatch, root, "--manifest", manifest, "--out", generated) == 1
     assert capsys.readouterr().err.startswith(
-        f"error: {generated}: refusing to replace a directory this generator did not write (it holds xla_native_functions/; "
+        f"error: {generated}: refusing to replace a directory this generator did not write (it holds "
+        "xla_native_functions/; "
     )
     assert tree_hash(generated) == before
 
@@ -348,7 +349,9 @@ def _read_only_runner():
     root a chmod stops nothing, so the path is mounted read-only in a private mount
     namespace (unshare); other users get a plain chmod."""
     if shutil.which("unshare"):
-        probe = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True, text=True)
+        probe = subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--mount", "true"], capture_output=True, text=True
+        )
         if probe.returncode == 0:
             return _run_on_read_only_mount
     if os.geteuid() != 0:
@@ -435,7 +438,9 @@ def test_failing_exchange_keeps_the_previous_tree(trees, root, monkeypatch, caps
 
     monkeypatch.setattr(gen, "_exchange", failing_exchange)
     assert run_main(monkeypatch, root, "--manifest", manifest, "--out", out) == 1
-    assert capsys.readouterr().err.startswith(f"error: {out}: cannot write the generated package (Input/output error); ")
+    assert capsys.readouterr().err.startswith(
+        f"error: {out}: cannot write the generated package (Input/output error); "
+    )
     assert files_of(out) == old
     assert leftovers(out.parent) == []
 
@@ -460,7 +465,9 @@ def _in_two_sections(text: str, root: Path) -> str:
 
 
 def _bad_signature(text: str, root: Path) -> str:
-    (root / "lowerings" / "pointwise.py").write_text(LOWERINGS.replace("(self, other, *, alpha=1)", "(self, other, alpha=1)"))
+    (root / "lowerings" / "pointwise.py").write_text(
+        LOWERINGS.replace("(self, other, *, alpha=1)", "(self, other, alpha=1)")
+    )
     return text
 
 
@@ -469,7 +476,10 @@ def _bad_signature(text: str, root: Path) -> str:
     [
         (_unknown_op, "manifest.yaml:8: unknown aten operator 'kthvalu'"),
         (_duplicate, "manifest.yaml:7: 'nonzero' is listed twice in 'supported' (first at line 6); keep one entry"),
-        (_unsorted, "manifest.yaml:9: 'kthvalue' is out of order in 'fallback' (after 'median'); keep each section sorted"),
+        (
+            _unsorted,
+            "manifest.yaml:9: 'kthvalue' is out of order in 'fallback' (after 'median'); keep each section sorted",
+        ),
         (_in_two_sections, "manifest.yaml:8: 'abs' is listed in both 'full_codegen' and 'fallback' (first at line 3)"),
         (_bad_signature, "handwritten function(s) disagree with their schema:"),
     ],

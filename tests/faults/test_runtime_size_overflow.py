@@ -41,14 +41,26 @@ CASES = {
     "full": ("torch.full((2**62, 4), 1.5, device='jax')", lambda: torch.full((_BIG, 4), 1.5)),
     "new_full": ("X.new_full((2**62, 4), 2.0)", lambda: torch.zeros(2).new_full((_BIG, 4), 2.0)),
     "new_zeros": ("X.new_zeros(2**62, 4)", lambda: torch.zeros(2).new_zeros(_BIG, 4)),
-    "empty_bytes_only": ("torch.empty(2**61, device='jax')", lambda: torch.empty(2**61)),  # 2**61 elements fit, 2**63 bytes do not
-    "empty_float64": ("torch.empty(2**61, 2, dtype=torch.float64, device='jax')",
-                      lambda: torch.empty(2**61, 2, dtype=torch.float64)),
-    "empty_strided_sizes": ("torch.empty_strided((2**62, 4), (4, 1), device='jax')",
-                            lambda: torch.empty_strided((_BIG, 4), (4, 1))),
-    "empty_strided_strides": ("torch.empty_strided((2, 2), (2**62, 1), device='jax')",
-                              lambda: torch.empty_strided((2, 2), (_BIG, 1))),
-    "new_empty_strided": ("X.new_empty_strided((2, 2), (2**62, 1))", lambda: torch.zeros(2).new_empty_strided((2, 2), (_BIG, 1))),
+    "empty_bytes_only": (
+        "torch.empty(2**61, device='jax')",
+        lambda: torch.empty(2**61),
+    ),  # 2**61 elements fit, 2**63 bytes do not
+    "empty_float64": (
+        "torch.empty(2**61, 2, dtype=torch.float64, device='jax')",
+        lambda: torch.empty(2**61, 2, dtype=torch.float64),
+    ),
+    "empty_strided_sizes": (
+        "torch.empty_strided((2**62, 4), (4, 1), device='jax')",
+        lambda: torch.empty_strided((_BIG, 4), (4, 1)),
+    ),
+    "empty_strided_strides": (
+        "torch.empty_strided((2, 2), (2**62, 1), device='jax')",
+        lambda: torch.empty_strided((2, 2), (_BIG, 1)),
+    ),
+    "new_empty_strided": (
+        "X.new_empty_strided((2, 2), (2**62, 1))",
+        lambda: torch.zeros(2).new_empty_strided((2, 2), (_BIG, 1)),
+    ),
     "randn": ("torch.randn(2**62, 4, device='jax')", lambda: torch.randn(_BIG, 4)),
     "rand": ("torch.rand(2**62, 4, device='jax')", lambda: torch.rand(_BIG, 4)),
     "randint": ("torch.randint(0, 5, (2**62, 4), device='jax')", lambda: torch.randint(0, 5, (_BIG, 4))),
@@ -63,14 +75,23 @@ CASES = {
     "resize_bytes": ("xnf.to_xla(torch.zeros(4)).resize_(2**61)", lambda: torch.zeros(4).resize_(2**61)),
     # An expanded view fits (no storage); the values computed from it do not.
     "expanded_view_plus_one": ("ONE.expand(2**61, 2) + 1", lambda: torch.zeros(1, 1).expand(2**61, 2) + 1),
-    "expanded_view_contiguous": ("ONE.expand(2**61, 2).contiguous()", lambda: torch.zeros(1, 1).expand(2**61, 2).contiguous()),
+    "expanded_view_contiguous": (
+        "ONE.expand(2**61, 2).contiguous()",
+        lambda: torch.zeros(1, 1).expand(2**61, 2).contiguous(),
+    ),
     # PyTorch words these differently (its out= resize or repeat's size check comes first).
-    "out_resize": ("torch.zeros(2**62, 4, out=xnf.to_xla(torch.zeros(1)))", lambda: torch.zeros(_BIG, 4, out=torch.zeros(1))),
+    "out_resize": (
+        "torch.zeros(2**62, 4, out=xnf.to_xla(torch.zeros(1)))",
+        lambda: torch.zeros(_BIG, 4, out=torch.zeros(1)),
+    ),
     "eye": ("torch.eye(2**32, 2**32, device='jax')", lambda: torch.eye(2**32, 2**32)),
     "repeat": ("xnf.to_xla(torch.zeros(2, 2)).repeat(2**62, 4)", lambda: torch.zeros(2, 2).repeat(_BIG, 4)),
     # Compiled and lazy programs check what they record.
     "compiled": ("compiled(lambda a: a + torch.zeros(2**62, 4, device=a.device), X)", lambda: torch.zeros(_BIG, 4)),
-    "compiled_expanded_view": ("compiled(lambda a: a.expand(2**61, 2) * 2, ONE)", lambda: torch.zeros(1, 1).expand(2**61, 2) * 2),
+    "compiled_expanded_view": (
+        "compiled(lambda a: a.expand(2**61, 2) * 2, ONE)",
+        lambda: torch.zeros(1, 1).expand(2**61, 2) * 2,
+    ),
     "lazy_mode": ("lazily(lambda: X.new_zeros(2**61, 2) + 1)", lambda: torch.zeros(2).new_zeros(2**61, 2) + 1),
 }
 MESSAGE_DIFFERS = {"out_resize", "eye", "repeat"}

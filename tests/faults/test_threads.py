@@ -216,7 +216,9 @@ def test_eager_write_to_a_tensor_another_threads_trace_uses_is_refused_clearly()
 
 def _model():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    return torch.nn.Sequential(
+        torch.nn.Linear(6, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Linear(16, 3)
+    )
 
 
 def _training(model, steps, seed, barrier=None):

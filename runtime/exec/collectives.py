@@ -1,0 +1,123 @@
+"""The collectives of torch.distributed between processes, as JAX programs.
+
+A rank of torch.distributed is a process here (a JAX controller: Note [Ranks are
+processes] in runtime/frontends/distributed/process_group.py). A collective over the
+processes of a group stacks each process's value into one global array, split along a
+new leading dim over a mesh holding one device per process, and runs a jitted program
+over it whose output layout asks for the result: XLA's partitioner inserts the
+all-reduce, all-gather, reduce-scatter or all-to-all between the processes (gloo's or
+the platform's collectives underneath). With one process the same programs run on a
+mesh of one device.
+
+Every process of the group must call the same collectives in the same order, as with
+torch.distributed; the values live on each process's first local device (jax:0).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from ..core.convert import X64
+from ..core.placement import local_devices
+
+AXIS = "ranks"
+REDUCE_OPS = ("sum", "avg", "max", "min", "product", "band", "bor", "bxor")
+
+
+@functools.lru_cache(maxsize=None)
+def process_mesh(processes: tuple[int, ...]) -> Mesh:
+    """A mesh of the first device of each process in `processes` (in rank order)."""
+    first: dict[int, Any] = {}
+    for d in jax.devices():
+        if d.process_index not in first or d.id < first[d.process_index].id:
+            first[d.process_index] = d
+    missing = [p for p in processes if p not in first]
+    if missing:
+        raise RuntimeError(f"processes {missing} have no JAX device: is jax.distributed initialized in every "
+                           "process (xla_native_functions.distributed.initialize())?")
+    return Mesh(np.array([first[p] for p in processes], dtype=object), (AXIS,))
+
+
+def _stacked(array: Any, mesh: Mesh) -> Any:
+    """This process's `array` as its block of a global array of shape (ranks, *shape)."""
+    here = mesh.local_devices[0]
+    block = jax.device_put(jnp.expand_dims(array, 0), here)
+    shape = (mesh.size,) + tuple(array.shape)
+    return jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, P(AXIS)), [block])
+
+
+def _local(array: Any) -> Any:
+    """This process's block of a global result, on its default device."""
+    return jax.device_put(array.addressable_data(0), local_devices()[0])
+
+
+def _reduce(stacked: Any, op: str) -> Any:
+    if op in ("sum", "avg"):
+        total = jnp.sum(stacked, axis=0, dtype=stacked.dtype)
+        if op == "avg":
+            n = stacked.shape[0]
+            total = total / n if jnp.issubdtype(stacked.dtype, jnp.inexact) else total // n
+        return total
+    if op == "max":
+        return jnp.max(stacked, axis=0)
+    if op == "min":
+        return jnp.min(stacked, axis=0)
+    if op == "product":
+        return jnp.prod(stacked, axis=0, dtype=stacked.dtype)
+    fn = {"band": jnp.bitwise_and, "bor": jnp.bitwise_or, "bxor": jnp.bitwise_xor}[op]
+    return fn.reduce(stacked, axis=0)
+
+
+@functools.lru_cache(maxsize=256)
+def _program(kind: str, mesh: Mesh, args: tuple) -> Any:
+    replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P(AXIS))
+
+    if kind == "all_reduce":
+        (op,) = args
+        return jax.jit(lambda s: _reduce(s, op), out_shardings=replicated)
+    if kind == "all_gather":  # the ranks' blocks concatenated along dim 0
+        return jax.jit(lambda s: s.reshape((-1,) + s.shape[2:]), out_shardings=replicated)
+    if kind == "reduce_scatter":  # rank r keeps block r (along dim 0) of the reduction
+
+        def reduce_scatter(s: Any) -> Any:
+            out = _reduce(s, args[0])
+            return out.reshape((s.shape[0], -1) + out.shape[1:])
+
+        return jax.jit(reduce_scatter, out_shardings=split)
+    if kind == "broadcast":
+        (src,) = args
+        return jax.jit(lambda s: s[src], out_shardings=replicated)
+    if kind == "all_to_all":  # block j (along dim 0) of rank i goes to rank j, at position i
+
+        def all_to_all(s: Any) -> Any:
+            n = s.shape[0]
+            blocks = s.reshape((n, n, -1) + s.shape[2:])
+            return jnp.swapaxes(blocks, 0, 1)
+
+        return jax.jit(all_to_all, out_shardings=split)
+    raise ValueError(f"unknown collective {kind!r}")
+
+
+def run_collective(kind: str, array: Any, processes: tuple[int, ...], *args: Any) -> Any:
+    """This process's result of collective `kind` over the processes `processes`, its
+    value `array`: all_reduce(op), all_gather, reduce_scatter(op), broadcast(src rank),
+    all_to_all. Shapes: all_gather gives (ranks * n0, ...), reduce_scatter takes
+    (ranks * k, ...) and gives (k, ...), all_to_all takes and gives (ranks * k, ...)."""
+    mesh = process_mesh(processes)
+    n = len(processes)
+    if kind in ("reduce_scatter", "all_to_all") and (array.ndim == 0 or array.shape[0] % n):
+        raise ValueError(f"{kind}: dim 0 of the input ({tuple(array.shape)}) must divide by the group's {n} ranks")
+    with X64:
+        out = _program(kind, mesh, args)(_stacked(array, mesh))
+        if kind == "reduce_scatter":
+            return _local(out)[0]
+        if kind == "all_to_all":
+            local = _local(out)[0]
+            return local.reshape((-1,) + local.shape[2:])
+        return _local(out)

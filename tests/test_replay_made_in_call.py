@@ -1,0 +1,207 @@
+"""compile() replays steps that make modules and constant tensors inside the call
+(Note [Modules made by the call] in runtime/frontends/replay.py), against PyTorch CPU;
+and the note of a step that keeps being traced names its cause."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+import xla_native_functions as xnf
+from xla_native_functions.runtime.exec import graph
+from xla_native_functions.runtime.platform.metrics import metrics
+
+STEPS = 6
+
+
+@pytest.fixture(autouse=True)
+def fresh_state(monkeypatch):
+    monkeypatch.setattr(graph, "_GRAPH_CACHE", {})
+    monkeypatch.setattr(graph, "_LAST_KEYS", {})
+    monkeypatch.setattr(graph, "_TRANSPOSED_COPIES", {})
+    xnf.reset_metrics()
+
+
+def _inputs(n=STEPS, shape=(4, 6)):
+    torch.manual_seed(1)
+    return [torch.randn(*shape) for _ in range(n)]
+
+
+def _check_replays(fn, inputs, replayed=STEPS - 2):
+    """Runs fn on PyTorch CPU and compiled on our device; values match at every call
+    and the calls from the third on are replays."""
+    compiled = xnf.compile(fn)
+    for x in inputs:
+        torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(x))), fn(x), atol=1e-5, rtol=1e-5)
+    assert metrics.replays == replayed, xnf.metrics_report()
+
+
+class _Head(torch.nn.Module):
+    """DistilBERT's classification head: a ReLU module made in forward."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.pre = torch.nn.Linear(6, 6)
+        self.out = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.out(torch.nn.ReLU()(self.pre(x)))
+
+
+def test_module_made_in_forward_is_replayed():
+    ref = _Head().eval()
+    ours = xnf.to_xla(copy.deepcopy(ref))
+
+    compiled = xnf.compile(ours)
+    for x in _inputs():
+        with torch.no_grad():
+            torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(x))), ref(x), atol=1e-5, rtol=1e-5)
+    # the first call learns which parameters may get a .grad; the next two trace the same plan
+    assert metrics.replays == STEPS - 3, xnf.metrics_report()
+
+
+def test_module_made_per_lookup_is_replayed():
+    """transformers' ACT2FN builds a new activation module on every lookup."""
+    act2fn = pytest.importorskip("transformers.activations").ACT2FN
+    _check_replays(lambda x: act2fn["gelu_new"](x) + act2fn["silu"](x), _inputs())
+
+
+def test_loss_module_made_in_forward_trains_and_is_replayed():
+    """BART, Whisper and ALBERT build CrossEntropyLoss() in forward when given labels."""
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(6, 3)
+    ours = xnf.to_xla(copy.deepcopy(ref))
+
+    def step_of(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = torch.nn.CrossEntropyLoss()(torch.nn.Tanh()(model(x)), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    ref_step = step_of(ref, torch.optim.SGD(ref.parameters(), lr=0.1))
+    step = xnf.compile(step_of(ours, torch.optim.SGD(ours.parameters(), lr=0.1)))
+    labels = torch.tensor([0, 2, 1, 0])
+    for x in _inputs():
+        torch.testing.assert_close(xnf.to_torch(step(xnf.to_xla(x), xnf.to_xla(labels))), ref_step(x, labels))
+    for p, q in zip(ours.parameters(), ref.parameters()):
+        torch.testing.assert_close(xnf.to_torch(p), q, atol=1e-5, rtol=1e-5)
+    # the first step creates the .grads, the next two trace the same plan
+    assert metrics.replays == STEPS - 3, xnf.metrics_report()
+
+
+def test_training_flag_of_a_kept_module_is_still_guarded_next_to_made_ones():
+    torch.manual_seed(0)
+    ref = torch.nn.BatchNorm1d(6)
+    ours = xnf.to_xla(copy.deepcopy(ref))
+
+    def step_of(bn):
+        def step(x):
+            with torch.no_grad():
+                return torch.nn.ReLU()(bn(x))
+        return step
+
+    ref_step, step = step_of(ref), xnf.compile(step_of(ours))
+    for i, x in enumerate(_inputs(8)):
+        if i == 5:  # after replays began: eval mode normalizes with the running statistics
+            ref.eval()
+            ours.eval()
+        torch.testing.assert_close(xnf.to_torch(step(xnf.to_xla(x))), ref_step(x), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(xnf.to_torch(ours.running_mean), ref.running_mean, atol=1e-5, rtol=1e-5)
+    # calls 4 and 5 replay in training mode (the first learns which parameters may get a
+    # .grad), 8 in eval mode (6 and 7 trace its plan)
+    assert metrics.replays == 3, xnf.metrics_report()
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x * torch.tensor(2.0).to(x.device),
+    lambda x: x * torch.as_tensor(2.0).to(x.device),
+    lambda x: x + torch.full((6,), 0.5).to(x.device),
+    lambda x: x + torch.full((6,), 0.5, device=x.device),
+    lambda x: torch.where(torch.arange(6).to(x.device) < torch.tensor(3), x, -x),
+    lambda x: x * torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], device=x.device),
+    lambda x: x * torch.tensor(2.0),  # a zero-dim CPU tensor made in the call, used directly
+], ids=["tensor-to", "as_tensor-to", "full-to", "full-device", "arange-compare", "tensor-device", "zero-dim-cpu"])
+def test_constant_tensor_made_from_python_values_is_replayed(make):
+    _check_replays(make, _inputs())
+
+
+def test_constant_that_changes_every_call_is_traced_and_says_why():
+    calls = [0]
+
+    def step(x):
+        calls[0] += 1
+        return x * torch.tensor(float(calls[0])).to(x.device)
+
+    compiled = xnf.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, x in enumerate(_inputs(8)):
+            # the reference computes the value the call will use, before the call
+            expected = x * float(calls[0] + 1)
+            torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(x))), expected)
+    assert metrics.replays == 0
+    assert any("graph inputs come from" in n and "Python values" in n for n in metrics.replay_notes), \
+        metrics.replay_notes
+
+
+def test_cpu_tensor_made_before_an_inference_step_names_it_not_the_optimizer():
+    scale = torch.tensor(2.0)
+    compiled = xnf.compile(lambda x: x * scale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for x in _inputs(8):
+            torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(x))), x * scale)
+    assert metrics.replays == 0
+    (note,) = [n for n in metrics.replay_notes if "<lambda>" in n]
+    assert "CPU tensor made before the call (shape (), torch.float32)" in note and "to_xla" in note, note
+    assert "AdamW" not in note, note
+
+
+def test_distilbert_classifier_with_labels_is_replayed():
+    """DistilBertForSequenceClassification: nn.ReLU()(x) in its head and a loss module
+    built in forward."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.DistilBertConfig(vocab_size=32, dim=8, n_layers=1, n_heads=2, hidden_dim=16,
+                                           max_position_embeddings=16, dropout=0.0, attention_dropout=0.0,
+                                           seq_classif_dropout=0.0, num_labels=3)
+    ref = transformers.DistilBertForSequenceClassification(config).eval()
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    ids, labels = torch.randint(0, 32, (2, 5)), torch.tensor([0, 2])
+
+    def step_of(model):
+        def step(ids, labels):
+            with torch.no_grad():
+                out = model(input_ids=ids, labels=labels)
+            return out.loss, out.logits
+        return step
+
+    expected = step_of(ref)(ids, labels)
+    compiled = xnf.compile(step_of(ours))
+    for _ in range(STEPS):
+        loss, logits = compiled(xnf.to_xla(ids), xnf.to_xla(labels))
+        torch.testing.assert_close(xnf.to_torch(loss), expected[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(xnf.to_torch(logits), expected[1], atol=1e-5, rtol=1e-5)
+    assert metrics.replays == STEPS - 3, xnf.metrics_report()
+
+
+def test_every_part_of_a_plan_has_a_name_for_the_note():
+    """The note of a step whose plan keeps changing names the part that changed: a new
+    part of the fingerprint needs its words in _FINGERPRINT_PARTS."""
+    from xla_native_functions.runtime.frontends import replay
+
+    compiled = xnf.compile(lambda x: x * 2)
+    x = xnf.to_xla(torch.ones(3))
+    for _ in range(3):
+        compiled(x)
+    (entry,) = compiled.signatures.values()
+    assert entry.plan is not None
+    assert len(entry.plan.fingerprint) == len(replay._FINGERPRINT_PARTS)
+    assert len(entry.plan.fingerprint[0][0]) == len(replay._SEGMENT_PARTS)
