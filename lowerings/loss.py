@@ -70,11 +70,13 @@ def _nll_forward(self, target, weight, reduction, ignore_index, class_dim):
 
 
 def _nll_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight, class_dim):
-    _, w, t, _ = _nll_parts(self, target, weight, ignore_index, class_dim)
+    _, w, t, valid = _nll_parts(self, target, weight, ignore_index, class_dim)
     g = opmath(grad_output)
     if reduction == MEAN:
         g = g / opmath(total_weight)
-    dpicked = -w * g
+    # an ignored element's gradient is 0 even when every element is ignored (mean
+    # reduction: g is then inf or NaN, and 0 * inf would be NaN); PyTorch never writes it
+    dpicked = jnp.where(valid, -w * g, jnp.zeros((), w.dtype))
     dt = jnp.result_type(dpicked.dtype, opmath(self).dtype)
     if self.ndim == 1:
         grad = jnp.zeros(self.shape, dt).at[t].set(dpicked, mode="drop")

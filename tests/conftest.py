@@ -4,7 +4,8 @@ itself; the repository root is importable (the generator, `codegen`, is run from
 checkout, not installed) and so is scripts/ (the model zoo, the report scripts). Shared
 helpers live in modules of their own, never in test modules: lowering_harness.py
 (running lowerings and shape functions against PyTorch), opinfo_harness.py (PyTorch's
-OpInfo samples) and codegen_harness.py (the generator's synthetic manifests)."""
+OpInfo samples), module_harness.py (PyTorch's module_db, with its table module_db_skips.py)
+and codegen_harness.py (the generator's synthetic manifests)."""
 
 from __future__ import annotations
 

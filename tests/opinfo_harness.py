@@ -717,10 +717,21 @@ def _error_sample(op, ei, t: Tally) -> None:
 # ----------------------------------------------------------------- worker pool
 
 
-def _worker_main(conn, sys_path: list[str]) -> None:
+def _worker_main(conn, sys_path: list[str], runner: str = "opinfo_harness:run_unit", warm: str | None = "opinfo_harness:opinfos") -> None:
+    """Serve calls of `runner` ("module:function", imported here) until told to stop;
+    `warm` is called once first (e.g. to build the OpInfo database before the clock of
+    the first unit starts)."""
+    import importlib
+
+    def resolve(spec: str):
+        mod, _, name = spec.partition(":")
+        return getattr(importlib.import_module(mod), name)
+
     sys.path[:0] = [p for p in sys_path if p not in sys.path]
     _setup_worker()
-    opinfos()
+    fn = resolve(runner)
+    if warm:
+        resolve(warm)()
     conn.send(("ready", None))
     while True:
         try:
@@ -729,9 +740,8 @@ def _worker_main(conn, sys_path: list[str]) -> None:
             return
         if msg is None:
             return
-        key, dtype, mode, limit, reference = msg
         try:
-            res = run_unit(key, dtype, mode, limit, reference)
+            res = fn(*msg)
         except BaseException as e:  # noqa: BLE001 - anything escaping a unit is recorded
             res = Tally().as_dict()
             res.update(
@@ -744,23 +754,26 @@ def _worker_main(conn, sys_path: list[str]) -> None:
 
 class WorkerPool:
     """One worker subprocess (spawned: no JAX state is forked), restarted after a
-    timeout or an abort."""
+    timeout or an abort. It runs `runner` ("module:function" importable from the tests
+    directory or sys.path; run_unit of this module by default) through `call`, and
+    `warm` once at start."""
 
-    def __init__(self, startup_timeout: float = 300.0):
+    def __init__(self, startup_timeout: float = 300.0, runner: str = "opinfo_harness:run_unit", warm: str | None = "opinfo_harness:opinfos"):
         self.ctx = mp.get_context("spawn")
         self.proc = None
         self.conn = None
         self.startup_timeout = startup_timeout
+        self.runner, self.warm = runner, warm
 
     def _start(self):
         here = os.path.dirname(os.path.abspath(__file__))
         parent, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=_worker_main, args=(child, [here] + sys.path), daemon=True)
+        self.proc = self.ctx.Process(target=_worker_main, args=(child, [here] + sys.path, self.runner, self.warm), daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent
         if not self.conn.poll(self.startup_timeout):
-            raise RuntimeError("the OpInfo worker did not start")
+            raise RuntimeError(f"the worker ({self.runner}) did not start")
         self.conn.recv()
 
     def stop(self):
@@ -776,10 +789,15 @@ class WorkerPool:
             self.proc = None
 
     def run(self, key: str, dtype: str, mode: str, time_limit: float, reference: bool = True) -> dict[str, Any]:
+        return self.call((key, dtype, mode, time_limit, reference), time_limit)
+
+    def call(self, args: tuple, time_limit: float) -> dict[str, Any]:
+        """runner(*args) in the worker; a worker that dies or gives no result within
+        1.5 * time_limit + 30 s is recorded as `aborted` / `timeout` and restarted."""
         if self.proc is None or not self.proc.is_alive():
             self._start()
         start = time.perf_counter()
-        self.conn.send((key, dtype, mode, time_limit, reference))
+        self.conn.send(tuple(args))
         hard = time_limit * 1.5 + 30
         try:
             ready = self.conn.poll(hard)

@@ -209,6 +209,17 @@ CASES = [
         Case(f"nll_loss2d_r{red}", aten.nll_loss2d_forward.default, (logp2d, target2d, None, red, -100))
         for red in (0, 1, 2)
     ),
+    # every target ignored, mean: total_weight 0; the ignored elements' gradient stays 0, not 0 * inf
+    Case(
+        "nll_loss_backward_all_ignored_mean",
+        aten.nll_loss_backward.default,
+        (T(), logp, torch.full((4,), 2), None, 1, 2, torch.tensor(0.0)),
+    ),
+    Case(
+        "nll_loss2d_backward_all_ignored_mean",
+        aten.nll_loss2d_backward.default,
+        (T(), logp2d, torch.ones(2, 4, 4, dtype=torch.long), T(3, low=0.1, high=2), 1, 1, torch.tensor(0.0)),
+    ),
     Case("nll_loss2d_weight_ignore", aten.nll_loss2d_forward.default, (logp2d, target2d, T(3, low=0.1, high=2), 1, 1)),
     *(
         Case(
