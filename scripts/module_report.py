@@ -90,13 +90,25 @@ def _parse_args(argv=None):
     p.add_argument("--dtypes", default=",".join(mh.DTYPES), help=f"from {','.join(mh.DTYPES)}")
     p.add_argument("--settings", default=",".join(mh.SETTINGS), help=f"from {','.join(mh.SETTINGS)}")
     p.add_argument("--modes", default=",".join(mh.MODES), help=f"from {','.join(mh.MODES)}")
-    p.add_argument("--time-limit", type=float, default=300.0, help="seconds per unit; later samples are not run (hard kill at 1.5x+30s)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=300.0,
+        help="seconds per unit; later samples are not run (hard kill at 1.5x+30s)",
+    )
     p.add_argument("--results-dir", default=_default_results_dir(), help="where per-shard results are kept")
     p.add_argument("--rerun", action="store_true", help="run units again even if results exist")
     p.add_argument("--report-only", action="store_true", help="only rebuild docs/reports/modules.{md,json}")
     p.add_argument("--out", default=str(ROOT / "docs" / "reports"), help="where modules.md and modules.json go")
-    p.add_argument("--in-process", action="store_true", help="no worker subprocess (debugging; an abort ends the sweep)")
-    p.add_argument("--worker-max-rss-mb", type=float, default=1500.0, help="start a fresh worker once the worker's resident memory exceeds this")
+    p.add_argument(
+        "--in-process", action="store_true", help="no worker subprocess (debugging; an abort ends the sweep)"
+    )
+    p.add_argument(
+        "--worker-max-rss-mb",
+        type=float,
+        default=1500.0,
+        help="start a fresh worker once the worker's resident memory exceeds this",
+    )
     return p.parse_args(argv)
 
 
@@ -134,12 +146,22 @@ def run_sweep(args) -> None:
     units.sort(key=lambda u: (names.index(u[0]), mh.DTYPES.index(u[1]), mh.SETTINGS.index(u[2]), mh.MODES.index(u[3])))
     todo = [u for u in units if args.rerun or mh.unit_id(*u) not in data["units"]]
     data.setdefault("runs", []).append(
-        {"argv": " ".join(sys.argv[1:]), "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "units": len(units), "todo": len(todo)}
+        {
+            "argv": " ".join(sys.argv[1:]),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "units": len(units),
+            "todo": len(todo),
+        }
     )
-    print(f"{len(units)} units in shard {i}/{n}, {len(units) - len(todo)} already done, results in {path}", file=sys.stderr)
+    print(
+        f"{len(units)} units in shard {i}/{n}, {len(units) - len(todo)} already done, results in {path}",
+        file=sys.stderr,
+    )
     progress = cov.Progress(len(todo))
     last_save = time.perf_counter()
-    pool = None if args.in_process else h.WorkerPool(runner="module_harness:run_unit", warm="module_harness:worker_ready")
+    pool = (
+        None if args.in_process else h.WorkerPool(runner="module_harness:run_unit", warm="module_harness:worker_ready")
+    )
     if args.in_process:
         h._setup_worker()
         mh.worker_ready()
@@ -151,7 +173,13 @@ def run_sweep(args) -> None:
             base = data["units"].get(mh.unit_id(name, dt, setting, "eager"))
             if mode != "eager" and _inferable(base):
                 res = {k: base[k] for k in COUNT_KEYS}
-                res.update(total=base["total"], missing=base["missing"], classes=base.get("classes", {}), status="inferred", seconds=0.0)
+                res.update(
+                    total=base["total"],
+                    missing=base["missing"],
+                    classes=base.get("classes", {}),
+                    status="inferred",
+                    seconds=0.0,
+                )
             elif pool is None:
                 res = mh.run_unit(*u, time_limit=args.time_limit)
             else:
@@ -163,7 +191,10 @@ def run_sweep(args) -> None:
                 # traced call: compiled units slow down many times over. A fresh one does not.
                 pool.stop()
                 restarts += 1
-            progress.step(f"{name} {dt} {setting} {mode}: {res.get('passed', 0)}p {res.get('failed', 0)}f {res.get('errored', 0)}e {res.get('status')}")
+            progress.step(
+                f"{name} {dt} {setting} {mode}: {res.get('passed', 0)}p {res.get('failed', 0)}f "
+                f"{res.get('errored', 0)}e {res.get('status')}"
+            )
             if time.perf_counter() - last_save > 10:
                 cov._save(path, data)
                 last_save = time.perf_counter()
@@ -190,7 +221,10 @@ def _rate(c: dict) -> float | None:
 
 def _all_pass(res: dict) -> bool:
     return (
-        res.get("status") == "done" and not res.get("truncated") and res.get("failed", 0) == 0 and res.get("errored", 0) == 0
+        res.get("status") == "done"
+        and not res.get("truncated")
+        and res.get("failed", 0) == 0
+        and res.get("errored", 0) == 0
         and res.get("passed", 0) > 0
     )
 
@@ -237,17 +271,37 @@ def build_report(results_dir: str, out_dir: str) -> dict:
         c = {k: res.get(k, 0) for k in COUNT_KEYS}
         total = res.get("total", 0)
         c["total"] = total
-        c["not_run"] = max(total - c["passed"] - c["failed"] - c["errored"] - c["skipped"] - c["duplicate"], 0) if res.get("status") != "skip" else 0
+        c["not_run"] = (
+            max(total - c["passed"] - c["failed"] - c["errored"] - c["skipped"] - c["duplicate"], 0)
+            if res.get("status") != "skip"
+            else 0
+        )
         totals[key].update(c)
-        per_module[name][uid] = {**c, "status": res.get("status"), "truncated": res.get("truncated", False),
-                                 "first_problem": res.get("first_problem"), "outcomes": res.get("outcomes", ""),
-                                 "cpu_wrong": res.get("cpu_wrong", []), "replayed": res.get("replayed", 0), "compared": res.get("compared", 0),
-                                 "seconds": res.get("seconds", 0.0)}
+        per_module[name][uid] = {
+            **c,
+            "status": res.get("status"),
+            "truncated": res.get("truncated", False),
+            "first_problem": res.get("first_problem"),
+            "outcomes": res.get("outcomes", ""),
+            "cpu_wrong": res.get("cpu_wrong", []),
+            "replayed": res.get("replayed", 0),
+            "compared": res.get("compared", 0),
+            "seconds": res.get("seconds", 0.0),
+        }
         if res.get("status") in ("timeout", "aborted", "harness_error") or res.get("truncated"):
             incomplete.append({"unit": uid, "status": res.get("status"), "truncated": res.get("truncated", False),
                                "messages": res.get("messages", [])[:2], "not_run": c["not_run"]})
         for cls, info in (res.get("classes") or {}).items():
-            e = classes.setdefault(cls, {"samples": 0, "units": [], "modules": defaultdict(int), "example": info.get("example"), "aten_op": info.get("aten_op")})
+            e = classes.setdefault(
+                cls,
+                {
+                    "samples": 0,
+                    "units": [],
+                    "modules": defaultdict(int),
+                    "example": info.get("example"),
+                    "aten_op": info.get("aten_op"),
+                },
+            )
             e["samples"] += info["samples"]
             e["units"].append(uid)
             e["modules"][name] += info["samples"]
@@ -267,7 +321,9 @@ def build_report(results_dir: str, out_dir: str) -> dict:
     by_module_units: dict[str, list] = defaultdict(list)
     for u in planned:
         by_module_units[u[0]].append(mh.unit_id(*u))
-    everywhere = sorted(m for m, ids in by_module_units.items() if all(uid in units and _all_pass(units[uid]) for uid in ids))
+    everywhere = sorted(
+        m for m, ids in by_module_units.items() if all(uid in units and _all_pass(units[uid]) for uid in ids)
+    )
     passing_by_key: dict[tuple, list] = defaultdict(list)
     for (dt, setting, mode) in totals:
         for m, ids in by_module_units.items():
@@ -281,7 +337,9 @@ def build_report(results_dir: str, out_dir: str) -> dict:
         for mode in mh.MODES:
             ids = {m: [mh.unit_id(m, dt, st, mode) for st in mh.SETTINGS] for m in by_module_units}
             if any(uid in units for v in ids.values() for uid in v):
-                every_setting[f"{dt}|{mode}"] = sorted(m for m, v in ids.items() if all(uid in units and _all_pass(units[uid]) for uid in v))
+                every_setting[f"{dt}|{mode}"] = sorted(
+                    m for m, v in ids.items() if all(uid in units and _all_pass(units[uid]) for uid in v)
+                )
 
     summary = {
         "units": len(units),
@@ -290,7 +348,10 @@ def build_report(results_dir: str, out_dir: str) -> dict:
         "modules_total": len(infos),
         "by_dtype_setting_mode": {
             "|".join(k): {**dict(c), "pass_rate": _rate(c), "modules_all_passing": len(passing_by_key.get(k, []))}
-            for k, c in sorted(totals.items(), key=lambda kv: (mh.DTYPES.index(kv[0][0]), mh.MODES.index(kv[0][2]), mh.SETTINGS.index(kv[0][1])))
+            for k, c in sorted(
+                totals.items(),
+                key=lambda kv: (mh.DTYPES.index(kv[0][0]), mh.MODES.index(kv[0][2]), mh.SETTINGS.index(kv[0][1])),
+            )
         },
         "modules_passing_everywhere": everywhere,
         "modules_passing_every_setting": every_setting,
@@ -389,7 +450,8 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
         "- the rounding rule: a float32 failure that stands passes if ours is no further from float64 than PyTorch "
         f"CPU's float32 result, or within the tolerance plus {mh.ROUNDING_ULPS} float32 steps of each tensor's largest "
         f"float64 magnitude (long sums that cancel to near zero) and no further from float64 than "
-        f"{mh.ROUNDING_CPU_FACTOR} times PyTorch CPU's float32 result is; listed with both distances under the same heading;"
+        f"{mh.ROUNDING_CPU_FACTOR} times PyTorch CPU's float32 result is; listed with both distances under the same "
+        "heading;"
     )
     L.append(
         "- a sample whose PyTorch CPU step made the same aten calls (operators, non-tensor arguments, tensor shapes, "
@@ -407,12 +469,16 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
         f"{s['modules_total']} ModuleInfos. Samples passed / compared (failed + errored + passed), and the modules "
         "all of whose samples pass in that column.\n"
     )
-    L.append("| dtype | mode | setting | passed / compared | pass rate | failed | errored | of which not lowered | skipped by CPU | duplicates | not run | modules all passing |")
+    L.append(
+        "| dtype | mode | setting | passed / compared | pass rate | failed | errored | of which not lowered | skipped "
+        "by CPU | duplicates | not run | modules all passing |"
+    )
     L.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for key, c in s["by_dtype_setting_mode"].items():
         dt, setting, mode = key.split("|")
         L.append(
-            f"| {dt} | {mode} | {setting} | {c['passed']}/{_counted(c)} | {_pct(c['pass_rate'])} | {c['failed']} | {c['errored']} "
+            f"| {dt} | {mode} | {setting} | {c['passed']}/{_counted(c)} | {_pct(c['pass_rate'])} | {c['failed']} | "
+            f"{c['errored']} "
             f"| {c['not_found']} | {c['skipped']} | {c['duplicate']} | {c['not_run']} | {c['modules_all_passing']} |"
         )
     L.append("")
@@ -424,8 +490,12 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
         L.append(f"| {dt} | {mode} | {len(mods)} of {s['modules_total']} |")
     L.append("")
     ev = s["modules_passing_everywhere"]
-    L.append(f"Modules passing every sample in every unit (both dtypes, all settings, both modes): {len(ev)} of {s['modules_total']}: "
-             + (", ".join(f"`{m}`" for m in ev) or "none") + ".\n")
+    L.append(
+        f"Modules passing every sample in every unit (both dtypes, all settings, both modes): {len(ev)} of "
+        f"{s['modules_total']}: "
+        + (", ".join(f"`{m}`" for m in ev) or "none")
+        + ".\n"
+    )
 
     L.append("## Failure classes\n")
     L.append(
@@ -438,14 +508,20 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
     L.append("|---|---:|---|---|---|")
     for e in doc["failure_classes"]:
         mods = ", ".join(f"{m} ({n})" for m, n in e["modules"].items())
-        L.append(f"| {_md_escape(e['class'][:200])} | {e['samples']} | {mods} | {e['where']} | {_md_escape((e['example'] or '')[:200])} |")
+        L.append(
+            f"| {_md_escape(e['class'][:200])} | {e['samples']} | {mods} | {e['where']} | "
+            f"{_md_escape((e['example'] or '')[:200])} |"
+        )
     L.append("")
 
     L.append("## PyTorch CPU arbitrated by float64\n")
     if doc["cpu_wrong"]:
-        L.append("float32 samples where ours differs from PyTorch CPU's float32 result but is within tolerance of its float64 "
-                 "one, or passes by the rounding rule (both float32 results outside the tolerance of float64; the "
-                 "largest distance of each from float64 given).\n")
+        L.append(
+            "float32 samples where ours differs from PyTorch CPU's float32 result but is within tolerance of its "
+            "float64 "
+            "one, or passes by the rounding rule (both float32 results outside the tolerance of float64; the "
+            "largest distance of each from float64 given).\n"
+        )
         L.append("| unit | sample | tensors (CPU float32 outside tolerance of float64?) |")
         L.append("|---|---|---|")
         for cw in doc["cpu_wrong"]:
@@ -473,7 +549,10 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
         wall = f", {cov._fmt_time(r['wall_seconds'])} wall" if "wall_seconds" in r else ""
         if r.get("worker_restarts_for_memory"):
             wall += f", worker replaced {r['worker_restarts_for_memory']} times for memory"
-        L.append(f"- `{r['file']}`: `module_report.py {r['argv']}` started {r['started']}, {r['todo']} of {r['units']} units to run{wall}")
+        L.append(
+            f"- `{r['file']}`: `module_report.py {r['argv']}` started {r['started']}, {r['todo']} of {r['units']} "
+            f"units to run{wall}"
+        )
     L.append("")
     L.append(
         "Seconds in units per mode: " + ", ".join(f"{m} {v}" for m, v in sorted(s["seconds_by_mode"].items()))
@@ -485,12 +564,18 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
         L.append("Units cut short (time limit, hang, abort, harness error):\n")
         for u in s["incomplete_units"]:
             why = u["status"] if u["status"] != "done" else "time limit"
-            L.append(f"- `{u['unit']}`: {why}, {u['not_run']} samples not run" + (f" ({_md_escape(u['messages'][0][:150])})" if u["messages"] else ""))
+            L.append(
+                f"- `{u['unit']}`: {why}, {u['not_run']} samples not run"
+                + (f" ({_md_escape(u['messages'][0][:150])})" if u["messages"] else "")
+            )
         L.append("")
 
     L.append("## Per module\n")
-    L.append("Cells: samples passed/compared; ✓ all pass; (+n not run): cut by the time limit; (inf): not run, every eager "
-             "sample stopped at a missing operator. First problem: the first failing sample of the module's first failing unit.\n")
+    L.append(
+        "Cells: samples passed/compared; ✓ all pass; (+n not run): cut by the time limit; (inf): not run, every eager "
+        "sample stopped at a missing operator. First problem: the first failing sample of the module's first failing "
+        "unit.\n"
+    )
     cols = [(st, md) for md in mh.MODES for st in mh.SETTINGS]
     L.append("| module | dtype | " + " | ".join(f"{st} {md}" for st, md in cols) + " | first problem |")
     L.append("|---|---|" + "---|" * len(cols) + "---|")
@@ -500,16 +585,26 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
             if not any(cells):
                 continue
             first = next((c["first_problem"] for c in cells if c and c.get("first_problem")), None)
-            fp = _md_escape(f"{first['desc'] or 'sample ' + str(first['sample'])}: {first['message']}"[:160]) if first else ""
+            fp = (
+                _md_escape(f"{first['desc'] or 'sample ' + str(first['sample'])}: {first['message']}"[:160])
+                if first
+                else ""
+            )
             L.append(f"| {name} | {dt} | " + " | ".join(_cell(c) for c in cells) + f" | {fp} |")
     L.append("")
 
     L.append("## Skips and treatments\n")
-    L.append("The one table (tests/module_db_skips.py); `xfail` entries are the strict expected failures of tests/test_module_db.py.\n")
+    L.append(
+        "The one table (tests/module_db_skips.py); `xfail` entries are the strict expected failures of "
+        "tests/test_module_db.py.\n"
+    )
     L.append("| module | dtype | setting | mode | action | reason |")
     L.append("|---|---|---|---|---|---|")
     for t in doc["table"]:
-        L.append(f"| {t['module']} | {t['dtype'] or 'all'} | {t['setting'] or 'all'} | {t['mode'] or 'all'} | {t['action']} | {_md_escape(t['reason'])} |")
+        L.append(
+            f"| {t['module']} | {t['dtype'] or 'all'} | {t['setting'] or 'all'} | {t['mode'] or 'all'} | {t['action']} "
+            f"| {_md_escape(t['reason'])} |"
+        )
     L.append("")
     return "\n".join(L)
 
@@ -522,8 +617,12 @@ def main(argv=None) -> None:
         run_sweep(args)
     doc = build_report(args.results_dir, args.out)
     s = doc["summary"]
-    print(f"{s['units']} units over {s['modules']} modules; {len(s['modules_passing_everywhere'])} modules pass everywhere; "
-          f"report in {args.out}/modules.md", file=sys.stderr)
+    print(
+        f"{s['units']} units over {s['modules']} modules; {len(s['modules_passing_everywhere'])} modules pass "
+        "everywhere; "
+        f"report in {args.out}/modules.md",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -258,14 +258,20 @@ def _condense(msg: str) -> str:
     lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
     if not lines:
         return ""
-    detail = [ln for ln in lines[1:] if ln.startswith(("Mismatched elements", "Greatest absolute", "Greatest relative", "The failure occurred"))]
+    detail = [
+        ln
+        for ln in lines[1:]
+        if ln.startswith(("Mismatched elements", "Greatest absolute", "Greatest relative", "The failure occurred"))
+    ]
     return "; ".join([lines[0], *detail])[:400]
 
 
 def _to_float32(tree):
     import torch
 
-    return h._tree_map(lambda x: x.detach().float() if isinstance(x, torch.Tensor) and x.dtype == torch.float64 else x, tree)
+    return h._tree_map(
+        lambda x: x.detach().float() if isinstance(x, torch.Tensor) and x.dtype == torch.float64 else x, tree
+    )
 
 
 # the phrases of compare()'s messages about a tensor present on one side only
@@ -283,7 +289,9 @@ def compare(got: dict, expected: dict, tol, random: bool = False) -> list[tuple[
         return h._compare(a, e, tol)
 
     problems = []
-    msg = one(got["output"], h._tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, expected["output"]))
+    msg = one(
+        got["output"], h._tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, expected["output"])
+    )
     if msg:
         problems.append(("output", _condense(msg)))
     for kind, key in (("parameter grad", "param_grads"), ("buffer", "buffers")):
@@ -292,17 +300,31 @@ def compare(got: dict, expected: dict, tol, random: bool = False) -> list[tuple[
             if isinstance(a, str):
                 problems.append((kind, f"{name}: missing on our module"))
             elif (a is None) != (e is None):
-                problems.append((kind, f"{name}: {'None' if a is None else 'a tensor'}, expected {'None' if e is None else 'a tensor'}"))
+                problems.append(
+                    (
+                        kind,
+                        f"{name}: {'None' if a is None else 'a tensor'}, expected "
+                        f"{'None' if e is None else 'a tensor'}",
+                    )
+                )
             elif e is not None:
                 msg = one(a, e)
                 if msg:
                     problems.append((kind, f"{name}: {_condense(msg)}"))
     if len(got["input_grads"]) != len(expected["input_grads"]):
-        problems.append(("input grad", f"{len(got['input_grads'])} inputs require grad, expected {len(expected['input_grads'])}"))
+        problems.append(
+            ("input grad", f"{len(got['input_grads'])} inputs require grad, expected {len(expected['input_grads'])}")
+        )
     else:
         for i, (a, e) in enumerate(zip(got["input_grads"], expected["input_grads"])):
             if (a is None) != (e is None):
-                problems.append(("input grad", f"input {i}: {'None' if a is None else 'a tensor'}, expected {'None' if e is None else 'a tensor'}"))
+                problems.append(
+                    (
+                        "input grad",
+                        f"input {i}: {'None' if a is None else 'a tensor'}, expected "
+                        f"{'None' if e is None else 'a tensor'}",
+                    )
+                )
             elif e is not None:
                 msg = one(a, e)
                 if msg:
@@ -316,7 +338,13 @@ def _max_error(a: dict, ref: dict) -> float:
 
     worst = 0.0
     for x, y in zip(h._leaves(a), h._leaves(ref)):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.is_floating_point() and x.shape == y.shape and x.numel():
+        if (
+            isinstance(x, torch.Tensor)
+            and isinstance(y, torch.Tensor)
+            and x.is_floating_point()
+            and x.shape == y.shape
+            and x.numel()
+        ):
             x, y = x.detach().double(), y.detach().double()
             # NaN where the other has a number is infinitely far; NaN on both sides agrees
             d = torch.where(x.isnan() & y.isnan(), 0.0, (x - y).abs()).nan_to_num(nan=math.inf)
@@ -349,12 +377,30 @@ def arbitrate(got: dict, expected: dict, ref64: dict, problems: list, tol) -> tu
             # within a few float32 steps of each tensor's largest value of it and of the
             # order of PyTorch's float32 error: another summation order, not another
             # answer. Accepted as rounding, and listed
-            return [], [{"what": what, "float32_rounding": True, "cpu_float32_outside_tolerance_of_float64": what in cpu_vs_64,
-                         "ours_max_error_vs_float64": note["ours_max_error_vs_float64"],
-                         "cpu_float32_max_error_vs_float64": note["cpu_float32_max_error_vs_float64"], "message": msg[:300]}
-                        for what, msg in problems], None
+            return (
+                [],
+                [
+                    {
+                        "what": what,
+                        "float32_rounding": True,
+                        "cpu_float32_outside_tolerance_of_float64": what in cpu_vs_64,
+                        "ours_max_error_vs_float64": note["ours_max_error_vs_float64"],
+                        "cpu_float32_max_error_vs_float64": note["cpu_float32_max_error_vs_float64"],
+                        "message": msg[:300],
+                    }
+                    for what, msg in problems
+                ],
+                None,
+            )
         return problems, None, note
-    return [], [{"what": what, "cpu_float32_outside_tolerance_of_float64": what in cpu_vs_64, "message": msg[:300]} for what, msg in problems], None
+    return (
+        [],
+        [
+            {"what": what, "cpu_float32_outside_tolerance_of_float64": what in cpu_vs_64, "message": msg[:300]}
+            for what, msg in problems
+        ],
+        None,
+    )
 
 
 # float32 steps of a tensor's largest magnitude allowed beyond the tolerance by the
@@ -377,7 +423,9 @@ def _within_rounding(got: dict, ref64: dict, tol) -> bool:
                 return False
             x, y = x.detach().double(), y.detach().double()
             finite = y.isfinite()
-            if not torch.equal(x.isnan(), y.isnan()) or not torch.equal(x[~finite & ~y.isnan()], y[~finite & ~y.isnan()]):
+            if not torch.equal(x.isnan(), y.isnan()) or not torch.equal(
+                x[~finite & ~y.isnan()], y[~finite & ~y.isnan()]
+            ):
                 return False
             scale = y[finite].abs().max().item() if finite.any() else 0.0
             bound = tol[1] + tol[0] * y.abs() + ROUNDING_ULPS * eps * scale
@@ -413,7 +461,9 @@ def _copy_inputs(tree):
     try:
         return copy.deepcopy(tree)
     except RuntimeError:  # a non-leaf tensor: copied one by one
-        return h._tree_map(lambda x: x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x, tree)
+        return h._tree_map(
+            lambda x: x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x, tree
+        )
 
 
 def _to_float64(tree):
@@ -478,7 +528,10 @@ def _failed(problems: list[tuple[str, str]], note: dict | None = None) -> Outcom
     if note is not None:
         msg = (f"[float64 check: ours off by up to {note['ours_max_error_vs_float64']:.2g}, PyTorch CPU float32 by "
                f"{note['cpu_float32_max_error_vs_float64']:.2g}] " + msg)
-        if note["cpu_float32_also_outside_tolerance"] and note["ours_max_error_vs_float64"] <= note["cpu_float32_max_error_vs_float64"]:
+        if (
+            note["cpu_float32_also_outside_tolerance"]
+            and note["ours_max_error_vs_float64"] <= note["cpu_float32_max_error_vs_float64"]
+        ):
             cls += " (ours is closer to float64 than PyTorch CPU float32; both outside the tolerance)"
         elif note["cpu_float32_also_outside_tolerance"]:
             cls += " (PyTorch CPU float32 outside the tolerance of float64 too)"
@@ -519,7 +572,9 @@ def _aten_log_class():
     return AtenLog
 
 
-def run_sample(module_info, module_input, dtype: str, setting: str, mode: str, tol, action: str | None, seen: set | None = None) -> Outcome:
+def run_sample(
+    module_info, module_input, dtype: str, setting: str, mode: str, tol, action: str | None, seen: set | None = None
+) -> Outcome:
     """Build, run and compare one ModuleInput (see the module docstring)."""
     import torch
     import xla_native_functions as xnf
@@ -574,8 +629,12 @@ def run_sample(module_info, module_input, dtype: str, setting: str, mode: str, t
                 state = ours_mod.state_dict()
                 for name, value in materialized.items():
                     if state[name].shape != value.shape or state[name].dtype != value.dtype:
-                        return Outcome("failed", f"materialized {name}: {tuple(state[name].shape)} {state[name].dtype}, "
-                                       f"expected {tuple(value.shape)} {value.dtype}", "values differ: materialized parameters")
+                        return Outcome(
+                            "failed",
+                            f"materialized {name}: {tuple(state[name].shape)} {state[name].dtype}, "
+                            f"expected {tuple(value.shape)} {value.dtype}",
+                            "values differ: materialized parameters",
+                        )
                     state[name].copy_(xnf.to_xla(value))
         oweights = None if weights is None else xnf.to_xla(weights)
         fn = step if mode == "eager" else xnf.compile(step)
@@ -628,25 +687,49 @@ def samples(module_info, dtype: str, setting: str) -> list:
         warnings.simplefilter("ignore")
         return list(
             module_info.module_inputs_func(
-                module_info, device="cpu", dtype=getattr(torch, dtype), requires_grad=setting in BACKWARD_SETTINGS, training=setting == "train"
+                module_info,
+                device="cpu",
+                dtype=getattr(torch, dtype),
+                requires_grad=setting in BACKWARD_SETTINGS,
+                training=setting == "train",
             )
         )
 
 
-def run_unit(name: str, dtype: str, setting: str, mode: str, time_limit: float = 300.0, only: list[int] | None = None) -> dict[str, Any]:
+def run_unit(
+    name: str, dtype: str, setting: str, mode: str, time_limit: float = 300.0, only: list[int] | None = None
+) -> dict[str, Any]:
     """Run one unit in this process. `only`: the sample indices to run (all by default).
     Returns counts, the per-sample outcome string (p passed, c passed against float64
-    (cpu_wrong), r passed as float32 rounding (the rounding rule), f failed, e errored, s skipped by PyTorch CPU, d a duplicate of an
-    earlier sample (the same aten calls on the CPU; not run on our side), - not run), the first
-    problem and up to MAX_PROBLEMS per-sample problems."""
+    (cpu_wrong), r passed as float32 rounding (the rounding rule), f failed, e errored, s
+    skipped by PyTorch CPU, d a duplicate of an earlier sample (the same aten calls on the
+    CPU; not run on our side), - not run), the first problem and up to MAX_PROBLEMS
+    per-sample problems."""
     from module_db_skips import treatment
 
     start = time.perf_counter()
     entry = treatment(name, dtype, setting, mode)
     action = entry[0] if entry else None
-    res: dict[str, Any] = {"passed": 0, "failed": 0, "errored": 0, "skipped": 0, "duplicate": 0, "not_found": 0, "missing": {}, "total": 0, "outcomes": "",
-                           "problems": [], "classes": {}, "cpu_wrong": [], "first_problem": None, "replayed": 0, "compared": 0, "treatment": action,
-                           "truncated": False, "messages": []}
+    res: dict[str, Any] = {
+        "passed": 0,
+        "failed": 0,
+        "errored": 0,
+        "skipped": 0,
+        "duplicate": 0,
+        "not_found": 0,
+        "missing": {},
+        "total": 0,
+        "outcomes": "",
+        "problems": [],
+        "classes": {},
+        "cpu_wrong": [],
+        "first_problem": None,
+        "replayed": 0,
+        "compared": 0,
+        "treatment": action,
+        "truncated": False,
+        "messages": [],
+    }
     if action == "skip":
         res.update(status="skip", reason=entry[1], seconds=0.0)
         return res
@@ -654,7 +737,11 @@ def run_unit(name: str, dtype: str, setting: str, mode: str, time_limit: float =
     try:
         inputs = samples(mi, dtype, setting)
     except Exception as e:
-        res.update(status="harness_error", seconds=round(time.perf_counter() - start, 3), messages=[f"sample generation: {type(e).__name__}: {e}"])
+        res.update(
+            status="harness_error",
+            seconds=round(time.perf_counter() - start, 3),
+            messages=[f"sample generation: {type(e).__name__}: {e}"],
+        )
         return res
     tol = tolerance(mi, dtype)
     res["total"] = len(inputs)
@@ -685,7 +772,14 @@ def run_unit(name: str, dtype: str, setting: str, mode: str, time_limit: float =
         if o.cpu_wrong:
             res["cpu_wrong"].append({"sample": i, "desc": mod_input.desc, "tensors": o.cpu_wrong})
         if o.kind in ("failed", "errored"):
-            p = {"sample": i, "desc": mod_input.desc, "outcome": o.kind, "class": o.cls, "message": o.message, "aten_op": o.aten_op}
+            p = {
+                "sample": i,
+                "desc": mod_input.desc,
+                "outcome": o.kind,
+                "class": o.cls,
+                "message": o.message,
+                "aten_op": o.aten_op,
+            }
             if res["first_problem"] is None:
                 res["first_problem"] = p
             c = res["classes"].setdefault(o.cls, {"samples": 0, "example": o.message, "aten_op": o.aten_op})

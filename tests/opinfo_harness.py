@@ -717,7 +717,9 @@ def _error_sample(op, ei, t: Tally) -> None:
 # ----------------------------------------------------------------- worker pool
 
 
-def _worker_main(conn, sys_path: list[str], runner: str = "opinfo_harness:run_unit", warm: str | None = "opinfo_harness:opinfos") -> None:
+def _worker_main(
+    conn, sys_path: list[str], runner: str = "opinfo_harness:run_unit", warm: str | None = "opinfo_harness:opinfos"
+) -> None:
     """Serve calls of `runner` ("module:function", imported here) until told to stop;
     `warm` is called once first (e.g. to build the OpInfo database before the clock of
     the first unit starts)."""
@@ -758,7 +760,12 @@ class WorkerPool:
     directory or sys.path; run_unit of this module by default) through `call`, and
     `warm` once at start."""
 
-    def __init__(self, startup_timeout: float = 300.0, runner: str = "opinfo_harness:run_unit", warm: str | None = "opinfo_harness:opinfos"):
+    def __init__(
+        self,
+        startup_timeout: float = 300.0,
+        runner: str = "opinfo_harness:run_unit",
+        warm: str | None = "opinfo_harness:opinfos",
+    ):
         self.ctx = mp.get_context("spawn")
         self.proc = None
         self.conn = None
@@ -768,7 +775,9 @@ class WorkerPool:
     def _start(self):
         here = os.path.dirname(os.path.abspath(__file__))
         parent, child = self.ctx.Pipe()
-        self.proc = self.ctx.Process(target=_worker_main, args=(child, [here] + sys.path, self.runner, self.warm), daemon=True)
+        self.proc = self.ctx.Process(
+            target=_worker_main, args=(child, [here] + sys.path, self.runner, self.warm), daemon=True
+        )
         self.proc.start()
         child.close()
         self.conn = parent

@@ -109,7 +109,10 @@ def test_float64_arbitration():
     left, records, note = mh.arbitrate(ours_off, cpu_wrong, ref64, problems, tol)
     assert left == problems and records is None
     assert note["cpu_float32_also_outside_tolerance"]
-    assert abs(note["ours_max_error_vs_float64"] - 2e-2) < 1e-6 and abs(note["cpu_float32_max_error_vs_float64"] - 1e-2) < 1e-6
+    assert (
+        abs(note["ours_max_error_vs_float64"] - 2e-2) < 1e-6
+        and abs(note["cpu_float32_max_error_vs_float64"] - 1e-2) < 1e-6
+    )
     # a gradient present on one side only is not arbitrated, whatever float64 says
     no_grad_cpu = _result(exact.float(), exact.sum(0).float(), None)
     problems = mh.compare(ours, no_grad_cpu, tol)

@@ -27,7 +27,6 @@ GRAD_MODES = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
 # Another part of the runtime is being fixed for this: under inference_mode, a view of a
 # tensor made outside it (a parameter split by PyTorch's composite attention, a float mask
 # viewed by merge_masks) fails with this error. run_modes marks exactly those runs xfail.
-INFERENCE_MODE_VIEWS = "Cannot set version_counter for inference tensor"
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:.*enable_nested_tensor is True.*"),
@@ -416,12 +415,7 @@ def run_modes(module, args, kwargs, grad_mode, modes=("eager", "compiled", "dyna
 
     def step(*a, **kw):
         with enter():
-            try:
-                return xla_module(*a, **kw)
-            except RuntimeError as error:
-                if grad_mode == "inference_mode" and INFERENCE_MODE_VIEWS in str(error):
-                    pytest.xfail(f"inference_mode: views of tensors made outside it raise {INFERENCE_MODE_VIEWS!r}")
-                raise
+            return xla_module(*a, **kw)
 
     if "eager" in modes:
         before = calls(fused)

@@ -21,11 +21,11 @@ from xla_native_functions.runtime.frontends import dispatch
 from xla_native_functions.runtime.core import tensor as xla_tensor_module
 from xla_native_functions.runtime.platform.backend import (
     ASYNC_DISPATCH_ENV,
-    CACHE_DIR_ENV,
     MALLOC_DEFAULTS_ENV,
     NO_COMPILATION_CACHE_ENV,
     SCHEDULER_FLAG,
 )
+from xla_native_functions.runtime.platform.cache_trust import CACHE_DIR_ENV
 from xla_native_functions.runtime.platform.device_guard import PYTHON_GUARD_ENV
 from xla_native_functions.runtime.platform.metrics import metrics
 from xla_native_functions.runtime.core.tensor import DEVICE, XlaTensor

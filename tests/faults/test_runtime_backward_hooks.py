@@ -13,7 +13,8 @@ import pytest
 
 from runtime_fault_helpers import run_cases
 
-from xla_native_functions.runtime.platform.backend import CACHE_DIR_ENV, NO_COMPILATION_CACHE_ENV
+from xla_native_functions.runtime.platform.backend import NO_COMPILATION_CACHE_ENV
+from xla_native_functions.runtime.platform.cache_trust import CACHE_DIR_ENV
 from xla_native_functions.runtime.platform.device_guard import PYTHON_GUARD_ENV
 
 _PRELUDE = r"""

@@ -17,7 +17,8 @@ import pytest
 from runtime_fault_helpers import run_python
 
 from xla_native_functions.runtime.platform import cache_trust, device_guard
-from xla_native_functions.runtime.platform.backend import CACHE_DIR_ENV, NO_COMPILATION_CACHE_ENV
+from xla_native_functions.runtime.platform.backend import NO_COMPILATION_CACHE_ENV
+from xla_native_functions.runtime.platform.cache_trust import CACHE_DIR_ENV
 from xla_native_functions.runtime.platform.device_guard import PYTHON_GUARD_ENV
 
 _compiler = shutil.which("c++") or shutil.which("g++")
