@@ -464,6 +464,21 @@ def summary(report: dict, path: Path, overwritten: bool = False) -> str:
 
 # ---------------------------------------------------------------- the schema
 
+
+def _rows(properties: dict, optional: tuple[str, ...] = ()) -> dict:
+    """A table in the report: an array of objects with exactly `properties`, each
+    required but the `optional` ones."""
+    return {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": [key for key in properties if key not in optional],
+            "additionalProperties": False,
+            "properties": properties,
+        },
+    }
+
+
 _SITE = {
     "type": "object",
     "required": ["file", "line", "function", "source", "module", "backward_of"],
@@ -593,15 +608,7 @@ SCHEMA: dict[str, Any] = {
                     "count": {"type": "integer", "minimum": 0},
                     "section": {"type": "string"},
                     "decomposed": {"const": True},
-                    "signatures": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["inputs", "count"],
-                            "additionalProperties": False,
-                            "properties": {"inputs": {"type": "string"}, "count": {"type": "integer", "minimum": 1}},
-                        },
-                    },
+                    "signatures": _rows({"inputs": {"type": "string"}, "count": {"type": "integer", "minimum": 1}}),
                     "more_signatures": {"type": "integer", "minimum": 0},
                     "stablehlo": _STABLEHLO,
                 },
@@ -618,19 +625,11 @@ SCHEMA: dict[str, Any] = {
                     "count": {"type": "integer", "minimum": 0},
                     "reason": {"type": "string"},
                     "reasons": {"type": "array", "items": {"type": "string"}},
-                    "call_sites": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": [*_SITE["required"], "reason", "count"],
-                            "additionalProperties": False,
-                            "properties": {
-                                **_SITE["properties"],
-                                "reason": {"type": "string"},
-                                "count": {"type": "integer", "minimum": 0},
-                            },
-                        },
-                    },
+                    "call_sites": _rows({
+                        **_SITE["properties"],
+                        "reason": {"type": "string"},
+                        "count": {"type": "integer", "minimum": 0},
+                    }),
                     "scaffold": {"type": "string", "pattern": r"^python -m codegen\.scaffold \S+$"},
                 },
             },
@@ -645,100 +644,52 @@ SCHEMA: dict[str, Any] = {
                     "properties": {
                         "count": {"type": "integer", "minimum": 0},
                         "compilations": {"type": "integer", "minimum": 0},
-                        "recompilations": {
-                            "type": "array",
-                            "items": {
+                        "recompilations": _rows({
+                            "graph": {"type": "integer"},
+                            "reason": {"type": "string"},
+                            "call_site": _SITE_OR_NULL,
+                        }),
+                        "host_syncs": _rows({
+                            "op": {"type": "string"},
+                            "count": {"type": "integer"},
+                            "call_site": _SITE,
+                        }),
+                        "graph_breaks": _rows({
+                            "reason": {"type": "string"},
+                            "count": {"type": "integer"},
+                            "call_site": _SITE_OR_NULL,
+                        }),
+                        "programs": _rows({
+                            "index": {"type": "integer"},
+                            "kind": {"enum": ["trace", "dynamo", "aten"]},
+                            "op_count": {"type": "integer", "minimum": 0},
+                            "ops": {"type": "object", "additionalProperties": {"type": "integer"}},
+                            "runs": {"type": "integer", "minimum": 0},
+                            "compilations": _rows({
+                                "reason": {"type": "string"},
+                                "at_run": {"type": "integer"},
+                                "ended_by": {"type": "string"},
+                                "call_site": _SITE_OR_NULL,
+                            }),
+                            "ended_by": _rows({
+                                "cause": {"type": "string"},
+                                "count": {"type": "integer"},
+                                "call_site": _SITE_OR_NULL,
+                            }),
+                            "hlo": {
                                 "type": "object",
-                                "required": ["graph", "reason", "call_site"],
-                                "additionalProperties": False,
+                                "required": ["text", "instructions_by_op"],
                                 "properties": {
-                                    "graph": {"type": "integer"},
-                                    "reason": {"type": "string"},
-                                    "call_site": _SITE_OR_NULL,
-                                },
-                            },
-                        },
-                        "host_syncs": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "required": ["op", "count", "call_site"],
-                                "additionalProperties": False,
-                                "properties": {
-                                    "op": {"type": "string"},
-                                    "count": {"type": "integer"},
-                                    "call_site": _SITE,
-                                },
-                            },
-                        },
-                        "graph_breaks": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "required": ["reason", "count", "call_site"],
-                                "additionalProperties": False,
-                                "properties": {
-                                    "reason": {"type": "string"},
-                                    "count": {"type": "integer"},
-                                    "call_site": _SITE_OR_NULL,
-                                },
-                            },
-                        },
-                        "programs": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "required": ["index", "kind", "op_count", "ops", "runs", "compilations", "ended_by"],
-                                "additionalProperties": False,
-                                "properties": {
-                                    "index": {"type": "integer"},
-                                    "kind": {"enum": ["trace", "dynamo", "aten"]},
-                                    "op_count": {"type": "integer", "minimum": 0},
-                                    "ops": {"type": "object", "additionalProperties": {"type": "integer"}},
-                                    "runs": {"type": "integer", "minimum": 0},
-                                    "compilations": {
-                                        "type": "array",
-                                        "items": {
-                                            "type": "object",
-                                            "required": ["reason", "at_run", "ended_by", "call_site"],
-                                            "additionalProperties": False,
-                                            "properties": {
-                                                "reason": {"type": "string"},
-                                                "at_run": {"type": "integer"},
-                                                "ended_by": {"type": "string"},
-                                                "call_site": _SITE_OR_NULL,
-                                            },
-                                        },
-                                    },
-                                    "ended_by": {
-                                        "type": "array",
-                                        "items": {
-                                            "type": "object",
-                                            "required": ["cause", "count", "call_site"],
-                                            "additionalProperties": False,
-                                            "properties": {
-                                                "cause": {"type": "string"},
-                                                "count": {"type": "integer"},
-                                                "call_site": _SITE_OR_NULL,
-                                            },
-                                        },
-                                    },
-                                    "hlo": {
+                                    "text": {"type": "string"},
+                                    "error": {"type": "string"},
+                                    "instructions_by_op": {
                                         "type": "object",
-                                        "required": ["text", "instructions_by_op"],
-                                        "properties": {
-                                            "text": {"type": "string"},
-                                            "error": {"type": "string"},
-                                            "instructions_by_op": {
-                                                "type": "object",
-                                                "additionalProperties": {"type": "integer"},
-                                            },
-                                        },
-                                        "additionalProperties": False,
+                                        "additionalProperties": {"type": "integer"},
                                     },
                                 },
+                                "additionalProperties": False,
                             },
-                        },
+                        }, optional=("hlo",)),
                     },
                 },
             ]
@@ -746,21 +697,13 @@ SCHEMA: dict[str, Any] = {
         "accuracy": {
             "anyOf": [
                 {"type": "null"},
-                {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["op", "calls", "max_abs_diff", "max_rel_diff", "call_site"],
-                        "additionalProperties": False,
-                        "properties": {
-                            "op": {"type": "string"},
-                            "calls": {"type": "integer", "minimum": 1},
-                            "max_abs_diff": {"type": "number"},
-                            "max_rel_diff": {"type": "number"},
-                            "call_site": _SITE,
-                        },
-                    },
-                },
+                _rows({
+                    "op": {"type": "string"},
+                    "calls": {"type": "integer", "minimum": 1},
+                    "max_abs_diff": {"type": "number"},
+                    "max_rel_diff": {"type": "number"},
+                    "call_site": _SITE,
+                }),
             ]
         },
         "time": {
