@@ -20,13 +20,8 @@ modes in that dtype would stop at the same operator: they are recorded as not lo
 from __future__ import annotations
 
 import argparse
-import glob
-import json
-import math
 import os
-import signal
 import sys
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -35,6 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
 import opinfo_harness as h  # noqa: E402
+import sweeps  # noqa: E402  (sys.path[0] is this directory)
 
 COUNT_KEYS = ("passed", "failed", "errored", "not_found", "skipped")
 # the dtypes the pass-rate targets count (error_inputs run once, under "any"), and the
@@ -51,7 +47,7 @@ def _default_results_dir() -> str:
 
 def _parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shard", default="0/1", help="i/n: run the i-th of n interleaved slices of the OpInfos")
+    sweeps.add_shard_argument(p, "OpInfos")
     p.add_argument("--ops", default="", help="comma-separated OpInfo keys (name or name.variant)")
     p.add_argument("--dtypes", default=",".join(h.DEFAULT_DTYPES), help=f"from {','.join(h.DTYPE_NAMES)}")
     p.add_argument("--modes", default=",".join(h.MODES), help=f"from {','.join(h.MODES)}")
@@ -59,55 +55,8 @@ def _parse_args(argv=None):
         "--time-limit", type=float, default=90.0, help="seconds per unit before it is cut short (hard kill at 1.5x+30s)"
     )
     p.add_argument("--no-reference", action="store_true", help="sample_inputs only, not reference_inputs")
-    p.add_argument("--results-dir", default=_default_results_dir(), help="where per-shard results are kept")
-    p.add_argument("--rerun", action="store_true", help="run units again even if results exist")
-    p.add_argument("--report-only", action="store_true", help="only rebuild docs/reports/coverage.{md,json}")
-    p.add_argument("--out", default=str(ROOT / "docs" / "reports"), help="where coverage.md and coverage.json go")
-    p.add_argument(
-        "--in-process", action="store_true", help="no worker subprocess (debugging; an abort ends the sweep)"
-    )
+    sweeps.add_results_arguments(p, "coverage", _default_results_dir(), ROOT / "docs" / "reports")
     return p.parse_args(argv)
-
-
-def _load(path: Path) -> dict:
-    if path.exists():
-        try:
-            return json.loads(path.read_text())
-        except ValueError:
-            print(f"warning: {path} is damaged; starting it again", file=sys.stderr)
-    return {"units": {}}
-
-
-def _save(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    os.replace(tmp, path)
-
-
-def _fmt_time(s: float) -> str:
-    if not math.isfinite(s):
-        return "?"
-    s = int(s)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-class Progress:
-    def __init__(self, total: int):
-        self.total, self.done, self.start = total, 0, time.perf_counter()
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        el = time.perf_counter() - self.start
-        eta = el / self.done * (self.total - self.done) if self.done else math.inf
-        width = 30
-        fill = int(width * self.done / max(self.total, 1))
-        bar = "#" * fill + "." * (width - fill)
-        sys.stderr.write(f"\r[{bar}] {self.done}/{self.total} {_fmt_time(el)} eta {_fmt_time(eta)}  {label[:60]:<60}")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        sys.stderr.write("\n")
 
 
 def run_sweep(args) -> None:
@@ -119,7 +68,7 @@ def run_sweep(args) -> None:
         if unknown:
             sys.exit(f"unknown OpInfo keys: {', '.join(unknown)}")
         keys = wanted
-    i, n = (int(x) for x in args.shard.split("/"))
+    i, n = sweeps.shard(args.shard)
     keys = keys[i::n]
     dtypes = [d for d in args.dtypes.split(",") if d]
     modes = [m for m in args.modes.split(",") if m]
@@ -129,44 +78,28 @@ def run_sweep(args) -> None:
     for m in modes:
         if m not in h.MODES:
             sys.exit(f"unknown mode {m}")
-    path = Path(args.results_dir) / f"results-{i}of{n}.json"
-    data = _load(path)
+    results = sweeps.ShardResults(args.results_dir, args.shard)
     units = h.plan_units(keys, dtypes, modes)
     # eager first within each OpInfo and dtype, so the others can be inferred from it
     order = {m: j for j, m in enumerate(h.MODES)}
     units.sort(key=lambda u: (keys.index(u[0]), u[1], order[u[2]]))
-    todo = [u for u in units if args.rerun or h.unit_id(*u) not in data["units"]]
-    data.setdefault("runs", []).append(
-        {
-            "argv": " ".join(sys.argv[1:]),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-            "units": len(units),
-            "todo": len(todo),
-        }
-    )
-    print(
-        f"{len(units)} units in shard {i}/{n}, {len(units) - len(todo)} already done, results in {path}",
-        file=sys.stderr,
-    )
+    todo = [u for u in units if args.rerun or h.unit_id(*u) not in results.units]
+    results.start(len(units), len(todo))
     os.environ.setdefault("XNF_JAX_CACHE_DIR", str(Path.home() / ".cache" / "xla_native_functions" / "jax"))
-    progress = Progress(len(todo))
-    last_save = [time.perf_counter()]
     pending = list(todo)
 
     def record(u, res):
-        data["units"][h.unit_id(*u)] = res
-        c = res
-        progress.step(f"{u[0]} {u[1]} {u[2]}: {c['passed']}p {c['failed']}f {c['errored']}e {res.get('status')}")
-        if time.perf_counter() - last_save[0] > 10:
-            _save(path, data)
-            last_save[0] = time.perf_counter()
+        results.record(
+            h.unit_id(*u), res,
+            f"{u[0]} {u[1]} {u[2]}: {res['passed']}p {res['failed']}f {res['errored']}e {res.get('status')}",
+        )
 
     def runnable():
         for u in pending:
             key, dt, mode = u
             if mode not in ("eager", "error_inputs"):
-                base = data["units"].get(h.unit_id(key, dt if mode != "grad" else "float64", "eager"))
-                if base is not None and _all_not_found(base):
+                base = results.units.get(h.unit_id(key, dt if mode != "grad" else "float64", "eager"))
+                if sweeps.stopped_at_missing_operators(base):
                     res = {k: base[k] for k in COUNT_KEYS}
                     res.update(missing=base["missing"], messages=[], truncated=False, status="inferred", seconds=0.0)
                     record(u, res)
@@ -178,18 +111,8 @@ def run_sweep(args) -> None:
             runnable(), record, time_limit=args.time_limit, isolate=not args.in_process, reference=not args.no_reference
         )
     finally:
-        progress.close()
-        _save(path, data)
-
-
-def _all_not_found(res: dict) -> bool:
-    return (
-        res.get("status") == "done"
-        and res["passed"] == 0
-        and res["failed"] == 0
-        and res["errored"] > 0
-        and res["errored"] == res["not_found"]
-    )
+        results.close_progress()
+        results.finish()
 
 
 # ----------------------------------------------------------------- report
@@ -247,12 +170,7 @@ def _short_argv(argv: str) -> str:
 
 
 def build_report(results_dir: str, out_dir: str) -> dict:
-    units: dict[str, dict] = {}
-    runs = []
-    for f in sorted(glob.glob(os.path.join(results_dir, "results-*.json"))):
-        d = _load(Path(f))
-        units.update(d["units"])
-        runs += [{**r, "file": os.path.basename(f), "done": len(d["units"])} for r in d.get("runs", [])[-1:]]
+    units, runs = sweeps.read_all(results_dir, every_run=False)
     # Units the current plan no longer has (an OpInfo since classed as random has no
     # grad unit) are left out.
     planned = {h.unit_id(*u) for u in h.plan_units(list(h.opinfos()), h.DTYPE_NAMES, h.MODES)}
@@ -346,9 +264,7 @@ def build_report(results_dir: str, out_dir: str) -> dict:
             for k, v in sorted(per_op.items())
         },
     }
-    os.makedirs(out_dir, exist_ok=True)
-    Path(out_dir, "coverage.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    Path(out_dir, "coverage.md").write_text(_markdown(doc, per_op, lowered, missing_ops_by_opinfo))
+    sweeps.write_report(out_dir, "coverage", doc, lambda: _markdown(doc, per_op, lowered, missing_ops_by_opinfo))
     return doc
 
 
@@ -363,16 +279,12 @@ def _cell(c: dict | None) -> str:
     return s
 
 
-def _pct(r) -> str:
-    return "–" if r is None else f"{100 * r:.1f}%"
-
-
 def _total_row(mode, dtype, c, rate_fully, bold=False) -> str:
     b = "**" if bold else ""
     return (
         f"| {mode} | {dtype} | {c.get('passed', 0)} | {c.get('failed', 0)} | {c.get('errored', 0)} | "
         f"{c.get('not_found', 0)} "
-        f"| {b}{_pct(c['pass_rate'])}{b} | {b}{_pct(rate_fully)}{b} |"
+        f"| {b}{sweeps.pct(c['pass_rate'])}{b} | {b}{sweeps.pct(rate_fully)}{b} |"
     )
 
 
@@ -489,13 +401,8 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
     return "\n".join(L)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv=None) -> None:
-    # a sweep run in the background (SIGINT ignored) still saves its results on SIGTERM
-    signal.signal(signal.SIGTERM, _interrupt)
+    sweeps.save_on_sigterm()
     args = _parse_args(argv)
     if not args.report_only:
         run_sweep(args)

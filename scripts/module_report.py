@@ -47,10 +47,6 @@ it is recorded as not lowered ("inferred") without running.
 from __future__ import annotations
 
 import argparse
-import glob
-import json
-import os
-import signal
 import sys
 import time
 from collections import Counter, defaultdict
@@ -60,10 +56,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-import coverage_report as cov  # noqa: E402  (sys.path[0] is this directory)
 import module_db_skips as skips  # noqa: E402
 import module_harness as mh  # noqa: E402
 import opinfo_harness as h  # noqa: E402
+import sweeps  # noqa: E402  (sys.path[0] is this directory)
 
 COUNT_KEYS = ("passed", "failed", "errored", "skipped", "duplicate", "not_found")
 REPORT_COMMAND = "python scripts/module_report.py --report-only"
@@ -85,7 +81,7 @@ def _split(value: str, allowed, what: str) -> list[str]:
 
 def _parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shard", default="0/1", help="i/n: run the i-th of n interleaved slices of the ModuleInfos")
+    sweeps.add_shard_argument(p, "ModuleInfos")
     p.add_argument("--modules", default="", help="comma-separated ModuleInfo names (nn.Linear,...)")
     p.add_argument("--dtypes", default=",".join(mh.DTYPES), help=f"from {','.join(mh.DTYPES)}")
     p.add_argument("--settings", default=",".join(mh.SETTINGS), help=f"from {','.join(mh.SETTINGS)}")
@@ -96,13 +92,7 @@ def _parse_args(argv=None):
         default=300.0,
         help="seconds per unit; later samples are not run (hard kill at 1.5x+30s)",
     )
-    p.add_argument("--results-dir", default=_default_results_dir(), help="where per-shard results are kept")
-    p.add_argument("--rerun", action="store_true", help="run units again even if results exist")
-    p.add_argument("--report-only", action="store_true", help="only rebuild docs/reports/modules.{md,json}")
-    p.add_argument("--out", default=str(ROOT / "docs" / "reports"), help="where modules.md and modules.json go")
-    p.add_argument(
-        "--in-process", action="store_true", help="no worker subprocess (debugging; an abort ends the sweep)"
-    )
+    sweeps.add_results_arguments(p, "modules", _default_results_dir(), ROOT / "docs" / "reports")
     p.add_argument(
         "--worker-max-rss-mb",
         type=float,
@@ -110,14 +100,6 @@ def _parse_args(argv=None):
         help="start a fresh worker once the worker's resident memory exceeds this",
     )
     return p.parse_args(argv)
-
-
-def _inferable(res: dict | None) -> bool:
-    """Every sample of an eager unit stopped at a missing operator."""
-    return (
-        res is not None and res.get("status") == "done" and res["passed"] == 0 and res["failed"] == 0
-        and res["errored"] > 0 and res["errored"] == res["not_found"]
-    )
 
 
 def _rss_mb(pid: int) -> float:
@@ -137,28 +119,14 @@ def run_sweep(args) -> None:
     dtypes = _split(args.dtypes, mh.DTYPES, "dtype")
     settings = _split(args.settings, mh.SETTINGS, "setting")
     modes = _split(args.modes, mh.MODES, "mode")
-    i, n = (int(x) for x in args.shard.split("/"))
+    i, n = sweeps.shard(args.shard)
     names = names[i::n]
-    path = Path(args.results_dir) / f"results-{i}of{n}.json"
-    data = cov._load(path)
+    results = sweeps.ShardResults(args.results_dir, args.shard)
     units = mh.plan_units(names, dtypes, settings, modes)
     # eager first within each (module, dtype, setting), so compiled can be inferred
     units.sort(key=lambda u: (names.index(u[0]), mh.DTYPES.index(u[1]), mh.SETTINGS.index(u[2]), mh.MODES.index(u[3])))
-    todo = [u for u in units if args.rerun or mh.unit_id(*u) not in data["units"]]
-    data.setdefault("runs", []).append(
-        {
-            "argv": " ".join(sys.argv[1:]),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-            "units": len(units),
-            "todo": len(todo),
-        }
-    )
-    print(
-        f"{len(units)} units in shard {i}/{n}, {len(units) - len(todo)} already done, results in {path}",
-        file=sys.stderr,
-    )
-    progress = cov.Progress(len(todo))
-    last_save = time.perf_counter()
+    todo = [u for u in units if args.rerun or mh.unit_id(*u) not in results.units]
+    results.start(len(units), len(todo))
     pool = (
         None if args.in_process else h.WorkerPool(runner="module_harness:run_unit", warm="module_harness:worker_ready")
     )
@@ -170,8 +138,8 @@ def run_sweep(args) -> None:
     try:
         for u in todo:
             name, dt, setting, mode = u
-            base = data["units"].get(mh.unit_id(name, dt, setting, "eager"))
-            if mode != "eager" and _inferable(base):
+            base = results.units.get(mh.unit_id(name, dt, setting, "eager"))
+            if mode != "eager" and sweeps.stopped_at_missing_operators(base):
                 res = {k: base[k] for k in COUNT_KEYS}
                 res.update(
                     total=base["total"],
@@ -184,27 +152,24 @@ def run_sweep(args) -> None:
                 res = mh.run_unit(*u, time_limit=args.time_limit)
             else:
                 res = pool.call((*u, args.time_limit), args.time_limit)
-            data["units"][mh.unit_id(*u)] = res
             if pool is not None and pool.proc is not None and _rss_mb(pool.proc.pid) > args.worker_max_rss_mb:
                 # A worker that compiled thousands of programs holds their executables and
                 # traces, and the replay's garbage collection passes over all of it on every
                 # traced call: compiled units slow down many times over. A fresh one does not.
                 pool.stop()
                 restarts += 1
-            progress.step(
+            results.record(
+                mh.unit_id(*u), res,
                 f"{name} {dt} {setting} {mode}: {res.get('passed', 0)}p {res.get('failed', 0)}f "
-                f"{res.get('errored', 0)}e {res.get('status')}"
+                f"{res.get('errored', 0)}e {res.get('status')}",
             )
-            if time.perf_counter() - last_save > 10:
-                cov._save(path, data)
-                last_save = time.perf_counter()
     finally:
-        progress.close()
+        results.close_progress()
         if pool is not None:
             pool.stop()
-        data["runs"][-1]["wall_seconds"] = round(time.perf_counter() - started, 1)
-        data["runs"][-1]["worker_restarts_for_memory"] = restarts
-        cov._save(path, data)
+        results.finish(
+            wall_seconds=round(time.perf_counter() - started, 1), worker_restarts_for_memory=restarts
+        )
 
 
 # ----------------------------------------------------------------- report
@@ -245,12 +210,7 @@ def _settings_phrase(units: list[tuple[str, str, str]]) -> str:
 
 
 def build_report(results_dir: str, out_dir: str) -> dict:
-    units: dict[str, dict] = {}
-    runs = []
-    for f in sorted(glob.glob(os.path.join(results_dir, "results-*.json"))):
-        d = cov._load(Path(f))
-        units.update(d["units"])
-        runs += [{**r, "file": os.path.basename(f), "done": len(d["units"])} for r in d.get("runs", [])]
+    units, runs = sweeps.read_all(results_dir, every_run=True)
     infos = mh.module_infos()
     planned = mh.plan_units(list(infos))
     planned_ids = {mh.unit_id(*u) for u in planned}
@@ -378,14 +338,8 @@ def build_report(results_dir: str, out_dir: str) -> dict:
         "table": [dict(zip(("module", "dtype", "setting", "mode", "action", "reason"), e)) for e in skips.TABLE],
         "units": {uid: units[uid] for uid in sorted(units)},
     }
-    os.makedirs(out_dir, exist_ok=True)
-    Path(out_dir, "modules.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    Path(out_dir, "modules.md").write_text(_markdown(doc, per_module, modules_seen, passing_by_key))
+    sweeps.write_report(out_dir, "modules", doc, lambda: _markdown(doc, per_module, modules_seen, passing_by_key))
     return doc
-
-
-def _pct(r) -> str:
-    return "–" if r is None else f"{100 * r:.1f}%"
 
 
 def _cell(c: dict | None) -> str:
@@ -404,10 +358,6 @@ def _cell(c: dict | None) -> str:
     if n and c["passed"] == n and not c.get("truncated"):
         s = "✓ " + s
     return s
-
-
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
@@ -477,8 +427,8 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
     for key, c in s["by_dtype_setting_mode"].items():
         dt, setting, mode = key.split("|")
         L.append(
-            f"| {dt} | {mode} | {setting} | {c['passed']}/{_counted(c)} | {_pct(c['pass_rate'])} | {c['failed']} | "
-            f"{c['errored']} "
+            f"| {dt} | {mode} | {setting} | {c['passed']}/{_counted(c)} | {sweeps.pct(c['pass_rate'])} | "
+            f"{c['failed']} | {c['errored']} "
             f"| {c['not_found']} | {c['skipped']} | {c['duplicate']} | {c['not_run']} | {c['modules_all_passing']} |"
         )
     L.append("")
@@ -509,8 +459,8 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
     for e in doc["failure_classes"]:
         mods = ", ".join(f"{m} ({n})" for m, n in e["modules"].items())
         L.append(
-            f"| {_md_escape(e['class'][:200])} | {e['samples']} | {mods} | {e['where']} | "
-            f"{_md_escape((e['example'] or '')[:200])} |"
+            f"| {sweeps.md_escape(e['class'][:200])} | {e['samples']} | {mods} | {e['where']} | "
+            f"{sweeps.md_escape((e['example'] or '')[:200])} |"
         )
     L.append("")
 
@@ -531,7 +481,7 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
                             f"PyTorch CPU float32 by {x['cpu_float32_max_error_vs_float64']:.2g})")
                 return f"{x['what']} ({'yes' if x['cpu_float32_outside_tolerance_of_float64'] else 'no: rounding'})"
             t = ", ".join(what(x) for x in cw["tensors"])
-            L.append(f"| `{cw['unit']}` | {cw['sample']} {_md_escape(cw['desc'])} | {t} |")
+            L.append(f"| `{cw['unit']}` | {cw['sample']} {sweeps.md_escape(cw['desc'])} | {t} |")
     else:
         L.append("None in this sweep.")
     L.append("")
@@ -546,7 +496,7 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
 
     L.append("## Cost\n")
     for r in s["runs"]:
-        wall = f", {cov._fmt_time(r['wall_seconds'])} wall" if "wall_seconds" in r else ""
+        wall = f", {sweeps.fmt_time(r['wall_seconds'])} wall" if "wall_seconds" in r else ""
         if r.get("worker_restarts_for_memory"):
             wall += f", worker replaced {r['worker_restarts_for_memory']} times for memory"
         L.append(
@@ -566,7 +516,7 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
             why = u["status"] if u["status"] != "done" else "time limit"
             L.append(
                 f"- `{u['unit']}`: {why}, {u['not_run']} samples not run"
-                + (f" ({_md_escape(u['messages'][0][:150])})" if u["messages"] else "")
+                + (f" ({sweeps.md_escape(u['messages'][0][:150])})" if u["messages"] else "")
             )
         L.append("")
 
@@ -586,7 +536,7 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
                 continue
             first = next((c["first_problem"] for c in cells if c and c.get("first_problem")), None)
             fp = (
-                _md_escape(f"{first['desc'] or 'sample ' + str(first['sample'])}: {first['message']}"[:160])
+                sweeps.md_escape(f"{first['desc'] or 'sample ' + str(first['sample'])}: {first['message']}"[:160])
                 if first
                 else ""
             )
@@ -603,15 +553,14 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
     for t in doc["table"]:
         L.append(
             f"| {t['module']} | {t['dtype'] or 'all'} | {t['setting'] or 'all'} | {t['mode'] or 'all'} | {t['action']} "
-            f"| {_md_escape(t['reason'])} |"
+            f"| {sweeps.md_escape(t['reason'])} |"
         )
     L.append("")
     return "\n".join(L)
 
 
 def main(argv=None) -> None:
-    # a sweep run in the background (SIGINT ignored) still saves its results on SIGTERM
-    signal.signal(signal.SIGTERM, cov._interrupt)
+    sweeps.save_on_sigterm()
     args = _parse_args(argv)
     if not args.report_only:
         run_sweep(args)
