@@ -21,6 +21,10 @@ import torch
 import xla_native_functions as xnf
 from xla_native_functions.runtime.exec.trace import tracing
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from training_steps import training_step  # noqa: E402
+
 
 def median_us(fn, number: int = 2000, repeat: int = 7) -> float:
     return _median(paired_us({"fn": fn}, number, repeat)["fn"])
@@ -244,21 +248,13 @@ def mlp_training_step() -> None:
         state["params"], loss = pure_step(state["params"], jx, jy)
         loss.block_until_ready()
 
-    def training_step(module):
-        opt = torch.optim.SGD(module.parameters(), lr=lr)
+    def sgd_step(module):
+        return training_step(module, torch.optim.SGD(module.parameters(), lr=lr), torch.nn.functional.mse_loss)
 
-        def step(x, y):
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(module(x), y)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return step
-
-    torch_step = training_step(model)
+    torch_step = sgd_step(model)
     xx, yy = xnf.to_xla(x), xnf.to_xla(y)
-    step = xnf.compile(training_step(xnf.to_xla(copy.deepcopy(model))))
-    traced = xnf.compile(training_step(xnf.to_xla(copy.deepcopy(model))), replay=False)
+    step = xnf.compile(sgd_step(xnf.to_xla(copy.deepcopy(model))))
+    traced = xnf.compile(sgd_step(xnf.to_xla(copy.deepcopy(model))), replay=False)
     t = paired_us(
         {
             "torch": lambda: torch_step(x, y),

@@ -43,6 +43,9 @@ import xla_native_functions as xnf
 from xla_native_functions.runtime.platform.executable_cache import eager_executables
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from training_steps import batchnorm_mlp, training_step  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -96,26 +99,11 @@ def close(ours: torch.Tensor, ref: torch.Tensor, what: str, atol=1e-4, rtol=1e-4
 
 
 def train(soak: Soak, name: str) -> None:
-    torch.manual_seed(0)
-    ref = torch.nn.Sequential(
-        torch.nn.Linear(16, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(), torch.nn.Linear(64, 4)
-    )
+    ref = batchnorm_mlp(16, 64, 4)
     ours = xnf.to_xla(copy.deepcopy(ref))
-
-    def make(model):
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-        def step(x, y):
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-
-        return step, opt
-
-    (ref_step, ref_opt), (step, opt) = make(ref), make(ours)
-    step = xnf.compile(step)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.01, momentum=0.9)
+    opt = torch.optim.SGD(ours.parameters(), lr=0.01, momentum=0.9)
+    ref_step, step = training_step(ref, ref_opt), xnf.compile(training_step(ours, opt))
     g = torch.Generator().manual_seed(1)
     i = 0
     while soak.running():

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
+from training_steps import training_step
 from xla_native_functions.runtime.platform.metrics import metrics
 
 
@@ -21,16 +22,6 @@ def cpu(t):
 def _mlp():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3))
-
-
-def _step(model, opt):
-    def step(x, y):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-    return step
 
 
 def _batches(n):
@@ -80,7 +71,8 @@ def test_replayed_step_follows_frozen_and_removed_parameters(opt_name, name, cha
     ref_opt, opt = make(ref.parameters()), make(ours.parameters())
     if opt_name == "adamw-capturable":
         ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01)
-    ref_step, step = _step(ref, ref_opt), xnf.compile(_step(ours, opt))
+    mse = torch.nn.functional.mse_loss
+    ref_step, step = training_step(ref, ref_opt, mse), xnf.compile(training_step(ours, opt, mse))
     batches = _batches(6 + 3 * len(changes))
     it = iter(batches)
 

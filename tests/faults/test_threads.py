@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
+from training_steps import batchnorm_mlp, training_step
 from xla_native_functions.runtime.core.context import context
 
 TIMEOUT = 120
@@ -215,22 +216,11 @@ def test_eager_write_to_a_tensor_another_threads_trace_uses_is_refused_clearly()
 
 
 def _model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(6, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Linear(16, 3)
-    )
+    return batchnorm_mlp(6, 16, 3)
 
 
 def _training(model, steps, seed, barrier=None):
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
+    step = training_step(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
     on_xla = next(model.parameters()).device.type != "cpu"
     run = xnf.compile(step) if on_xla else step
     g = torch.Generator().manual_seed(seed)

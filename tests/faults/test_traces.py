@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
+from training_steps import batchnorm_mlp, training_step
 from xla_native_functions.runtime.core.context import context
 from xla_native_functions.runtime.exec import trace as trace_module
 from xla_native_functions.runtime.platform.metrics import metrics
@@ -67,24 +68,12 @@ def _assert_state_dicts_equal(ours, ref):
 
 
 def _bn_model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
-
-
-def _bn_step(model, opt):
-    def step(x, y):
-        opt.zero_grad()
-        out = model(x)
-        # raises when y's batch is not x's: after the forward updated the running stats
-        loss = torch.nn.functional.cross_entropy(out, y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    return step
+    return batchnorm_mlp(4, 6, 3)
 
 
 def _bn_batches(n=4):
+    """Good batches, and a bad one: its targets are one fewer than its inputs, so its
+    step's loss raises after the forward has updated BatchNorm's running stats."""
     torch.manual_seed(1)
     good = [(torch.randn(8, 4), torch.randint(0, 3, (8,))) for _ in range(n)]
     bad = (torch.randn(8, 4), torch.randint(0, 3, (7,)))
@@ -96,8 +85,8 @@ def _bn_batches(n=4):
 def test_batchnorm_step_raising_after_the_forward_updates_running_stats_once(mode, first):
     ref = _bn_model()
     ours = xnf.to_xla(copy.deepcopy(ref))
-    ref_step = _bn_step(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9))
-    step = compiled(mode, _bn_step(ours, torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)))
+    ref_step = training_step(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9))
+    step = compiled(mode, training_step(ours, torch.optim.SGD(ours.parameters(), lr=0.1, momentum=0.9)))
     good, (bx, by) = _bn_batches()
     if not first:  # the compiled step is replayed by now (a new signature then traces again)
         for x, y in good[:3]:
