@@ -35,7 +35,7 @@ import time
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -55,410 +55,179 @@ def _ids(batch: int = 2, seq: int = 8) -> torch.Tensor:
     return torch.randint(3, VOCAB, (batch, seq))
 
 
-def _config(model_type: str, **entries: Any):
-    from transformers import AutoConfig
-
-    return AutoConfig.for_model(model_type, **entries)
-
-
-def _decoder(model_type: str, **entries: Any) -> Callable[[], tuple]:
-    """A causal LM with the common config names (most decoders since Llama)."""
-
-    def build():
-        from transformers import AutoModelForCausalLM
-
-        base = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=64, max_position_embeddings=64, use_cache=False)
-        return AutoModelForCausalLM.from_config(_config(model_type, **{**base, **entries})), {"input_ids": _ids()}
-
-    return build
-
-
-def _encoder(model_type: str, **entries: Any) -> Callable[[], tuple]:
-    """A masked LM with BERT's config names, dropout off."""
-
-    def build():
-        from transformers import AutoModelForMaskedLM
-
-        base = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                    max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-        return AutoModelForMaskedLM.from_config(_config(model_type, **{**base, **entries})), {"input_ids": _ids()}
-
-    return build
-
-
-def _seq2seq(model_type: str, **entries: Any) -> Callable[[], tuple]:
-    """An encoder-decoder with BART's config names."""
-
-    def build():
-        from transformers import AutoModelForSeq2SeqLM
-
-        base = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                    decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-                    dropout=0.0, attention_dropout=0.0, use_cache=False, pad_token_id=0, decoder_start_token_id=0)
-        model = AutoModelForSeq2SeqLM.from_config(_config(model_type, **{**base, **entries}))
-        return model, {"input_ids": _ids(), "decoder_input_ids": _ids()}
-
-    return build
-
-
-def _auto(auto_class: str, model_type: str, inputs: Callable[[], dict], **entries: Any) -> Callable[[], tuple]:
-    def build():
-        import transformers
-
-        model = getattr(transformers, auto_class).from_config(_config(model_type, **entries))
-        return model, inputs()
-
-    return build
+def _text() -> dict:
+    return {"input_ids": _ids()}
 
 
 def _images(side: int, batch: int = 2) -> Callable[[], dict]:
     return lambda: {"pixel_values": torch.randn(batch, 3, side, side)}
 
 
-_MOE = dict(num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
-_SPEECH = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-               conv_dim=(8, 8), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=4,
-               num_conv_pos_embedding_groups=2, hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-               feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0)
-_audio = lambda: {"input_values": torch.randn(2, 400)}  # noqa: E731
+def _audio() -> dict:
+    return {"input_values": torch.randn(2, 400)}
 
-# name -> () -> (model, keyword inputs). Grouped by kind; the zoo has BERT, GPT-2, Llama, T5, ViT.
-ARCHITECTURES: dict[str, Callable[[], tuple]] = {
+
+class Kind(NamedTuple):
+    """What the architectures of one kind share: the transformers Auto class that builds
+    them, their inputs, and config entries (each architecture's own go on top)."""
+
+    auto_class: str
+    inputs: Callable[[], dict]
+    config: dict
+
+
+# Most decoders since Llama share these config names.
+DECODER = Kind("AutoModelForCausalLM", _text, dict(
+    vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+    max_position_embeddings=64, use_cache=False,
+))
+# Causal LMs with config names of their own.
+CAUSAL_LM = Kind("AutoModelForCausalLM", _text, dict(vocab_size=VOCAB))
+# BERT's config names, dropout off.
+ENCODER = Kind("AutoModelForMaskedLM", _text, dict(
+    vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+    max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+))
+MASKED_LM = Kind("AutoModelForMaskedLM", _text, dict(vocab_size=VOCAB))
+# BART's config names.
+SEQ2SEQ = Kind("AutoModelForSeq2SeqLM", lambda: {"input_ids": _ids(), "decoder_input_ids": _ids()}, dict(
+    vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+    decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, dropout=0.0,
+    attention_dropout=0.0, use_cache=False, pad_token_id=0, decoder_start_token_id=0,
+))
+SPEECH_SEQ2SEQ = Kind(
+    "AutoModelForSpeechSeq2Seq",
+    lambda: {"input_features": torch.randn(2, 8, 32), "decoder_input_ids": _ids()},
+    dict(vocab_size=VOCAB),
+)
+IMAGE_CLASSIFIER = Kind("AutoModelForImageClassification", _images(32), dict(num_labels=5))
+SEGMENTER = Kind("AutoModelForSemanticSegmentation", _images(32), {})
+TEXT_AND_IMAGE = Kind("AutoModel", lambda: {"input_ids": _ids(), "pixel_values": torch.randn(2, 3, 16, 16)}, {})
+# weight-normalised positional convolutions
+SPEECH_CTC = Kind("AutoModelForCTC", _audio, dict(
+    vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+    conv_dim=(8, 8), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=4,
+    num_conv_pos_embedding_groups=2, hidden_dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+    feat_proj_dropout=0.0, final_dropout=0.0, layerdrop=0.0, mask_time_prob=0.0,
+))
+
+# config entries several architectures share
+_GPT2_NAMES = dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                   use_cache=False, bos_token_id=0, eos_token_id=0)
+_MOE = dict(num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+_MAMBA = dict(hidden_size=32, num_hidden_layers=2, state_size=4, expand=2, conv_kernel=4, use_cache=False)
+_VIT = dict(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)
+
+# model_type -> (kind, its config entries). Grouped by kind; the zoo has BERT, GPT-2, Llama, T5, ViT.
+TABLE: dict[str, tuple[Kind, dict]] = {
     # decoders
-    "mistral": _decoder("mistral", num_key_value_heads=2, sliding_window=4),
-    "qwen2": _decoder("qwen2", num_key_value_heads=2),
-    "qwen3": _decoder("qwen3", num_key_value_heads=2, head_dim=8),
-    "gemma": _decoder("gemma", num_key_value_heads=2, head_dim=8),
-    "gemma2": _decoder("gemma2", num_key_value_heads=2, head_dim=8, sliding_window=4),
-    "gemma3_text": _decoder("gemma3_text", num_key_value_heads=2, head_dim=8, sliding_window=4),
-    "phi": _decoder("phi", resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0),
-    "phi3": _decoder("phi3", num_key_value_heads=2, pad_token_id=0),
-    "falcon": _decoder("falcon", hidden_dropout=0.0, attention_dropout=0.0),
-    "gpt_neox": _decoder("gpt_neox", hidden_dropout=0.0, attention_dropout=0.0),
-    "stablelm": _decoder("stablelm", num_key_value_heads=2),
-    "starcoder2": _decoder("starcoder2", num_key_value_heads=2, residual_dropout=0.0, embedding_dropout=0.0),
-    "cohere": _decoder("cohere", num_key_value_heads=2),
-    "olmo2": _decoder("olmo2", num_key_value_heads=2),
-    "granite": _decoder("granite", num_key_value_heads=2),
-    "gpt_neo": _auto(
-        "AutoModelForCausalLM",
-        "gpt_neo",
-        lambda: {"input_ids": _ids()},
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_layers=2,
-        num_heads=4,
-        attention_types=[[["global", "local"], 1]],
-        window_size=4,
-        max_position_embeddings=64,
-        resid_dropout=0.0,
-        embed_dropout=0.0,
-        attention_dropout=0.0,
-        use_cache=False,
-        bos_token_id=0,
-        eos_token_id=0,
-    ),
-    "gptj": _auto(
-        "AutoModelForCausalLM",
-        "gptj",
-        lambda: {"input_ids": _ids()},
-        vocab_size=VOCAB,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        rotary_dim=4,
-        n_positions=64,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        use_cache=False,
-        bos_token_id=0,
-        eos_token_id=0,
-    ),
-    "gpt_bigcode": _auto(
-        "AutoModelForCausalLM",
-        "gpt_bigcode",
-        lambda: {"input_ids": _ids()},
-        vocab_size=VOCAB,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        n_positions=64,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        use_cache=False,
-        bos_token_id=0,
-        eos_token_id=0,
-    ),
-    "opt": _auto(
-        "AutoModelForCausalLM",
-        "opt",
-        lambda: {"input_ids": _ids()},
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        ffn_dim=64,
-        max_position_embeddings=64,
-        dropout=0.0,
-        word_embed_proj_dim=32,
-        use_cache=False,
-    ),
-    "bloom": _auto(
-        "AutoModelForCausalLM",
-        "bloom",
-        lambda: {"input_ids": _ids()},
-        vocab_size=VOCAB,
-        hidden_size=32,
-        n_layer=2,
-        n_head=4,
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        use_cache=False,
-    ),
-    "xlnet": _auto(
-        "AutoModelForCausalLM",
-        "xlnet",
-        lambda: {"input_ids": _ids()},
-        vocab_size=VOCAB,
-        d_model=32,
-        n_layer=2,
-        n_head=4,
-        d_inner=64,
-        dropout=0.0,
-        use_mems_train=False,
-    ),
+    "mistral": (DECODER, dict(num_key_value_heads=2, sliding_window=4)),
+    "qwen2": (DECODER, dict(num_key_value_heads=2)),
+    "qwen3": (DECODER, dict(num_key_value_heads=2, head_dim=8)),
+    "gemma": (DECODER, dict(num_key_value_heads=2, head_dim=8)),
+    "gemma2": (DECODER, dict(num_key_value_heads=2, head_dim=8, sliding_window=4)),
+    "gemma3_text": (DECODER, dict(num_key_value_heads=2, head_dim=8, sliding_window=4)),
+    "phi": (DECODER, dict(resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)),
+    "phi3": (DECODER, dict(num_key_value_heads=2, pad_token_id=0)),
+    "falcon": (DECODER, dict(hidden_dropout=0.0, attention_dropout=0.0)),
+    "gpt_neox": (DECODER, dict(hidden_dropout=0.0, attention_dropout=0.0)),
+    "stablelm": (DECODER, dict(num_key_value_heads=2)),
+    "starcoder2": (DECODER, dict(num_key_value_heads=2, residual_dropout=0.0, embedding_dropout=0.0)),
+    "cohere": (DECODER, dict(num_key_value_heads=2)),
+    "olmo2": (DECODER, dict(num_key_value_heads=2)),
+    "granite": (DECODER, dict(num_key_value_heads=2)),
+    "gpt_neo": (CAUSAL_LM, dict(
+        hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]], window_size=4,
+        max_position_embeddings=64, resid_dropout=0.0, embed_dropout=0.0, attention_dropout=0.0, use_cache=False,
+        bos_token_id=0, eos_token_id=0,
+    )),
+    "gptj": (CAUSAL_LM, dict(_GPT2_NAMES, rotary_dim=4)),
+    "gpt_bigcode": (CAUSAL_LM, _GPT2_NAMES),
+    "opt": (CAUSAL_LM, dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64,
+                            max_position_embeddings=64, dropout=0.0, word_embed_proj_dim=32, use_cache=False)),
+    "bloom": (CAUSAL_LM, dict(hidden_size=32, n_layer=2, n_head=4, hidden_dropout=0.0, attention_dropout=0.0,
+                              use_cache=False)),
+    "xlnet": (CAUSAL_LM, dict(d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0, use_mems_train=False)),
     # mixtures of experts
-    "mixtral": _decoder("mixtral", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2),
-    "qwen2_moe": _decoder("qwen2_moe", shared_expert_intermediate_size=32, **_MOE),
-    "olmoe": _decoder("olmoe", **_MOE),
-    "gpt_oss": _decoder(
-        "gpt_oss",
-        num_key_value_heads=2,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        head_dim=8,
-        sliding_window=4,
+    "mixtral": (DECODER, dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
+    "qwen2_moe": (DECODER, dict(_MOE, shared_expert_intermediate_size=32)),
+    "olmoe": (DECODER, _MOE),
+    "gpt_oss": (DECODER, dict(
+        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, head_dim=8, sliding_window=4,
         layer_types=["sliding_attention", "full_attention"],
-    ),
-    "deepseek_v3": _decoder(
-        "deepseek_v3",
-        num_key_value_heads=4,
-        n_routed_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=32,
-        n_shared_experts=1,
-        first_k_dense_replace=1,
-        kv_lora_rank=16,
-        q_lora_rank=16,
-        qk_rope_head_dim=4,
-        v_head_dim=8,
-        qk_nope_head_dim=4,
-        n_group=2,
-        topk_group=1,
-    ),
+    )),
+    "deepseek_v3": (DECODER, dict(
+        num_key_value_heads=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=4,
+        v_head_dim=8, qk_nope_head_dim=4, n_group=2, topk_group=1,
+    )),
     # state-space models
-    "mamba": _auto(
-        "AutoModelForCausalLM",
-        "mamba",
-        lambda: {"input_ids": _ids()},
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        state_size=4,
-        expand=2,
-        conv_kernel=4,
-        use_cache=False,
-    ),
-    "mamba2": _auto(
-        "AutoModelForCausalLM",
-        "mamba2",
-        lambda: {"input_ids": _ids()},
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        state_size=4,
-        expand=2,
-        conv_kernel=4,
-        num_heads=8,
-        head_dim=8,
-        n_groups=1,
-        chunk_size=4,
-        use_cache=False,
-    ),
+    "mamba": (CAUSAL_LM, _MAMBA),
+    "mamba2": (CAUSAL_LM, dict(_MAMBA, num_heads=8, head_dim=8, n_groups=1, chunk_size=4)),
     # encoders
-    "distilbert": _auto(
-        "AutoModelForMaskedLM",
-        "distilbert",
-        lambda: {"input_ids": _ids()},
-        vocab_size=VOCAB,
-        dim=32,
-        n_layers=2,
-        n_heads=4,
-        hidden_dim=64,
-        dropout=0.0,
-        attention_dropout=0.0,
-    ),
-    "roberta": _encoder("roberta"),
-    "albert": _encoder("albert", embedding_size=16),
-    "electra": _encoder("electra", embedding_size=16),
-    "deberta-v2": _encoder("deberta-v2"),
-    "mpnet": _encoder("mpnet"),
-    "longformer": _encoder("longformer", attention_window=4, pad_token_id=0),
-    "big_bird": _encoder("big_bird", attention_type="original_full"),
-    "funnel": _auto(
-        "AutoModelForMaskedLM",
-        "funnel",
-        lambda: {"input_ids": _ids()},
-        vocab_size=VOCAB,
-        d_model=32,
-        n_head=4,
-        d_head=8,
-        d_inner=64,
-        block_sizes=[1, 1],
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-    ),
+    "distilbert": (MASKED_LM, dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, dropout=0.0,
+                                   attention_dropout=0.0)),
+    "roberta": (ENCODER, {}),
+    "albert": (ENCODER, dict(embedding_size=16)),
+    "electra": (ENCODER, dict(embedding_size=16)),
+    "deberta-v2": (ENCODER, {}),
+    "mpnet": (ENCODER, {}),
+    "longformer": (ENCODER, dict(attention_window=4, pad_token_id=0)),
+    "big_bird": (ENCODER, dict(attention_type="original_full")),
+    "funnel": (MASKED_LM, dict(d_model=32, n_head=4, d_head=8, d_inner=64, block_sizes=[1, 1], hidden_dropout=0.0,
+                               attention_dropout=0.0, activation_dropout=0.0)),
     # encoder-decoders
-    "bart": _seq2seq("bart"),
-    "pegasus": _seq2seq("pegasus"),
-    "marian": _seq2seq("marian"),
-    "whisper": _auto(
-        "AutoModelForSpeechSeq2Seq",
-        "whisper",
-        lambda: {"input_features": torch.randn(2, 8, 32), "decoder_input_ids": _ids()},
-        vocab_size=VOCAB,
-        num_mel_bins=8,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_source_positions=16,
-        max_target_positions=16,
-        dropout=0.0,
-        use_cache=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+    "bart": (SEQ2SEQ, {}),
+    "pegasus": (SEQ2SEQ, {}),
+    "marian": (SEQ2SEQ, {}),
+    "whisper": (SPEECH_SEQ2SEQ, dict(
+        num_mel_bins=8, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=16,
+        max_target_positions=16, dropout=0.0, use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2,
         decoder_start_token_id=1,
-    ),
+    )),
     # vision
-    "swin": _auto(
-        "AutoModelForImageClassification",
-        "swin",
-        _images(32),
-        image_size=32,
-        patch_size=4,
-        embed_dim=16,
-        depths=[1, 1],
-        num_heads=[2, 2],
-        window_size=2,
-        num_labels=5,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        drop_path_rate=0.0,
-    ),
-    "convnext": _auto(
-        "AutoModelForImageClassification",
-        "convnext",
-        _images(32),
-        hidden_sizes=[8, 16],
-        depths=[1, 1],
-        num_stages=2,
-        num_labels=5,
-        image_size=32,
-    ),
-    "mobilenet_v2": _auto(
-        "AutoModelForImageClassification",
-        "mobilenet_v2",
-        _images(96, batch=4),
-        image_size=96,
-        depth_multiplier=0.25,
-        num_labels=5,
-        classifier_dropout_prob=0.0,
-    ),
-    "dinov2": _auto(
-        "AutoModelForImageClassification",
-        "dinov2",
-        _images(16),
-        image_size=16,
-        patch_size=4,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        mlp_ratio=2,
-        num_labels=5,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        drop_path_rate=0.0,
-    ),
-    "beit": _auto(
-        "AutoModelForImageClassification",
-        "beit",
-        _images(16),
-        image_size=16,
-        patch_size=4,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        num_labels=5,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        drop_path_rate=0.0,
-        use_relative_position_bias=True,
-    ),
-    "segformer": _auto(
-        "AutoModelForSemanticSegmentation",
-        "segformer",
-        _images(32),
-        num_encoder_blocks=2,
-        depths=[1, 1],
-        sr_ratios=[2, 1],
-        hidden_sizes=[8, 16],
-        patch_sizes=[3, 3],
-        strides=[2, 2],
-        num_attention_heads=[1, 2],
-        mlp_ratios=[2, 2],
-        decoder_hidden_size=16,
-        num_labels=3,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        classifier_dropout_prob=0.0,
-        drop_path_rate=0.0,
-    ),
-    "clip": _auto(
-        "AutoModel",
-        "clip",
-        lambda: {"input_ids": _ids(), "pixel_values": torch.randn(2, 3, 16, 16)},
-        text_config=dict(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=16,
-            bos_token_id=0,
-            eos_token_id=1,
-        ),
-        vision_config=dict(
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            image_size=16,
-            patch_size=4,
-        ),
-    ),
-    # speech (weight-normalised positional convolutions)
-    "wav2vec2": _auto("AutoModelForCTC", "wav2vec2", _audio, **_SPEECH),
-    "hubert": _auto("AutoModelForCTC", "hubert", _audio, **_SPEECH),
+    "swin": (IMAGE_CLASSIFIER, dict(
+        image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=2,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0,
+    )),
+    "convnext": (IMAGE_CLASSIFIER, dict(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, image_size=32)),
+    "mobilenet_v2": (IMAGE_CLASSIFIER._replace(inputs=_images(96, batch=4)),
+                     dict(image_size=96, depth_multiplier=0.25, classifier_dropout_prob=0.0)),
+    "dinov2": (IMAGE_CLASSIFIER._replace(inputs=_images(16)), dict(_VIT, mlp_ratio=2)),
+    "beit": (IMAGE_CLASSIFIER._replace(inputs=_images(16)),
+             dict(_VIT, intermediate_size=64, use_relative_position_bias=True)),
+    "segformer": (SEGMENTER, dict(
+        num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], patch_sizes=[3, 3],
+        strides=[2, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=16, num_labels=3,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0, drop_path_rate=0.0,
+    )),
+    "clip": (TEXT_AND_IMAGE, dict(
+        text_config=dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, max_position_embeddings=16, bos_token_id=0, eos_token_id=1),
+        vision_config=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                           image_size=16, patch_size=4),
+    )),
+    # speech
+    "wav2vec2": (SPEECH_CTC, {}),
+    "hubert": (SPEECH_CTC, {}),
+}
+
+
+def _builder(model_type: str, kind: Kind, entries: dict) -> Callable[[], tuple]:
+    def build():
+        import transformers
+
+        config = transformers.AutoConfig.for_model(model_type, **{**kind.config, **entries})
+        return getattr(transformers, kind.auto_class).from_config(config), kind.inputs()
+
+    return build
+
+
+# name -> () -> (model, keyword inputs), built from a tiny config under the caller's seed
+ARCHITECTURES: dict[str, Callable[[], tuple]] = {
+    name: _builder(name, kind, entries) for name, (kind, entries) in TABLE.items()
 }
 
 
