@@ -401,18 +401,16 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
     return "\n".join(L)
 
 
-def main(argv=None) -> None:
-    sweeps.save_on_sigterm()
-    args = _parse_args(argv)
-    if not args.report_only:
-        run_sweep(args)
-    doc = build_report(args.results_dir, args.out)
+def _summary(doc: dict, args) -> str:
     o = doc["summary"]["overall"]
-    print(
+    return (
         f"{doc['summary']['units']} units; samples passed {o.get('passed', 0)}, failed {o.get('failed', 0)}, "
-        f"errored {o.get('errored', 0)} ({o.get('not_found', 0)} not lowered); report in {args.out}/coverage.md",
-        file=sys.stderr,
+        f"errored {o.get('errored', 0)} ({o.get('not_found', 0)} not lowered); report in {args.out}/coverage.md"
     )
+
+
+def main(argv=None) -> None:
+    sweeps.main(argv, _parse_args, run_sweep, build_report, _summary)
 
 
 if __name__ == "__main__":

@@ -559,19 +559,16 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
     return "\n".join(L)
 
 
-def main(argv=None) -> None:
-    sweeps.save_on_sigterm()
-    args = _parse_args(argv)
-    if not args.report_only:
-        run_sweep(args)
-    doc = build_report(args.results_dir, args.out)
+def _summary(doc: dict, args) -> str:
     s = doc["summary"]
-    print(
+    return (
         f"{s['units']} units over {s['modules']} modules; {len(s['modules_passing_everywhere'])} modules pass "
-        "everywhere; "
-        f"report in {args.out}/modules.md",
-        file=sys.stderr,
+        f"everywhere; report in {args.out}/modules.md"
     )
+
+
+def main(argv=None) -> None:
+    sweeps.main(argv, _parse_args, run_sweep, build_report, _summary)
 
 
 if __name__ == "__main__":

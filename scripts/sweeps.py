@@ -200,6 +200,19 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def save_on_sigterm() -> None:
-    """A sweep run in the background (SIGINT ignored) still saves its results on SIGTERM."""
+def main(
+    argv: list[str] | None,
+    parse_args: Callable[[list[str] | None], argparse.Namespace],
+    run_sweep: Callable[[argparse.Namespace], None],
+    build_report: Callable[[str, str], dict],
+    summary: Callable[[dict, argparse.Namespace], str],
+) -> None:
+    """A sweep's command: run it (unless --report-only), build its report from every
+    results file, and print `summary(report, args)`."""
+    # a sweep run in the background (SIGINT ignored) still saves its results on SIGTERM
     signal.signal(signal.SIGTERM, _interrupt)
+    args = parse_args(argv)
+    if not args.report_only:
+        run_sweep(args)
+    doc = build_report(args.results_dir, args.out)
+    print(summary(doc, args), file=sys.stderr)
