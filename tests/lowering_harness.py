@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
+import pytest
 import torch
 from torch.testing import make_tensor
 
@@ -166,7 +167,11 @@ def to_meta_arg(x: Any) -> Any:
 
 
 def run_shape_fn(op, args, kwargs):
-    fn = SHAPE_FNS[f"{unambiguous_name(op)}_output_shape"]
+    return call_shape_fn(SHAPE_FNS[f"{unambiguous_name(op)}_output_shape"], args, kwargs)
+
+
+def call_shape_fn(fn, args, kwargs):
+    """Run shape function `fn` on the metadata of `args` and `kwargs`."""
     return fn(*map(to_meta_arg, args), **{k: to_meta_arg(v) for k, v in kwargs.items()})
 
 
@@ -209,6 +214,37 @@ def cpu_result(case):
         return (case.ref or case.op)(*case.args, **case.kwargs), None
     except Exception as e:  # noqa: BLE001 - callers compare the type
         return None, e
+
+
+def assert_lowering_matches_cpu(case, run=run_lowering):
+    """The lowering's result is PyTorch CPU's, within the case's tolerance. `run`: how
+    the file runs a lowering (run_lowering, or one over lowerings of its own)."""
+    expected = (case.ref or case.op)(*case.args, **case.kwargs)
+    assert_same(run(case.op, case.args, case.kwargs), expected, **case.tol)
+
+
+def assert_shape_fn_matches_meta(case, run=run_shape_fn):
+    """The shape function gives PyTorch's meta result (its CPU result where the two differ)."""
+    device = "meta" if case.meta_agrees else "cpu"
+    expected = as_meta(on_device(case.op, case.args, case.kwargs, device, case.ref))
+    assert run(case.op, case.args, case.kwargs) == expected
+
+
+def assert_shape_fn_raises_like_cpu(case, run=run_shape_fn):
+    """The shape function refuses an ErrorCase with the exception type PyTorch CPU raises."""
+    with pytest.raises(Exception) as cpu_error:
+        case.op(*case.args, **case.kwargs)
+    with pytest.raises(Exception) as our_error:
+        run(case.op, case.args, case.kwargs)
+    assert type(our_error.value) is type(cpu_error.value), (cpu_error.value, our_error.value)
+    assert str(our_error.value)
+
+
+def assert_signatures_match_schema(name, op, lowerings=LOWERINGS, shape_fns=SHAPE_FNS, check_defaults=True):
+    """Lowering `lower_<name>` and shape function `<name>_output_shape` take exactly the
+    parameters of `op`'s schema (assert_params_match_schema)."""
+    for fn in (lowerings[f"lower_{name}"], shape_fns[f"{name}_output_shape"]):
+        assert_params_match_schema(fn, op._schema, check_defaults)
 
 
 def assert_params_match_schema(fn, schema, check_defaults=True):

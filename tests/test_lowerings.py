@@ -27,8 +27,9 @@ from xla_native_functions.shape_fns import pointwise as shape_pointwise
 from xla_native_functions.shape_fns import reduction as shape_reduction
 from xla_native_functions.shape_fns import shape_ops as shape_shape_ops
 from xla_native_functions.shape_fns.common import TensorMeta
-from lowering_harness import (Case, ErrorCase, T, as_meta, assert_params_match_schema, assert_same, functions_in, ints,
-                              on_device, run_lowering, run_shape_fn, to_torch, unambiguous_name)
+from lowering_harness import (Case, ErrorCase, T, assert_lowering_matches_cpu, assert_shape_fn_matches_meta,
+                              assert_shape_fn_raises_like_cpu, assert_signatures_match_schema, functions_in, ints,
+                              to_torch, unambiguous_name)
 
 aten = torch.ops.aten
 
@@ -355,16 +356,12 @@ CASES += _softmax_backward_cases() + _layer_norm_backward_cases()
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_lowering_matches_cpu(case):
-    expected = (case.ref or case.op)(*case.args, **case.kwargs)
-    ours = run_lowering(case.op, case.args, case.kwargs)
-    assert_same(ours, expected, **case.tol)
+    assert_lowering_matches_cpu(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_shape_fn_matches_meta(case):
-    device = "meta" if case.meta_agrees else "cpu"
-    expected = as_meta(on_device(case.op, case.args, case.kwargs, device, case.ref))
-    assert run_shape_fn(case.op, case.args, case.kwargs) == expected
+    assert_shape_fn_matches_meta(case)
 
 
 def test_every_op_is_covered():
@@ -379,9 +376,7 @@ OPS = {unambiguous_name(c.op): c.op for c in CASES}
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_signatures_match(name):
     """Lowering and shape function take exactly the schema's parameters."""
-    schema = OPS[name]._schema
-    for fn in (LOWERINGS[f"lower_{name}"], SHAPE_FNS[f"{name}_output_shape"]):
-        assert_params_match_schema(fn, schema)
+    assert_signatures_match_schema(name, OPS[name], LOWERINGS, SHAPE_FNS)
 
 
 # ---------------------------------------------------------------------------- errors
@@ -459,12 +454,7 @@ ERROR_CASES = [
 
 @pytest.mark.parametrize("case", ERROR_CASES, ids=lambda c: c.id)
 def test_shape_fn_raises_like_cpu(case):
-    with pytest.raises(Exception) as cpu_error:
-        case.op(*case.args, **case.kwargs)
-    with pytest.raises(Exception) as our_error:
-        run_shape_fn(case.op, case.args, case.kwargs)
-    assert type(our_error.value) is type(cpu_error.value), (cpu_error.value, our_error.value)
-    assert str(our_error.value)
+    assert_shape_fn_raises_like_cpu(case)
 
 
 # ---------------------------------------------------------------------------- scalars

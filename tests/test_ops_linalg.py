@@ -3,7 +3,6 @@ functions against meta, errors against CPU, and models' uses end to end."""
 
 from __future__ import annotations
 
-import inspect
 
 import pytest
 import torch
@@ -11,6 +10,10 @@ import torch.nn.functional as F
 
 import xla_native_functions as xnf
 from lowering_harness import (
+    assert_lowering_matches_cpu,
+    assert_shape_fn_matches_meta,
+    assert_shape_fn_raises_like_cpu,
+    assert_signatures_match_schema,
     cases_elsewhere,
     Case,
     ErrorCase,
@@ -237,16 +240,12 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_lowering_matches_cpu(case):
-    expected = case.op(*case.args, **case.kwargs)
-    ours = run_lowering(case.op, case.args, case.kwargs)
-    assert_same(ours, expected, **case.tol)
+    assert_lowering_matches_cpu(case)
 
 
 @pytest.mark.parametrize("case", CASES + [], ids=lambda c: c.id)
 def test_shape_fn_matches_meta(case):
-    device = "meta" if case.meta_agrees else "cpu"
-    expected = as_meta(on_device(case.op, case.args, case.kwargs, device))
-    assert run_shape_fn(case.op, case.args, case.kwargs) == expected
+    assert_shape_fn_matches_meta(case)
 
 
 # Ops whose results are unique only up to phases: compare what is unique.
@@ -315,14 +314,7 @@ def test_every_op_is_covered():
 @pytest.mark.parametrize("name", sorted({unambiguous_name(c.op) for c in CASES + PHASE_CASES}))
 def test_signatures_match(name):
     op = next(c.op for c in CASES + PHASE_CASES if unambiguous_name(c.op) == name)
-    schema = op._schema
-    for fn in (LOWERINGS[f"lower_{name}"], SHAPE_FNS[f"{name}_output_shape"]):
-        params = list(inspect.signature(fn).parameters.values())
-        assert [p.name for p in params] == [a.name for a in schema.arguments]
-        for p, a in zip(params, schema.arguments):
-            kind = inspect.Parameter.KEYWORD_ONLY if a.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
-            assert p.kind is kind, p.name
-            assert (p.default is inspect.Parameter.empty) == (not a.has_default_value()), p.name
+    assert_signatures_match_schema(name, op, LOWERINGS, SHAPE_FNS, check_defaults=False)
 
 
 ERROR_CASES = [
@@ -377,11 +369,7 @@ ERROR_CASES = [
 
 @pytest.mark.parametrize("case", ERROR_CASES, ids=lambda c: c.id)
 def test_shape_fn_raises_like_cpu(case):
-    with pytest.raises(Exception) as cpu_error:
-        case.op(*case.args, **case.kwargs)
-    with pytest.raises(Exception) as our_error:
-        run_shape_fn(case.op, case.args, case.kwargs)
-    assert type(our_error.value) is type(cpu_error.value), (cpu_error.value, our_error.value)
+    assert_shape_fn_raises_like_cpu(case)
 
 
 # ---------------------------------------------------------------------------- end to end

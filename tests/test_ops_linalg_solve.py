@@ -12,13 +12,14 @@ import torch
 
 import xla_native_functions as xnf
 from lowering_harness import (
+    assert_shape_fn_raises_like_cpu,
+    assert_signatures_match_schema,
     CASES_LIVE_IN,
     Case,
     ErrorCase,
     T,
     functions_in,
     as_meta,
-    assert_params_match_schema,
     assert_same,
     on_device,
     run_lowering,
@@ -218,9 +219,7 @@ def test_every_op_is_covered():
 @pytest.mark.parametrize("name", sorted(NEW_OPS))
 def test_signatures_match(name):
     op = next(c.op for c in CASES + EIG_CASES if unambiguous_name(c.op) == name)
-    schema = op._schema
-    for fn in (LOWERINGS[f"lower_{name}"], SHAPE_FNS[f"{name}_output_shape"]):
-        assert_params_match_schema(fn, schema, check_defaults=False)
+    assert_signatures_match_schema(name, op, LOWERINGS, SHAPE_FNS, check_defaults=False)
 
 
 ERROR_CASES = [
@@ -252,11 +251,7 @@ ERROR_CASES = [
 
 @pytest.mark.parametrize("case", ERROR_CASES, ids=lambda c: c.id)
 def test_shape_fn_raises_like_cpu(case):
-    with pytest.raises(Exception) as cpu_error:
-        case.op(*case.args, **case.kwargs)
-    with pytest.raises(Exception) as our_error:
-        run_shape_fn(case.op, case.args, case.kwargs)
-    assert type(our_error.value) is type(cpu_error.value), (cpu_error.value, our_error.value)
+    assert_shape_fn_raises_like_cpu(case)
 
 
 # ---------------------------------------------------------------------------- least squares

@@ -8,7 +8,6 @@ CPU's values and the shape function CPU's (and meta's) shape and dtype.
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import jax
@@ -28,6 +27,7 @@ from xla_native_functions.shape_fns import pointwise_math as shape_math
 from xla_native_functions.shape_fns import pointwise_scalar as shape_scalar
 from xla_native_functions.shape_fns import special as shape_special
 from lowering_harness import (
+    assert_signatures_match_schema,
     LOWERINGS as HARNESS_LOWERINGS,
     cases_elsewhere,
     cpu_result,
@@ -571,14 +571,7 @@ OPS = {unambiguous_name(c.op): c.op for c in CASES if f"lower_{unambiguous_name(
 
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_signatures_match(name):
-    schema = OPS[name]._schema
-    for fn in (LOWERINGS[f"lower_{name}"], SHAPE_FNS[f"{name}_output_shape"]):
-        params = list(inspect.signature(fn).parameters.values())
-        assert [p.name for p in params] == [a.name for a in schema.arguments]
-        for p, a in zip(params, schema.arguments):
-            kind = inspect.Parameter.KEYWORD_ONLY if a.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
-            assert p.kind is kind, p.name
-            assert (p.default is inspect.Parameter.empty) == (not a.has_default_value()), p.name
+    assert_signatures_match_schema(name, OPS[name], LOWERINGS, SHAPE_FNS, check_defaults=False)
 
 
 # ------------------------------------------------------------ through the runtime

@@ -4,7 +4,6 @@ random ops by their statistics."""
 
 from __future__ import annotations
 
-import inspect
 import math
 import warnings
 
@@ -13,6 +12,10 @@ import torch
 
 import xla_native_functions as xnf
 from lowering_harness import (
+    assert_lowering_matches_cpu,
+    assert_shape_fn_matches_meta,
+    assert_shape_fn_raises_like_cpu,
+    assert_signatures_match_schema,
     run_lowering,
     run_shape_fn,
     Case,
@@ -22,7 +25,6 @@ from lowering_harness import (
     as_meta,
     assert_same,
     ints,
-    on_device,
     unambiguous_name,
 )
 from xla_native_functions.lowerings import cumulative as lower_cumulative
@@ -284,15 +286,12 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_lowering_matches_cpu(case):
-    expected = (case.ref or case.op)(*case.args, **case.kwargs)
-    ours = run_lowering(case.op, case.args, case.kwargs)
-    assert_same(ours, expected, **case.tol)
+    assert_lowering_matches_cpu(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_shape_fn_matches_meta(case):
-    expected = as_meta(on_device(case.op, case.args, case.kwargs, "meta" if case.meta_agrees else "cpu", case.ref))
-    assert run_shape_fn(case.op, case.args, case.kwargs) == expected
+    assert_shape_fn_matches_meta(case)
 
 
 VIEW_BACKWARD = {"select_backward", "slice_backward", "diagonal_backward", "unfold_backward"}
@@ -309,13 +308,7 @@ OPS = {unambiguous_name(c.op): c.op for c in CASES}
 
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_signatures_match(name):
-    schema = OPS[name]._schema
-    for fn in (LOWERINGS[f"lower_{name}"], SHAPE_FNS[f"{name}_output_shape"]):
-        params = list(inspect.signature(fn).parameters.values())
-        assert [p.name for p in params] == [a.name for a in schema.arguments]
-        for p, a in zip(params, schema.arguments):
-            kind = inspect.Parameter.KEYWORD_ONLY if a.kwarg_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
-            assert p.kind is kind, p.name
+    assert_signatures_match_schema(name, OPS[name], LOWERINGS, SHAPE_FNS, check_defaults=False)
 
 
 @pytest.mark.parametrize(
@@ -399,11 +392,7 @@ ERROR_CASES = [
 
 @pytest.mark.parametrize("case", ERROR_CASES, ids=lambda c: c.id)
 def test_shape_fn_raises_like_cpu(case):
-    with pytest.raises(Exception) as cpu_error:
-        case.op(*case.args, **case.kwargs)
-    with pytest.raises(Exception) as our_error:
-        run_shape_fn(case.op, case.args, case.kwargs)
-    assert type(our_error.value) is type(cpu_error.value), (cpu_error.value, our_error.value)
+    assert_shape_fn_raises_like_cpu(case)
 
 
 # ---------------------------------------------------------------------------- runtime

@@ -9,7 +9,6 @@ instead and the comparison with CPU uses the error PyTorch itself makes there.
 
 from __future__ import annotations
 
-import inspect
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from xla_native_functions.shape_fns import activation as shape_activation
 from xla_native_functions.shape_fns import special as shape_special
 from xla_native_functions.shape_fns import special_polynomials as shape_polynomials
 from lowering_harness import (
+    assert_signatures_match_schema,
     CASES_LIVE_IN,
     cpu_result,
     run_lowering,
@@ -344,12 +344,7 @@ def test_every_op_is_covered():
 @pytest.mark.parametrize("name", sorted(n[len("lower_"):] for n in MY_LOWERINGS))
 def test_signatures_match(name):
     op = next(c.op for c in CASES if unambiguous_name(c.op) == name)
-    schema = op._schema
-    for fn in (LOWERINGS[f"lower_{name}"], SHAPE_FNS[f"{name}_output_shape"]):
-        params = list(inspect.signature(fn).parameters.values())
-        assert [p.name for p in params] == [a.name for a in schema.arguments]
-        for p, a in zip(params, schema.arguments):
-            assert (p.default is inspect.Parameter.empty) == (not a.has_default_value()), p.name
+    assert_signatures_match_schema(name, op, LOWERINGS, SHAPE_FNS, check_defaults=False)
 
 
 # ------------------------------------------------------- accuracy where CPU is off
