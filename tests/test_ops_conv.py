@@ -5,27 +5,25 @@ backward, in training and evaluation mode, on the backend; OpInfo samples."""
 from __future__ import annotations
 
 import copy
-import inspect
-from dataclasses import dataclass, field
-from typing import Any
 
-import jax
 import pytest
 import torch
 import torch.nn as nn
 
 import xla_native_functions as xnf
 from lowering_harness import (
+    Case,
+    ErrorCase,
+    assert_lowering_matches_cpu,
+    assert_shape_fn_matches_meta,
+    assert_shape_fn_raises_like_cpu,
+    assert_signatures_match_schema,
+    call_lowering,
+    call_shape_fn,
     functions_in,
     cases_elsewhere,
     T,
-    as_meta,
-    assert_same,
     ints,
-    on_device,
-    to_jax,
-    to_meta_arg,
-    to_torch,
     unambiguous_name,
 )
 from xla_native_functions.lowerings import conv as lower_conv
@@ -67,45 +65,13 @@ LOWERINGS["lower_native_batch_norm"] = _native_batch_norm_lowering
 SHAPE_FNS["native_batch_norm_output_shape"] = _native_batch_norm_meta
 
 
-def _kind(arg):
-    t = str(arg.type)
-    if t in ("Tensor", "Optional[Tensor]"):
-        return "tensor"
-    if t in ("number", "Optional[number]"):
-        return "scalar"
-    return "static"
-
-
+# this file's tables, which hold native_batch_norm's wrappers
 def run_lowering(op, args, kwargs):
-    fn = LOWERINGS[f"lower_{unambiguous_name(op)}"]
-    bound = inspect.signature(fn).bind(*args, **kwargs).arguments
-    kinds = {a.name: _kind(a) for a in op._schema.arguments}
-    with jax.enable_x64(True):
-        call, static = {}, []
-        for name, value in bound.items():
-            if kinds[name] == "tensor":
-                call[name] = to_jax(value)
-            elif kinds[name] == "scalar":
-                call[name] = value
-            else:
-                call[name] = tuple(value) if isinstance(value, list) else value
-                static.append(name)
-        return to_torch(jax.jit(fn, static_argnames=tuple(static))(**call))
+    return call_lowering(LOWERINGS[f"lower_{unambiguous_name(op)}"], op, args, kwargs)
 
 
 def run_shape_fn(op, args, kwargs):
-    fn = SHAPE_FNS[f"{unambiguous_name(op)}_output_shape"]
-    return fn(*map(to_meta_arg, args), **{k: to_meta_arg(v) for k, v in kwargs.items()})
-
-
-@dataclass
-class Case:
-    id: str
-    op: Any
-    args: tuple
-    kwargs: dict = field(default_factory=dict)
-    tol: dict = field(default_factory=dict)
-    meta_agrees: bool = True  # False where meta and CPU differ: the shape function follows CPU
+    return call_shape_fn(SHAPE_FNS[f"{unambiguous_name(op)}_output_shape"], args, kwargs)
 
 
 torch.manual_seed(0)
@@ -522,16 +488,12 @@ assert len(_ids) == len(set(_ids)), "duplicate case ids"
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_lowering_matches_cpu(case):
-    expected = case.op(*case.args, **case.kwargs)
-    ours = run_lowering(case.op, case.args, case.kwargs)
-    assert_same(ours, expected, **case.tol)
+    assert_lowering_matches_cpu(case, run_lowering)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_shape_fn_matches_meta(case):
-    device = "meta" if case.meta_agrees else "cpu"
-    expected = as_meta(on_device(case.op, case.args, case.kwargs, device))
-    assert run_shape_fn(case.op, case.args, case.kwargs) == expected
+    assert_shape_fn_matches_meta(case, run_shape_fn)
 
 
 def test_every_op_is_covered():
@@ -545,22 +507,10 @@ OPS = {unambiguous_name(c.op): c.op for c in CASES}
 
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_signatures_match(name):
-    schema = OPS[name]._schema
-    for fn in (LOWERINGS[f"lower_{name}"], SHAPE_FNS[f"{name}_output_shape"]):
-        params = list(inspect.signature(fn).parameters.values())
-        assert [p.name for p in params] == [a.name for a in schema.arguments]
-        for p, a in zip(params, schema.arguments):
-            assert (p.default is inspect.Parameter.empty) == (not a.has_default_value()), p.name
+    assert_signatures_match_schema(name, OPS[name], LOWERINGS, SHAPE_FNS, check_defaults=False)
 
 
 # ---------------------------------------------------------------------------- errors
-
-
-@dataclass
-class ErrorCase:
-    id: str
-    op: Any
-    args: tuple
 
 
 ERROR_CASES = [
@@ -631,11 +581,7 @@ ERROR_CASES = [
 
 @pytest.mark.parametrize("case", ERROR_CASES, ids=lambda c: c.id)
 def test_shape_fn_raises_like_cpu(case):
-    with pytest.raises(Exception) as cpu_error:
-        case.op(*case.args)
-    with pytest.raises(Exception) as our_error:
-        run_shape_fn(case.op, case.args, {})
-    assert type(our_error.value) is type(cpu_error.value), (cpu_error.value, our_error.value)
+    assert_shape_fn_raises_like_cpu(case, run_shape_fn)
 
 
 # ---------------------------------------------------------------------------- end to end

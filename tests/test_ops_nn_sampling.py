@@ -7,23 +7,23 @@ backend, eagerly and compiled, with float64 gradients."""
 from __future__ import annotations
 
 import copy
-import inspect
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 import torch
 
 import xla_native_functions as xnf
 from lowering_harness import (
+    Case,
+    ErrorCase,
+    assert_lowering_matches_cpu,
+    assert_shape_fn_matches_meta,
+    assert_shape_fn_raises_like_cpu,
+    assert_signatures_match_schema,
+    run_lowering,
     functions_in,
     CASES_LIVE_IN,
     T,
-    as_meta,
     assert_same,
-    call_lowering,
-    on_device,
-    to_meta_arg,
     unambiguous_name,
 )
 from xla_native_functions.lowerings import grid_sample as lower_grid_sample
@@ -50,25 +50,6 @@ LOWERINGS = functions_in(
 SHAPE_FNS = functions_in(
     [shape_grid_sample, shape_nn_misc, shape_pooling, shape_unpool, shape_upsample], suffix="_output_shape"
 )
-
-
-def run_lowering(op, args, kwargs):
-    return call_lowering(LOWERINGS[f"lower_{unambiguous_name(op)}"], op, args, kwargs)
-
-
-def run_shape_fn(op, args, kwargs):
-    fn = SHAPE_FNS[f"{unambiguous_name(op)}_output_shape"]
-    return fn(*map(to_meta_arg, args), **{k: to_meta_arg(v) for k, v in kwargs.items()})
-
-
-@dataclass
-class Case:
-    id: str
-    op: Any
-    args: tuple
-    kwargs: dict = field(default_factory=dict)
-    tol: dict = field(default_factory=dict)
-    meta_agrees: bool = True  # False where meta and CPU differ: the shape function follows CPU
 
 
 torch.manual_seed(0)
@@ -348,16 +329,12 @@ assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_lowering_matches_cpu(case):
-    expected = case.op(*case.args, **case.kwargs)
-    ours = run_lowering(case.op, case.args, case.kwargs)
-    assert_same(ours, expected, **case.tol)
+    assert_lowering_matches_cpu(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_shape_fn_matches_meta(case):
-    device = "meta" if case.meta_agrees else "cpu"
-    expected = as_meta(on_device(case.op, case.args, case.kwargs, device))
-    assert run_shape_fn(case.op, case.args, case.kwargs) == expected
+    assert_shape_fn_matches_meta(case)
 
 
 def test_every_op_is_covered():
@@ -367,12 +344,7 @@ def test_every_op_is_covered():
 @pytest.mark.parametrize("name", sorted(OPS_UNDER_TEST))
 def test_signatures_match(name):
     op = next(c.op for c in CASES if unambiguous_name(c.op) == name)
-    schema = op._schema
-    for fn in (LOWERINGS[f"lower_{name}"], SHAPE_FNS[f"{name}_output_shape"]):
-        params = list(inspect.signature(fn).parameters.values())
-        assert [p.name for p in params] == [a.name for a in schema.arguments]
-        for p, a in zip(params, schema.arguments):
-            assert (p.default is inspect.Parameter.empty) == (not a.has_default_value()), p.name
+    assert_signatures_match_schema(name, op, LOWERINGS, SHAPE_FNS, check_defaults=False)
 
 
 def test_unpool_drops_out_of_range_indices():
@@ -387,13 +359,6 @@ def test_unpool_drops_out_of_range_indices():
 
 
 # ---------------------------------------------------------------------------- errors
-
-
-@dataclass
-class ErrorCase:
-    id: str
-    op: Any
-    args: tuple
 
 
 _u2 = (T(1, 2, 2), torch.zeros(1, 2, 2, dtype=torch.long))
@@ -482,11 +447,7 @@ ERROR_CASES = [
 
 @pytest.mark.parametrize("case", ERROR_CASES, ids=lambda c: c.id)
 def test_shape_fn_raises_like_cpu(case):
-    with pytest.raises(Exception) as cpu_error:
-        case.op(*case.args)
-    with pytest.raises(Exception) as our_error:
-        run_shape_fn(case.op, case.args, {})
-    assert type(our_error.value) is type(cpu_error.value), (cpu_error.value, our_error.value)
+    assert_shape_fn_raises_like_cpu(case)
 
 
 # ---------------------------------------------------------------------------- OpInfo samples
