@@ -223,6 +223,20 @@ def assert_lowering_matches_cpu(case, run=run_lowering):
     assert_same(run(case.op, case.args, case.kwargs), expected, **case.tol)
 
 
+def assert_matches_cpu_or_raises_like_it(case):
+    """Where PyTorch CPU computes the case, the shape function gives its result's shape and
+    dtype and the lowering its values; where CPU raises, the shape function raises the
+    same exception type."""
+    expected, error = cpu_result(case)
+    if error is not None:
+        with pytest.raises(Exception) as ours:
+            run_shape_fn(case.op, case.args, case.kwargs)
+        assert type(ours.value) is type(error), (error, ours.value)
+        return
+    assert run_shape_fn(case.op, case.args, case.kwargs) == as_meta(expected)
+    assert_same(run_lowering(case.op, case.args, case.kwargs), expected, **case.tol)
+
+
 def assert_shape_fn_matches_meta(case, run=run_shape_fn):
     """The shape function gives PyTorch's meta result (its CPU result where the two differ)."""
     device = "meta" if case.meta_agrees else "cpu"

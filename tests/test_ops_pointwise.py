@@ -27,17 +27,16 @@ from xla_native_functions.shape_fns import pointwise_math as shape_math
 from xla_native_functions.shape_fns import pointwise_scalar as shape_scalar
 from xla_native_functions.shape_fns import special as shape_special
 from lowering_harness import (
+    assert_matches_cpu_or_raises_like_it,
     assert_signatures_match_schema,
     LOWERINGS as HARNESS_LOWERINGS,
     cases_elsewhere,
     cpu_result,
-    run_lowering,
     run_shape_fn,
     Case,
     T,
     functions_in,
     as_meta,
-    assert_same,
     ints,
     to_jax,
     unambiguous_name,
@@ -535,14 +534,7 @@ CASES = _unary_cases() + _binary_cases() + _scalar_cases() + _specific_cases() +
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_matches_cpu(case):
-    expected, error = cpu_result(case)
-    if error is not None:
-        with pytest.raises(Exception) as ours:
-            run_shape_fn(case.op, case.args, case.kwargs)
-        assert type(ours.value) is type(error), (error, ours.value)
-        return
-    assert run_shape_fn(case.op, case.args, case.kwargs) == as_meta(expected)
-    assert_same(run_lowering(case.op, case.args, case.kwargs), expected, **case.tol)
+    assert_matches_cpu_or_raises_like_it(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)

@@ -21,6 +21,7 @@ from xla_native_functions.shape_fns import activation as shape_activation
 from xla_native_functions.shape_fns import special as shape_special
 from xla_native_functions.shape_fns import special_polynomials as shape_polynomials
 from lowering_harness import (
+    assert_matches_cpu_or_raises_like_it,
     assert_signatures_match_schema,
     CASES_LIVE_IN,
     cpu_result,
@@ -30,7 +31,6 @@ from lowering_harness import (
     T,
     functions_in,
     as_meta,
-    assert_same,
     ints,
     unambiguous_name,
 )
@@ -311,14 +311,7 @@ MY_LOWERINGS = {f"lower_{name}" for name in CASES_LIVE_IN["test_ops_special.py"]
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_matches_cpu(case):
-    expected, error = cpu_result(case)
-    if error is not None:
-        with pytest.raises(Exception) as ours:
-            run_shape_fn(case.op, case.args, case.kwargs)
-        assert type(ours.value) is type(error), (error, ours.value)
-        return
-    assert run_shape_fn(case.op, case.args, case.kwargs) == as_meta(expected)
-    assert_same(run_lowering(case.op, case.args, case.kwargs), expected, **case.tol)
+    assert_matches_cpu_or_raises_like_it(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
