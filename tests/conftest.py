@@ -3,10 +3,12 @@
 itself; the repository root is importable (the generator, `codegen`, is run from the
 checkout, not installed) and so is scripts/ (the model zoo, the report scripts). Shared
 helpers live in modules of their own, never in test modules: lowering_harness.py
-(running lowerings and shape functions against PyTorch), opinfo_harness.py (PyTorch's
-OpInfo samples), module_harness.py (PyTorch's module_db, with its table module_db_skips.py),
-codegen_harness.py (the generator's synthetic manifests) and training_steps.py (the small
-training step the fault tests and scripts/soak.py drive compile() with)."""
+(running lowerings and shape functions against PyTorch, and the checks every family's
+test file makes), opinfo_harness.py (PyTorch's OpInfo samples, the sweep's engine),
+opinfo_samples.py (single OpInfo samples on our tensors), module_harness.py (PyTorch's
+module_db, with its table module_db_skips.py), codegen_harness.py (the generator's
+synthetic manifests) and training_steps.py (the small training step the fault tests and
+scripts/soak.py drive compile() with)."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 
 import xla_native_functions as xnf
+from opinfo_samples import op_db_entry, sample_and_first_gradient_match_cpu
 from lowering_harness import (
     Case,
     ErrorCase,
@@ -677,41 +678,13 @@ OPINFO_NAMES = [
 SAMPLES_PER_OP = 4
 
 
-def _opinfo(name, variant):
-    from torch.testing._internal.common_methods_invocations import op_db
-
-    return next(op for op in op_db if op.name == name and op.variant_test_name == variant)
-
-
-def _tensors(sample):
-    args = [sample.input, *sample.args, *sample.kwargs.values()]
-    return [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
-
-
 @pytest.mark.parametrize("name,variant", OPINFO_NAMES, ids=lambda x: x or "")
 def test_opinfo_samples_and_float64_gradients(name, variant):
-    op = _opinfo(name, variant)
+    op = op_db_entry(name, variant)
     for i, sample in enumerate(op.sample_inputs("cpu", torch.float64, requires_grad=True)):
         if i >= SAMPLES_PER_OP:
             break
-        ours = sample.transform(
-            lambda t: xnf.to_xla(t.detach()).requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
-        )
-        expected = op(sample.input, *sample.args, **sample.kwargs)
-        got = op(ours.input, *ours.args, **ours.kwargs)
-        expected0 = expected[0] if isinstance(expected, (tuple, list)) else expected
-        got0 = got[0] if isinstance(got, (tuple, list)) else got
-        torch.testing.assert_close(xnf.to_torch(got), expected, equal_nan=True)
-        leaves, our_leaves = _tensors(sample), _tensors(ours)
-        if not leaves or not expected0.requires_grad:
-            continue
-        g = torch.randn_like(expected0)
-        want = torch.autograd.grad(expected0, leaves, g, allow_unused=True)
-        have = torch.autograd.grad(got0, our_leaves, xnf.to_xla(g), allow_unused=True)
-        for h, w in zip(have, want):
-            if w is None:
-                continue
-            torch.testing.assert_close(xnf.to_torch(h), w)
+        sample_and_first_gradient_match_cpu(op, sample)
 
 
 @pytest.mark.parametrize("training", [True, False])

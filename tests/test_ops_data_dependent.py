@@ -18,6 +18,7 @@ import warnings
 import jax
 import pytest
 import torch
+from opinfo_samples import float64_gradients_match_cpu, forward_matches_cpu, op_db_entries, opinfo_id
 from lowering_harness import (
     T,
     assert_shape_fn_raises_like_cpu,
@@ -656,20 +657,6 @@ OPINFOS = [
 MAX_SAMPLES = 8
 
 
-def _opinfos():
-    from torch.testing._internal.common_methods_invocations import op_db
-
-    return [op for op in op_db if op.name in OPINFOS]
-
-
-def _tree(fn, obj):
-    return torch.utils._pytree.tree_map(lambda v: fn(v) if isinstance(v, torch.Tensor) else v, obj)
-
-
-def _opinfo_id(o):
-    return f"{o.name}.{o.variant_test_name}" if o.variant_test_name else o.name
-
-
 @pytest.fixture
 def quiet():
     with warnings.catch_warnings():
@@ -678,7 +665,7 @@ def quiet():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool], ids=str)
-@pytest.mark.parametrize("opinfo", _opinfos(), ids=_opinfo_id)
+@pytest.mark.parametrize("opinfo", op_db_entries(OPINFOS), ids=opinfo_id)
 def test_opinfo_samples(opinfo, dtype, quiet):
     if dtype not in opinfo.supported_dtypes("cpu"):
         pytest.skip(f"{opinfo.name} has no {dtype} kernel on CPU")
@@ -686,15 +673,8 @@ def test_opinfo_samples(opinfo, dtype, quiet):
     for sample in opinfo.sample_inputs("cpu", dtype):
         if checked == MAX_SAMPLES:
             break
-        try:
-            expected = opinfo(sample.input, *sample.args, **sample.kwargs)
-        except Exception as exc:  # invalid sample for CPU: ours must raise too
-            with pytest.raises(type(exc)):
-                opinfo(_tree(X, sample.input), *_tree(X, list(sample.args)), **_tree(X, sample.kwargs))
-            continue
-        got = opinfo(_tree(X, sample.input), *_tree(X, list(sample.args)), **_tree(X, sample.kwargs))
-        torch.testing.assert_close(_tree(C, got), expected, equal_nan=True)
-        checked += 1
+        if forward_matches_cpu(opinfo, sample):
+            checked += 1
 
 
 GRAD_OPINFOS = [
@@ -709,42 +689,12 @@ GRAD_SAMPLES = 5
 
 
 @pytest.mark.parametrize(
-    "opinfo", [o for o in _opinfos() if o.name in GRAD_OPINFOS and o.supports_autograd], ids=_opinfo_id
+    "opinfo", [o for o in op_db_entries(OPINFOS) if o.name in GRAD_OPINFOS and o.supports_autograd], ids=opinfo_id
 )
 def test_opinfo_float64_gradients(opinfo, quiet):
     checked = 0
     for sample in opinfo.sample_inputs("cpu", torch.float64, requires_grad=True):
         if checked == GRAD_SAMPLES:
             break
-        leaves = [t for t in torch.utils._pytree.tree_leaves([sample.input, list(sample.args), sample.kwargs])
-                  if isinstance(t, torch.Tensor) and t.requires_grad]
-        out = opinfo(sample.input, *sample.args, **sample.kwargs)
-        outs = [
-            o
-            for o in (out if isinstance(out, (tuple, list)) else [out])
-            if isinstance(o, torch.Tensor) and o.requires_grad
-        ]
-        if not outs or not leaves:
-            continue
-        gouts = [torch.randn_like(o) for o in outs]
-        expected = torch.autograd.grad(outs, leaves, gouts, allow_unused=True)
-        moved = {}
-
-        def move(t):
-            y = X(t.detach())
-            if t.requires_grad:
-                y.requires_grad_()
-                moved[id(t)] = y
-            return y
-
-        got_out = opinfo(_tree(move, sample.input), *_tree(move, list(sample.args)), **_tree(move, sample.kwargs))
-        got_outs = [
-            o
-            for o in (got_out if isinstance(got_out, (tuple, list)) else [got_out])
-            if isinstance(o, torch.Tensor) and o.requires_grad
-        ]
-        got = torch.autograd.grad(got_outs, [moved[id(t)] for t in leaves], [X(g) for g in gouts], allow_unused=True)
-        for g, e in zip(got, expected):
-            if e is not None:
-                torch.testing.assert_close(C(g), e, equal_nan=True)
-        checked += 1
+        if float64_gradients_match_cpu(opinfo, sample):
+            checked += 1

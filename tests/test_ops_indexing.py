@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from opinfo_samples import float64_gradients_match_cpu, forward_matches_cpu, op_db_entries, opinfo_id
 from lowering_harness import (
     T,
     assert_lowering_matches_cpu,
@@ -936,12 +937,6 @@ OPINFOS = [
 MAX_SAMPLES = 12
 
 
-def _opinfos():
-    from torch.testing._internal.common_methods_invocations import op_db
-
-    return [op for op in op_db if op.name in OPINFOS]
-
-
 def _has_list_index(sample):
     # A Python list index reaches the backend as a CPU tensor copied to our device
     # through aten::_copy_from, which the runtime does not register (see the report).
@@ -950,13 +945,9 @@ def _has_list_index(sample):
     )
 
 
-def _tree(fn, obj):
-    return torch.utils._pytree.tree_map(lambda v: fn(v) if isinstance(v, torch.Tensor) else v, obj)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool], ids=str)
 @pytest.mark.parametrize(
-    "opinfo", _opinfos(), ids=lambda o: f"{o.name}.{o.variant_test_name}" if o.variant_test_name else o.name
+    "opinfo", op_db_entries(OPINFOS), ids=opinfo_id
 )
 def test_opinfo_samples(opinfo, dtype, cpu_fallback_for_other_families):
     if dtype not in opinfo.supported_dtypes("cpu"):
@@ -967,15 +958,8 @@ def test_opinfo_samples(opinfo, dtype, cpu_fallback_for_other_families):
             break
         if _has_list_index(sample):
             continue
-        try:
-            expected = opinfo(sample.input, *sample.args, **sample.kwargs)
-        except Exception as exc:  # invalid sample for CPU: ours must raise too
-            with pytest.raises(type(exc)):
-                opinfo(_tree(X, sample.input), *_tree(X, list(sample.args)), **_tree(X, sample.kwargs))
-            continue
-        got = opinfo(_tree(X, sample.input), *_tree(X, list(sample.args)), **_tree(X, sample.kwargs))
-        torch.testing.assert_close(_tree(C, got), expected, equal_nan=True)
-        checked += 1
+        if forward_matches_cpu(opinfo, sample):
+            checked += 1
 
 
 GRAD_OPINFOS = [
@@ -990,47 +974,14 @@ GRAD_SAMPLES = 6
 
 
 @pytest.mark.parametrize(
-    "opinfo", [o for o in _opinfos() if o.name in GRAD_OPINFOS and o.supports_autograd],
-    ids=lambda o: f"{o.name}.{o.variant_test_name}" if o.variant_test_name else o.name,
+    "opinfo", [o for o in op_db_entries(OPINFOS) if o.name in GRAD_OPINFOS and o.supports_autograd], ids=opinfo_id
 )
 def test_opinfo_float64_gradients(opinfo, cpu_fallback_for_other_families):
-    leaves_of = lambda s: [t for t in torch.utils._pytree.tree_leaves([s.input, list(s.args), s.kwargs])
-                           if isinstance(t, torch.Tensor) and t.requires_grad]
     checked = 0
     for sample in opinfo.sample_inputs("cpu", torch.float64, requires_grad=True):
         if checked == GRAD_SAMPLES:
             break
         if _has_list_index(sample):
             continue
-        out = opinfo(sample.input, *sample.args, **sample.kwargs)
-        outs = [
-            o
-            for o in (out if isinstance(out, (tuple, list)) else [out])
-            if isinstance(o, torch.Tensor) and o.requires_grad
-        ]
-        leaves = leaves_of(sample)
-        if not outs or not leaves:
-            continue
-        gouts = [torch.randn_like(o) for o in outs]
-        expected = torch.autograd.grad(outs, leaves, gouts, allow_unused=True)
-        moved = {}
-
-        def move(t):
-            y = X(t.detach())
-            if t.requires_grad:
-                y.requires_grad_()
-                moved[id(t)] = y
-            return y
-
-        got_out = opinfo(_tree(move, sample.input), *_tree(move, list(sample.args)), **_tree(move, sample.kwargs))
-        got_outs = [
-            o
-            for o in (got_out if isinstance(got_out, (tuple, list)) else [got_out])
-            if isinstance(o, torch.Tensor) and o.requires_grad
-        ]
-        got = torch.autograd.grad(got_outs, [moved[id(t)] for t in leaves], [X(g) for g in gouts], allow_unused=True)
-        for g, e in zip(got, expected):
-            if e is None:
-                continue
-            torch.testing.assert_close(C(g), e, equal_nan=True)
-        checked += 1
+        if float64_gradients_match_cpu(opinfo, sample):
+            checked += 1

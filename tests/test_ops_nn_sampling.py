@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
+from opinfo_samples import op_db_entry, sample_and_first_gradient_match_cpu, sample_on_xla
 from lowering_harness import (
     Case,
     ErrorCase,
@@ -470,44 +471,13 @@ OPINFO_NAMES = [
 SAMPLES_PER_OP = 6
 
 
-def _opinfo(name, variant):
-    from torch.testing._internal.common_methods_invocations import op_db
-
-    return next(op for op in op_db if op.name == name and op.variant_test_name == variant)
-
-
-def _to_xla(sample):
-    return sample.transform(
-        lambda t: xnf.to_xla(t.detach()).requires_grad_(t.requires_grad) if isinstance(t, torch.Tensor) else t
-    )
-
-
-def _grad_leaves(sample):
-    args = [sample.input, *sample.args, *sample.kwargs.values()]
-    return [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
-
-
 @pytest.mark.parametrize("name,variant", OPINFO_NAMES, ids=lambda x: x or "")
 def test_opinfo_samples_eager_and_float64_gradients(name, variant):
-    op = _opinfo(name, variant)
+    op = op_db_entry(name, variant)
     for i, sample in enumerate(op.sample_inputs("cpu", torch.float64, requires_grad=True)):
         if i >= SAMPLES_PER_OP:
             break
-        ours = _to_xla(sample)
-        expected = op(sample.input, *sample.args, **sample.kwargs)
-        got = op(ours.input, *ours.args, **ours.kwargs)
-        torch.testing.assert_close(xnf.to_torch(got), expected, equal_nan=True)
-        expected0 = expected[0] if isinstance(expected, (tuple, list)) else expected
-        got0 = got[0] if isinstance(got, (tuple, list)) else got
-        leaves, our_leaves = _grad_leaves(sample), _grad_leaves(ours)
-        if not leaves or not expected0.requires_grad:
-            continue
-        g = torch.randn_like(expected0)
-        want = torch.autograd.grad(expected0, leaves, g, allow_unused=True)
-        have = torch.autograd.grad(got0, our_leaves, xnf.to_xla(g), allow_unused=True)
-        for h, w in zip(have, want):
-            if w is not None:
-                torch.testing.assert_close(xnf.to_torch(h), w)
+        sample_and_first_gradient_match_cpu(op, sample)
 
 
 @pytest.mark.parametrize(
@@ -516,12 +486,12 @@ def test_opinfo_samples_eager_and_float64_gradients(name, variant):
     ids=lambda x: x or "",
 )
 def test_opinfo_samples_compiled_float32(name, variant):
-    op = _opinfo(name, variant)
+    op = op_db_entry(name, variant)
     fn = xnf.compile(lambda *a, **k: op(*a, **k))
     for i, sample in enumerate(op.sample_inputs("cpu", torch.float32)):
         if i >= 3:
             break
-        ours = _to_xla(sample)
+        ours = sample_on_xla(sample)
         expected = op(sample.input, *sample.args, **sample.kwargs)
         got = fn(ours.input, *ours.args, **ours.kwargs)
         torch.testing.assert_close(xnf.to_torch(got), expected, equal_nan=True)
