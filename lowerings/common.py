@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..shape_fns.common import elementwise_dtypes, to_numpy_dtype
+from ..shape_fns.common import elementwise_dtypes, normalize_dim, to_numpy_dtype
 
 
 @dataclass(frozen=True)
@@ -68,3 +68,9 @@ def switch_on_scalar(value: Any, cases: dict[float, Any], otherwise: Any, *opera
     for i, v in reversed(list(enumerate(cases, start=1))):
         index = jnp.where(value == v, jnp.int32(i), index)
     return lax.switch(index, [otherwise, *cases.values()], *operands)
+
+
+def arg_reduction_axis(dim: int | None, ndim: int) -> int | None:
+    """The axis of an arg-reduction (argmax, argmin, ...): jnp's take one int axis or None
+    (flattened); a 0-d tensor has no axis."""
+    return None if dim is None or ndim == 0 else normalize_dim(dim, ndim)

@@ -232,9 +232,14 @@ def lower_where_self(condition, self, other):
 
 
 def lower_clamp(self, min=None, max=None):
-    # min and max take part in type promotion (an int tensor clamped to 0.5 is float).
-    # max(min(...)) order: when min > max every element becomes max, as in PyTorch.
-    (x, lo, hi), out = promote_operands("clamp", self, min, max)
+    return clamp_between("clamp", self, min, max)
+
+
+def clamp_between(op, self, min, max):
+    """clamp and clamp.Tensor. min and max take part in type promotion (an int tensor
+    clamped to 0.5 is float); max(min(...)) order: when min > max every element becomes
+    max, as in PyTorch."""
+    (x, lo, hi), out = promote_operands(op, self, min, max)
     if lo is not None:
         x = jnp.maximum(x, lo)
     if hi is not None:

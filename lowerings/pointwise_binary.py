@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .common import opmath, promote_operands
-from .pointwise import lower_div_Tensor_mode, lower_sub_Tensor
+from .pointwise import clamp_between, lower_div_Tensor_mode, lower_sub_Tensor
 
 
 def _is_int(x):
@@ -262,13 +262,7 @@ def lower_lerp_Tensor(self, end, weight):
 
 
 def lower_clamp_Tensor(self, min=None, max=None):
-    # max(min(...)) order as clamp: where min > max every element becomes max.
-    (x, lo, hi), out = promote_operands("clamp_Tensor", self, min, max)
-    if lo is not None:
-        x = jnp.maximum(x, lo)
-    if hi is not None:
-        x = jnp.minimum(x, hi)
-    return x.astype(out)
+    return clamp_between("clamp_Tensor", self, min, max)
 
 
 def lower_clamp_min_Tensor(self, min):

@@ -257,16 +257,7 @@ def lower__adaptive_avg_pool3d_backward(grad_output, self):
 
 
 def lower_adaptive_max_pool2d(self, output_size):
-    output_size = tuple(output_size) * (2 if len(output_size) == 1 else 1)
-    spatial = self.shape[-2:]
-    per_dim = []
-    for size, out in zip(spatial, output_size):
-        start, end = _adaptive_bounds(size, out)
-        k = int((end - start).max()) if out else 1
-        coords = start[:, None] + np.arange(k)[None, :]
-        per_dim.append((coords, coords < end[:, None]))
-    idx, valid, outs = _combine(spatial, per_dim)
-    return _max_windows(self, 2, idx, valid, outs)
+    return _adaptive_max_pool(self, 2, output_size)
 
 
 def lower_adaptive_max_pool2d_backward(grad_output, self, indices):

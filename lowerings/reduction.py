@@ -8,18 +8,12 @@ import jax.numpy as jnp
 
 from ..shape_fns.common import (
     mean_dtype,
-    normalize_dim,
     reduction_dims,
     sum_dtype,
     to_numpy_dtype,
     to_torch_dtype,
 )
-from .common import opmath, promote_operands
-
-
-def _index_axis(dim, ndim):
-    # jnp's arg-reductions want one int axis or None (flattened); a 0-d tensor has no axis.
-    return None if dim is None or ndim == 0 else normalize_dim(dim, ndim)
+from .common import arg_reduction_axis, opmath, promote_operands
 
 
 def lower_sum(self, *, dtype=None):
@@ -50,12 +44,12 @@ def lower_amax(self, dim=(), keepdim=False):
 def lower_argmax(self, dim=None, keepdim=False):
     # Like PyTorch, jnp.argmax returns the first maximum and treats NaN as the maximum;
     # with dim=None and keepdim it keeps every dim as size 1.
-    axis = _index_axis(dim, self.ndim)
+    axis = arg_reduction_axis(dim, self.ndim)
     return jnp.argmax(self, axis=axis, keepdims=keepdim).astype(jnp.int64)
 
 
 def lower_max_dim(self, dim, keepdim=False):
-    axis = _index_axis(dim, self.ndim)
+    axis = arg_reduction_axis(dim, self.ndim)
     values = jnp.max(self, axis=axis, keepdims=keepdim)
     indices = jnp.argmax(self, axis=axis, keepdims=keepdim).astype(jnp.int64)
     return values, indices

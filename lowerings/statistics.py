@@ -12,19 +12,13 @@ import jax.numpy as jnp
 import torch
 
 from ..shape_fns.common import (
-    normalize_dim,
     reduction_dims,
     sum_dtype,
     to_numpy_dtype,
     to_torch_dtype,
 )
 from ..shape_fns.statistics import float_result_dtype, logical_reduction_dtype, norm_result_dtype
-from .common import opmath, switch_on_scalar
-
-
-def _axis(dim, ndim):
-    # Arg-reductions take one axis or None (flattened); a 0-d tensor has no axis.
-    return None if dim is None or ndim == 0 else normalize_dim(dim, ndim)
+from .common import arg_reduction_axis, opmath, switch_on_scalar
 
 
 def lower_amin(self, dim=(), keepdim=False):
@@ -34,11 +28,11 @@ def lower_amin(self, dim=(), keepdim=False):
 
 def lower_argmin(self, dim=None, keepdim=False):
     # jnp.argmin returns the first minimum and, like PyTorch, the first NaN if any.
-    return jnp.argmin(self, axis=_axis(dim, self.ndim), keepdims=keepdim).astype(jnp.int64)
+    return jnp.argmin(self, axis=arg_reduction_axis(dim, self.ndim), keepdims=keepdim).astype(jnp.int64)
 
 
 def lower_min_dim(self, dim, keepdim=False):
-    axis = _axis(dim, self.ndim)
+    axis = arg_reduction_axis(dim, self.ndim)
     return (
         jnp.min(self, axis=axis, keepdims=keepdim),
         jnp.argmin(self, axis=axis, keepdims=keepdim).astype(jnp.int64),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .common import TensorMeta, cpp_type_name, expand_shape, scalar_type_name
+from .matmul import bmm_dims
 
 
 def _check_dtypes(a: TensorMeta, b: TensorMeta, what: str) -> None:
@@ -38,17 +39,9 @@ def addmm_output_shape(self, mat1, mat2, *, beta=1, alpha=1):
 
 
 def bmm_output_shape(self, mat2):
-    for name, m in (("batch1", self), ("batch2", mat2)):
-        if m.ndim != 3:
-            raise RuntimeError(f"{name} must be a 3D tensor")
-    b, n, k = self.shape
-    if mat2.shape[:2] != (b, k):
-        raise RuntimeError(
-            "Expected size for first two dimensions of batch2 tensor to be: "
-            f"[{b}, {k}] but got: [{mat2.shape[0]}, {mat2.shape[1]}]."
-        )
+    shape = bmm_dims(self, mat2)
     _check_dtypes(self, mat2, "batch1 and batch2")
-    return TensorMeta((b, n, mat2.shape[2]), self.dtype)
+    return TensorMeta(shape, self.dtype)
 
 
 _GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -96,7 +96,8 @@ def addmv_output_shape(self, mat, vec, *, beta=1, alpha=1):
     return out
 
 
-def _bmm(batch1, batch2, kernel):
+def bmm_dims(batch1, batch2):
+    """(b, n, m) of a batched product of (b, n, k) and (b, k, m), checked as PyTorch does."""
     for name, m in (("batch1", batch1), ("batch2", batch2)):
         if m.ndim != 3:
             raise RuntimeError(f"{name} must be a 3D tensor")
@@ -122,7 +123,7 @@ def _lower(dtype):
 
 
 def baddbmm_output_shape(self, batch1, batch2, *, beta=1, alpha=1):
-    shape = _bmm(batch1, batch2, "baddbmm")
+    shape = bmm_dims(batch1, batch2)
     _same_dtypes(self, batch1, batch2)
     _no_bool(batch1.dtype, "baddbmm")
     expand_shape(self.shape, shape)
@@ -133,7 +134,7 @@ def addbmm_output_shape(self, batch1, batch2, *, beta=1, alpha=1):
     # PyTorch reads batch1.size(1) and batch2.size(2) before checking ranks.
     normalize_dim(1, batch1.ndim)
     normalize_dim(2, batch2.ndim)
-    _, n, p = _bmm(batch1, batch2, "addbmm")
+    _, n, p = bmm_dims(batch1, batch2)
     _same_dtypes(self, batch1, batch2)
     _no_bool(batch1.dtype, "addbmm")
     expand_shape(self.shape, (n, p))

@@ -6,6 +6,7 @@ import numpy as np
 
 from .common import TensorMeta, normalize_dim
 from .indexing import check_gather_scatter
+from .shape_ops import select_dim
 
 _REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
@@ -49,14 +50,7 @@ def _slice_mismatch(src, expected):
 
 
 def select_scatter_output_shape(self, src, dim, index):
-    if self.ndim == 0:
-        raise IndexError("select() cannot be applied to a 0-dim tensor.")
-    d = normalize_dim(dim, self.ndim)
-    size = self.shape[d]
-    if not -size <= index < size:
-        raise IndexError(
-            f"select(): index {index} out of range for tensor of size {list(self.shape)} at dimension {d}"
-        )
+    d = select_dim(self, dim, index)
     _slice_mismatch(src, self.shape[:d] + self.shape[d + 1 :])
     return TensorMeta(self.shape, self.dtype)
 

@@ -126,6 +126,12 @@ def slice_Tensor_output_shape(self, dim=0, start=None, end=None, step=1):
 
 
 def select_int_output_shape(self, dim, index):
+    d = select_dim(self, dim, index)
+    return TensorMeta(self.shape[:d] + self.shape[d + 1 :], self.dtype)
+
+
+def select_dim(self, dim, index):
+    """The dimension `select(self, dim, index)` takes out, with PyTorch's checks."""
     if self.ndim == 0:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
     d = normalize_dim(dim, self.ndim)
@@ -134,7 +140,7 @@ def select_int_output_shape(self, dim, index):
         raise IndexError(
             f"select(): index {index} out of range for tensor of size {list(self.shape)} at dimension {d}"
         )
-    return TensorMeta(self.shape[:d] + self.shape[d + 1 :], self.dtype)
+    return d
 
 
 def clone_output_shape(self, *, memory_format=None):
