@@ -96,16 +96,27 @@ def _along_dim(error: type, message: str, negative_ok: bool = False) -> Callable
 _OUT_OF_RANGE = "index out of range in self"
 
 
+def _size_if_outside(self, dim, index) -> int | None:
+    """`self`'s size along `dim` when an index value falls outside [0, size) (a 0-d or
+    1-D `self` counts its elements); None when every value is inside, or there is no
+    value to read. Raises index_select's and index_add's IndexError where `self` is 1-D
+    or 0-d."""
+    size = _dim_size(self, dim)
+    ext = None if size is None else _extremes(index)
+    if ext is None or (0 <= ext[0] and ext[1] < (size if self.dim() > 1 else self.numel())):
+        return None
+    if self.dim() <= 1:
+        raise IndexError(_OUT_OF_RANGE)
+    return size
+
+
 def _index_select(self, dim, index, **_):
     """index_select_out_cpu_'s checks: a 2-D or larger `self` is read along dim 1 by a
     fast path with its own RuntimeError, and an empty one checks only the range; every
     other case raises IndexError."""
-    size = _dim_size(self, dim)
-    ext = None if size is None else _extremes(index)
-    if ext is None or (0 <= ext[0] and ext[1] < (size if self.dim() > 1 else self.numel())):
+    size = _size_if_outside(self, dim, index)
+    if size is None:
         return
-    if self.dim() <= 1:
-        raise IndexError(_OUT_OF_RANGE)
     if self.numel() == 0 and size == 0:
         raise RuntimeError("index_select(): self indexing axis dim should be positive")
     if self.numel() == 0 or dim % self.dim() == 1:
@@ -121,12 +132,9 @@ def _index_add(self, dim, index, source, alpha=1, **_):
     scatter_add and raises scatter's RuntimeError; otherwise its loop raises IndexError."""
     if self.dim() > 1 and self.numel() == 0:
         return
-    size = _dim_size(self, dim)
-    ext = None if size is None else _extremes(index)
-    if ext is None or (0 <= ext[0] and ext[1] < (size if self.dim() > 1 else self.numel())):
+    size = _size_if_outside(self, dim, index)
+    if size is None:
         return
-    if self.dim() <= 1:
-        raise IndexError(_OUT_OF_RANGE)
     d = dim % self.dim()
     same_elsewhere = source.dim() == self.dim() and all(
         a == b for i, (a, b) in enumerate(zip(self.shape, source.shape)) if i != d)
