@@ -500,10 +500,36 @@ def _collectives(rank: int, world: int) -> dict:
     out["funcol_all_gather"] = err(funcol.all_gather_tensor(xnf.to_xla(mine), 0, group), torch.cat(every))
     out["funcol_reduce_scatter"] = err(funcol.reduce_scatter_tensor(xnf.to_xla(mine), "sum", 0, group),
                                        sum(every)[2 * rank:2 * rank + 2])
+    out["dynamo_funcol"] = _dynamo_funcol(rank, world, mine, every, group)
     f = xnf.compile(lambda t: funcol.all_reduce(t * 2, "sum", group) + 1)
     out["compiled_funcol"] = raised(lambda: f(xnf.to_xla(mine))) if world > 1 else \
         err([f(xnf.to_xla(mine)) for _ in range(3)][-1], mine * 2 + 1)
     return out
+
+
+def _dynamo_funcol(rank: int, world: int, mine, every, group) -> float:
+    """The functional collectives inside a graph of the torch.compile backend (on CPU
+    tensors, as that backend takes them), with ops before and after each, called twice
+    (the second call replays): the largest difference from what they must give."""
+    import torch.distributed._functional_collectives as funcol
+
+    def step(t):
+        reduced = funcol.all_reduce(t * 2, "sum", group)
+        gathered = funcol.all_gather_tensor(reduced + 1, 0, group)
+        scattered = funcol.reduce_scatter_tensor(gathered * 0.5, "sum", 0, group)
+        sent = funcol.broadcast(t - 1, world - 1, group)
+        swapped = funcol.all_to_all_single(t.exp() * 0 + t, None, None, group)
+        return reduced.sum(1), gathered, scattered, sent, swapped.neg()
+
+    compiled = torch.compile(step, backend="xla_native")
+    total = sum(every)
+    expected = ((2 * total).sum(1), torch.cat([2 * total + 1] * world), world * (2 * total + 1) * 0.5, every[-1] - 1,
+                -torch.cat([e[2 * rank:2 * rank + 2] for e in every]))
+    worst = 0.0
+    for _ in range(2):
+        got = compiled(mine.clone())
+        worst = max([worst] + [err(g, e) for g, e in zip(got, expected)])
+    return worst
 
 
 def _ddp(rank: int, world: int) -> dict:

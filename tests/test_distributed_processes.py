@@ -14,7 +14,7 @@ from distributed_harness import run_group, run_ranks
 
 COLLECTIVES = ["all_reduce", "all_reduce_max", "all_reduce_avg", "all_gather_into_tensor", "all_gather",
                "reduce_scatter_tensor", "broadcast", "all_to_all_single", "funcol_all_reduce", "funcol_all_gather",
-               "funcol_reduce_scatter"]
+               "funcol_reduce_scatter", "dynamo_funcol"]
 TOL = 1e-5
 
 

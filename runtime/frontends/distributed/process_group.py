@@ -35,6 +35,7 @@ from ...core.tensor import DEVICE_NAME, XlaTensor, from_array
 from ...exec.collectives import run_collective
 from ...exec.eager import value
 from ...exec.registry import REGISTRY
+from .. import dynamo
 
 BACKEND = DEVICE_NAME  # init_process_group("jax")
 _REDUCE_OPS = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min", "PRODUCT": "product", "BAND": "band",
@@ -83,10 +84,12 @@ def _done(result: Any) -> Any:
     return _create_work_from_future(fut)
 
 
-def _traced(name: str, size: int) -> bool:
-    """Whether the call is inside a traced program (compile(), lazy mode): fine for a
-    group of one rank, whose collectives are copies; an error across processes."""
-    if context.trace is None:
+def _traced(name: str, size: int, *tensors: torch.Tensor) -> bool:
+    """Whether the call is inside a traced program (compile(), lazy mode, a graph of
+    the torch.compile backend, whose tensors hold JAX tracers): fine for a group of one
+    rank, whose collectives are copies; an error across processes."""
+    if context.trace is None and not any(
+            isinstance(t, XlaTensor) and isinstance(value(t), jax.core.Tracer) for t in tensors):
         return False
     if size > 1:
         raise RuntimeError(f"torch.distributed.{name} across {size} processes runs eagerly, not inside a compiled "
@@ -129,7 +132,7 @@ class ProcessGroupJax(dist.ProcessGroup):
 
     def allreduce(self, tensors: list, opts: Any = None) -> Any:
         op = _reduce_name(opts.reduceOp if opts is not None and hasattr(opts, "reduceOp") else "sum")
-        if not _traced("all_reduce", self.size()):
+        if not _traced("all_reduce", self.size(), *tensors):
             for t in tensors:
                 _write(t, self._run("all_reduce", t, op))
         return _done(tensors)
@@ -139,7 +142,7 @@ class ProcessGroupJax(dist.ProcessGroup):
 
     def broadcast(self, tensors: list, opts: Any = None) -> Any:
         src = opts.rootRank if opts is not None else 0
-        if not _traced("broadcast", self.size()):
+        if not _traced("broadcast", self.size(), *tensors):
             for t in tensors:
                 _write(t, self._run("broadcast", t, src))
         return _done(tensors)
@@ -148,7 +151,7 @@ class ProcessGroupJax(dist.ProcessGroup):
         if output.shape[0] != input.shape[0] * self.size() or output.shape[1:] != input.shape[1:]:
             raise ValueError(f"all_gather_into_tensor: an output of shape {tuple(output.shape)} for inputs of shape "
                              f"{tuple(input.shape)} from {self.size()} ranks")
-        if _traced("all_gather_into_tensor", self.size()):
+        if _traced("all_gather_into_tensor", self.size(), input):
             with torch.no_grad():
                 output.copy_(input)
         else:
@@ -164,7 +167,7 @@ class ProcessGroupJax(dist.ProcessGroup):
         for outs, t in zip(output_lists, inputs):
             if len(outs) != self.size():
                 raise ValueError(f"all_gather: {len(outs)} output tensors for {self.size()} ranks")
-            if _traced("all_gather", self.size()):
+            if _traced("all_gather", self.size(), t):
                 with torch.no_grad():
                     outs[0].copy_(t)
                 continue
@@ -178,7 +181,7 @@ class ProcessGroupJax(dist.ProcessGroup):
         if input.shape[0] != output.shape[0] * self.size() or output.shape[1:] != input.shape[1:]:
             raise ValueError(f"reduce_scatter_tensor: an output of shape {tuple(output.shape)} for an input of "
                              f"shape {tuple(input.shape)} over {self.size()} ranks")
-        if _traced("reduce_scatter_tensor", self.size()):
+        if _traced("reduce_scatter_tensor", self.size(), input):
             with torch.no_grad():
                 output.copy_(input)
         else:
@@ -197,7 +200,7 @@ class ProcessGroupJax(dist.ProcessGroup):
             if splits and any(s != t.shape[0] // n for s in splits):
                 raise NotImplementedError("all_to_all_single with uneven split sizes is not supported by the "
                                           f"{BACKEND!r} backend: give equal splits (or none)")
-        if _traced("all_to_all_single", n):
+        if _traced("all_to_all_single", n, input):
             with torch.no_grad():
                 output.copy_(input)
         else:
@@ -278,6 +281,50 @@ class _Opts:
 
 _FUNCTIONAL = ("all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single",
                "broadcast", "broadcast_", "wait_tensor")
+
+
+# Note [Collectives in graphs of the torch.compile backend]
+# A functional collective in an ATen graph of the torch.compile backend runs inside the
+# graph's jitted program when its group has one rank (a copy); between processes it
+# runs between the jitted partitions, eagerly, as the eager path runs it (each process's
+# tensor exchanged through a JAX program over a mesh of one device per process): the
+# backend splits the graph there (`dynamo.HOST_NODES`). A collective on a group of
+# another backend (gloo on CPU tensors) runs there too, as torch runs it, with its
+# wait_tensor.
+
+
+def _group_of_node(node: torch.fx.Node) -> Any:
+    name = node.kwargs.get("group_name", node.args[-1] if node.args else None)
+    if isinstance(name, dist.ProcessGroup):
+        return name
+    try:
+        return torch._C._distributed_c10d._resolve_process_group(name)
+    except Exception:  # not a group's name: the op's own checks say so when it runs
+        return None
+
+
+def _host_collective(node: torch.fx.Node) -> Any:
+    """What runs a graph's collective node between the jitted partitions, or None to
+    run it inside (Note [Collectives in graphs of the torch.compile backend])."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or \
+            target.namespace != "_c10d_functional":
+        return None
+    kind = target._schema.name.split("::", 1)[1]
+    if kind == "wait_tensor":
+        source = node.args[0] if node.args else None
+        if isinstance(source, torch.fx.Node) and _host_collective(source) is not None:
+            # torch's wait for its own collective; ours have completed when they return
+            return _functional(kind) if isinstance(_group_of_node(source), ProcessGroupJax) else target
+        return None
+    if kind not in _FUNCTIONAL:
+        return None
+    pg = _group_of_node(node)
+    if pg is None:
+        return None
+    if not isinstance(pg, ProcessGroupJax):
+        return target
+    return _functional(kind) if pg.size() > 1 else None
 
 
 # ---------------------------------------------------------------- the c10d ops
@@ -364,6 +411,8 @@ def install() -> None:
         op = getattr(torch.ops.c10d, name, None)
         if op is not None:
             REGISTRY[op.default] = _c10d(name)
+    if _host_collective not in dynamo.HOST_NODES:
+        dynamo.HOST_NODES.append(_host_collective)
 
 
 # ---------------------------------------------------------------- several processes
