@@ -32,10 +32,11 @@ from ...core.context import context
 from ...core.convert import X64, cpu_to_jax, jax_to_cpu
 from ...core.placement import local_devices, spans_devices
 from ...core.tensor import DEVICE_NAME, XlaTensor, from_array
-from ...exec.collectives import run_collective
+from ...exec.collectives import run_all_to_all, run_collective
 from ...exec.eager import value
 from ...exec.registry import REGISTRY
 from .. import dynamo
+from . import point_to_point
 
 BACKEND = DEVICE_NAME  # init_process_group("jax")
 _REDUCE_OPS = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min", "PRODUCT": "product", "BAND": "band",
@@ -196,21 +197,66 @@ class ProcessGroupJax(dist.ProcessGroup):
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list,
                       input_split_sizes: list, opts: Any = None) -> Any:
         n = self.size()
-        for splits, t in ((output_split_sizes, output), (input_split_sizes, input)):
-            if splits and any(s != t.shape[0] // n for s in splits):
-                raise NotImplementedError("all_to_all_single with uneven split sizes is not supported by the "
-                                          f"{BACKEND!r} backend: give equal splits (or none)")
         if _traced("all_to_all_single", n, input):
+            if output.shape != input.shape:
+                raise ValueError(f"all_to_all_single in a group of one rank: an output of shape "
+                                 f"{tuple(output.shape)} for an input of shape {tuple(input.shape)}")
             with torch.no_grad():
                 output.copy_(input)
         else:
-            _write(output, self._run("all_to_all", input))
+            _write(output, run_all_to_all(_array(input), self.processes, self.rank(), list(input_split_sizes),
+                                          list(output_split_sizes), output.shape[0] if output.dim() else 0))
         return _done(output)
+
+    def alltoall(self, output_tensors: list, input_tensors: list, opts: Any = None) -> Any:
+        """all_to_all of lists: input_tensors[j] goes to rank j, output_tensors[i] comes
+        from rank i (any shapes of one dtype): one all_to_all_single of their values
+        flattened, split by their sizes."""
+        n = self.size()
+        if len(output_tensors) != n or len(input_tensors) != n:
+            raise ValueError(f"all_to_all: {len(input_tensors)} inputs and {len(output_tensors)} outputs for {n} ranks")
+        flat = torch.cat([t.reshape(-1) for t in input_tensors])
+        out = flat.new_empty((sum(t.numel() for t in output_tensors),))
+        self.alltoall_base(out, flat, [t.numel() for t in output_tensors], [t.numel() for t in input_tensors])
+        offset = 0
+        with torch.no_grad():
+            for t in output_tensors:
+                t.copy_(out[offset:offset + t.numel()].reshape(t.shape))
+                offset += t.numel()
+        return _done(output_tensors)
+
+    # -- point to point (Note [Point-to-point as exchanges] in point_to_point.py)
+
+    def send(self, tensors: list, dstRank: int, tag: int = 0) -> Any:
+        point_to_point.send(self, list(tensors), dstRank, tag, _array, _write)
+        return _done(tensors)
+
+    def recv(self, tensors: list, srcRank: int, tag: int = 0) -> Any:
+        works = point_to_point.recv(self, list(tensors), srcRank, tag, _write)
+        return works[0] if len(works) == 1 else _AllOf(works)
+
+    def recv_anysource(self, tensors: list, tag: int = 0) -> Any:
+        raise NotImplementedError(f"recv from any source is not supported by the {BACKEND!r} backend: name the "
+                                  "sender (recv(tensor, src=...))")
 
     def barrier(self, opts: Any = None) -> Any:
         if self.size() > 1 and context.trace is None:
             run_collective("all_reduce", cpu_to_jax(torch.zeros(())), self.processes, "sum")
         return _done(None)
+
+
+class _AllOf(dist.Work):
+    """The work of several recvs of one call."""
+
+    def __init__(self, works: list):
+        super().__init__()
+        self.works = works
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self.works)
+
+    def wait(self, timeout: Any = None) -> bool:
+        return all(w.wait(timeout) for w in self.works)
 
 
 def _create(options: Any, backend_options: Any = None) -> ProcessGroupJax:
@@ -386,6 +432,19 @@ def _c10d(kind: str) -> Any:
         pg = _unboxed(process_group)
         return pg.alltoall_base(output, input, list(output_split_sizes), list(input_split_sizes)).boxed()
 
+    def alltoall_(output_tensors, input_tensors, process_group, async_op=True, timeout=-1):
+        work = _unboxed(process_group).alltoall(list(output_tensors), list(input_tensors))
+        return list(output_tensors), work.boxed()
+
+    def send(tensors, process_group, dst, tag):
+        return _unboxed(process_group).send(list(tensors), dst, tag).boxed()
+
+    def recv_(tensors, process_group, src, tag):
+        return _unboxed(process_group).recv(list(tensors), src, tag).boxed()
+
+    def recv_any_source_(tensors, process_group, tag):
+        return _unboxed(process_group).recv_anysource(list(tensors), tag).boxed()
+
     def barrier(tensor, process_group, device_ids, async_op=True, timeout=-1):
         return _unboxed(process_group).barrier().boxed()
 
@@ -394,7 +453,7 @@ def _c10d(kind: str) -> Any:
 
 _C10D = ("allreduce_", "allreduce_coalesced_", "broadcast_", "_allgather_base_", "allgather_",
          "allgather_into_tensor_coalesced_", "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_",
-         "alltoall_base_", "barrier")
+         "alltoall_base_", "barrier", "alltoall_", "send", "recv_", "recv_any_source_")
 
 
 def install() -> None:
