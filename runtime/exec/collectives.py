@@ -174,3 +174,56 @@ def run_all_to_all(array: Any, processes: tuple[int, ...], rank: int, input_spli
         padded = jnp.concatenate([jnp.concatenate([array[starts[j]:starts[j + 1]], padding[j]]) for j in range(n)])
         got = run_collective("all_to_all", padded, processes).reshape((n, largest) + rest)
         return jnp.concatenate([got[i, :sizes[i, rank]] for i in range(n)])
+
+
+# ---------------------------------------------------------------- over mesh axes
+# The same collectives between the devices of a mesh, inside one SPMD program
+# (`jax.shard_map`): each device is a rank (Note [Ranks as devices] in
+# runtime/frontends/distributed/spmd.py), `axes` the mesh axes its group spans.
+
+
+def axis_rank(axes: tuple[str, ...]) -> Any:
+    """This device's rank in the group of `axes` (row-major over them), as int64."""
+    return jax.lax.axis_index(axes).astype(jnp.int64)
+
+
+def axis_all_reduce(x: Any, axes: tuple[str, ...], op: str, size: int) -> Any:
+    if op in ("sum", "avg"):
+        summed = jax.lax.psum(x.astype(jnp.int32) if x.dtype == jnp.bool_ else x, axes)
+        if op == "avg":
+            summed = summed / size if jnp.issubdtype(x.dtype, jnp.inexact) else summed // size
+        return summed.astype(x.dtype)
+    if op == "max" and x.dtype != jnp.bool_:
+        return jax.lax.pmax(x, axes)
+    if op == "min" and x.dtype != jnp.bool_:
+        return jax.lax.pmin(x, axes)
+    # product and the bitwise reductions have no collective of their own: every rank
+    # reduces the gathered values
+    return _reduce(jax.lax.all_gather(x, axes), op).astype(x.dtype)
+
+
+def axis_all_gather(x: Any, axes: tuple[str, ...]) -> Any:
+    """The ranks' values concatenated along dim 0 (a 0-d value: stacked)."""
+    return jax.lax.all_gather(x, axes, axis=0, tiled=x.ndim > 0)
+
+
+def axis_reduce_scatter(x: Any, axes: tuple[str, ...], op: str, size: int) -> Any:
+    """Rank r keeps block r (along dim 0) of the reduction."""
+    if op in ("sum", "avg") and jnp.issubdtype(x.dtype, jnp.inexact):
+        out = jax.lax.psum_scatter(x, axes, scatter_dimension=0, tiled=True)
+        return out / size if op == "avg" else out
+    full = axis_all_reduce(x, axes, op, size)
+    block = x.shape[0] // size
+    return jax.lax.dynamic_slice_in_dim(full, jax.lax.axis_index(axes) * block, block, axis=0)
+
+
+def axis_broadcast(x: Any, axes: tuple[str, ...], src: int) -> Any:
+    """Rank `src`'s value on every rank: a sum of it and zeros (exact)."""
+    carrier = x.astype(jnp.int32) if x.dtype == jnp.bool_ else x
+    mine = jnp.where(jax.lax.axis_index(axes) == src, carrier, jnp.zeros_like(carrier))
+    return jax.lax.psum(mine, axes).astype(x.dtype)
+
+
+def axis_all_to_all(x: Any, axes: tuple[str, ...]) -> Any:
+    """Block j (along dim 0) of rank i goes to rank j, at position i."""
+    return jax.lax.all_to_all(x, axes, 0, 0, tiled=True)
