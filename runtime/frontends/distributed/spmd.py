@@ -18,15 +18,18 @@ not a Python int, since one program runs for every rank, so code branching on it
 Python raises, naming `torch.where` as the fix.
 
 Tensors `fn` uses from outside its arguments (a model's parameters, an optimizer's
-state) are the same on every rank, as a replicated model is in DDP: a first trace
-(`jax.eval_shape`, nothing runs) finds the ones it reads or writes and the tensors it
-makes that outlive the call (`.grad`, optimizer buffers); the program then takes the
-first as inputs and returns the new values of both, which are written back after the
-call. Outside the call there is one such tensor, not one per rank: it takes rank 0's
-value, as DDP's buffers take rank 0's (broadcast_buffers); all-reduce a value that
-must agree, as DDP's gradients are. (JAX cannot always tell a value agrees: one
-written through a view of a value that differed still types as differing, so the
-program does not check it: `check_vma=False`.)
+state) are the same on every rank, as a replicated model is in DDP. Each call traces
+`fn` once (`jax.make_jaxpr` of the shard_map; its Python runs once per call, as it
+would eagerly): the tensors it reads from outside are the jaxpr's constants, which the
+jitted program takes as arguments, so it compiles once per distinct program (the
+jaxpr's text) and later calls only trace; the tensors from outside it writes and the
+tensors it makes that outlive the call (`.grad`, optimizer buffers; found by a
+dispatch mode watching its ops) are the program's outputs, written back after it ran.
+Outside the call there is one such tensor, not one per rank: it takes rank 0's value,
+as DDP's buffers take rank 0's (broadcast_buffers); all-reduce a value that must
+agree, as DDP's gradients are. (JAX cannot always tell a value agrees: one written
+through a view of a value that differed still types as differing, so the program does
+not check it: `check_vma=False`.)
 """
 
 from __future__ import annotations
