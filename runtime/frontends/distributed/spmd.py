@@ -42,7 +42,6 @@ import weakref
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
