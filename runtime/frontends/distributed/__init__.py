@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...core.mesh import DeviceMesh, Partial, Placement, Replicate, Shard
 from ...core.placement import device_count
 from ...exec.sharding import install_device_handlers
-from . import process_group, report
+from . import process_group, report, torch_fsdp
 from .process_group import ProcessGroupJax, initialize
 from .report import compiled_collectives
 from .styles import (ColwiseParallel, ParallelStyle, PrepareModuleInput, PrepareModuleOutput, RowwiseParallel,
@@ -53,3 +53,4 @@ def install() -> None:
     _attach_tensor_api()
     report.install()
     process_group.install()
+    torch_fsdp.install()
