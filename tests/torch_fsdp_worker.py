@@ -113,6 +113,31 @@ def _mixed_precision(mesh, rank: int, world: int) -> dict:
                                            for n, q in theirs.named_parameters())}
 
 
+def _xd_mixed_precision(cpu_mesh, compiled: str | None) -> dict:
+    """xd.fully_shard with the same MixedPrecisionPolicy over 8 devices of this process,
+    against torch's FSDP2 with it on the CPU (gloo, one rank)."""
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mesh = xd.init_device_mesh((torch.jax.device_count(),), ("fsdp",))
+    model, x, y, loss_fn = MODELS["mlp"]()
+    ours = xnf.to_xla(copy.deepcopy(model))
+    for sub in ours:
+        if isinstance(sub, torch.nn.Linear):
+            xd.fully_shard(sub, mesh=mesh, mp_policy=policy)
+    xd.fully_shard(ours, mesh=mesh, mp_policy=policy)
+    theirs = _shard_blocks(copy.deepcopy(model), cpu_mesh, mp_policy=policy)
+    seen = {}
+    ours[2].register_forward_hook(lambda m, i, o: seen.setdefault("activation", str(o.dtype)) and None)
+    split = lambda t: xd.distribute_tensor(t, mesh, [xd.Shard(0)])  # noqa: E731
+    ours_losses = _train(ours, x, y, loss_fn, split, compiled=compiled)
+    cpu_losses = _train(theirs, x, y, loss_fn)
+    return {"activation_dtype": seen["activation"], "losses": ours_losses, "cpu_losses": cpu_losses,
+            "master_dtypes": sorted({str(p.dtype) for p in ours.parameters()}),
+            "placements": sorted({repr(p.placements) for p in ours.parameters()}),
+            "loss_err": max(abs(a - b) / max(abs(b), 1e-3) for a, b in zip(ours_losses, cpu_losses)),
+            "weight_err": max(err(p, q.full_tensor()) for p, q in zip(ours.parameters(), theirs.parameters())),
+            "vs_fp32_weight_err": max(err(p, reference("mlp")[1][n]) for n, p in ours.named_parameters())}
+
+
 @group
 def one_process() -> dict:
     """A world of one rank: torch's mesh of one rank, FSDP2, DTensor and mixed
@@ -123,7 +148,13 @@ def one_process() -> dict:
     mesh = init_device_mesh("jax", (1,))
     out = {"mesh": str(mesh), "fsdp": _fsdp_mlp(mesh, 0, 1), "dtensor": _dtensor_round_trip(mesh, 0, 1),
            "mixed_precision": _mixed_precision(mesh, 0, 1),
-           "too_big": raised(lambda: init_device_mesh("jax", (torch.jax.device_count(),)))}
+           "too_big": raised(lambda: init_device_mesh("jax", (torch.jax.device_count(),))),
+           "set_device_out_of_range": raised(lambda: torch.jax.set_device(torch.jax.device_count())),
+           "device_count": torch.jax.device_count()}
+    on_1 = torch.randn(8, 6).to("jax:1")
+    out["like_a_made_tensor"] = str(torch.empty_like(on_1.chunk(2)[1].contiguous()).device)
+    cpu_mesh = init_device_mesh("cpu", (1,))
+    out["xd_mixed_precision"] = _xd_mixed_precision(cpu_mesh, "compile")
     dist.destroy_process_group()
     return out
 
@@ -148,5 +179,10 @@ if __name__ == "__main__":
         result = GROUPS[name]()
     except Exception:
         traceback.print_exc()
-        sys.exit(1)
-    print(RESULT_MARK + json.dumps(result))
+        sys.stderr.flush()
+        os._exit(1)  # now: exiting normally waits for the other ranks at JAX's shutdown barrier
+    line = (RESULT_MARK + json.dumps(result) + "\n").encode()
+    # one write: under torchrun both ranks share the pipe, and a write up to 4 kB stays whole
+    assert "LOCAL_RANK" not in os.environ or len(line) <= 4096, len(line)
+    sys.stdout.flush()
+    os.write(1, line)
