@@ -26,11 +26,16 @@ def ranks():
     return run_ranks("processes", world=2, devices=2, timeout=300, worker=WORKER)
 
 
-def test_torch_fully_shard_in_a_world_of_one_equals_one_device(one):
+@pytest.mark.parametrize("mode", ["eager", "compile"])
+def test_torch_fully_shard_in_a_world_of_one_equals_one_device(one, mode):
     """The zoo's MLP, each Linear and then the root wrapped by torch's fully_shard, 5
-    steps of SGD with momentum: PyTorch CPU's losses and weights."""
+    steps of SGD with momentum, eagerly and in compile() (traced on every call: FSDP2
+    keeps the buffers it makes; the graphs compile once, the step without and with
+    momentum buffers): PyTorch CPU's losses and weights."""
     assert one["mesh"] == "DeviceMesh((1,), 'jax', stride=((),))"
-    fsdp = one["fsdp"]
+    fsdp = one["fsdp" if mode == "eager" else "fsdp_compiled"]
+    if mode == "compile":
+        assert 1 <= fsdp["compiles"] <= 2, fsdp["compiles"]
     assert fsdp["parameter_types"] == ["DTensor"] and fsdp["local_devices"] == ["jax:0"]
     assert fsdp["local_shapes"]["0.weight"] == [64, 32]  # one rank holds the whole parameter
     assert fsdp["loss_err"] < TOL and fsdp["weight_err"] < TOL, fsdp

@@ -19,6 +19,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tenso
 
 import xla_native_functions as xnf
 import xla_native_functions.distributed as xd
+from xla_native_functions.runtime.platform.metrics import metrics as counters
 from distributed_worker import MODELS, RESULT_MARK, _train, cpu, err, raised, reference
 
 GROUPS = {}
@@ -50,13 +51,15 @@ def _fsdp_mlp(mesh, rank: int, world: int, compiled: str | None = None) -> dict:
     kinds = sorted({type(p).__name__ for p in model.parameters()})
     local_devices = sorted({str(p.to_local().device) for p in model.parameters()})
     device = torch.device("jax", torch.jax.current_device())
+    compiles = counters.compile_count
     losses = _train(model, xs.to(device), ys.to(device), loss_fn, compiled=compiled)
+    compiles = counters.compile_count - compiles
     if world > 1:  # the whole batch's loss is the mean of the shares' losses
         total = torch.tensor(losses, device=device)
         dist.all_reduce(total, op=dist.ReduceOp.AVG)
         losses = cpu(total).tolist()
     weights = {n: cpu(p.full_tensor()) for n, p in model.named_parameters()}
-    return {"parameter_types": kinds, "local_devices": local_devices, "losses": losses,
+    return {"parameter_types": kinds, "local_devices": local_devices, "losses": losses, "compiles": compiles,
             "local_shapes": {n: list(p.to_local().shape) for n, p in model.named_parameters()},
             "loss_err": max(abs(a - b) / max(abs(b), 1e-3) for a, b in zip(losses, ref_losses)),
             "weight_err": max(err(weights[n], w) for n, w in ref_weights.items())}
@@ -146,7 +149,8 @@ def one_process() -> dict:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("cpu:gloo,jax:jax", rank=0, world_size=1)
     mesh = init_device_mesh("jax", (1,))
-    out = {"mesh": str(mesh), "fsdp": _fsdp_mlp(mesh, 0, 1), "dtensor": _dtensor_round_trip(mesh, 0, 1),
+    out = {"mesh": str(mesh), "fsdp": _fsdp_mlp(mesh, 0, 1), "fsdp_compiled": _fsdp_mlp(mesh, 0, 1, "compile"),
+           "dtensor": _dtensor_round_trip(mesh, 0, 1),
            "mixed_precision": _mixed_precision(mesh, 0, 1),
            "too_big": raised(lambda: init_device_mesh("jax", (torch.jax.device_count(),))),
            "set_device_out_of_range": raised(lambda: torch.jax.set_device(torch.jax.device_count())),
