@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...core.mesh import DeviceMesh, Partial, Placement, Replicate, Shard
 from ...core.placement import device_count
 from ...exec.sharding import install_device_handlers
-from . import process_group, report
+from . import process_group, report, torch_fsdp
 from .process_group import ProcessGroupJax, initialize
 from .report import compiled_collectives
 from .spmd import MeshGroup, mesh_group, spmd
@@ -57,3 +57,4 @@ def install() -> None:
     _attach_tensor_api()
     report.install()
     process_group.install()
+    torch_fsdp.install()

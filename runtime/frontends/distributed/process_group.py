@@ -239,6 +239,19 @@ class ProcessGroupJax(dist.ProcessGroup):
         raise NotImplementedError(f"recv from any source is not supported by the {BACKEND!r} backend: name the "
                                   "sender (recv(tensor, src=...))")
 
+    def scatter(self, output_tensors: list, input_tensors: list, opts: Any = None) -> Any:
+        """Rank `rootRank`'s list of tensors, one to each rank: a broadcast of them all,
+        each rank keeping its own (DTensor's distribute_tensor scatters from rank 0)."""
+        src, out = (opts.rootRank if opts is not None else 0), output_tensors[0]
+        if _traced("scatter", self.size()):
+            with torch.no_grad():
+                out.copy_(input_tensors[0][0])
+            return _done(output_tensors)
+        stacked = torch.stack(list(input_tensors[0])) if self.rank() == src else \
+            out.new_zeros((self.size(),) + tuple(out.shape))
+        _write(out, self._run("broadcast", stacked, src)[self.rank()])
+        return _done(output_tensors)
+
     def barrier(self, opts: Any = None) -> Any:
         if self.size() > 1 and context.trace is None:
             run_collective("all_reduce", cpu_to_jax(torch.zeros(())), self.processes, "sum")
@@ -445,6 +458,11 @@ def _c10d(kind: str) -> Any:
     def recv_any_source_(tensors, process_group, tag):
         return _unboxed(process_group).recv_anysource(list(tensors), tag).boxed()
 
+    def scatter_(output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
+        work = _unboxed(process_group).scatter(list(output_tensors), [list(i) for i in input_tensors],
+                                               _Opts(root=root_rank))
+        return list(output_tensors), work.boxed()
+
     def barrier(tensor, process_group, device_ids, async_op=True, timeout=-1):
         return _unboxed(process_group).barrier().boxed()
 
@@ -454,6 +472,7 @@ def _c10d(kind: str) -> Any:
 _C10D = ("allreduce_", "allreduce_coalesced_", "broadcast_", "_allgather_base_", "allgather_",
          "allgather_into_tensor_coalesced_", "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_",
          "alltoall_base_", "barrier", "alltoall_", "send", "recv_", "recv_any_source_")
+         "alltoall_base_", "scatter_", "barrier")
 
 
 def install() -> None:
