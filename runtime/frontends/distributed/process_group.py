@@ -471,8 +471,7 @@ def _c10d(kind: str) -> Any:
 
 _C10D = ("allreduce_", "allreduce_coalesced_", "broadcast_", "_allgather_base_", "allgather_",
          "allgather_into_tensor_coalesced_", "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_",
-         "alltoall_base_", "barrier", "alltoall_", "send", "recv_", "recv_any_source_")
-         "alltoall_base_", "scatter_", "barrier")
+         "alltoall_base_", "barrier", "alltoall_", "send", "recv_", "recv_any_source_", "scatter_")
 
 
 def install() -> None:
