@@ -84,7 +84,8 @@ def free_port() -> int:
 
 
 @once_per_session
-def run_ranks(group: str, world: int = 2, devices: int = 2, timeout: float = 240) -> tuple[dict, ...]:
+def run_ranks(group: str, world: int = 2, devices: int = 2, timeout: float = 240, worker: Path = WORKER
+              ) -> tuple[dict, ...]:
     """The results of `group` run by `torchrun --nproc-per-node WORLD` on localhost
     (`python -m torch.distributed.run`, a free master port, and the port after it free
     for JAX's coordinator), `devices` simulated devices per process, by rank. The whole
@@ -98,7 +99,7 @@ def run_ranks(group: str, world: int = 2, devices: int = 2, timeout: float = 240
         except OSError:
             continue
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}", "--master-addr=127.0.0.1",
-               f"--master-port={port}", str(WORKER), group]
+               f"--master-port={port}", str(worker), group]
     proc = subprocess.Popen(command, cwd=REPO, env=worker_env(devices), text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     try:

@@ -500,10 +500,133 @@ def _collectives(rank: int, world: int) -> dict:
     out["funcol_all_gather"] = err(funcol.all_gather_tensor(xnf.to_xla(mine), 0, group), torch.cat(every))
     out["funcol_reduce_scatter"] = err(funcol.reduce_scatter_tensor(xnf.to_xla(mine), "sum", 0, group),
                                        sum(every)[2 * rank:2 * rank + 2])
+    out["dynamo_funcol"] = _dynamo_funcol(rank, world, mine, every, group)
+    out.update(_uneven_all_to_all(rank, world, group))
     f = xnf.compile(lambda t: funcol.all_reduce(t * 2, "sum", group) + 1)
     out["compiled_funcol"] = raised(lambda: f(xnf.to_xla(mine))) if world > 1 else \
         err([f(xnf.to_xla(mine)) for _ in range(3)][-1], mine * 2 + 1)
     return out
+
+
+def _uneven_all_to_all(rank: int, world: int, group) -> dict:
+    """all_to_all_single with split sizes (rank i sends splits[i][j] rows to rank j, some
+    of them none), its functional form, all_to_all of lists of any shapes, and splits that
+    do not match, which every rank reports (and the next collective still runs)."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    splits = [[(i + 2 * j) % 3 + (world == 1) for j in range(world)] for i in range(world)]
+    inputs = [torch.arange(3 * sum(splits[i]), dtype=torch.float32).reshape(-1, 3) + 100 * i for i in range(world)]
+
+    def block(i, j):  # the rows rank i sends to rank j
+        start = sum(splits[i][:j])
+        return inputs[i][start:start + splits[i][j]]
+
+    expected = torch.cat([block(i, rank) for i in range(world)])
+    received = [splits[i][rank] for i in range(world)]
+    out = {}
+    got = torch.empty(expected.shape, device="jax")
+    dist.all_to_all_single(got, xnf.to_xla(inputs[rank]), output_split_sizes=received,
+                           input_split_sizes=splits[rank])
+    out["all_to_all_uneven"] = err(got, expected)
+    out["funcol_all_to_all_uneven"] = err(
+        funcol.all_to_all_single(xnf.to_xla(inputs[rank]), received, splits[rank], group), expected)
+    # lists: rank i sends rank j a (j + 1, i + 1) tensor
+    sent = [torch.full((j + 1, rank + 1), 10.0 * rank + j) for j in range(world)]
+    outs = [torch.empty(rank + 1, i + 1, device="jax") for i in range(world)]
+    dist.all_to_all(outs, [xnf.to_xla(t) for t in sent])
+    out["all_to_all_list"] = max(err(o, torch.full((rank + 1, i + 1), 10.0 * i + rank)) for i, o in enumerate(outs))
+    wrong = list(received)
+    wrong[0] += 1
+    out["all_to_all_bad_splits"] = raised(lambda: dist.all_to_all_single(
+        torch.empty(expected.shape[0] + 1, 3, device="jax"), xnf.to_xla(inputs[rank]), output_split_sizes=wrong,
+        input_split_sizes=splits[rank]))
+    x = xnf.to_xla(torch.ones(2))
+    dist.all_reduce(x)
+    out["after_bad_splits"] = err(x, torch.full((2,), float(world)))
+    return out
+
+
+def _point_to_point(rank: int, world: int) -> dict:
+    """send/recv and isend/irecv between ranks 0 and 1 (each pattern of Note
+    [Point-to-point as exchanges]), batch_isend_irecv around the ring, a recv into a
+    buffer of the wrong dtype, and a send to this rank itself."""
+    import torch.distributed as dist
+
+    out = {}
+    peer = 1 - rank
+    value = torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 * rank
+    # a send and a recv, each way, in two dtypes
+    if rank == 0:
+        dist.send(xnf.to_xla(value), dst=1)
+        got = torch.empty(4, dtype=torch.int64, device="jax")
+        dist.recv(got, src=1)
+        out["send_recv"] = err(got, torch.arange(4) * 7)
+    else:
+        got = torch.empty(2, 3, device="jax")
+        dist.recv(got, src=0)
+        dist.send(xnf.to_xla(torch.arange(4) * 7), dst=0)
+        out["send_recv"] = err(got, value - 10)
+    # both isend, then both irecv (the sends cross)
+    got = torch.empty(2, 3, device="jax")
+    works = [dist.isend(xnf.to_xla(value), dst=peer), dist.irecv(got, src=peer)]
+    for w in works:
+        w.wait()
+    out["isend_then_irecv"] = err(got, value - 10 * rank + 10 * peer)
+    # both irecv, then both isend (the recvs wait for the sends), two messages each
+    first, second = torch.empty(3, device="jax"), torch.empty(2, dtype=torch.bool, device="jax")
+    works = [dist.irecv(first, src=peer), dist.irecv(second, src=peer)]
+    incomplete = [w.is_completed() for w in works]
+    works += [dist.isend(xnf.to_xla(torch.tensor([1.5, -2.0, 3.0]) * (peer + 1)), dst=peer),
+              dist.isend(xnf.to_xla(torch.tensor([True, rank == 0])), dst=peer)]
+    for w in works:
+        w.wait()
+    out["irecv_then_isend"] = max(err(first, torch.tensor([1.5, -2.0, 3.0]) * (rank + 1)),
+                                  err(second, torch.tensor([True, peer == 0])))
+    out["irecv_waits"] = incomplete == [False, False]
+    # batch_isend_irecv around the ring
+    ring = torch.empty(2, 3, device="jax")
+    ops = [dist.P2POp(dist.isend, xnf.to_xla(value), (rank + 1) % world),
+           dist.P2POp(dist.irecv, ring, (rank - 1) % world)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    out["batch_isend_irecv"] = err(ring, value - 10 * rank + 10 * ((rank - 1) % world))
+    # a buffer of another dtype: the receiver raises, the sender goes on
+    if rank == 0:
+        dist.send(xnf.to_xla(torch.ones(4)), dst=1)
+        out["wrong_dtype"] = ""
+    else:
+        out["wrong_dtype"] = raised(lambda: dist.recv(torch.empty(4, dtype=torch.int32, device="jax"), src=0))
+    out["to_itself"] = raised(lambda: dist.send(xnf.to_xla(value), dst=rank))
+    x = xnf.to_xla(torch.ones(2))
+    dist.all_reduce(x)
+    out["after"] = err(x, torch.full((2,), float(world)))
+    return out
+
+
+def _dynamo_funcol(rank: int, world: int, mine, every, group) -> float:
+    """The functional collectives inside a graph of the torch.compile backend (on CPU
+    tensors, as that backend takes them), with ops before and after each, called twice
+    (the second call replays): the largest difference from what they must give."""
+    import torch.distributed._functional_collectives as funcol
+
+    def step(t):
+        reduced = funcol.all_reduce(t * 2, "sum", group)
+        gathered = funcol.all_gather_tensor(reduced + 1, 0, group)
+        scattered = funcol.reduce_scatter_tensor(gathered * 0.5, "sum", 0, group)
+        sent = funcol.broadcast(t - 1, world - 1, group)
+        swapped = funcol.all_to_all_single(t.exp() * 0 + t, None, None, group)
+        return reduced.sum(1), gathered, scattered, sent, swapped.neg()
+
+    compiled = torch.compile(step, backend="xla_native")
+    total = sum(every)
+    expected = ((2 * total).sum(1), torch.cat([2 * total + 1] * world), world * (2 * total + 1) * 0.5, every[-1] - 1,
+                -torch.cat([e[2 * rank:2 * rank + 2] for e in every]))
+    worst = 0.0
+    for _ in range(2):
+        got = compiled(mine.clone())
+        worst = max([worst] + [err(g, e) for g, e in zip(got, expected)])
+    return worst
 
 
 def _ddp(rank: int, world: int) -> dict:
@@ -553,6 +676,7 @@ def processes() -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     out = {"rank": rank, "world": world, "backend": dist.get_backend()}
     out["collectives"] = _collectives(rank, world)
+    out["point_to_point"] = _point_to_point(rank, world)
     out["ddp"] = _ddp(rank, world)
     out["spmd"] = _spmd(world)
     dist.destroy_process_group()
@@ -567,7 +691,8 @@ def one_process() -> dict:
     from distributed_harness import free_port
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("jax", rank=0, world_size=1)
-    out = {"backend": dist.get_backend(), "collectives": _collectives(0, 1), "ddp": _ddp(0, 1)}
+    out = {"backend": dist.get_backend(), "collectives": _collectives(0, 1), "ddp": _ddp(0, 1),
+           "send_to_itself": raised(lambda: dist.send(xnf.to_xla(torch.ones(2)), dst=0))}
     dist.destroy_process_group()
     return out
 

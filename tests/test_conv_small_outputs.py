@@ -1,7 +1,9 @@
-"""Convolutions with few output positions run as a matrix product of the weights with
-the input windows (Note [Convolutions with few output positions] in lowerings/conv.py):
-values and gradients against PyTorch CPU, in float32 and float64, for 1-3 spatial dims,
-strides, dilations and padding; which way each shape takes."""
+"""Convolutions XLA CPU's kernel runs slowly, written as matrix products in
+lowerings/conv.py: few output positions (the weights times the input windows), kernel
+equal to stride (the weights times the input's blocks), transposed convolutions with
+kernel equal to stride, and the gradients of transposed convolutions. Values and
+gradients against PyTorch CPU, in float32 and float64, for 1-3 spatial dims, strides,
+dilations and padding; which way each shape takes."""
 
 from __future__ import annotations
 
@@ -74,6 +76,38 @@ def test_grouped_and_transposed_convolutions_keep_xla_kernel_and_match_cpu():
     torch.testing.assert_close(
         xnf.to_torch(torch.nn.functional.conv_transpose2d(xnf.to_xla(x), xnf.to_xla(wt), stride=2)),
         torch.nn.functional.conv_transpose2d(x, wt, stride=2), atol=1e-5, rtol=1e-5)
+
+
+PATCHES = [
+    # (input shape, weight shape, stride == kernel)
+    ((2, 3, 16, 16), (16, 3, 4, 4), 4),  # the zoo ViT's patch embedding
+    ((2, 3, 17, 19), (8, 3, 4, 4), 4),  # positions past the last whole patch
+    ((2, 4, 8, 6), (6, 4, 2, 3), (2, 3)),
+    ((2, 3, 9), (5, 3, 3), 3),  # 1d
+    ((1, 2, 6, 6, 6), (4, 2, 2, 2, 2), 2),  # 3d
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shapes", PATCHES, ids=lambda c: "x".join(map(str, c[0])))
+def test_kernel_equal_to_stride_matches_cpu(shapes, dtype):
+    """Note [Convolutions with kernel equal to stride]."""
+    xs, ws, stride = shapes
+    test_values_and_gradients_match_cpu((xs, ws, stride, 0, 1), dtype)
+
+
+def test_kernel_equal_to_stride_takes_the_product_unpadded_only():
+    def primitives(w_shape, stride, padding, groups=1):
+        jaxpr = jax.make_jaxpr(lambda x, w: lower_conv.lower_convolution(
+            x, w, None, stride, padding, (1, 1), False, (0, 0), groups))(
+            np.zeros((2, 4, 64, 64), np.float32), np.zeros(w_shape, np.float32))
+        return {str(e.primitive) for e in jaxpr.jaxpr.eqns}
+
+    patches = primitives((8, 4, 16, 16), (16, 16), (0, 0))  # 16 output positions, but no windows
+    assert "conv_general_dilated" not in patches and "concatenate" not in patches
+    assert "conv_general_dilated" in primitives((8, 4, 4, 4), (4, 4), (1, 1))  # padded: 256 positions
+    assert "conv_general_dilated" in primitives((8, 2, 4, 4), (4, 4), (0, 0), groups=2)
+    assert "conv_general_dilated" in primitives((8, 4, 1, 1), (1, 1), (0, 0))  # 1x1: XLA's kernel
 
 
 TRANSPOSED = [

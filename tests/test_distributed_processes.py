@@ -1,6 +1,7 @@
 """torch.distributed on our device (docs/distributed.md, "torch.distributed" and
-"Several processes"): the "jax" backend's collectives and the functional collectives
-against their definitions, DistributedDataParallel against one process, in one
+"Several processes"): the "jax" backend's collectives (all_to_all with split sizes too),
+the functional collectives (eagerly and in graphs of the torch.compile backend) and
+point-to-point send/recv against their definitions, DistributedDataParallel against one process, in one
 process (a world of one rank) and under `torchrun --nproc-per-node 2` on localhost
 with 2 simulated devices per process (free ports, a hard timeout), where a mesh over both
 processes' 4 devices also trains one model equal to one process. And the golden of a
@@ -14,7 +15,8 @@ from distributed_harness import run_group, run_ranks
 
 COLLECTIVES = ["all_reduce", "all_reduce_max", "all_reduce_avg", "all_gather_into_tensor", "all_gather",
                "reduce_scatter_tensor", "broadcast", "all_to_all_single", "funcol_all_reduce", "funcol_all_gather",
-               "funcol_reduce_scatter"]
+               "funcol_reduce_scatter", "dynamo_funcol", "all_to_all_uneven", "funcol_all_to_all_uneven",
+               "all_to_all_list", "after_bad_splits"]
 TOL = 1e-5
 
 
@@ -47,6 +49,31 @@ def test_collectives_between_two_processes(ranks, name):
     assert [(r["rank"], r["world"], r["backend"]) for r in ranks] == [(0, 2, "jax"), (1, 2, "jax")]
     for r in ranks:
         assert r["collectives"][name] == 0, (r["rank"], name)
+
+
+def test_all_to_all_splits_that_do_not_match_raise_in_every_rank(one, ranks):
+    assert one["collectives"]["all_to_all_bad_splits"] == \
+        "ValueError: all_to_all_single: rank 0 expects [2] rows from the ranks, which send it [1]"
+    # rank i sends (i + 2j) % 3 rows to rank j: [[0, 2], [1, 0]]; each rank's expected
+    # rows from rank 0 are one too many
+    message = ("ValueError: all_to_all_single: rank 0 expects [1, 1] rows from the ranks, which send it [0, 1]; "
+               "rank 1 expects [3, 0] rows from the ranks, which send it [2, 0]")
+    assert [r["collectives"]["all_to_all_bad_splits"] for r in ranks] == [message, message]
+
+
+@pytest.mark.parametrize("name", ["send_recv", "isend_then_irecv", "irecv_then_isend", "batch_isend_irecv", "after"])
+def test_point_to_point_between_two_processes(ranks, name):
+    for r in ranks:
+        assert r["point_to_point"][name] == 0, (r["rank"], name)
+
+
+def test_point_to_point_recvs_wait_for_the_sends_and_check_the_buffer(one, ranks):
+    assert all(r["point_to_point"]["irecv_waits"] for r in ranks)
+    assert ranks[0]["point_to_point"]["wrong_dtype"] == ""
+    assert ranks[1]["point_to_point"]["wrong_dtype"].startswith(
+        "RuntimeError: recv from rank 0: it sent 16 bytes of float32 with tag 0 into a buffer of 16 bytes of int32")
+    for r in list(ranks) + [{"point_to_point": {"to_itself": one["send_to_itself"]}}]:
+        assert r["point_to_point"]["to_itself"].startswith("ValueError: Invalid destination rank")
 
 
 def test_collectives_across_processes_inside_compile_say_they_run_eagerly(ranks):

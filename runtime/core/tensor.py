@@ -49,15 +49,17 @@ from .autocast import install_autocast_fallthrough, install_autocast_kernels
 from .device_storage import DeviceStorage, pickled_form, storage_address
 from .inference import made_in_mode
 from .sharing import wait_for_write
+from .streams import StreamsOfOneQueue
 
 DEVICE_NAME = "jax"
 
 
-class _DeviceModule(_DummyBackendModule):
-    """`torch.jax`: PyTorch's placeholder device module, plus what autocast and activation
-    checkpointing ask of it: autocast's supported dtypes (Note [Autocast] in
-    core/autocast.py), and each device's random state, which checkpointing saves and
-    restores. Our random numbers are drawn from PyTorch's CPU generator
+class _DeviceModule(StreamsOfOneQueue, _DummyBackendModule):
+    """`torch.jax`: PyTorch's placeholder device module, plus what autocast, activation
+    checkpointing and torch.distributed ask of it: autocast's supported dtypes (Note
+    [Autocast] in core/autocast.py), each device's random state, which checkpointing
+    saves and restores, and streams, events and the device count (Note [One queue] in
+    core/streams.py). Our random numbers are drawn from PyTorch's CPU generator
     (runtime/supported/random.py), so the device has no random state of its own."""
 
     def device(self, index: Any) -> contextlib.AbstractContextManager:

@@ -152,10 +152,11 @@ def like(t: Any, template: Any) -> Any:
     if not isinstance(t, XlaTensor) or not isinstance(template, XlaTensor):
         return t
     store = template._store
-    if store.__class__ is not PlacedStorage or store.layout is None or not template._whole:
+    if store.__class__ is not PlacedStorage:
         return t
-    if tuple(t.shape) != tuple(template.shape):
-        return t
+    if store.layout is None or not template._whole or tuple(t.shape) != tuple(template.shape):
+        # a view, or a result not computed yet: at least on the template's device
+        return t if t.device == template.device else on_device(t, template.device)
     if t._store.__class__ is PlacedStorage and t._store.layout == store.layout:
         return t
     return laid_out(t, store.layout, store.note)

@@ -26,6 +26,8 @@ from ..core.context import untraced
 from ..core.convert import X64
 from ..core.tensor import XlaTensor, from_array
 from ..exec.eager import value
+from .distributed.report import COLLECTIVES as COLLECTIVE_KINDS
+from .distributed.report import describe as describe_collectives
 from .op_counters import section_of
 
 SCHEMA_VERSION = 1
@@ -177,6 +179,7 @@ def build(analysis: Any, versions: dict[str, str]) -> dict:
         "unsupported_operators": unsupported,
         "graphs": _graphs(analysis) if options.mode != "eager" else None,
         "accuracy": _accuracy(analysis) if options.accuracy else None,
+        "collectives": _collectives(analysis),
         "time": {
             "measured": timed,
             "supported_seconds": round(sup_time, 6) if timed else None,
@@ -211,6 +214,21 @@ def _accuracy(analysis: Any) -> list[dict]:
         out.append({"op": name, "calls": calls, "max_abs_diff": float(f"{max_abs:.6g}"),
                     "max_rel_diff": float(f"{max_rel:.6g}"), "call_site": _site(site)})
     out.sort(key=lambda d: (d["op"],) + _site_key(d["call_site"]))
+    return out
+
+
+def _collectives(analysis: Any) -> list[dict]:
+    """Per compiled program laid out over several devices (docs/distributed.md), the
+    collectives XLA inserted and the bytes each moves per device and run."""
+    out = []
+    for program, kind, devices, found in analysis.sharded_collectives():
+        entry: dict[str, Any] = {"program": program, "kind": kind, "devices": devices}
+        if isinstance(found, str):
+            entry.update(collectives=[], bytes=0, error=found)
+        else:
+            entry["collectives"] = [{"kind": k, "buffers": n, "bytes": size} for k, n, size in found]
+            entry["bytes"] = sum(size for _, _, size in found)
+        out.append(entry)
     return out
 
 
@@ -445,6 +463,14 @@ def summary(report: dict, path: Path, overwritten: bool = False) -> str:
             c = b["call_site"]
             lines.append(f"    graph break at {c['file']}:{c['line'] if c else '?'}: {b['reason'][:160]}" if c else
                          f"    graph break: {b['reason'][:160]}")
+    if report["collectives"]:
+        lines.append("  collectives of programs laid out over several devices (XLA's optimized HLO; bytes per device "
+                     "and run):")
+        for c in report["collectives"]:
+            name = f"program {c['program']}" if c["program"] is not None else "a graph"
+            found = [(x["kind"], x["buffers"], x["bytes"]) for x in c["collectives"]]
+            text = f"not read: {c['error']}" if "error" in c else describe_collectives(found)
+            lines.append(f"    {name} ({c['kind']}, {c['devices']} devices): {text}")
     if report["accuracy"]:
         lines.append(f"  ops that differ from PyTorch CPU beyond tolerance ({len(report['accuracy'])}):")
         for a in report["accuracy"][:10]:
@@ -524,6 +550,7 @@ SCHEMA: dict[str, Any] = {
         "unsupported_operators",
         "graphs",
         "accuracy",
+        "collectives",
         "time",
     ],
     "additionalProperties": False,
@@ -693,6 +720,34 @@ SCHEMA: dict[str, Any] = {
                     },
                 },
             ]
+        },
+        "collectives": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["program", "kind", "devices", "collectives", "bytes"],
+                "additionalProperties": False,
+                "properties": {
+                    "program": {"type": ["integer", "null"]},
+                    "kind": {"enum": ["compile()", "torch.compile"]},
+                    "devices": {"type": "integer", "minimum": 2},
+                    "collectives": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["kind", "buffers", "bytes"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "kind": {"enum": list(COLLECTIVE_KINDS)},
+                                "buffers": {"type": "integer", "minimum": 1},
+                                "bytes": {"type": "integer", "minimum": 0},
+                            },
+                        },
+                    },
+                    "bytes": {"type": "integer", "minimum": 0},
+                    "error": {"type": "string"},
+                },
+            },
         },
         "accuracy": {
             "anyOf": [

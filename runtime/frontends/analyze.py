@@ -94,6 +94,7 @@ from ..platform.call_site import user_frame, user_frame_object
 from ..platform.config import config
 from ..platform.metrics import fold_replayed_ops, metrics
 from . import analysis_report, dynamo
+from .distributed import report as sharded_report
 from .debug import check_after_sync, cpu_reference, differences
 from .dispatch import take_backward_error
 from .env import LIFT_FRESH, creates_on_jax, is_factory
@@ -346,6 +347,10 @@ class Analysis:
         self._metrics_before: dict[int, int] = {}
         self._fallbacks_before: Counter = Counter()
         self._label_graphs = options.verbosity >= 2 and options.mode == "compiled"
+        # programs laid out over several devices, by graph key: [their graph for
+        # reading collectives (distributed/report.py), the index of their program here]
+        self.sharded: dict[Any, list] = {}
+        self._one_device: set[Any] = set()
 
     # -- sites
 
@@ -690,6 +695,8 @@ class Analysis:
             ops = Counter(scope_name(entry[0][0]) for entry in key[0])
             g = self.graph_by_key[key] = _Graph(len(self.graphs), "trace", ops)
             self.graphs.append(g)
+            if id(fn) in self.sharded:
+                self.sharded[id(fn)][1] = g.index
             if self.options.verbosity >= 2:
                 specs = [input_spec(v) for v in inputs]
                 values = [scalar_operand(s.value) for s in scalars]
@@ -736,6 +743,8 @@ class Analysis:
                           if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload))
             g = self._aten_programs[key] = _Graph(len(self.graphs), "aten", ops)
             self.graphs.append(g)
+            if key in self.sharded:
+                self.sharded[key][1] = g.index
             g.compiles.append({"reason": "first trace of this ATen graph for these inputs", "run": 1, "ended_by": "",
                                "site": _NO_SITE})
             if self.options.verbosity >= 2:
@@ -752,6 +761,47 @@ class Analysis:
 
                 g.lower = lower
         g.runs += 1
+
+    def watch_sharded_trace(self, fn: Any, inputs: list, scalars: list) -> None:
+        """Every graph a trace runs (compiled mode's, the program's own compile()): one
+        laid out over several devices is kept, to list its collectives."""
+        key = id(fn)
+        if key in self.sharded or key in self._one_device:
+            return
+        graph = sharded_report.traced_graph(fn, inputs, scalars)
+        if graph is None:
+            self._one_device.add(key)
+        else:
+            self.sharded[key] = [graph, None]
+
+    def watch_sharded_dynamo(self, graph: Any, dynamic: tuple, statics: tuple) -> None:
+        """The same for the torch.compile backend's jitted ATen graphs."""
+        key = (id(graph), statics)
+        if key in self.sharded or key in self._one_device:
+            return
+        found = sharded_report.dynamo_graph(graph, dynamic, statics)
+        if found is None:
+            self._one_device.add(key)
+        else:
+            self.sharded[key] = [found, None]
+
+    def sharded_collectives(self) -> list[tuple]:
+        """(program index or None, kind of program, devices, collectives or the error
+        that stopped reading them) of each program laid out over several devices, read
+        from XLA's optimized HLO (compiling each once more)."""
+        out = []
+        calls = dict(metrics.calls_by_id)  # lowering a graph again must not count its ops
+        try:
+            for graph, program in self.sharded.values():
+                try:
+                    found: Any = graph.collectives()
+                except Exception as error:
+                    found = f"{type(error).__name__}: {error}"[:400]
+                out.append((program, graph.kind, graph.devices, found))
+        finally:
+            metrics.calls_by_id.clear()
+            metrics.calls_by_id.update(calls)
+        return out
 
     def _name_inputs(self, reason: str, inputs: list) -> str:
         match = re.match(r"graph input (\d+) changed", reason)
@@ -875,6 +925,10 @@ class Analysis:
         saved_fallback = config.allow_cpu_fallback
         config.allow_cpu_fallback = False  # unlisted ops raise, and are recorded, instead of warning once
         self._undo.append(lambda: setattr(config, "allow_cpu_fallback", saved_fallback))
+        graph_module.GRAPH_WATCHERS.append(self.watch_sharded_trace)
+        self._undo.append(lambda: graph_module.GRAPH_WATCHERS.remove(self.watch_sharded_trace))
+        dynamo.GRAPH_WATCHERS.append(self.watch_sharded_dynamo)
+        self._undo.append(lambda: dynamo.GRAPH_WATCHERS.remove(self.watch_sharded_dynamo))
         mode = self.options.mode
         if mode != "dynamo":
             pre = nn_module.register_module_forward_pre_hook(self.module_pre_hook)

@@ -175,6 +175,25 @@ def is_supported(target: Any) -> bool:
     return target is operator.getitem or getattr(target, "__module__", None) in ("_operator", "math")
 
 
+# Functions that, given an ATen graph's node, return what runs it between the jitted
+# partitions instead of inside them (a callable taking the node's arguments, on PyTorch
+# CPU tensors), or None: torch.distributed's collectives between processes run eagerly
+# (frontends/distributed/process_group.py).
+HOST_NODES: list[Callable[[torch.fx.Node], Callable | None]] = []
+
+
+def _host_runner(node: torch.fx.Node) -> Callable | None:
+    for find in HOST_NODES:
+        run = find(node)
+        if run is not None:
+            return run
+    return None
+
+
+def _runs_in_jax(node: torch.fx.Node) -> bool:
+    return is_supported(node.target) and (not HOST_NODES or _host_runner(node) is None)
+
+
 def decompositions() -> dict[Any, Callable]:
     """PyTorch's core ATen decompositions, minus the ops we lower as they are. (Those
     include the CPU flash-attention forward, whose decomposition in torch 2.13 returns a
@@ -614,7 +633,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> 
     """Compile one ATen-level FX graph: one jitted function if we lower all its ops,
     otherwise supported regions as jitted functions and the rest on PyTorch CPU."""
     stats.graphs += 1
-    unsupported = [n for n in gm.graph.nodes if n.op == "call_function" and not is_supported(n.target)]
+    unsupported = [n for n in gm.graph.nodes if n.op == "call_function" and not _runs_in_jax(n)]
     if not unsupported:
         stats.jax_partitions += 1
         return JaxGraph(gm)
@@ -623,7 +642,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> 
 
     class Support(OperatorSupport):
         def is_node_supported(self, submodules, node):
-            return node.op == "call_function" and is_supported(node.target)
+            return node.op == "call_function" and _runs_in_jax(node)
 
     stats.partitioned_graphs += 1
     for n in unsupported:
@@ -638,6 +657,8 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any = None) -> 
                 continue
             stats.jax_partitions += 1
             setattr(fused, node.target, _JaxSubgraph(JaxGraph(sub)))
+        elif node.op == "call_function":
+            node.target = _host_runner(node) or node.target
     fused.recompile()
     return _Partitioned(fused)
 
@@ -646,9 +667,7 @@ def _compile_forward_graph(gm: torch.fx.GraphModule, example_inputs: Any = None)
     keep: frozenset[int] = frozenset()
     context = torch._guards.TracingContext.try_get()
     saved = getattr(getattr(context, "fw_metadata", None), "tensors_saved_for_backwards_slice", None)
-    if isinstance(saved, slice) and all(
-        is_supported(n.target) for n in gm.graph.nodes if n.op == "call_function"
-    ):
+    if isinstance(saved, slice) and all(_runs_in_jax(n) for n in gm.graph.nodes if n.op == "call_function"):
         n_outputs = len(tree_flatten([n for n in gm.graph.nodes if n.op == "output"][0].args[0])[0])
         keep = frozenset(range(*saved.indices(n_outputs)))
         stats.graphs += 1

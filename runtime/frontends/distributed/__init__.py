@@ -6,9 +6,10 @@ from __future__ import annotations
 from ...core.mesh import DeviceMesh, Partial, Placement, Replicate, Shard
 from ...core.placement import device_count
 from ...exec.sharding import install_device_handlers
-from . import process_group, report
+from . import process_group, report, torch_fsdp
 from .process_group import ProcessGroupJax, initialize
 from .report import compiled_collectives
+from .spmd import MeshGroup, mesh_group, spmd
 from .styles import (ColwiseParallel, ParallelStyle, PrepareModuleInput, PrepareModuleOutput, RowwiseParallel,
                      SequenceParallel, distribute_module, fully_shard, parallelize_module)
 from .tensors import (_attach_tensor_api, clear_sharding, device_mesh_of, distribute_tensor, full_tensor,
@@ -20,6 +21,7 @@ __all__ = [
     "ParallelStyle",
     "Partial",
     "Placement",
+    "MeshGroup",
     "ProcessGroupJax",
     "PrepareModuleInput",
     "PrepareModuleOutput",
@@ -38,10 +40,12 @@ __all__ = [
     "init_device_mesh",
     "initialize",
     "mark_sharding",
+    "mesh_group",
     "parallelize_module",
     "placements_of",
     "redistribute",
     "sharding_of",
+    "spmd",
     "visualize",
 ]
 
@@ -53,3 +57,4 @@ def install() -> None:
     _attach_tensor_api()
     report.install()
     process_group.install()
+    torch_fsdp.install()

@@ -32,9 +32,11 @@ from ...core.context import context
 from ...core.convert import X64, cpu_to_jax, jax_to_cpu
 from ...core.placement import local_devices, spans_devices
 from ...core.tensor import DEVICE_NAME, XlaTensor, from_array
-from ...exec.collectives import run_collective
+from ...exec.collectives import run_all_to_all, run_collective
 from ...exec.eager import value
 from ...exec.registry import REGISTRY
+from .. import dynamo
+from . import point_to_point
 
 BACKEND = DEVICE_NAME  # init_process_group("jax")
 _REDUCE_OPS = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min", "PRODUCT": "product", "BAND": "band",
@@ -83,10 +85,12 @@ def _done(result: Any) -> Any:
     return _create_work_from_future(fut)
 
 
-def _traced(name: str, size: int) -> bool:
-    """Whether the call is inside a traced program (compile(), lazy mode): fine for a
-    group of one rank, whose collectives are copies; an error across processes."""
-    if context.trace is None:
+def _traced(name: str, size: int, *tensors: torch.Tensor) -> bool:
+    """Whether the call is inside a traced program (compile(), lazy mode, a graph of
+    the torch.compile backend, whose tensors hold JAX tracers): fine for a group of one
+    rank, whose collectives are copies; an error across processes."""
+    if context.trace is None and not any(
+            isinstance(t, XlaTensor) and isinstance(value(t), jax.core.Tracer) for t in tensors):
         return False
     if size > 1:
         raise RuntimeError(f"torch.distributed.{name} across {size} processes runs eagerly, not inside a compiled "
@@ -129,7 +133,7 @@ class ProcessGroupJax(dist.ProcessGroup):
 
     def allreduce(self, tensors: list, opts: Any = None) -> Any:
         op = _reduce_name(opts.reduceOp if opts is not None and hasattr(opts, "reduceOp") else "sum")
-        if not _traced("all_reduce", self.size()):
+        if not _traced("all_reduce", self.size(), *tensors):
             for t in tensors:
                 _write(t, self._run("all_reduce", t, op))
         return _done(tensors)
@@ -139,7 +143,7 @@ class ProcessGroupJax(dist.ProcessGroup):
 
     def broadcast(self, tensors: list, opts: Any = None) -> Any:
         src = opts.rootRank if opts is not None else 0
-        if not _traced("broadcast", self.size()):
+        if not _traced("broadcast", self.size(), *tensors):
             for t in tensors:
                 _write(t, self._run("broadcast", t, src))
         return _done(tensors)
@@ -148,7 +152,7 @@ class ProcessGroupJax(dist.ProcessGroup):
         if output.shape[0] != input.shape[0] * self.size() or output.shape[1:] != input.shape[1:]:
             raise ValueError(f"all_gather_into_tensor: an output of shape {tuple(output.shape)} for inputs of shape "
                              f"{tuple(input.shape)} from {self.size()} ranks")
-        if _traced("all_gather_into_tensor", self.size()):
+        if _traced("all_gather_into_tensor", self.size(), input):
             with torch.no_grad():
                 output.copy_(input)
         else:
@@ -164,7 +168,7 @@ class ProcessGroupJax(dist.ProcessGroup):
         for outs, t in zip(output_lists, inputs):
             if len(outs) != self.size():
                 raise ValueError(f"all_gather: {len(outs)} output tensors for {self.size()} ranks")
-            if _traced("all_gather", self.size()):
+            if _traced("all_gather", self.size(), t):
                 with torch.no_grad():
                     outs[0].copy_(t)
                 continue
@@ -178,7 +182,7 @@ class ProcessGroupJax(dist.ProcessGroup):
         if input.shape[0] != output.shape[0] * self.size() or output.shape[1:] != input.shape[1:]:
             raise ValueError(f"reduce_scatter_tensor: an output of shape {tuple(output.shape)} for an input of "
                              f"shape {tuple(input.shape)} over {self.size()} ranks")
-        if _traced("reduce_scatter_tensor", self.size()):
+        if _traced("reduce_scatter_tensor", self.size(), input):
             with torch.no_grad():
                 output.copy_(input)
         else:
@@ -193,21 +197,79 @@ class ProcessGroupJax(dist.ProcessGroup):
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list,
                       input_split_sizes: list, opts: Any = None) -> Any:
         n = self.size()
-        for splits, t in ((output_split_sizes, output), (input_split_sizes, input)):
-            if splits and any(s != t.shape[0] // n for s in splits):
-                raise NotImplementedError("all_to_all_single with uneven split sizes is not supported by the "
-                                          f"{BACKEND!r} backend: give equal splits (or none)")
-        if _traced("all_to_all_single", n):
+        if _traced("all_to_all_single", n, input):
+            if output.shape != input.shape:
+                raise ValueError(f"all_to_all_single in a group of one rank: an output of shape "
+                                 f"{tuple(output.shape)} for an input of shape {tuple(input.shape)}")
             with torch.no_grad():
                 output.copy_(input)
         else:
-            _write(output, self._run("all_to_all", input))
+            _write(output, run_all_to_all(_array(input), self.processes, self.rank(), list(input_split_sizes),
+                                          list(output_split_sizes), output.shape[0] if output.dim() else 0))
         return _done(output)
+
+    def alltoall(self, output_tensors: list, input_tensors: list, opts: Any = None) -> Any:
+        """all_to_all of lists: input_tensors[j] goes to rank j, output_tensors[i] comes
+        from rank i (any shapes of one dtype): one all_to_all_single of their values
+        flattened, split by their sizes."""
+        n = self.size()
+        if len(output_tensors) != n or len(input_tensors) != n:
+            raise ValueError(f"all_to_all: {len(input_tensors)} inputs and {len(output_tensors)} outputs for {n} ranks")
+        flat = torch.cat([t.reshape(-1) for t in input_tensors])
+        out = flat.new_empty((sum(t.numel() for t in output_tensors),))
+        self.alltoall_base(out, flat, [t.numel() for t in output_tensors], [t.numel() for t in input_tensors])
+        offset = 0
+        with torch.no_grad():
+            for t in output_tensors:
+                t.copy_(out[offset:offset + t.numel()].reshape(t.shape))
+                offset += t.numel()
+        return _done(output_tensors)
+
+    # -- point to point (Note [Point-to-point as exchanges] in point_to_point.py)
+
+    def send(self, tensors: list, dstRank: int, tag: int = 0) -> Any:
+        point_to_point.send(self, list(tensors), dstRank, tag, _array, _write)
+        return _done(tensors)
+
+    def recv(self, tensors: list, srcRank: int, tag: int = 0) -> Any:
+        works = point_to_point.recv(self, list(tensors), srcRank, tag, _write)
+        return works[0] if len(works) == 1 else _AllOf(works)
+
+    def recv_anysource(self, tensors: list, tag: int = 0) -> Any:
+        raise NotImplementedError(f"recv from any source is not supported by the {BACKEND!r} backend: name the "
+                                  "sender (recv(tensor, src=...))")
+
+    def scatter(self, output_tensors: list, input_tensors: list, opts: Any = None) -> Any:
+        """Rank `rootRank`'s list of tensors, one to each rank: a broadcast of them all,
+        each rank keeping its own (DTensor's distribute_tensor scatters from rank 0)."""
+        src, out = (opts.rootRank if opts is not None else 0), output_tensors[0]
+        if _traced("scatter", self.size()):
+            with torch.no_grad():
+                out.copy_(input_tensors[0][0])
+            return _done(output_tensors)
+        stacked = torch.stack(list(input_tensors[0])) if self.rank() == src else \
+            out.new_zeros((self.size(),) + tuple(out.shape))
+        _write(out, self._run("broadcast", stacked, src)[self.rank()])
+        return _done(output_tensors)
 
     def barrier(self, opts: Any = None) -> Any:
         if self.size() > 1 and context.trace is None:
             run_collective("all_reduce", cpu_to_jax(torch.zeros(())), self.processes, "sum")
         return _done(None)
+
+
+class _AllOf(dist.Work):
+    """The work of several recvs of one call."""
+
+    def __init__(self, works: list):
+        super().__init__()
+        self.works = works
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self.works)
+
+    def wait(self, timeout: Any = None) -> bool:
+        return all(w.wait(timeout) for w in self.works)
 
 
 def _create(options: Any, backend_options: Any = None) -> ProcessGroupJax:
@@ -280,6 +342,50 @@ _FUNCTIONAL = ("all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_sc
                "broadcast", "broadcast_", "wait_tensor")
 
 
+# Note [Collectives in graphs of the torch.compile backend]
+# A functional collective in an ATen graph of the torch.compile backend runs inside the
+# graph's jitted program when its group has one rank (a copy); between processes it
+# runs between the jitted partitions, eagerly, as the eager path runs it (each process's
+# tensor exchanged through a JAX program over a mesh of one device per process): the
+# backend splits the graph there (`dynamo.HOST_NODES`). A collective on a group of
+# another backend (gloo on CPU tensors) runs there too, as torch runs it, with its
+# wait_tensor.
+
+
+def _group_of_node(node: torch.fx.Node) -> Any:
+    name = node.kwargs.get("group_name", node.args[-1] if node.args else None)
+    if isinstance(name, dist.ProcessGroup):
+        return name
+    try:
+        return torch._C._distributed_c10d._resolve_process_group(name)
+    except Exception:  # not a group's name: the op's own checks say so when it runs
+        return None
+
+
+def _host_collective(node: torch.fx.Node) -> Any:
+    """What runs a graph's collective node between the jitted partitions, or None to
+    run it inside (Note [Collectives in graphs of the torch.compile backend])."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) or \
+            target.namespace != "_c10d_functional":
+        return None
+    kind = target._schema.name.split("::", 1)[1]
+    if kind == "wait_tensor":
+        source = node.args[0] if node.args else None
+        if isinstance(source, torch.fx.Node) and _host_collective(source) is not None:
+            # torch's wait for its own collective; ours have completed when they return
+            return _functional(kind) if isinstance(_group_of_node(source), ProcessGroupJax) else target
+        return None
+    if kind not in _FUNCTIONAL:
+        return None
+    pg = _group_of_node(node)
+    if pg is None:
+        return None
+    if not isinstance(pg, ProcessGroupJax):
+        return target
+    return _functional(kind) if pg.size() > 1 else None
+
+
 # ---------------------------------------------------------------- the c10d ops
 # torch.distributed's Python API calls some collectives through the dispatcher's c10d
 # ops (all_gather_into_tensor, reduce_scatter_tensor, ...), which reach our tensors'
@@ -339,6 +445,24 @@ def _c10d(kind: str) -> Any:
         pg = _unboxed(process_group)
         return pg.alltoall_base(output, input, list(output_split_sizes), list(input_split_sizes)).boxed()
 
+    def alltoall_(output_tensors, input_tensors, process_group, async_op=True, timeout=-1):
+        work = _unboxed(process_group).alltoall(list(output_tensors), list(input_tensors))
+        return list(output_tensors), work.boxed()
+
+    def send(tensors, process_group, dst, tag):
+        return _unboxed(process_group).send(list(tensors), dst, tag).boxed()
+
+    def recv_(tensors, process_group, src, tag):
+        return _unboxed(process_group).recv(list(tensors), src, tag).boxed()
+
+    def recv_any_source_(tensors, process_group, tag):
+        return _unboxed(process_group).recv_anysource(list(tensors), tag).boxed()
+
+    def scatter_(output_tensors, input_tensors, process_group, root_rank, async_op=True, timeout=-1):
+        work = _unboxed(process_group).scatter(list(output_tensors), [list(i) for i in input_tensors],
+                                               _Opts(root=root_rank))
+        return list(output_tensors), work.boxed()
+
     def barrier(tensor, process_group, device_ids, async_op=True, timeout=-1):
         return _unboxed(process_group).barrier().boxed()
 
@@ -347,7 +471,7 @@ def _c10d(kind: str) -> Any:
 
 _C10D = ("allreduce_", "allreduce_coalesced_", "broadcast_", "_allgather_base_", "allgather_",
          "allgather_into_tensor_coalesced_", "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_",
-         "alltoall_base_", "barrier")
+         "alltoall_base_", "barrier", "alltoall_", "send", "recv_", "recv_any_source_", "scatter_")
 
 
 def install() -> None:
@@ -364,6 +488,8 @@ def install() -> None:
         op = getattr(torch.ops.c10d, name, None)
         if op is not None:
             REGISTRY[op.default] = _c10d(name)
+    if _host_collective not in dynamo.HOST_NODES:
+        dynamo.HOST_NODES.append(_host_collective)
 
 
 # ---------------------------------------------------------------- several processes

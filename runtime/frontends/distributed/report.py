@@ -104,30 +104,47 @@ def _remember(key: Any, graph: _Graph) -> None:
     _GRAPHS[key] = graph
 
 
+def traced_graph(fn: Any, inputs: list, scalars: list) -> _Graph | None:
+    """The sharded graph of a trace's compiled function (exec/graph.py's watchers'
+    arguments), to read its collectives from; None when it runs on one device."""
+    devices = _devices(v.data for v in inputs)
+    if devices == 1:
+        return None
+    specs = [input_spec(v) for v in inputs]
+    values = [scalar_operand(s.value) for s in scalars]
+    return _Graph("compile()", devices, lambda: fn.lower(specs, values))
+
+
+def dynamo_graph(graph: Any, dynamic: tuple, statics: tuple) -> _Graph | None:
+    """The same for one of the torch.compile backend's jitted ATen graphs."""
+    devices = _devices(dynamic)
+    if statics and statics[-1].__class__ is InputLayouts:
+        devices = max(devices, max((len(s.device_set) for s in statics[-1] if s is not None), default=1))
+    if devices == 1:
+        return None
+    return _Graph("torch.compile", devices, lambda: graph.jitted.lower(dynamic, statics))
+
+
 def _watch_traced(fn: Any, inputs: list, scalars: list) -> None:
     key = id(fn)
     if key in _GRAPHS or key in _PLAIN:
         return
-    devices = _devices(v.data for v in inputs)
-    if devices == 1:
+    graph = traced_graph(fn, inputs, scalars)
+    if graph is None:
         _PLAIN.add(key)
-        return
-    specs = [input_spec(v) for v in inputs]
-    values = [scalar_operand(s.value) for s in scalars]
-    _remember(key, _Graph("compile()", devices, lambda: fn.lower(specs, values)))
+    else:
+        _remember(key, graph)
 
 
 def _watch_dynamo(graph: Any, dynamic: tuple, statics: tuple) -> None:
     key = (id(graph), statics)
     if key in _GRAPHS or key in _PLAIN:
         return
-    devices = _devices(dynamic)
-    if statics and statics[-1].__class__ is InputLayouts:
-        devices = max(devices, max(len(s.device_set) for s in statics[-1] if s is not None))
-    if devices == 1:
+    found = dynamo_graph(graph, dynamic, statics)
+    if found is None:
         _PLAIN.add(key)
-        return
-    _remember(key, _Graph("torch.compile", devices, lambda: graph.jitted.lower(dynamic, statics)))
+    else:
+        _remember(key, found)
 
 
 def graph_collectives() -> list[tuple[str, int, list[tuple[str, int, int]]]]:
@@ -146,17 +163,22 @@ def compiled_collectives() -> list[dict]:
     return out
 
 
+def describe(found: list[tuple[str, int, int]]) -> str:
+    """One graph's collectives in a line: `4 collectives, 27,888 B: all-reduce of 7
+    buffers (27,692 B), ...` (or `none`)."""
+    if not found:
+        return "none"
+    total = sum(size for _, _, size in found)
+    parts = ", ".join(f"{k} of {n} buffer{'s' if n != 1 else ''} ({size:,} B)" for k, n, size in found)
+    return f"{len(found)} collectives, {total:,} B: {parts}"
+
+
 def _report() -> list[str]:
     if not _GRAPHS:
         return []
     lines = ["  collectives of sharded programs (XLA's optimized HLO; bytes per device and run):"]
     for i, (kind, devices, found) in enumerate(graph_collectives()):
-        if not found:
-            lines.append(f"    graph {i + 1} ({kind}, {devices} devices): none")
-            continue
-        total = sum(size for _, _, size in found)
-        parts = ", ".join(f"{k} of {n} buffer{'s' if n != 1 else ''} ({size:,} B)" for k, n, size in found)
-        lines.append(f"    graph {i + 1} ({kind}, {devices} devices): {len(found)} collectives, {total:,} B: {parts}")
+        lines.append(f"    graph {i + 1} ({kind}, {devices} devices): {describe(found)}")
     return lines
 
 

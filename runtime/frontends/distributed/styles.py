@@ -23,6 +23,7 @@ import fnmatch
 from typing import Any, Callable, Sequence
 
 import torch
+import torch.utils._pytree
 
 from ...core.mesh import DeviceMesh, Placement, Replicate, Shard, as_placement
 from ...core.tensor import XlaTensor
@@ -321,6 +322,27 @@ def distribute_module(module: torch.nn.Module, device_mesh: Any = None,
 _SHARDED = "_xnf_fully_sharded"  # the parameters a fully_shard call manages, on its module
 
 
+class _MixedPrecisionCast(torch.autograd.Function):
+    """A gathered parameter cast to the compute dtype, whose gradient is cast to the
+    reduction dtype on its way back (FSDP2's param_dtype and reduce_dtype); autograd
+    then casts it to the parameter's own dtype."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, dtype: torch.dtype, grad_dtype: torch.dtype) -> torch.Tensor:
+        ctx.grad_dtype = grad_dtype
+        return t.to(dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        return grad.to(ctx.grad_dtype), None, None
+
+
+def _cast_floating(tree: Any, dtype: torch.dtype) -> Any:
+    """Floating-point tensors of `tree` (args, outputs) cast to `dtype`."""
+    return torch.utils._pytree.tree_map_only(
+        torch.Tensor, lambda t: t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t, tree)
+
+
 def fully_shard(module: torch.nn.Module, *, mesh: Any = None, reshard_after_forward: bool | int = True,
                 shard_placement_fn: Callable[[torch.nn.Parameter], Shard | None] | None = None, mp_policy: Any = None,
                 offload_policy: Any = None, ignored_params: set | None = None, keep_on_cpu: bool = False
@@ -332,14 +354,22 @@ def fully_shard(module: torch.nn.Module, *, mesh: Any = None, reshard_after_forw
     and their gradients are laid out split again (a reduce-scatter), which XLA's
     partitioner turns into those collectives. Returns `module`.
 
-    `reshard_after_forward`, `mp_policy` and `offload_policy` are accepted for torch's
-    signature: when gathered parameters are freed is XLA's scheduling, and mixed
-    precision or offloading are not applied (docs/distributed.md)."""
+    `mp_policy` (torch's MixedPrecisionPolicy, or anything with its attributes) is
+    applied as FSDP2 applies it: the gathered parameters are cast to `param_dtype` for
+    the forward and backward (the parameters, and the optimizer's master copy, keep
+    their dtype), floating inputs of the module's forward to `param_dtype`
+    (`cast_forward_inputs`), its floating outputs to `output_dtype`, and the
+    parameters' gradients are cast to `reduce_dtype` (default `param_dtype`) before they
+    are laid out split again (the reduce-scatter), then to the parameters' dtype.
+    `reshard_after_forward` and `offload_policy` are accepted for torch's signature:
+    when gathered parameters are freed is XLA's scheduling, and offloading is not
+    applied (docs/distributed.md)."""
     mesh = _mesh(mesh)
     if mesh.ndim not in (1, 2):
         raise ValueError(f"fully_shard takes a 1-d mesh (FSDP) or a 2-d one (HSDP: replicate, shard), not {mesh}")
-    if mp_policy is not None and getattr(mp_policy, "param_dtype", None) is not None:
-        raise NotImplementedError("fully_shard: mixed precision (mp_policy) is not applied; cast the module instead")
+    param_dtype = getattr(mp_policy, "param_dtype", None) if mp_policy is not None else None
+    reduce_dtype = getattr(mp_policy, "reduce_dtype", None) if mp_policy is not None else None
+    output_dtype = getattr(mp_policy, "output_dtype", None) if mp_policy is not None else None
     ignored = {id(p) for p in (ignored_params or ())}
     managed = set()
     for sub in module.modules():
@@ -359,19 +389,25 @@ def fully_shard(module: torch.nn.Module, *, mesh: Any = None, reshard_after_forw
     setattr(module, _SHARDED, {(id(s), n) for s, n in mine} | managed)
     gathered: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] = []
 
-    def unshard(mod: torch.nn.Module, args: tuple) -> None:
+    def unshard(mod: torch.nn.Module, args: tuple) -> Any:
         for sub, name in mine:
             p = sub._parameters[name]
             if isinstance(p, XlaTensor) and device_mesh_of(p) is not None:
                 whole = relayout(p, mesh, [Replicate()] * mesh.ndim)
+                if param_dtype is not None and p.is_floating_point() and p.dtype != param_dtype:
+                    whole = _MixedPrecisionCast.apply(whole, param_dtype, reduce_dtype or param_dtype)
                 if whole is not p:
                     gathered.append((sub, name, p))
                     sub._parameters[name] = whole
+        if param_dtype is not None and getattr(mp_policy, "cast_forward_inputs", True):
+            return _cast_floating(args, param_dtype)
+        return None
 
-    def reshard(mod: torch.nn.Module, args: tuple, out: Any) -> None:
+    def reshard(mod: torch.nn.Module, args: tuple, out: Any) -> Any:
         while gathered:
             sub, name, p = gathered.pop()
             sub._parameters[name] = p
+        return _cast_floating(out, output_dtype) if output_dtype is not None else None
 
     module.register_forward_pre_hook(unshard)
     module.register_forward_hook(reshard, always_call=True)
