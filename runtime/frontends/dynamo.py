@@ -88,9 +88,16 @@ def _transformers_grouped_mm_backward(input: Any, weight: Any, offs: Any, grad_o
             torch._grouped_mm(input.t(), grad_output, offs=offs))
 
 
+def _fused_multiply_add(a: Any, b: Any, c: Any) -> Any:
+    return a * b + c  # the prim's own definition; XLA contracts it to one fused op where it can
+
+
+# inductor's `prims::fma`, which compiled optimizers' graphs contain (AdamW's foreach
+# update, once torch._inductor is loaded), is one too.
 _LIBRARY_OPS: dict[str, Callable] = {
     "transformers::grouped_mm_fallback": _transformers_grouped_mm,
     "transformers::grouped_mm_fallback_backward": _transformers_grouped_mm_backward,
+    "prims::fma": _fused_multiply_add,
 }
 
 # Note [as_strided in AOT graphs]
