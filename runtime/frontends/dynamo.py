@@ -406,8 +406,8 @@ class JaxGraph:
         # Python numbers among the outputs come from sizes, which AOT graphs take as
         # (static) int inputs: the statics identify them. A flat list of outputs (as
         # AOT graphs return) needs no unflattening.
-        flat = spec.type in (list, tuple) and all(c.is_leaf() for c in spec.children())
-        self.layout[statics] = (tuple(plan), spec.type if flat else spec, tuple(mutated))
+        unnested = spec.type in (list, tuple) and all(c.is_leaf() for c in spec.children())
+        self.layout[statics] = (tuple(plan), spec.type if unnested else spec, tuple(mutated))
         return arrays
 
     # -- call time
