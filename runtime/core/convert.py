@@ -138,10 +138,15 @@ def shared_array(t: torch.Tensor) -> jax.Array | None:
     return arr if arr.unsafe_buffer_pointer() == t.data_ptr() else None
 
 
+def handover_copies(dtype: np.dtype, size: int) -> bool:
+    """Whether `jax_to_cpu_handover` copies a result of this dtype and element count."""
+    return dtype in _NUMPY_SHOWN_ARRAYS and size * dtype.itemsize < _HANDOVER_BYTES
+
+
 def jax_to_cpu_handover(a: jax.Array) -> torch.Tensor:
     """A CPU tensor of a fresh result buffer that JAX no longer refers to: small ones are
     copied through NumPy (1 to 3 us), larger ones handed over by DLPack without a copy."""
-    if a.dtype in _NUMPY_SHOWN_ARRAYS and a.nbytes < _HANDOVER_BYTES:
+    if handover_copies(a.dtype, a.size):
         return torch.from_numpy(np.array(a))
     return torch.from_dlpack(a)
 

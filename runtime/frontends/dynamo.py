@@ -39,7 +39,7 @@ from ...lowerings.common import LoweringContext
 from ...lowerings.random import lower_random_dropout, lower_random_normal, lower_random_uniform
 from ...shape_fns.common import NUMPY_TO_TORCH
 from ..core.context import untraced
-from ..core.convert import X64, cpu_to_jax, jax_to_cpu_handover, numpy_view, shared_array
+from ..core.convert import X64, cpu_to_jax, handover_copies, jax_to_cpu_handover, numpy_view, shared_array
 from ..core.tensor import DEVICE, XlaTensor, contiguous_strides, from_array
 from ..core.views import non_overlapping_and_dense
 from ..exec.custom_ops import register_loaded_library_ops
@@ -49,7 +49,7 @@ from ..exec.registry import REGISTRY, SECTIONS, policy
 from ..exec.sharding import InputLayouts, constrain_array, input_layouts, place_input
 from ..platform.config import config
 from ..platform.metrics import ReplayedOps, metrics
-from .dispatch import dispatch
+from .dispatch import _AutogradEngine, dispatch
 from .env import Environment
 from .moved_models import watch_graph_breaks
 
@@ -88,9 +88,16 @@ def _transformers_grouped_mm_backward(input: Any, weight: Any, offs: Any, grad_o
             torch._grouped_mm(input.t(), grad_output, offs=offs))
 
 
+def _fused_multiply_add(a: Any, b: Any, c: Any) -> Any:
+    return a * b + c  # the prim's own definition; XLA contracts it to one fused op where it can
+
+
+# inductor's `prims::fma`, which compiled optimizers' graphs contain (AdamW's foreach
+# update, once torch._inductor is loaded), is one too.
 _LIBRARY_OPS: dict[str, Callable] = {
     "transformers::grouped_mm_fallback": _transformers_grouped_mm,
     "transformers::grouped_mm_fallback_backward": _transformers_grouped_mm_backward,
+    "prims::fma": _fused_multiply_add,
 }
 
 # Note [as_strided in AOT graphs]
@@ -262,6 +269,20 @@ GRAPH_WATCHERS: list[Callable] = []
 
 _TENSOR, _DYNAMIC, _STATIC = 0, 1, 2
 
+# Note [Graph outputs]
+# How each output of a traced graph reaches the caller is settled once per trace, from
+# the output's kind, dtype and size, so that a call runs one short loop over the
+# outputs: _KEEP wraps the JAX array as our tensor (saved activations that only the
+# backward graph reads), _COPY copies a small result through NumPy, _SHARE hands a
+# larger one to torch through DLPack without a copy (convert.jax_to_cpu_handover's
+# rule), _INPUT returns an input unchanged (the same tensor object), _SAME an earlier
+# output again, _CONST a Python value.
+_KEEP, _COPY, _SHARE, _INPUT, _SAME, _CONST = range(6)
+
+
+def _handover(dtype: Any, size: int) -> int:
+    return _COPY if handover_copies(dtype, size) else _SHARE
+
 
 class JaxGraph:
     """An FX graph (ATen ops we lower) as one jitted JAX function, called with and
@@ -375,23 +396,25 @@ class JaxGraph:
         flat, spec = tree_flatten(out_node.args[0])
         flat = [env[x] if isinstance(x, torch.fx.Node) else x for x in flat]
         arrays: list[Any] = []
-        plan: list[Any] = []  # per output: ("array", i) | ("input", i) | ("same", j) | ("const", v)
+        plan: list[tuple] = []  # per output: (how, what, strides), Note [Graph outputs]
         seen: dict[int, int] = {}
         input_pos = {id(x): i for i, x in enumerate(inputs) if isinstance(x, XlaTensor)}
         for j, o in enumerate(flat):
             if isinstance(o, XlaTensor):
                 if id(o) in seen:
-                    plan.append(("same", seen[id(o)]))
+                    plan.append((_SAME, seen[id(o)], None))
                 elif id(o) in input_pos and o._store.version == versions[input_pos[id(o)]]:
-                    plan.append(("input", input_pos[id(o)]))
+                    plan.append((_INPUT, input_pos[id(o)], None))
                 else:
-                    plan.append(("array", len(arrays)))
-                    arrays.append(value(o))
+                    array = value(o)
+                    how = _KEEP if j in self.keep_on_jax else _handover(array.dtype, array.size)
+                    plan.append((how, len(arrays), self.strides.get(j) if how != _KEEP else None))
+                    arrays.append(array)
                 seen[id(o)] = j
             elif isinstance(o, torch.Tensor):
                 raise TypeError(f"graph output {j} is a {type(o).__name__}, not a tensor of this backend")
             else:
-                plan.append(("const", o))
+                plan.append((_CONST, o, None))
         # Inputs written in place: their new values are extra outputs, copied into
         # the caller's tensors after the call.
         mutated = []
@@ -400,8 +423,10 @@ class JaxGraph:
                 mutated.append((i, len(arrays)))
                 arrays.append(x._store.array)
         # Python numbers among the outputs come from sizes, which AOT graphs take as
-        # (static) int inputs: the statics identify them.
-        self.layout[statics] = (tuple(plan), spec, tuple(mutated))
+        # (static) int inputs: the statics identify them. A flat list of outputs (as
+        # AOT graphs return) needs no unflattening.
+        unnested = spec.type in (list, tuple) and all(c.is_leaf() for c in spec.children())
+        self.layout[statics] = (tuple(plan), spec.type if unnested else spec, tuple(mutated))
         return arrays
 
     # -- call time
@@ -463,25 +488,32 @@ class JaxGraph:
                 watch(self, tuple(dynamic), statics_t)
             plan, spec, mutated = self.layout[statics_t]
             results = []
-            for kind, x in plan:
-                if kind == "array" and len(results) in self.keep_on_jax:
+            for how, x, stride in plan:
+                if how == _COPY:
+                    t = torch.from_numpy(np.array(outs[x]))
+                elif how == _KEEP:
                     results.append(from_array(outs[x]))
-                elif kind == "array":
-                    t = jax_to_cpu_handover(outs[x])
-                    stride = self.strides.get(len(results))
-                    if stride is not None and t.stride() != stride:
-                        t = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
-                    results.append(t)
-                elif kind == "input":
+                    continue
+                elif how == _SHARE:
+                    t = torch.from_dlpack(outs[x])
+                elif how == _INPUT:
                     results.append(args[x])
-                elif kind == "same":
+                    continue
+                elif how == _SAME:
                     results.append(results[x])
+                    continue
                 else:
                     results.append(x)
+                    continue
+                if stride is not None and t.stride() != stride:
+                    t = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
+                results.append(t)
             for i, k in mutated:
                 with torch.no_grad():
                     args[i].copy_(jax_to_cpu_handover(outs[k]))
-        return tree_unflatten(results, spec)
+        if spec is list:
+            return results
+        return tuple(results) if spec is tuple else tree_unflatten(results, spec)
 
 
 def _with_pytorch_layout(target: Any, node: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
@@ -698,8 +730,15 @@ def _run_runtime_without_dynamo() -> None:
     from torch._dynamo.types import FrameAction, FrameExecStrategy
 
     skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
-    for fn in (XlaTensor.__torch_dispatch__, Environment.__torch_dispatch__):
+    for fn in (XlaTensor.__torch_dispatch__, Environment.__torch_dispatch__, _compile_backward_graph):
         set_code_exec_strategy(getattr(fn, "__func__", fn).__code__, skip)
+    # The autograd engine's wrapper (Note [Backward on the calling thread] in
+    # frontends/dispatch.py) stands where Dynamo expects PyTorch's C++ engine, at which
+    # it breaks the graph: `loss.backward()` inside a compiled step made it try, and
+    # fail, to compile the wrapper's frame at every new graph. Only that frame is left
+    # alone: what the pass calls (hooks, say) is compiled as usual.
+    set_code_exec_strategy(_AutogradEngine.run_backward.__code__, FrameExecStrategy(FrameAction.SKIP,
+                                                                                     FrameAction.DEFAULT))
 
 
 def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
