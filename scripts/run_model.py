@@ -361,6 +361,11 @@ def run(
         # Forces the result on the host, so a timing includes the work.
         return [_as_cpu(t) for t in _tensors(out)]
 
+    def kinds(out):
+        # Inference tensors or normal ones (torch.inference_mode() makes the former), before
+        # sync's copies to the CPU, which are normal tensors.
+        return [t.is_inference() for t in _tensors(out)]
+
     fallbacks_before = _fallback_counts(mode)
     notes_before = len(metrics.replay_notes)
     reasons_before = len(metrics.recompile_reasons)
@@ -375,13 +380,24 @@ def run(
             warnings.filterwarnings("ignore", message=".*not lowered to JAX.*")
             warnings.filterwarnings("ignore", message=".*Torch was not compiled with flash attention.*")
             start = time.perf_counter()
-            ours_outs = [sync(ours_step())]
+            out = ours_step()
+            ours_outs = [sync(out)]
             rec["first_call_s"] = time.perf_counter() - start
             rec["compiles_first_call"] = _compiles(mode) - compiles_before
+            ours_kinds = [kinds(out)]
             phase = "steps"
             for _ in range(n_calls - 1):
-                ours_outs.append(sync(ours_step()))
-            ref_outs = [sync(ref_step()) for _ in range(n_calls)]
+                out = ours_step()
+                ours_outs.append(sync(out))
+                ours_kinds.append(kinds(out))
+            ref_outs, ref_kinds = [], []
+            for _ in range(n_calls):
+                out = ref_step()
+                ref_outs.append(sync(out))
+                ref_kinds.append(kinds(out))
+            out = None
+            if not train:
+                rec["grad_mode"] = "inference_mode" if case.inference_mode else "no_grad"
             if mode == "compiled":
                 rec["replayed_compared"] = f"{metrics.replays - replays_before}/{n_calls}"
 
@@ -412,8 +428,13 @@ def run(
                 rtol, atol = tol.output
                 rec["output"] = compare([t for o in ours_outs for t in o], [t for o in ref_outs for t in o], rtol, atol)
                 checks = [rec["output"]]
-            rec["max_abs"] = max((c["max_abs"] or 0.0) for c in checks)
-            rec["max_rel"] = max((c["max_rel"] or 0.0) for c in checks)
+            # every call returns what PyTorch CPU returns: inference tensors under inference_mode
+            wrong_kind = [i for i, (a, b) in enumerate(zip(ours_kinds, ref_kinds)) if a != b]
+            checks.append({"close": not wrong_kind, "why": wrong_kind and (
+                f"call {wrong_kind[0] + 1}: inference tensors {ours_kinds[wrong_kind[0]]}, "
+                f"PyTorch CPU {ref_kinds[wrong_kind[0]]}")})
+            rec["max_abs"] = max((c.get("max_abs") or 0.0) for c in checks)
+            rec["max_rel"] = max((c.get("max_rel") or 0.0) for c in checks)
             if not all(c["close"] for c in checks):
                 rec["status"] = "mismatch"
                 rec["error"] = "; ".join(c["why"] for c in checks if c["why"])
@@ -521,6 +542,8 @@ def format_record(rec: dict) -> str:
     if rec["status"] == "unavailable":
         return "\n".join(lines)
     what = "losses and updated weights/buffers" if rec["task"] != "inference" else "outputs"
+    if rec.get("grad_mode"):
+        what += f", under torch.{rec['grad_mode']}()"
     weights = rec.get("weights") or {}
     if weights.get("outliers"):
         what += f"; {weights['outliers']} weight elements beyond the tolerance, within 2 * lr per step"

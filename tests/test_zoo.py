@@ -77,6 +77,17 @@ def test_compiled_step_is_replayed(model, mode, task):
     assert rec["replayed_compared"] == "2/5" and replayed == steps and int(steps) >= 3, rec.get("replay_notes")
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled", "dynamo"])
+@pytest.mark.parametrize("model", ["transformer", "attention"])
+def test_attention_models_infer_under_inference_mode(model, mode):
+    """nn.Transformer with masks and nn.MultiheadAttention in eval run under
+    torch.inference_mode(), as serving code does, and every call (replayed ones included)
+    returns inference tensors, as PyTorch CPU does: run_model compares their kind."""
+    rec = record(model, mode, "inference")
+    assert rec["grad_mode"] == "inference_mode"
+    assert rec["status"] == "ok", f"{rec.get('error')} {rec.get('where', '')}"
+
+
 def test_eager_attention_matches():
     rec = record("gpt2", "eager", "inference", attn="eager")
     assert rec["status"] == "ok", rec.get("error")
