@@ -148,3 +148,39 @@ def test_call_entering_inference_mode_returns_inference_tensors_when_replayed():
         with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
             got.add_(1)
     assert metrics.replays == CALLS - 3, xnf.metrics_report()
+
+
+@torch.library.custom_op("replay_modules_test::project", mutates_args=())
+def _project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w.t()  # a view of the parameter made below autograd: it has no _base
+
+
+@_project.register_fake
+def _(x, w):
+    return x.new_empty(x.shape[0], w.shape[0])
+
+
+def test_parameter_read_only_inside_a_custom_op_is_replayed():
+    """nn.LinearCrossEntropyLoss's chunked path is a torch.library custom op that reads
+    the linear weight through its own views: the replay reads the parameter itself."""
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(5, 4)
+    ours = xnf.to_xla(copy.deepcopy(ref))
+
+    def step(module):
+        def fn(x):
+            with torch.no_grad():
+                return _project(x, module.weight.reshape(4, 5))
+        return fn
+
+    compiled, expected = xnf.compile(step(ours)), step(ref)
+    for _ in range(CALLS):
+        x = torch.randn(8, 5)
+        torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(x))), expected(x))
+    assert metrics.replays == CALLS - 2, xnf.metrics_report()
+    with torch.no_grad():  # a new value of the parameter reaches the replay
+        ours.weight.mul_(2)
+        ref.weight.mul_(2)
+    x = torch.randn(8, 5)
+    torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(x))), expected(x))
+    assert metrics.replays == CALLS - 1

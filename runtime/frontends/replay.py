@@ -253,17 +253,41 @@ def _layout(t: XlaTensor) -> tuple:
     return tuple(t.shape), t.dtype, None if t._whole else (tuple(t.stride()), t.storage_offset()), t._real
 
 
-def _orphans(probe: Probe) -> set[int]:
+def _orphans(probe: Probe, arg_stores: dict[int, int]) -> set[int]:
     """Storages the call touched whose tensor died but that something else still holds
-    (a view made inside the call): a replay could not find them."""
+    (a view made inside the call): a replay could not find them. A storage the call only
+    read through views made below autograd gets the tensor still on it instead
+    (`_live_owner`)."""
     orphans = set()
     for sid, ref in probe.owners.items():
         t = ref()
         if t is None or t._store is not probe.held[sid]:
             # references: probe.held, getrefcount's argument
-            if sys.getrefcount(probe.held[sid]) > 2:
-                orphans.add(sid)
+            if sys.getrefcount(probe.held[sid]) > 2 and sid not in arg_stores:
+                # only a storage the call did not write: its version counter is not tracked
+                owner = None if sid in probe.produced else _live_owner(probe.held[sid])
+                if owner is None:
+                    orphans.add(sid)
+                else:
+                    probe.owners[sid] = weakref.ref(owner)
+                owner = None
+        t = None
     return orphans
+
+
+def _live_owner(store: Storage) -> XlaTensor | None:
+    """The base tensor still on `store`, if any. The probe keeps the base of the first
+    tensor through which the call read a storage; a view made below autograd (inside a
+    torch.library custom op such as nn.LinearCrossEntropyLoss's, whose views of a
+    parameter have no `_base`) dies with the op, while the parameter it viewed lives on.
+    Found through the garbage collector: only for such storages, once per traced call."""
+    for d in gc.get_referrers(store):
+        if d.__class__ is not dict:
+            continue
+        for t in gc.get_referrers(d):
+            if t.__class__ is XlaTensor and t._store is store and t._base is None and t._whole:
+                return t
+    return None
 
 
 def _source_of(sid: int, probe: Probe, arg_stores: dict[int, int], orphans: set[int]) -> tuple | str:
@@ -394,7 +418,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
     for i, x in enumerate(leaves):
         if x.__class__ is XlaTensor:
             arg_stores.setdefault(id(x._store), i)
-    orphans = _orphans(probe)
+    orphans = _orphans(probe, arg_stores)
     plan = Plan()
     plan.grad_enabled = grad_enabled
     plan.inference_mode = inference_mode
