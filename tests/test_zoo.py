@@ -77,6 +77,47 @@ def test_compiled_step_is_replayed(model, mode, task):
     assert rec["replayed_compared"] == "2/5" and replayed == steps and int(steps) >= 3, rec.get("replay_notes")
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled", "dynamo"])
+@pytest.mark.parametrize("model", ["transformer", "attention"])
+def test_attention_models_infer_under_inference_mode(model, mode):
+    """nn.Transformer with masks and nn.MultiheadAttention in eval run under
+    torch.inference_mode(), as serving code does, and every call (replayed ones included)
+    returns inference tensors, as PyTorch CPU does: run_model compares their kind."""
+    rec = record(model, mode, "inference")
+    assert rec["grad_mode"] == "inference_mode"
+    assert rec["status"] == "ok", f"{rec.get('error')} {rec.get('where', '')}"
+
+
+def test_adamw_weight_check_admits_elements_exact_arithmetic_leaves_in_place():
+    """Note [AdamW weight check]: a key bias, whose exact gradient is zero, random-walks
+    in float32 by up to lr per step; the rest of the tensor must still match."""
+    initial = torch.linspace(-1, 1, 48)
+    steps_bound = 2 * 1e-3 * 6
+    moved = initial - 6e-3 * torch.sign(initial)  # query and value parts: a real gradient
+    moved[16:32] = initial[16:32]
+    exact = moved.double()
+    ref = moved.clone()
+    ref[16:32] += 8e-4 * torch.cos(torch.arange(16.0))  # PyTorch float32's walk
+    ours = moved.clone()
+    ours[16:32] -= 1.8e-3 * torch.cos(torch.arange(16.0))  # ours: farther, the other way
+
+    def check(ours, initial=initial):
+        return run_model.compare([ours], [ref], 1e-4, 1e-4, names=["in_proj_bias"],
+                                 adamw=(steps_bound, lambda: [exact], lambda: [ref], lambda: [initial]))
+
+    assert not run_model.compare([ours], [ref], 1e-4, 1e-4, names=["b"],
+                                 adamw=(steps_bound, lambda: [exact], lambda: [ref]))["close"]
+    admitted = check(ours)
+    assert admitted["close"] and "left in place by float64 training" in admitted["float64_checked"][0]
+    wrong_value = ours.clone()
+    wrong_value[3] += 1e-3  # the query part, which float64 training moved
+    assert not check(wrong_value)["close"]
+    assert not check(ours, initial=moved.clone() + 1)["close"]  # float64 moved every element
+    too_far = moved.clone()
+    too_far[16:32] -= 0.02  # beyond 2 * lr per step
+    assert not check(too_far)["close"]
+
+
 def test_eager_attention_matches():
     rec = record("gpt2", "eager", "inference", attn="eager")
     assert rec["status"] == "ok", rec.get("error")

@@ -40,6 +40,24 @@ any other) and its `training` flag. A module the call made and dropped (DistilBE
 in forward) is part of the Python a replay skips: its flag is fixed by that Python, so
 the plan keys it by class and flag, not by its id (which a new one never shares), and
 guards only the modules still alive after the call.
+
+Note [Views kept by views]
+A view of a view keeps the view it was made from alive: PyTorch's view metadata
+(ADInplaceOrView's `as_view`) stores, for a tensor like ours that does not support
+as_strided, a function that inverts the view op and holds that op's `self`, chained
+through every earlier view. So `x.view(3, 1, 3).squeeze(1)` returned from a call keeps
+the (3, 1, 3) view alive, with nothing in Python referring to it, and the storage of
+the result had one tensor more than the returned value accounts for: every call
+returning such a tensor (nn.MultiheadAttention's unbatched and batch_first outputs,
+`.view(...).transpose(...)` at the end of a model) was taken for one that keeps a
+tensor it made, and traced every time. Such a view is invisible to the program; a
+replay needs no tensor for it. `_kept_by_views` counts, among the views the call made
+(the probe records every result of a view op), those on the storage that only PyTorch
+holds: exactly one reference besides ours (torch 2.13's TensorImpl holds one on its
+Python object while C++ shares it) and no referrer the garbage collector knows. A view
+the program kept in a list or an attribute has that referrer, and still escapes.
+Inference tensors get no view metadata, which is why the same calls replayed under
+inference_mode.
 """
 
 from __future__ import annotations
@@ -61,7 +79,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..core.context import context
 from ..core.convert import X64
-from ..core.inference import made_like
+from ..core.inference import made_in_mode, made_like
 from ..core.sharing import WRITE_LOCK
 from ..core.tensor import DEVICE, Storage, XlaTensor, real_view_on, storage_of, tensor_on
 from ..exec.eager import scalar_operand
@@ -109,6 +127,8 @@ class Probe:
         # id(tensor) -> its version counter before the call wrote through it (None: an
         # inference tensor, which has none): for the arguments and the owners of storages
         self.versions: dict[int, int | None] = {}
+        # every tensor a view op of the call returned (Note [Views kept by views])
+        self.views: list[weakref.ref] = []
 
     def note_owner(self, store: Storage, t: XlaTensor, v: Any) -> None:
         sid = id(store)
@@ -168,6 +188,10 @@ class _HostOpWatch(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if getattr(func, "is_view", False):
+            for x in (out,) if out.__class__ is XlaTensor else out if isinstance(out, (list, tuple)) else ():
+                if x.__class__ is XlaTensor:
+                    self.probe.views.append(weakref.ref(x))
         if func is _LIFT_FRESH:
             # torch.tensor / torch.as_tensor of Python data (pack_padded_sequence's
             # lengths): its argument was just made from values, a constant of the call
@@ -229,17 +253,41 @@ def _layout(t: XlaTensor) -> tuple:
     return tuple(t.shape), t.dtype, None if t._whole else (tuple(t.stride()), t.storage_offset()), t._real
 
 
-def _orphans(probe: Probe) -> set[int]:
+def _orphans(probe: Probe, arg_stores: dict[int, int]) -> set[int]:
     """Storages the call touched whose tensor died but that something else still holds
-    (a view made inside the call): a replay could not find them."""
+    (a view made inside the call): a replay could not find them. A storage the call only
+    read through views made below autograd gets the tensor still on it instead
+    (`_live_owner`)."""
     orphans = set()
     for sid, ref in probe.owners.items():
         t = ref()
         if t is None or t._store is not probe.held[sid]:
             # references: probe.held, getrefcount's argument
-            if sys.getrefcount(probe.held[sid]) > 2:
-                orphans.add(sid)
+            if sys.getrefcount(probe.held[sid]) > 2 and sid not in arg_stores:
+                # only a storage the call did not write: its version counter is not tracked
+                owner = None if sid in probe.produced else _live_owner(probe.held[sid])
+                if owner is None:
+                    orphans.add(sid)
+                else:
+                    probe.owners[sid] = weakref.ref(owner)
+                owner = None
+        t = None
     return orphans
+
+
+def _live_owner(store: Storage) -> XlaTensor | None:
+    """The base tensor still on `store`, if any. The probe keeps the base of the first
+    tensor through which the call read a storage; a view made below autograd (inside a
+    torch.library custom op such as nn.LinearCrossEntropyLoss's, whose views of a
+    parameter have no `_base`) dies with the op, while the parameter it viewed lives on.
+    Found through the garbage collector: only for such storages, once per traced call."""
+    for d in gc.get_referrers(store):
+        if d.__class__ is not dict:
+            continue
+        for t in gc.get_referrers(d):
+            if t.__class__ is XlaTensor and t._store is store and t._base is None and t._whole:
+                return t
+    return None
 
 
 def _source_of(sid: int, probe: Probe, arg_stores: dict[int, int], orphans: set[int]) -> tuple | str:
@@ -268,16 +316,44 @@ def _account(accounted: dict[int, set[int]], sid: int, t: XlaTensor) -> None:
         held.add(id(base))
 
 
-def _escaped(alive: dict[int, Storage], accounted: dict[int, set[int]]) -> bool:
+def _escaped(alive: dict[int, Storage], accounted: dict[int, set[int]], views: list[weakref.ref]) -> bool:
     """True when a storage made by the call has more tensors on it than the returned
-    value and the new .grads account for."""
+    value and the new .grads account for, besides views only PyTorch's view metadata
+    holds (Note [Views kept by views]; `views`: the probe's)."""
     for collected in (False, True):
         if collected:
             gc.collect()  # tensors in reference cycles the collector has not freed yet
         # references: `alive` and getrefcount's argument (no loop variable holds a storage)
-        if all(sys.getrefcount(alive[sid]) - 2 <= len(accounted.get(sid, ())) for sid in alive):
+        over = [sid for sid in alive if sys.getrefcount(alive[sid]) - 2 > len(accounted.get(sid, ()))]
+        if not over:
             return False
-    return True
+    for sid in over:
+        kept = _kept_by_views(alive[sid], accounted.get(sid, ()), views)
+        if sys.getrefcount(alive[sid]) - 2 > len(accounted.get(sid, ())) + kept:
+            return True
+    return False
+
+
+def _kept_by_views(store: Storage, accounted: set[int], views: list[weakref.ref]) -> int:
+    """How many views on `store`, made by the call and not accounted for, nothing in
+    Python refers to: PyTorch's metadata of a later view holds them (Note [Views kept by
+    views])."""
+    frames = set()
+    f = sys._getframe()
+    while f is not None:  # this thread's frames, which refer to tensors only as locals here
+        frames.add(id(f))
+        f = f.f_back
+    seen, kept = set(), 0
+    for ref in views:
+        t = ref()
+        if t is None or id(t) in seen or id(t) in accounted or t._store is not store:
+            continue
+        seen.add(id(t))
+        # references: `t`, getrefcount's argument and the one PyTorch takes on a tensor's
+        # Python object while C++ shares the tensor; and no Python object refers to it
+        if sys.getrefcount(t) == 3 and all(id(r) in frames for r in gc.get_referrers(t)):
+            kept += 1
+    return kept
 
 
 def _fp_array(a: np.ndarray) -> tuple:
@@ -342,7 +418,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
     for i, x in enumerate(leaves):
         if x.__class__ is XlaTensor:
             arg_stores.setdefault(id(x._store), i)
-    orphans = _orphans(probe)
+    orphans = _orphans(probe, arg_stores)
     plan = Plan()
     plan.grad_enabled = grad_enabled
     plan.inference_mode = inference_mode
@@ -412,7 +488,8 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         sid = id(x._store)
         if sid in new_roots:
             _account(accounted, sid, x)
-            plan.outputs.append(("new", new_roots[sid], _layout(x)))
+            # its kind: a call that enters inference_mode itself returns inference tensors
+            plan.outputs.append(("new", new_roots[sid], _layout(x), x.is_inference()))
         elif sid in probe.owners or sid in arg_stores:
             src = _source_of(sid, probe, arg_stores, orphans)
             if isinstance(src, str) or src[0] not in (ARG, OBJ):
@@ -469,7 +546,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
 
     # Tensors the call made must be held only by what a replay rebuilds.
     after = x = None  # drop this frame's references before counting
-    if _escaped(alive, accounted):
+    if _escaped(alive, accounted, probe.views):
         return ("it keeps a tensor it made outside its return value and .grad (a module attribute, "
                 "a list, new optimizer state), which a replay would not update")
     alive.clear()
@@ -551,7 +628,8 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         "key_array": key_array, "copy": copy_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
         "Storage": storage_of, "tensor_on": tensor_on, "real_view_on": real_view_on, "unflatten": tree_unflatten,
         "write_lock": WRITE_LOCK, "active_traces": active_traces, "owned": _owned,
-        "made_like": made_like, "inference_mode": torch.is_inference_mode_enabled, "bump": torch._C._increment_version,
+        "made_like": made_like, "made_in_mode": made_in_mode, "inference_mode": torch.is_inference_mode_enabled,
+        "bump": torch._C._increment_version,
     }
     lines: list[str] = []
 
@@ -608,14 +686,17 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
             return f"r{x[0]}[{x[1]}]"
         return "key_array()" if kind is KEY else const(x)
 
-    def on(store: str, spec: tuple, like: str | None = None) -> str:
+    def on(store: str, spec: tuple, like: str | None = None, inference: bool | None = None) -> str:
         """A tensor on `store` with a _layout; a view of a complex storage as reals
-        keeps its flag (Note [Views and mutation]); `like`: a tensor whose kind it takes
-        (Note [Inference mode] in core/inference.py)."""
+        keeps its flag (Note [Views and mutation]); `like`: a tensor whose kind it takes,
+        `inference`: the kind it has (Note [Inference mode] in core/inference.py), when
+        not that of the mode the replay runs in, which its guard fixes."""
         shape, dtype, view, real = spec
         make = 'real_view_on' if real else 'tensor_on'
         if like is not None:
             return f"made_like({like}, {make}, {store}, {shape!r}, {const(dtype)}, {view!r})"
+        if inference is not None and inference is not plan.inference_mode:
+            return f"made_in_mode({inference}, {make}, {store}, {shape!r}, {const(dtype)}, {view!r})"
         return f"{make}({store}, {shape!r}, {const(dtype)}, {view!r})"
 
     for j, seg in enumerate(plan.segments):
@@ -686,7 +767,7 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     for i, o in enumerate(plan.outputs):
         kind = o[0]
         if kind == "new":
-            value = on(new_store(o[1]), o[2])
+            value = on(new_store(o[1]), o[2], inference=o[3])
         elif kind is ARG:
             value = f"leaves[{o[1]}]"
         elif kind == "same":
