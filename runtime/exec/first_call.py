@@ -164,8 +164,9 @@ def foreach_call(exe: Any, cls: type[Node], in_place: bool, donated: list, dynam
         pass
     args = (donated, dynamic, static)
     try:
+        hash(static)
         key = (id(exe), tuple(_leaf_signature(a) for a in donated),
-               tuple(tuple(_leaf_signature(a) for a in element) for element in dynamic), hash(static) and static)
+               tuple(tuple(_leaf_signature(a) for a in element) for element in dynamic), static)
     except (_NotEligible, TypeError):
         key = None
 
