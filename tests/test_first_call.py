@@ -188,3 +188,46 @@ def test_traced_calls_never_run_on_pytorch(on):
     got = step(a)
     torch.testing.assert_close(_cpu(got), torch.sinh(_cpu(a)) * 3)
     assert on.on_cpu == before
+
+
+def test_inside_a_jax_transformation_the_op_compiles(on):
+    import jax
+
+    before = (on.on_cpu, on.compiled_at_once)
+    fn = xnf.jax_jit(lambda t: torch.atan(t) * 2)
+    a = torch.randn(6, 31)
+    got = fn(_x(a))
+    torch.testing.assert_close(_cpu(got) if not isinstance(got, jax.Array) else torch.from_numpy(jax.device_get(got)),
+                               torch.atan(a) * 2)
+    assert on.on_cpu == before[0]  # tracers: nothing for PyTorch to run on
+
+
+def test_lowering_an_executable_never_stops_at_a_first_call(on):
+    from xla_native_functions import dispatch as stubs
+    from xla_native_functions.runtime.core.convert import X64
+    from xla_native_functions.runtime.exec.eager import operand
+
+    x = _x(torch.randn(3, 37))
+    with X64:
+        text = stubs._eager_erf.lower(operand(x)).as_text()
+    assert "erf" in text
+
+
+def test_exit_with_compiles_pending_is_clean():
+    import os
+    import subprocess
+    import sys
+
+    program = (
+        "import torch, xla_native_functions as xnf\n"
+        "xnf.config.first_calls_on_cpu = True\n"
+        "x = xnf.to_xla(torch.randn(4, 41))\n"
+        "for f in (torch.sin, torch.cos, torch.tan, torch.exp, torch.log1p, torch.sqrt, torch.abs, torch.neg):\n"
+        "    y = f(x)\n"
+        "from xla_native_functions.runtime.exec import first_call\n"
+        "assert first_call.stats.on_cpu >= 8, first_call.stats.__dict__\n"
+        "print('done', flush=True)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", program], env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "done"

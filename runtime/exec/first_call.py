@@ -46,6 +46,7 @@ taking work and finishes the compile in hand; a forked child starts with none.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import queue
 import threading
@@ -132,7 +133,7 @@ def tiered_executable(cls: type[Node], in_place: bool = False) -> Any:
 
     call.__name__ = run.__name__
     call.__wrapped__ = jitted
-    call.lower = jitted.lower
+    call.lower = functools.partial(_compiling, jitted.lower)  # lowering traces: never a first call
     call.clear_cache = jitted.clear_cache
     call._cache_size = jitted._cache_size
     return call
@@ -196,17 +197,23 @@ def check_new_signature() -> None:
 
 _PENDING, _READY, _FAILED = "pending", "ready", "failed"
 _signatures: dict[Any, str] = {}
+_MAX_SIGNATURES = 1 << 16
 _lock = threading.Lock()
+
+
+def _compiling(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs), with whatever it traces compiled in this thread."""
+    before = _local.compiling
+    _local.compiling = True
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _local.compiling = before
 
 
 def _compile_now(jitted: Any, args: tuple) -> Any:
     stats.compiled_at_once += 1
-    before = _local.compiling
-    _local.compiling = True
-    try:
-        return jitted(*args)
-    finally:
-        _local.compiling = before
+    return _compiling(jitted, *args)
 
 
 def _first_call(jitted: Any, cls: type[Node], in_place: bool, args: tuple) -> Any:
@@ -236,6 +243,9 @@ def _answer(jitted: Any, args: tuple, key: Any, on_torch: Any, copies: Any) -> A
         with _lock:
             submit = key not in _signatures
             if submit:
+                if len(_signatures) >= _MAX_SIGNATURES:  # ever-new shapes: forget the settled ones
+                    for settled in [k for k, v in _signatures.items() if v is not _PENDING]:
+                        del _signatures[settled]
                 _signatures[key] = _PENDING
         if submit:
             _worker.submit(key, jitted, copies())
