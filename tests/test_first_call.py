@@ -231,3 +231,11 @@ def test_exit_with_compiles_pending_is_clean():
     out = subprocess.run([sys.executable, "-c", program], env=dict(os.environ), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "done"
+
+
+def test_factories_with_our_device(on):
+    before = on.on_cpu
+    got = torch.full((3, 43), 1.5, device=_x(torch.ones(1)).device) * 2
+    assert on.on_cpu > before
+    assert got.device == _x(torch.ones(1)).device and got.dtype == torch.float32
+    torch.testing.assert_close(_cpu(got), torch.full((3, 43), 3.0))

@@ -78,6 +78,7 @@ class FirstCall(BaseException):
 
 class _Local(threading.local):
     compiling = False  # this thread compiles whatever it traces
+    answering = False  # this thread runs a PyTorch kernel for a first call
 
 
 _local = _Local()
@@ -198,6 +199,7 @@ def check_new_signature() -> None:
 _PENDING, _READY, _FAILED = "pending", "ready", "failed"
 _signatures: dict[Any, str] = {}
 _MAX_SIGNATURES = 1 << 16
+_REFUSED = object()
 _lock = threading.Lock()
 
 
@@ -225,16 +227,23 @@ def _first_call(jitted: Any, cls: type[Node], in_place: bool, args: tuple) -> An
 def _answer(jitted: Any, args: tuple, key: Any, on_torch: Any, copies: Any) -> Any:
     """`jitted(*args)`'s result from PyTorch (`on_torch()`), the signature `key` handed
     to the background thread with `copies()` of the arguments; or compiled at once."""
-    if key is None:  # tracers, other platforms, split arrays: nothing to run PyTorch on
+    if key is None or _local.answering:
+        # tracers, other platforms, split arrays: nothing to run PyTorch on; or PyTorch's
+        # kernel came back to us (a tensor on our device): the executable answers
         return _compile_now(jitted, args)
     with _lock:
         state = _signatures.get(key)
     if state is not None and state is not _PENDING:
         # compiled in the background (and still missing JAX's cache: evicted since), or failed
         return _compile_now(jitted, args)
+    _local.answering = True
     try:
         out = on_torch()
     except Exception:
+        out = _REFUSED
+    finally:
+        _local.answering = False
+    if out is _REFUSED:
         # PyTorch or the shape function refused: the executable raises its own error, or
         # computes what PyTorch CPU cannot (a dtype it lacks)
         return _compile_now(jitted, args)
@@ -388,9 +397,16 @@ def _to_torch_tensor(a: Any) -> torch.Tensor:
     return torch.from_dlpack(a)
 
 
+_CPU = torch.device("cpu")
+
+
 def _to_torch(kind: str, a: Any) -> Any:
-    if a is None or kind in STATIC_KINDS:
+    if a is None:
         return a
+    if kind in STATIC_KINDS:
+        # a factory's device is ours: PyTorch makes the result on the CPU (made on our
+        # device, it would come back through dispatch to this op)
+        return _CPU if a.__class__ is torch.device else a
     if kind == TENSOR_LIST:
         return [None if x is None else _to_torch_tensor(x) for x in a]
     if a.__class__ in (bool, int, float, complex):
