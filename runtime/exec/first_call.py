@@ -38,6 +38,12 @@ compile as before. Calls from several threads are safe: the decision is made per
 from JAX's cache, the pending set is locked, and the background thread traces with no
 trace of its own (Note [Per-thread traces] in runtime/core/context.py).
 
+The background thread runs at the lowest CPU priority (nice 19: at normal priority it
+took the zoo ResNet's cold first step from 0.97 s to 3.9 s), and it starts on a burst of
+new signatures only once the caller has met no new one for 30 ms, or after 2 s (Note
+[Compiles after the burst] at _Worker): the EfficientNet-sized first step went from 5.6
+to 2.0 s cold and from 2.4 to 1.6 s warm, and every signature was compiled sooner.
+
 `config.first_calls_on_cpu = False` turns this off: every new signature compiles before
 its first call returns, as before. The background thread is a daemon; at exit it stops
 taking work and finishes the compile in hand; a forked child starts with none.
@@ -502,17 +508,26 @@ def _on_torch(cls: type[Node], in_place: bool, args: tuple) -> Any:
 class _Worker:
     """One daemon thread compiling the signatures first calls ran on PyTorch."""
 
+    # Note [Compiles after the burst]: while the caller keeps meeting new signatures (a
+    # first step), compiling would take the CPU and the GIL from it; the thread waits for
+    # QUIET_S without a new one, for at most DEFER_S per burst.
+    QUIET_S = 0.03
+    DEFER_S = 2.0
+
     def __init__(self):
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
         self.stopping = False
         self.start_lock = threading.Lock()
+        self.last_submit = 0.0
+        self.burst_start: float | None = None
 
     def submit(self, key: Any, jitted: Any, args: tuple) -> None:
         if self.stopping:
             with _lock:
                 _signatures.pop(key, None)
             return
+        self.last_submit = time.monotonic()
         self.queue.put((key, jitted, args))
         if self.thread is None:
             with self.start_lock:
@@ -530,6 +545,7 @@ class _Worker:
             item = self.queue.get()
             if item is None or self.stopping:
                 return
+            self.wait_for_quiet()
             key, jitted, args = item
             state = _READY
             try:
@@ -541,6 +557,17 @@ class _Worker:
             del args, item
             with _lock:
                 _signatures[key] = state
+
+    def wait_for_quiet(self) -> None:
+        now = time.monotonic()
+        if now - self.last_submit >= self.QUIET_S:
+            self.burst_start = None
+            return
+        if self.burst_start is None:
+            self.burst_start = now
+        while (not self.stopping and time.monotonic() - self.last_submit < self.QUIET_S
+               and time.monotonic() - self.burst_start < self.DEFER_S):
+            time.sleep(self.QUIET_S)
 
     def idle(self) -> bool:
         with _lock:
