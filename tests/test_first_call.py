@@ -239,3 +239,19 @@ def test_factories_with_our_device(on):
     assert on.on_cpu > before
     assert got.device == _x(torch.ones(1)).device and got.dtype == torch.float32
     torch.testing.assert_close(_cpu(got), torch.full((3, 43), 3.0))
+
+
+def test_once_compiled_calls_take_jaxs_fast_path(on, monkeypatch):
+    from jax._src import pjit
+
+    a = _x(torch.randn(7, 47))
+    torch.expm1(a)  # answered by PyTorch; its signature compiles in the background
+    torch.expm1(a)  # still pending, or compiled: either way, correct
+    assert first_call.wait_for_background_compiles(timeout=120)
+    torch.expm1(a)  # the first call after the compile refills JAX's C++ cache
+    python_calls = []
+    real = pjit._run_python_pjit
+    monkeypatch.setattr(pjit, "_run_python_pjit", lambda *args, **kwargs: python_calls.append(1) or real(*args, **kwargs))
+    got = torch.expm1(a)
+    assert not python_calls  # not sent through JAX's Python path by the earlier FirstCall
+    torch.testing.assert_close(_cpu(got), torch.expm1(_cpu(a)))
