@@ -11,7 +11,10 @@ convolution's backward 0.3 s each); with the persistent compilation cache filled
 lowering and reading the cache still took 17-21 s of its first step (docs/performance.md,
 "First call and caches"). PyTorch's first step of the same network took 2 s.
 
-So the executable of a generated (`full_codegen`) aten op checks, at the moment JAX
+So the executable of a generated (`full_codegen`) aten op, of the training-mode batch
+norm node (`batch_norm_with_update`, answered by `_native_batch_norm_legit` on clones of
+the running statistics) and of a foreach op's chunk (runtime/supported/foreach.py,
+answered element by element) checks, at the moment JAX
 starts tracing it for a new signature, whether this call may be answered another way; if
 so it raises `FirstCall` before anything is traced, and `tiered_executable`'s wrapper
 answers the call with PyTorch's CPU kernel for the same aten overload, on zero-copy DLPack
@@ -20,7 +23,9 @@ the results into fresh XLA buffers. The same signature goes to one background th
 which lowers and compiles the executable for the operands' shapes and dtypes (or loads it
 from the persistent cache) without running it; JAX's caches keep the trace, the lowering
 and the executable, so the op's next call runs it (no new trace) and from then on takes
-JAX's C++ fast path as before. A signature never pays both: until its executable is
+JAX's C++ fast path as before (the thread empties the function's C++ cache once a
+signature is compiled: an entry whose call raised FirstCall would send every later call
+of its signature through JAX's Python path). A signature never pays both: until its executable is
 ready, further calls go to PyTorch as well. Calls that hit JAX's cache never enter the
 check: the hot path is one Python frame more (the wrapper), nothing else.
 
@@ -33,11 +38,11 @@ shape function runs on the operands' shapes and dtypes, as at trace time; if it 
 if PyTorch raises, or if PyTorch's result disagrees with the shape function in shape or
 dtype, the call compiles at once instead and raises or returns what the executable does,
 so errors are the executable's own. Random ops (a lowering taking a key: our RNG stream),
-runtime-internal nodes, supported and custom ops, operands that are tracers (an op inside
+other runtime-internal nodes, supported and custom ops, operands that are tracers (an op inside
 a JAX transformation) or on another platform than CPU, and arrays split over devices all
 compile as before. Calls from several threads are safe: the decision is made per call
 from JAX's cache, the pending set is locked, and the background thread traces with no
-trace of its own (Note [Per-thread traces] in runtime/core/context.py).
+trace of its own (Note [Per-thread trace] in runtime/core/context.py).
 
 The background thread runs at the lowest CPU priority (nice 19: at normal priority it
 took the zoo ResNet's cold first step from 0.97 s to 3.9 s), and it starts on a burst of
