@@ -12,8 +12,14 @@ scripts/soak.py drive compile() with)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+# Every first call of an op compiles and runs our lowering, as it did before first calls
+# could run on PyTorch CPU (Note [First calls on PyTorch CPU]): the tests compare the
+# lowerings with PyTorch. tests/test_first_call.py turns it on where it tests it.
+os.environ.setdefault("XLA_NATIVE_FUNCTIONS_FIRST_CALLS_ON_CPU", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 for path in (ROOT / "scripts", ROOT):

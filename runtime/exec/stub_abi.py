@@ -7,8 +7,9 @@ between the generator's templates and the runtime."""
 from ..core.context import context
 from ..core.convert import X64
 from ..core.ir import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node
-from .eager import attr_list, eager_executable, operand, operand_opt, operands, scalar_operand, wrap
+from .eager import attr_list, operand, operand_opt, operands, scalar_operand, wrap
 from .fallback import fallback
+from .first_call import tiered_executable as eager_executable  # Note [First calls on PyTorch CPU]
 from .keys import next_key
 from .mutation import (check_in_place_overlap, donatable, donate, lists_alias, make_view, per_tensor_loop,
                        restride_inplace, write_inplace, write_list_inplace, write_out)

@@ -42,6 +42,12 @@ class Config:
     # a transposed copy kept per weight (Note [Transposed weights] in runtime/exec/graph.py):
     # faster products in small-batch inference, at the cost of those weights' memory.
     transposed_weight_copies: bool = True
+    # The first calls of a new eager op signature run on PyTorch's CPU kernel while the
+    # op's executable compiles in a background thread (Note [First calls on PyTorch CPU]
+    # in runtime/exec/first_call.py). False: every new signature compiles before its
+    # first call returns. XLA_NATIVE_FUNCTIONS_FIRST_CALLS_ON_CPU=0 in the environment
+    # sets the default to False (the test suite does, to test the lowerings themselves).
+    first_calls_on_cpu: bool = os.environ.get("XLA_NATIVE_FUNCTIONS_FIRST_CALLS_ON_CPU", "1").strip() != "0"
 
     def __setattr__(self, name: str, value: Any) -> None:
         accepted = _SETTING_TYPES.get(name)

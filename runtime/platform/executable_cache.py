@@ -55,7 +55,9 @@ class EagerExecutables:
 
     def cached(self) -> int:
         """Executables the eager functions hold."""
-        return sum(f._cache_size() for f in self.order.values())
+        # a snapshot (taken atomically under the GIL): the background thread of Note
+        # [First calls on PyTorch CPU] compiles while the caller's thread does
+        return sum(f._cache_size() for f in list(self.order.values()))
 
     def evict(self, target_bytes: int, keep: Any = None) -> None:
         """Clear functions, least recently compiled first, until their executables fit in

@@ -40,6 +40,7 @@ from ..core.convert import X64
 from ..core.ir import ATTR_LIST, OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR
 from ..core.tensor import XlaTensor, from_array
 from ..exec.eager import attr_list, lower_checked, operand, operand_opt, run_node, scalar_operand
+from ..exec.first_call import answerable, check_new_signature, foreach_call
 from ..exec.mutation import donatable, take_buffer, update_in_place, write_inplace
 from ..exec.registry import node
 from ..platform.config import config
@@ -74,7 +75,11 @@ def _executable(cls: Any, in_place: bool) -> Any:
     if exe is None:
         kinds = cls.arg_kinds
 
+        tiered = answerable(cls)
+
         def run(donated, dynamic, static):
+            if tiered:  # Note [First calls on PyTorch CPU]
+                check_new_signature()
             donated = iter(donated)
             outs = []
             for dyn, (stat, donates) in zip(dynamic, static):
@@ -138,7 +143,8 @@ def _each(name: str, per_element: list[tuple]) -> list[Any]:
             for start in range(0, len(per_element), ELEMENTS_PER_EXECUTABLE):
                 part = static[start:start + ELEMENTS_PER_EXECUTABLE]
                 donors = sum(donates for _, donates in part)
-                outs += exe(donated[used:used + donors], dynamic[start:start + ELEMENTS_PER_EXECUTABLE], tuple(part))
+                outs += foreach_call(exe, cls, in_place, donated[used:used + donors],
+                                     dynamic[start:start + ELEMENTS_PER_EXECUTABLE], tuple(part))
                 used += donors
     except BaseException:
         # raised while tracing a part, before its buffers were donated: an element of a

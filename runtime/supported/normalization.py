@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..exec.eager import run_node
+from ..exec.first_call import run_node  # Note [First calls on PyTorch CPU]
 from ..exec.mutation import write_inplace
 from ..exec.registry import node
 
