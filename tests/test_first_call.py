@@ -228,7 +228,8 @@ def test_exit_with_compiles_pending_is_clean():
         "assert first_call.stats.on_cpu >= 8, first_call.stats.__dict__\n"
         "print('done', flush=True)\n"
     )
-    out = subprocess.run([sys.executable, "-c", program], env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", program], env=dict(os.environ), capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "done"
 
@@ -251,7 +252,8 @@ def test_once_compiled_calls_take_jaxs_fast_path(on, monkeypatch):
     torch.expm1(a)  # the first call after the compile refills JAX's C++ cache
     python_calls = []
     real = pjit._run_python_pjit
-    monkeypatch.setattr(pjit, "_run_python_pjit", lambda *args, **kwargs: python_calls.append(1) or real(*args, **kwargs))
+    monkeypatch.setattr(pjit, "_run_python_pjit",
+                        lambda *args, **kwargs: python_calls.append(1) or real(*args, **kwargs))
     got = torch.expm1(a)
     assert not python_calls  # not sent through JAX's Python path by the earlier FirstCall
     torch.testing.assert_close(_cpu(got), torch.expm1(_cpu(a)))
