@@ -15,6 +15,7 @@ from .core.placement import device_count
 from .core.tensor import XlaTensor, from_array
 from .exec import custom_ops, value_checks
 from .exec.custom_ops import register_lowering
+from .exec.first_call import wait_for_background_compiles
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
 from .frontends import dispatch, distributed, forked_child
 from .frontends.analyze import analyze
@@ -54,6 +55,7 @@ __all__ = [
     "to_torch",
     "to_torch_tensor",
     "to_xla",
+    "wait_for_background_compiles",
     "x64",
 ]
 

@@ -37,6 +37,10 @@ import xla_native_functions as xnf
 
 TURNS = 5
 
+# Steady-state eager timings: every op signature compiled before its first call returns,
+# not answered by PyTorch CPU while it compiles (first calls: scripts/bench_first_call.py).
+xnf.config.first_calls_on_cpu = False
+
 
 class BasicBlock(nn.Module):
     def __init__(self, cin: int, cout: int, stride: int):

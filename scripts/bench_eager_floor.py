@@ -37,6 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run_model import TASKS, _tensors, zoo_step  # noqa: E402
 from zoo import MODELS, SIZES  # noqa: E402
 
+# Steady-state eager timings: every op signature compiled before its first call returns,
+# not answered by PyTorch CPU while it compiles (first calls: scripts/bench_first_call.py).
+xnf.config.first_calls_on_cpu = False
+
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
 
 

@@ -21,6 +21,10 @@ import torch
 import xla_native_functions as xnf
 from xla_native_functions.runtime.exec.trace import tracing
 
+# Steady-state eager timings: every op signature compiled before its first call returns,
+# not answered by PyTorch CPU while it compiles (first calls: scripts/bench_first_call.py).
+xnf.config.first_calls_on_cpu = False
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from training_steps import training_step  # noqa: E402

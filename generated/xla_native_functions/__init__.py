@@ -32,6 +32,7 @@ from .runtime.api import (
     to_torch,
     to_torch_tensor,
     to_xla,
+    wait_for_background_compiles,
     x64,
 )
 from .runtime.api import install as _install
@@ -63,5 +64,6 @@ __all__ = [
     "to_torch",
     "to_torch_tensor",
     "to_xla",
+    "wait_for_background_compiles",
     "x64",
 ]
