@@ -359,10 +359,9 @@ _TORCH_OPS: dict[type, Any] = {}
 
 
 def _batch_norm_with_update(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    # The running statistics are views of XLA buffers: only the functional form, which
-    # returns new ones, may see them.
-    # returns new ones, may see them: the kernel updates clones (the functional
-    # aten form is a slow composite on CPU: 54 ms per call in an EfficientNet step).
+    # The running statistics are views of XLA buffers, which PyTorch's kernel must not
+    # write: it updates clones (the functional aten form, which returns new ones, is a
+    # slow composite on CPU: 54 ms per call in an EfficientNet step).
     if training and running_mean is not None and running_var is not None:
         new_mean, new_var = running_mean.clone(), running_var.clone()
         out, mean, invstd = torch.ops.aten._native_batch_norm_legit(input, weight, bias, new_mean, new_var, True,
