@@ -169,7 +169,7 @@ def _match(state: _Peer, write: Any) -> None:
         _fill(state.receives.popleft(), state.messages.popleft(), write)
 
 
-def send(pg: Any, tensors: list, peer: int, tag: int, array_of: Any, write: Any) -> None:
+def exchange_send(pg: Any, tensors: list, peer: int, tag: int, array_of: Any, write: Any) -> None:
     """Send each tensor to rank `peer` of the group, in order."""
     _check_peer(pg, peer, "send")
     state = _peer_state(pg, peer)
@@ -182,7 +182,7 @@ def send(pg: Any, tensors: list, peer: int, tag: int, array_of: Any, write: Any)
             _match(state, write)
 
 
-def recv(pg: Any, tensors: list, peer: int, tag: int, write: Any) -> list[RecvWork]:
+def exchange_recv(pg: Any, tensors: list, peer: int, tag: int, write: Any) -> list[RecvWork]:
     """Receive into each tensor from rank `peer` of the group, in order: a work per
     tensor, complete once its data arrived."""
     _check_peer(pg, peer, "recv")

@@ -36,12 +36,18 @@ from ...exec.collectives import run_all_to_all, run_collective
 from ...exec.eager import value
 from ...exec.registry import REGISTRY
 from .. import dynamo
-from . import point_to_point
+from .point_to_point import exchange_recv, exchange_send
 
 BACKEND = DEVICE_NAME  # init_process_group("jax")
 _REDUCE_OPS = {"SUM": "sum", "AVG": "avg", "MAX": "max", "MIN": "min", "PRODUCT": "product", "BAND": "band",
                "BOR": "bor", "BXOR": "bxor"}
 
+
+
+def _check_reduce_scatter_shapes(output: torch.Tensor, input: torch.Tensor, ranks: int) -> None:
+    if input.shape[0] != output.shape[0] * ranks or output.shape[1:] != input.shape[1:]:
+        raise ValueError(f"reduce_scatter_tensor: an output of shape {tuple(output.shape)} for an input of "
+                         f"shape {tuple(input.shape)} over {ranks} ranks")
 
 def _reduce_name(op: Any) -> str:
     """torch's ReduceOp (or the functional collectives' string) as ours."""
@@ -179,9 +185,7 @@ class ProcessGroupJax(dist.ProcessGroup):
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         op = _reduce_name(opts.reduceOp if opts is not None else "sum")
-        if input.shape[0] != output.shape[0] * self.size() or output.shape[1:] != input.shape[1:]:
-            raise ValueError(f"reduce_scatter_tensor: an output of shape {tuple(output.shape)} for an input of "
-                             f"shape {tuple(input.shape)} over {self.size()} ranks")
+        _check_reduce_scatter_shapes(output, input, self.size())
         if _traced("reduce_scatter_tensor", self.size(), input):
             with torch.no_grad():
                 output.copy_(input)
@@ -228,11 +232,11 @@ class ProcessGroupJax(dist.ProcessGroup):
     # -- point to point (Note [Point-to-point as exchanges] in point_to_point.py)
 
     def send(self, tensors: list, dstRank: int, tag: int = 0) -> Any:
-        point_to_point.send(self, list(tensors), dstRank, tag, _array, _write)
+        exchange_send(self, list(tensors), dstRank, tag, _array, _write)
         return _done(tensors)
 
     def recv(self, tensors: list, srcRank: int, tag: int = 0) -> Any:
-        works = point_to_point.recv(self, list(tensors), srcRank, tag, _write)
+        works = exchange_recv(self, list(tensors), srcRank, tag, _write)
         return works[0] if len(works) == 1 else _AllOf(works)
 
     def recv_anysource(self, tensors: list, tag: int = 0) -> Any:

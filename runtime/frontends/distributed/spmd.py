@@ -58,7 +58,7 @@ from ...core.tensor import Storage, XlaTensor, from_array, tensor_on
 from ...exec.collectives import (axis_all_gather, axis_all_reduce, axis_all_to_all, axis_broadcast, axis_rank,
                                  axis_reduce_scatter)
 from ...exec.eager import value
-from .process_group import BACKEND, ProcessGroupJax, _done, _reduce_name
+from .process_group import BACKEND, ProcessGroupJax, _check_reduce_scatter_shapes, _done, _reduce_name
 
 RANK_MESSAGE = (
     "inside xla_native_functions.distributed.spmd every rank runs one program, so a value that depends on the rank "
@@ -166,9 +166,7 @@ class MeshGroup(ProcessGroupJax):
 
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         op = _reduce_name(opts.reduceOp if opts is not None else "sum")
-        if input.shape[0] != output.shape[0] * self.size() or output.shape[1:] != input.shape[1:]:
-            raise ValueError(f"reduce_scatter_tensor: an output of shape {tuple(output.shape)} for an input of "
-                             f"shape {tuple(input.shape)} over {self.size()} ranks")
+        _check_reduce_scatter_shapes(output, input, self.size())
         axes = self._axes("reduce_scatter_tensor")
         _run.active.touch(input)
         with X64:
