@@ -89,12 +89,7 @@ SKIPS: dict[tuple[str, str | None, str | None], str] = {
 
 _BACKWARD = "the backward formula reaches an aten operator the manifest lacks: "
 
-XFAILS: dict[tuple[str, str | None, str | None], str] = {
-    ("nn.functional.conv2d", "float32", None): (
-        "one depthwise sample (groups=4) differs by 1.3e-5 in 1 of 144 elements: XLA sums the 3x3 window "
-        "in another order than PyTorch's CPU kernel; float64 and the other 29 samples match"
-    ),
-}
+XFAILS: dict[tuple[str, str | None, str | None], str] = {}
 
 
 def _lookup(table: dict, key: str, dtype: str, mode: str) -> str | None:

@@ -169,3 +169,55 @@ def test_compiled_sgd_on_embedding_tables_matches_torch_and_is_folded(name, monk
         torch.testing.assert_close(xnf.to_torch(ours_step()), ref_step(), rtol=1e-5, atol=1e-6)
     assert metrics.sparse_updates_folded > before, "the table's update was not applied as a scatter"
     torch.testing.assert_close(xnf.to_torch(ours_model.weight), ref_model.weight.detach(), rtol=1e-5, atol=1e-6)
+
+
+class _Gathered(torch.nn.Module):
+    """A table read by indexing (`table[idx]`), whose gradient is an index_put into zeros."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(40, 4))
+
+    def forward(self, idx):
+        return self.table[idx]
+
+
+def _interpretations(monkeypatch) -> list:
+    from xla_native_functions.runtime.exec import sparse_updates
+
+    calls: list = []
+    interpret = sparse_updates._interpret
+    monkeypatch.setattr(sparse_updates, "_interpret", lambda *a: calls.append(1) or interpret(*a))
+    monkeypatch.setattr(graph, "_GRAPH_CACHE", {})
+    return calls
+
+
+def test_indexing_gradient_is_folded(monkeypatch):
+    calls = _interpretations(monkeypatch)
+    torch.manual_seed(0)
+    ref_model = _Gathered()
+    ours_model = xnf.to_xla(copy.deepcopy(ref_model))
+    idx = torch.tensor([1, 3, 3, 39, 7])
+    make_opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.1)  # noqa: E731
+    ref_step = _train(ref_model, (idx,), make_opt, _manual_sgd)
+    ours_step = xnf.compile(_train(ours_model, (xnf.to_xla(idx),), make_opt, _manual_sgd))
+    before = metrics.sparse_updates_folded
+    for _ in range(3):
+        torch.testing.assert_close(xnf.to_torch(ours_step()), ref_step(), rtol=1e-5, atol=1e-6)
+    assert calls and metrics.sparse_updates_folded > before
+    torch.testing.assert_close(xnf.to_torch(ours_model.table), ref_model.table.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_graphs_without_scattering_ops_are_not_interpreted(monkeypatch):
+    """The rewrite's second pass over a program is skipped where no op scatters into zeros."""
+    calls = _interpretations(monkeypatch)
+    torch.manual_seed(0)
+    ref_model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    ours_model = xnf.to_xla(copy.deepcopy(ref_model))
+    x = torch.randn(4, 8)
+    make_opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.1)  # noqa: E731
+    ref_step = _train(ref_model, (x,), make_opt, _manual_sgd)
+    ours_step = xnf.compile(_train(ours_model, (xnf.to_xla(x),), make_opt, _manual_sgd))
+    for _ in range(3):
+        torch.testing.assert_close(xnf.to_torch(ours_step()), ref_step(), rtol=1e-5, atol=1e-6)
+    assert calls == []

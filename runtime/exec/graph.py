@@ -18,7 +18,7 @@ from ..platform.config import config
 from ..platform.executable_cache import eager_jit
 from ..platform.metrics import metrics
 from .eager import scalar_operand, scope_name, scoped_lowering
-from .sparse_updates import fold_sparse_updates
+from .sparse_updates import fold_sparse_updates, may_fold
 from .registry import node, policy
 
 _GRAPH_CACHE: dict[Any, Callable] = {}
@@ -280,8 +280,9 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             results.append(lower(*[get(r) for r in refs]))
         return [get(r) for r in outputs]
 
-    executable = jax.jit(fold_sparse_updates(run), donate_argnums=0 if donated else (),
-                         compiler_options=graph_compiler_options(Counter(type(n).name for n in order)))
+    op_counts = Counter(type(n).name for n in order)
+    executable = jax.jit(fold_sparse_updates(run) if may_fold(op_counts) else run,
+                         donate_argnums=0 if donated else (), compiler_options=graph_compiler_options(op_counts))
     transposed_kept = tuple(k for k, i in enumerate(kept) if i in transposed)
 
     def call(arrays: list, scalar_values: list, donate: bool = True) -> Any:
