@@ -9,8 +9,9 @@ of two basic blocks, 64 to 512 channels; written here with torch.nn, torchvision
 a dependency) at batch 8 on 64x64 and 224x224 images, and a UNet block (two 3x3
 conv + GroupNorm + SiLU, a strided down conv, a transposed up conv, a skip
 concatenation) at batch 8, 64 channels, 64x64, and a DCGAN-style decoder (two
-ConvTranspose2d(k=4, s=2, p=1), 16x16 to 64x64, batch 8); each as inference (no_grad, eval mode)
-and as an SGD training step. Modes: `compile` (xla_native_functions.compile, the
+ConvTranspose2d(k=4, s=2, p=1), 16x16 to 64x64, batch 8), and an EfficientNet-B0-sized
+network (depthwise convolutions; scripts/bench_first_call.py's) at batch 8, 64x64; each
+as inference (no_grad, eval mode) and as an SGD training step. Modes: `compile` (xla_native_functions.compile, the
 step replayed), `eager` (op by op on our device), `dynamo` (torch.compile with the
 xla_native backend, CPU tensors in and out). Each mode's time is the median over turns
 of its time over PyTorch's in the same turn (turns alternate PyTorch and the mode, with
@@ -118,13 +119,17 @@ def _case(row: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor, Callable]:
         side = int(row.split("-")[1])
         x = torch.randn(8, 3, side, side)
         return ResNet18(), x, torch.randint(0, 1000, (8,)), nn.functional.cross_entropy
+    if row == "efficientnet":
+        from bench_first_call import efficientnet_b0
+
+        return efficientnet_b0(), torch.randn(8, 3, 64, 64), torch.randint(0, 1000, (8,)), nn.functional.cross_entropy
     if row == "decoder":
         return Decoder(), torch.randn(8, 128, 16, 16), torch.randn(8, 3, 64, 64), nn.functional.mse_loss
     x = torch.randn(8, 64, 64, 64)
     return UNetBlock(), x, torch.randn(8, 64, 64, 64), nn.functional.mse_loss
 
 
-ROWS = ("resnet18-64", "resnet18-224", "unet", "decoder")
+ROWS = ("resnet18-64", "resnet18-224", "unet", "decoder", "efficientnet")
 MODES = ("compile", "eager", "dynamo")
 
 

@@ -39,8 +39,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def _efficientnet_b0():
-    import torch
+def efficientnet_b0():
+    """torchvision's efficientnet_b0 layout, written with torch.nn."""
     from torch import nn
 
     class MBConv(nn.Module):
@@ -75,7 +75,13 @@ def _efficientnet_b0():
         nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.SiLU(), *blocks,
         nn.Conv2d(320, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.SiLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         nn.Linear(1280, 1000),
-    ), torch.randn(2, 3, 64, 64), torch.randint(0, 1000, (2,))
+    )
+
+
+def _efficientnet_b0_case():
+    import torch
+
+    return efficientnet_b0(), torch.randn(2, 3, 64, 64), torch.randint(0, 1000, (2,))
 
 
 def _resnet():
@@ -97,7 +103,7 @@ def child(model_name: str, mode: str) -> None:
 
         xnf.config.first_calls_on_cpu = mode == "eager"
     torch.manual_seed(0)
-    model, x, y = {"resnet": _resnet, "efficientnet_b0": _efficientnet_b0}[model_name]()
+    model, x, y = {"resnet": _resnet, "efficientnet_b0": _efficientnet_b0_case}[model_name]()
     model.train()
     if xnf is not None:
         model, x, y = xnf.to_xla(model), xnf.to_xla(x), xnf.to_xla(y)
