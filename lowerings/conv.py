@@ -51,13 +51,9 @@ def _conv_as_matmul(input, weight, stride, padding, dilation, out_sizes):
     """A convolution (groups 1) as a product of the weights with the stacked windows."""
     nspatial = input.ndim - 2
     kernel = weight.shape[2:]
-    x = jnp.pad(input, ((0, 0), (0, 0)) + tuple((p, p) for p in padding))
-    windows = []
-    for offsets in itertools.product(*(range(k) for k in kernel)):
-        index = (slice(None), slice(None)) + tuple(
-            slice(o * d, o * d + st * (n - 1) + 1, st) for o, d, st, n in zip(offsets, dilation, stride, out_sizes)
-        )
-        windows.append(x[index])
+    x = _pad_spatial(input, [(p, p) for p in padding])
+    windows = [lax.slice(x, start, limit, strides)
+               for start, limit, strides in _taps(kernel, stride, dilation, out_sizes, *input.shape[:2])]
     cols = jnp.stack(windows, axis=2)  # (N, C, kernel positions, *out_sizes)
     w = weight.reshape(weight.shape[:2] + (-1,))  # (O, C, kernel positions)
     spatial = "".join(chr(ord("h") + i) for i in range(nspatial))
@@ -159,8 +155,7 @@ def _conv(input, weight, stride, padding, dilation, transposed, output_padding, 
         return _patches_as_matmul(input, weight)
     if groups == 1 and 0 < math.prod(out_sizes) <= SMALL_OUTPUT_POSITIONS:
         return _conv_as_matmul(input, weight, stride, padding, dilation, out_sizes)
-    if (1 < groups == input.shape[1] and 0 < math.prod(out_sizes) and 0 < input.shape[0]
-            and math.prod(kernel) <= MAX_DEPTHWISE_TAPS):
+    if _depthwise(input.shape, weight.shape, groups) and 0 < math.prod(out_sizes):
         return _depthwise_as_taps(input, weight, stride, padding, dilation, out_sizes)
     return lax.conv_general_dilated(
         input,
@@ -222,41 +217,76 @@ def _transposed_gradients(x, w, g, stride, padding, dilation, groups):
 MAX_DEPTHWISE_TAPS = 64
 
 
+def _depthwise(input_shape, weight_shape, groups):
+    """Whether a forward convolution takes _depthwise_as_taps: one input channel per
+    group, a kernel of at most MAX_DEPTHWISE_TAPS taps, a nonempty batch."""
+    return 1 < groups == input_shape[1] and 0 < input_shape[0] and math.prod(weight_shape[2:]) <= MAX_DEPTHWISE_TAPS
+
+
+def _taps(kernel, stride, dilation, out_sizes, n, c):
+    """(start, limit, strides) of each kernel tap's window in the padded input."""
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        start = (0, 0) + tuple(o * d for o, d in zip(offsets, dilation))
+        limit = (n, c) + tuple(b + st * (m - 1) + 1 for b, st, m in zip(start[2:], stride, out_sizes))
+        yield start, limit, (1, 1) + tuple(stride)
+
+
+def _pad_spatial(x, low_high):
+    return lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (0, 0, 0)) + tuple((lo, hi, 0) for lo, hi in low_high))
+
+
 def _depthwise_as_taps(input, weight, stride, padding, dilation, out_sizes):
     """A convolution with one input channel per group: sum over kernel taps of the tap's
     window times its weights (Note [Grouped convolutions]); lists expanded."""
     n, c = input.shape[:2]
-    kernel = weight.shape[2:]
     multiplier = weight.shape[0] // c
-    x = lax.pad(input, jnp.zeros((), input.dtype), ((0, 0, 0), (0, 0, 0)) + tuple((p, p, 0) for p in padding))
-    w = weight.reshape((c, multiplier, -1))
-    ones = (1,) * len(kernel)
+    x = _pad_spatial(input, [(p, p) for p in padding])
+    w = weight.reshape((1, c, multiplier, -1) + (1,) * len(out_sizes))
     out = None
-    for t, offsets in enumerate(itertools.product(*(range(k) for k in kernel))):
-        start = (0, 0) + tuple(o * d for o, d in zip(offsets, dilation))
-        limit = (n, c) + tuple(b + st * (m - 1) + 1 for b, st, m in zip(start[2:], stride, out_sizes))
-        window = lax.slice(x, start, limit, (1, 1) + tuple(stride)).reshape((n, c, 1) + tuple(out_sizes))
-        term = window * w[:, :, t].reshape((1, c, multiplier) + ones)
+    for t, (start, limit, strides) in enumerate(_taps(weight.shape[2:], stride, dilation, out_sizes, n, c)):
+        term = lax.slice(x, start, limit, strides).reshape((n, c, 1) + tuple(out_sizes)) * w[:, :, :, t]
         out = term if out is None else out + term
     return out.reshape((n, c * multiplier) + tuple(out_sizes))
 
 
+def _depthwise_input_gradient(g, weight, input_sizes, stride, padding, dilation):
+    """The input gradient of _depthwise_as_taps: each tap's share of the output gradient,
+    put back where its window read; lists expanded."""
+    n = g.shape[0]
+    out_sizes = tuple(g.shape[2:])
+    c = input_sizes[1]
+    multiplier = weight.shape[0] // c
+    gg = g.reshape((n, c, multiplier) + out_sizes)
+    w = weight.reshape((1, c, multiplier, -1) + (1,) * len(out_sizes))
+    padded = tuple(h + 2 * p for h, p in zip(input_sizes[2:], padding))
+    total = None
+    for t, (start, limit, _) in enumerate(_taps(weight.shape[2:], stride, dilation, out_sizes, n, c)):
+        share = gg * w[:, :, :, t]
+        share = share[:, :, 0] if multiplier == 1 else share.sum(axis=2)
+        placed = lax.pad(share, jnp.zeros((), share.dtype), ((0, 0, 0), (0, 0, 0)) + tuple(
+            (lo, size - hi, st - 1) for lo, hi, size, st in zip(start[2:], limit[2:], padded, stride)))
+        total = placed if total is None else total + placed
+    return lax.slice(total, (0, 0) + tuple(padding), (n, c) + tuple(p + h for p, h in zip(padding, input_sizes[2:])))
+
+
 def _grouped_weight_gradient(x, g, kernel, stride, padding, dilation, groups):
     """The weight gradient of a forward convolution with groups > 1 (Note [Grouped
-    convolutions]); lists expanded."""
+    convolutions]): per tap, the window against the output gradient, contracted over
+    batch and output positions; lists expanded."""
     n, c = x.shape[:2]
-    o, out_sizes = g.shape[1], g.shape[2:]
-    xp = lax.pad(x, jnp.zeros((), x.dtype), ((0, 0, 0), (0, 0, 0)) + tuple((p, p, 0) for p in padding))
+    o, out_sizes = g.shape[1], tuple(g.shape[2:])
+    xp = _pad_spatial(x, [(p, p) for p in padding])
     gg = g.reshape((n, groups, o // groups) + out_sizes)
     spatial = "".join(chr(ord("h") + i) for i in range(len(kernel)))
+    summed = (0,) + tuple(range(3, 3 + len(out_sizes)))
     taps = []
-    for offsets in itertools.product(*(range(k) for k in kernel)):
-        start = (0, 0) + tuple(t * d for t, d in zip(offsets, dilation))
-        limit = (n, c) + tuple(b + st * (m - 1) + 1 for b, st, m in zip(start[2:], stride, out_sizes))
-        window = lax.slice(xp, start, limit, (1, 1) + tuple(stride))
-        window = window.reshape((n, groups, c // groups) + out_sizes)
-        taps.append(jnp.einsum(f"ngc{spatial},ngo{spatial}->goc", window, gg, precision=lax.Precision.HIGHEST))
-    return jnp.stack(taps, axis=-1).reshape((o, c // groups) + tuple(kernel))
+    for start, limit, strides in _taps(kernel, stride, dilation, out_sizes, n, c):
+        window = lax.slice(xp, start, limit, strides).reshape((n, groups, c // groups) + out_sizes)
+        if c == groups:  # depthwise: a product and a sum, cheaper to trace than a contraction
+            taps.append(jnp.sum(window * gg, axis=summed)[:, :, None])  # (groups, o / groups, 1)
+        else:
+            taps.append(jnp.einsum(f"ngc{spatial},ngo{spatial}->goc", window, gg, precision=lax.Precision.HIGHEST))
+    return jnp.stack(taps, axis=-1).reshape((o, c // groups) + tuple(kernel))  # from (groups, o/g, c/g, taps)
 
 
 def lower_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
@@ -288,13 +318,18 @@ def lower_convolution_backward(
             grad_input = gx.astype(input.dtype)
         if output_mask[1]:
             grad_weight = vjp(x.astype(gx.dtype))[0].astype(weight.dtype)
-    elif groups > 1 and not transposed and output_mask[1]:  # Note [Grouped convolutions]
+    elif groups > 1 and not transposed and (output_mask[0] or output_mask[1]):  # Note [Grouped convolutions]
         gg = g.astype(jnp.result_type(x, w))
-        if output_mask[0]:
+        stride, padding, dilation = _expand(stride, n), _expand(padding, n), _expand(dilation, n)
+        if output_mask[0] and _depthwise(x.shape, w.shape, groups):
+            grad_input = _depthwise_input_gradient(gg, w.astype(gg.dtype), x.shape, stride, padding,
+                                                   dilation).astype(input.dtype)
+        elif output_mask[0]:
             _, vjp = jax.vjp(lambda x: forward(x, w), x)
             grad_input = vjp(gg)[0].astype(input.dtype)
-        grad_weight = _grouped_weight_gradient(x.astype(gg.dtype), gg, w.shape[2:], _expand(stride, n),
-                                               _expand(padding, n), _expand(dilation, n), groups).astype(weight.dtype)
+        if output_mask[1]:
+            grad_weight = _grouped_weight_gradient(x.astype(gg.dtype), gg, w.shape[2:], stride, padding, dilation,
+                                                   groups).astype(weight.dtype)
     elif output_mask[0] or output_mask[1]:
         _, vjp = jax.vjp(forward, x, w)
         gx, gw = vjp(g.astype(jnp.result_type(x, w)))
