@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -250,6 +251,13 @@ def guard_compiled_code() -> None:
 def allocator_description() -> str:
     """One line for metrics_report(): Note [Host allocator]."""
     return _allocator[0]
+
+
+@functools.cache
+def executions_run_inline() -> bool:
+    """Whether a call of an executable returns only once its results are computed (Note
+    [Inline CPU execution]). Asked after the first execution, when the client exists."""
+    return jax.default_backend() == "cpu" and not jax.config.values["jax_cpu_enable_async_dispatch"]
 
 
 def cpu_dispatch_description() -> str:
