@@ -10,8 +10,9 @@ a dependency) at batch 8 on 64x64 and 224x224 images, and a UNet block (two 3x3
 conv + GroupNorm + SiLU, a strided down conv, a transposed up conv, a skip
 concatenation) at batch 8, 64 channels, 64x64, and a DCGAN-style decoder (two
 ConvTranspose2d(k=4, s=2, p=1), 16x16 to 64x64, batch 8), and an EfficientNet-B0-sized
-network (depthwise convolutions; scripts/bench_first_call.py's) at batch 8, 64x64; each
-as inference (no_grad, eval mode) and as an SGD training step. Modes: `compile` (xla_native_functions.compile, the
+network (depthwise convolutions; scripts/bench_first_call.py's) and a RegNetY-400MF-sized
+one (grouped convolutions of 8 channels per group), both at batch 8, 64x64; each as
+inference (no_grad, eval mode) and as an SGD training step. Modes: `compile` (xla_native_functions.compile, the
 step replayed), `eager` (op by op on our device), `dynamo` (torch.compile with the
 xla_native backend, CPU tensors in and out). Each mode's time is the median over turns
 of its time over PyTorch's in the same turn (turns alternate PyTorch and the mode, with
@@ -113,12 +114,47 @@ class Decoder(nn.Module):
         return self.net(x)
 
 
+class RegNetYBlock(nn.Module):
+    """torchvision's RegNetY block: 1x1 conv, grouped 3x3 conv (groups of 8 channels),
+    squeeze-excitation, 1x1 conv, residual."""
+
+    def __init__(self, cin: int, cout: int, stride: int, group_width: int = 8):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(cout, cout, 3, stride, 1, groups=cout // group_width, bias=False),
+                               nn.BatchNorm2d(cout), nn.ReLU())
+        self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(cout, max(1, cin // 4), 1), nn.ReLU(),
+                                nn.Conv2d(max(1, cin // 4), cout, 1), nn.Sigmoid())
+        self.c = nn.Sequential(nn.Conv2d(cout, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.proj = None
+        if stride != 1 or cin != cout:
+            self.proj = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.b(self.a(x))
+        y = self.c(y * self.se(y))
+        return torch.relu(y + (x if self.proj is None else self.proj(x)))
+
+
+def regnet_y_400mf(classes: int = 1000) -> nn.Module:
+    """torchvision's regnet_y_400mf layout: widths 48, 104, 208, 440; depths 1, 3, 6, 6."""
+    layers: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU()]
+    cin = 32
+    for cout, depth in ((48, 1), (104, 3), (208, 6), (440, 6)):
+        for i in range(depth):
+            layers.append(RegNetYBlock(cin, cout, 2 if i == 0 else 1))
+            cin = cout
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes))
+
+
 def _case(row: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor, Callable]:
     torch.manual_seed(0)
     if row.startswith("resnet18"):
         side = int(row.split("-")[1])
         x = torch.randn(8, 3, side, side)
         return ResNet18(), x, torch.randint(0, 1000, (8,)), nn.functional.cross_entropy
+    if row == "regnet":
+        return regnet_y_400mf(), torch.randn(8, 3, 64, 64), torch.randint(0, 1000, (8,)), nn.functional.cross_entropy
     if row == "efficientnet":
         from bench_first_call import efficientnet_b0
 
@@ -129,7 +165,7 @@ def _case(row: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor, Callable]:
     return UNetBlock(), x, torch.randn(8, 64, 64, 64), nn.functional.mse_loss
 
 
-ROWS = ("resnet18-64", "resnet18-224", "unet", "decoder", "efficientnet")
+ROWS = ("resnet18-64", "resnet18-224", "unet", "decoder", "efficientnet", "regnet")
 MODES = ("compile", "eager", "dynamo")
 
 
