@@ -13,8 +13,10 @@ lowering and reading the cache still took 17-21 s of its first step (docs/perfor
 
 So the executable of a generated (`full_codegen`) aten op, of the training-mode batch
 norm node (`batch_norm_with_update`, answered by `_native_batch_norm_legit` on clones of
-the running statistics) and of a foreach op's chunk (runtime/supported/foreach.py,
-answered element by element) checks, at the moment JAX
+the running statistics), of the tracer's strided read of a view (`strided_read`, an
+`as_strided` of the flat buffer, met when a compiled graph is interpreted: Note [First
+calls of compiled graphs] in graph_first_call.py) and of a foreach op's chunk
+(runtime/supported/foreach.py, answered element by element) checks, at the moment JAX
 starts tracing it for a new signature, whether this call may be answered another way; if
 so it raises `FirstCall` before anything is traced, and `tiered_executable`'s wrapper
 answers the call with PyTorch's CPU kernel for the same aten overload, on zero-copy DLPack
@@ -50,6 +52,10 @@ new signatures only once the caller has met no new one for 30 ms, or after 2 s (
 [Compiles after the burst] at _Worker): the EfficientNet-sized first step went from 5.6
 to 2.0 s cold and from 2.4 to 1.6 s warm, and all its signatures were compiled after 41 s
 instead of 98 (two runs half an hour apart, load 9-10 and 5-6: partly the machine).
+
+A compiled graph's interpretation answers its nodes this way under `quiet()`: their
+signatures are not handed to the background thread, whose compiles would compete with
+the graph's own (measured there).
 
 `config.first_calls_on_cpu = False` turns this off: every new signature compiles before
 its first call returns, as before. The background thread is a daemon; at exit it stops
