@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime.exec import graph
+from xla_native_functions.runtime.exec import first_call, graph
 from xla_native_functions.runtime.platform.metrics import metrics
 from xla_native_functions.runtime.frontends.replay import ReplayWarning
 
@@ -358,6 +358,10 @@ def test_inference_weights_multiplied_transposed_by_few_rows_are_passed_as_copie
     with torch.no_grad():
         for _ in range(5):
             torch.testing.assert_close(cpu(forward(xnf.to_xla(x))), ref(x), atol=1e-5, rtol=1e-5)
+        # first calls interpreted (config.first_calls_on_cpu) read the weight untransposed:
+        # the executable, once compiled, takes the copy
+        assert first_call.wait_for_background_compiles(timeout=300)
+        torch.testing.assert_close(cpu(forward(xnf.to_xla(x))), ref(x), atol=1e-5, rtol=1e-5)
         first, last = (id(m.weight._store.array) for m in (ours[0], ours[2]))
         assert (first in graph._TRANSPOSED_COPIES) is copied
         assert last not in graph._TRANSPOSED_COPIES

@@ -13,8 +13,10 @@ lowering and reading the cache still took 17-21 s of its first step (docs/perfor
 
 So the executable of a generated (`full_codegen`) aten op, of the training-mode batch
 norm node (`batch_norm_with_update`, answered by `_native_batch_norm_legit` on clones of
-the running statistics) and of a foreach op's chunk (runtime/supported/foreach.py,
-answered element by element) checks, at the moment JAX
+the running statistics), of the tracer's strided read of a view (`strided_read`, an
+`as_strided` of the flat buffer, met when a compiled graph is interpreted: Note [First
+calls of compiled graphs] in graph_first_call.py) and of a foreach op's chunk
+(runtime/supported/foreach.py, answered element by element) checks, at the moment JAX
 starts tracing it for a new signature, whether this call may be answered another way; if
 so it raises `FirstCall` before anything is traced, and `tiered_executable`'s wrapper
 answers the call with PyTorch's CPU kernel for the same aten overload, on zero-copy DLPack
@@ -51,6 +53,10 @@ new signatures only once the caller has met no new one for 30 ms, or after 2 s (
 to 2.0 s cold and from 2.4 to 1.6 s warm, and all its signatures were compiled after 41 s
 instead of 98 (two runs half an hour apart, load 9-10 and 5-6: partly the machine).
 
+A compiled graph's interpretation answers its nodes this way under `quiet()`: their
+signatures are not handed to the background thread, whose compiles would compete with
+the graph's own (measured there).
+
 `config.first_calls_on_cpu = False` turns this off: every new signature compiles before
 its first call returns, as before. The background thread is a daemon; at exit it stops
 taking work and finishes the compile in hand; a forked child starts with none.
@@ -59,6 +65,7 @@ taking work and finishes the compile in hand; a forked child starts with none.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import queue
@@ -70,7 +77,7 @@ import jax
 import torch
 
 from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY, TensorMeta
-from ...shape_fns.storage_size import check_result_sizes
+from ...shape_fns.storage_size import check_result_sizes, check_storage_size
 from ..core.context import context
 from ..core.convert import X64
 from ..core.ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node
@@ -91,6 +98,7 @@ class FirstCall(BaseException):
 class _Local(threading.local):
     compiling = False  # this thread compiles whatever it traces
     answering = False  # this thread runs a PyTorch kernel for a first call
+    quiet = False  # first calls hand no signature to the background thread (graph_first_call.py)
 
 
 _local = _Local()
@@ -98,12 +106,16 @@ _local = _Local()
 
 class FirstCallStats:
     """Counts, for tests and metrics_report(): calls answered by PyTorch CPU, signatures
-    compiled in the background, calls that compiled at once instead."""
+    compiled in the background, calls that compiled at once instead; compiled graphs'
+    calls answered by interpretation and graphs compiled in the background (Note [First
+    calls of compiled graphs] in graph_first_call.py)."""
 
     def __init__(self):
         self.on_cpu = 0
         self.background_compiles = 0
         self.compiled_at_once = 0
+        self.graphs_interpreted = 0
+        self.graph_background_compiles = 0
 
 
 stats = FirstCallStats()
@@ -206,6 +218,18 @@ def check_new_signature() -> None:
     _check_new_signature()
 
 
+@contextlib.contextmanager
+def quiet():
+    """First calls in this block are answered on PyTorch without handing their
+    signatures to the background thread (Note [First calls of compiled graphs])."""
+    before = _local.quiet
+    _local.quiet = True
+    try:
+        yield
+    finally:
+        _local.quiet = before
+
+
 # ---------------------------------------------------------------- one first call
 
 _PENDING, _READY, _FAILED = "pending", "ready", "failed"
@@ -260,7 +284,7 @@ def _answer(jitted: Any, args: tuple, key: Any, on_torch: Any, copies: Any) -> A
         # computes what PyTorch CPU cannot (a dtype it lacks)
         return _compile_now(jitted, args)
     stats.on_cpu += 1
-    if state is None:
+    if state is None and not _local.quiet:
         with _lock:
             submit = key not in _signatures
             if submit:
@@ -384,8 +408,16 @@ class _Positional:
         return self.fn(*args)
 
 
+def _strided_read(base, size, stride, offset):
+    # the view of the storage's array read as a flat buffer (lowerings/storage.py); a
+    # view beyond the buffer makes as_strided raise, and the executable its own error
+    check_storage_size(size, base.dtype)
+    return base.reshape(-1).as_strided(size, stride, offset)
+
+
 # runtime-internal nodes (section `internal`) PyTorch computes with other ops
-_INTERNAL_ON_TORCH = {"batch_norm_with_update": _Positional(_batch_norm_with_update)}
+_INTERNAL_ON_TORCH = {"batch_norm_with_update": _Positional(_batch_norm_with_update),
+                      "strided_read": _Positional(_strided_read)}
 
 
 def _torch_op(cls: type[Node]) -> Any:
@@ -595,11 +627,16 @@ _worker = _Worker()
 atexit.register(_worker.stop)
 
 
+# Whether other background compiles are done: graph_first_call.py's
+IDLE_CHECKS: list[Any] = []
+
+
 def wait_for_background_compiles(timeout: float | None = None) -> bool:
-    """Block until every signature handed to the background thread is compiled (or
-    `timeout` seconds pass); True when none is pending."""
+    """Block until every signature handed to the background thread, and every graph
+    compiled in the background, is compiled (or `timeout` seconds pass); True when none
+    is pending."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    while not _worker.idle():
+    while not (_worker.idle() and all(idle() for idle in IDLE_CHECKS)):
         if deadline is not None and time.monotonic() > deadline:
             return False
         time.sleep(0.01)

@@ -18,6 +18,7 @@ from ..platform.config import config
 from ..platform.executable_cache import eager_jit
 from ..platform.metrics import metrics
 from .eager import scalar_operand, scope_name, scoped_lowering
+from .graph_first_call import FirstCalls, interpretable
 from .sparse_updates import fold_sparse_updates, may_fold
 from .registry import node, policy
 
@@ -284,10 +285,18 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
     executable = jax.jit(fold_sparse_updates(run) if may_fold(op_counts) else run,
                          donate_argnums=0 if donated else (), compiler_options=graph_compiler_options(op_counts))
     transposed_kept = tuple(k for k, i in enumerate(kept) if i in transposed)
+    # Note [First calls of compiled graphs]: None once the executable is compiled
+    first = None
 
     def call(arrays: list, scalar_values: list, donate: bool = True) -> Any:
         """Run the graph on `arrays`, a list the caller made for this call, each donated
         one held besides only by its storage or graph input (Note [Donated graph inputs])."""
+        nonlocal first
+        if first is not None:
+            out = first.run(arrays, scalar_values)
+            if out is not None:
+                return out
+            first = None
         if not donated and not transposed_kept:
             return executable([], arrays, scalar_values)
         given = []
@@ -310,8 +319,12 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             rest[k] = jax.ShapeDtypeStruct(tuple(rest[k].shape)[::-1], rest[k].dtype)
         return executable.lower([arrays[i] for i in donated], rest, scalar_values)
 
+    if config.first_calls_on_cpu and interpretable({type(n) for n in order}):
+        # the nodes' own operands (transposed inputs are read by their strided reads)
+        first = FirstCalls([(type(n), [ref(a) for a in n.args]) for n in order], outputs, lower)
     call.donated = donated
     call.lower = lower
+    call.executable = executable
     return call
 
 

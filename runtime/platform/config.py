@@ -44,9 +44,12 @@ class Config:
     transposed_weight_copies: bool = True
     # The first calls of a new eager op signature run on PyTorch's CPU kernel while the
     # op's executable compiles in a background thread (Note [First calls on PyTorch CPU]
-    # in runtime/exec/first_call.py). False: every new signature compiles before its
-    # first call returns. XLA_NATIVE_FUNCTIONS_FIRST_CALLS_ON_CPU=0 in the environment
-    # sets the default to False (the test suite does, to test the lowerings themselves).
+    # in runtime/exec/first_call.py), and a compile() graph new in the process is
+    # interpreted node by node that way while it compiles in the background (Note [First
+    # calls of compiled graphs] in runtime/exec/graph_first_call.py). False: every new
+    # signature and graph compiles before its first call returns.
+    # XLA_NATIVE_FUNCTIONS_FIRST_CALLS_ON_CPU=0 in the environment sets the default to
+    # False (the test suite does, to test the lowerings themselves).
     first_calls_on_cpu: bool = os.environ.get("XLA_NATIVE_FUNCTIONS_FIRST_CALLS_ON_CPU", "1").strip() != "0"
 
     def __setattr__(self, name: str, value: Any) -> None:
