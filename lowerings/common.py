@@ -42,8 +42,11 @@ def cast(x: Any, dtype: Any) -> Any:
     """`x.astype(dtype)` with PyTorch CPU's float-to-integer conversion. XLA saturates; the
     CPU truncates as x86 does: NaN and values out of range become the smallest int32
     (int64 for 64- and unsigned 32-bit targets), and narrower integers wrap from int32
-    (-5.3 -> 251 as uint8, 300.7 -> 44)."""
+    (-5.3 -> 251 as uint8, 300.7 -> 44). float64 reaches float16 through float32, as
+    c10::Half's only conversion is from float: 1 + 2**-11 + 2**-40 is 1.0, not 1.001."""
     dtype = np.dtype(dtype)
+    if x.dtype == jnp.float64 and dtype == np.float16:
+        return x.astype(jnp.float32).astype(dtype)
     if not jnp.issubdtype(x.dtype, jnp.floating) or not jnp.issubdtype(dtype, jnp.integer):
         return x.astype(dtype)
     wide = np.dtype(np.int64) if dtype.itemsize == 8 or dtype == np.uint32 else np.dtype(np.int32)

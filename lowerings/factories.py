@@ -8,6 +8,7 @@ from jax import lax
 import torch
 
 from ..shape_fns.common import to_numpy_dtype
+from .common import cast
 
 
 def _dtype(dtype, like=None):
@@ -137,9 +138,24 @@ def _rounded_product(a, n):
 def _scalar_to(x, np_dtype):
     """A Scalar (or a 0-d tensor's value) converted the way Scalar.to<T>() does."""
     x = jnp.asarray(x)
-    if jnp.issubdtype(np_dtype, jnp.complexfloating) or not jnp.iscomplexobj(x):
-        return x.astype(np_dtype)
-    return jnp.real(x).astype(np_dtype)
+    if not jnp.issubdtype(np_dtype, jnp.complexfloating) and jnp.iscomplexobj(x):
+        x = jnp.real(x)
+    return cast(x, np_dtype)
+
+
+def _round_half(x, out):
+    """float64 `x` rounded to the nearest `out` value (float16 or bfloat16, ties to
+    even), kept in float64. Written with frexp, round and ldexp rather than as a
+    conversion: XLA's code generator narrows a product of small integers that is
+    converted to float16 into float16 arithmetic, and on CPUs with native float16
+    arithmetic (AVX512-FP16) contracts it with the sum that follows into one fused
+    multiply-add, rounded once where PyTorch rounds twice."""
+    info = jnp.finfo(out)
+    _, exponent = jnp.frexp(x)
+    quantum = jnp.maximum(exponent - 1, info.minexp) - info.nmant
+    rounded = jnp.ldexp(jnp.round(jnp.ldexp(x, -quantum)), quantum)
+    rounded = jnp.where(jnp.abs(rounded) > float(info.max), jnp.copysign(jnp.inf, x), rounded)
+    return jnp.where(jnp.isfinite(x), rounded, x)
 
 
 def _linspace(start, end, steps, dtype):
@@ -162,11 +178,12 @@ def _linspace(start, end, steps, dtype):
             parts.append(jnp.where(first, _fma64(pstep, fwd, ps), _fma64(-pstep, back, pe)).astype(real))
         return lax.complex(parts[0], parts[1]).astype(out)
     if out in (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
-        # Half arithmetic rounds to the half type after every operation.
-        step = ((e - s) / _exact_divisor(steps - 1, out)).astype(out)
-        lo = s + (step * fwd.astype(out)).astype(out)
-        hi = e - (step * back.astype(out)).astype(out)
-        return jnp.where(first, lo, hi).astype(out)
+        # Half arithmetic rounds to the half type after every operation, and the index
+        # is converted to the half type first.
+        step = ((e - s) / _exact_divisor(steps - 1, out)).astype(jnp.float64)
+        lo = s.astype(jnp.float64) + _round_half(step * _round_half(fwd, out), out)
+        hi = e.astype(jnp.float64) - _round_half(step * _round_half(back, out), out)
+        return _round_half(jnp.where(first, lo, hi), out).astype(out)
     if jnp.issubdtype(out, jnp.floating):
         step = (e - s) / _exact_divisor(steps - 1, out)
     else:

@@ -64,6 +64,18 @@ LINSPACE_CASES += [
     (25, -38, 46, torch.int64),
     (-2.5, 10.7, 5, torch.int64),
 ]
+# Half types: products that round to a tie (which a fused multiply-add misses),
+# subnormal results, indices that bfloat16 rounds (past 256), and ends that round
+# through float32 first.
+LINSPACE_CASES += [
+    (37, -3, 196, torch.float16),
+    (51.180794854303926, -10.058407332678463, 53, torch.float16),
+    (48, -58, 7, torch.bfloat16),
+    (-3e-6, 5e-5, 77, torch.float16),
+    (-0.5, 300.0, 601, torch.bfloat16),
+    (1 + 2**-11 + 2**-40, 2.0, 3, torch.float16),
+    (1 + 2**-8 + 2**-40, 2.0, 3, torch.bfloat16),
+]
 LINSPACE_CASES += [
     (3.5, 9.0, 0, torch.float32),
     (3.5, 9.0, 1, torch.int64),

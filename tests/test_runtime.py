@@ -178,6 +178,20 @@ def test_module_dtype_conversion_converts_the_backing_arrays():
     torch.testing.assert_close(cpu(out), ref(x))
 
 
+def test_float64_to_float16_rounds_through_float32_as_torch_does():
+    # c10::Half converts only from float, so a double is rounded twice: these values sit
+    # just above a float16 tie, which a direct rounding resolves the other way.
+    ref = torch.tensor([1 + 2**-11 + 2**-40, -(2 + 2**-10 + 2**-38), 1 + 2**-8 + 2**-40], dtype=torch.float64)
+    for dtype in (torch.float16, torch.bfloat16):
+        expected = ref.to(dtype)
+        assert torch.equal(cpu(xnf.to_xla(ref).to(dtype)), expected)
+        written = torch.zeros(3, dtype=dtype, device=DEVICE)
+        written.copy_(xnf.to_xla(ref))
+        assert torch.equal(cpu(written), expected)
+    expected = torch.tensor([1.0, -2.0, 1 + 2**-8], dtype=torch.float16)
+    assert torch.equal(cpu(xnf.to_xla(ref).to(torch.float16)), expected)
+
+
 def test_cpu_tensor_to_jax_device():
     t = torch.arange(6).reshape(2, 3)
     x = t.to("jax")
