@@ -20,6 +20,7 @@ import pytest
 import torch
 from torch.testing import make_tensor
 
+import xla_native_functions as xnf
 import xla_native_functions.lowerings as lowerings_package
 import xla_native_functions.shape_fns as shape_fns_package
 from xla_native_functions.runtime.exec.registry import NODES
@@ -312,3 +313,23 @@ def T(*shape, dtype=torch.float32, low=None, high=None):
 
 def ints(*shape, low=-9, high=10, dtype=torch.int64):
     return T(*shape, dtype=dtype, low=low, high=high)
+
+
+def assert_conv_matches_cpu(x_shape, w_shape, stride, padding, dilation, groups, dtype) -> None:
+    """A convolution's output and its input, weight and bias gradients on our device
+    against PyTorch CPU's (conv1d/2d/3d by the input's rank)."""
+    conv = getattr(torch.nn.functional, f"conv{len(x_shape) - 2}d")
+    torch.manual_seed(0)
+    x, w, b = torch.randn(x_shape, dtype=dtype), torch.randn(w_shape, dtype=dtype), torch.randn(w_shape[0], dtype=dtype)
+    ref = [t.clone().requires_grad_() for t in (x, w, b)]
+    ours = [xnf.to_xla(t).requires_grad_() for t in (x, w, b)]
+    out_ref = conv(*ref, stride, padding, dilation, groups)
+    out = conv(*ours, stride, padding, dilation, groups)
+    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-10, "rtol": 1e-10}
+    assert out.shape == out_ref.shape and out.dtype == out_ref.dtype
+    torch.testing.assert_close(xnf.to_torch(out), out_ref.detach(), **tol)
+    grad = torch.randn(out_ref.shape, dtype=dtype)
+    out_ref.backward(grad)
+    out.backward(xnf.to_xla(grad))
+    for mine, theirs in zip(ours, ref):
+        torch.testing.assert_close(xnf.to_torch(mine.grad), theirs.grad, **tol)

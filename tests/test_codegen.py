@@ -816,8 +816,11 @@ def abs(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Abs, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_abs(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 """,
         )
 
@@ -855,8 +858,11 @@ def add_Tensor(self, other, *, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AddTensor, (self, other, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_add_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 """,
         )
 
@@ -894,8 +900,11 @@ def sum_dim_IntList(self, dim, keepdim=False, *, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SumDimIntList, (self, dim, keepdim, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sum_dim_IntList(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 """,
         )
 
@@ -933,8 +942,11 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_native_layer_norm(_rt_operand(input), _rt_attr_list(normalized_shape), _rt_operand_opt(weight), _rt_operand_opt(bias), eps))
+    finally:
+        _rt_restore_x64(_rt_before)
 """,
         )
         self.assertExpectedInline(

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import xla_native_functions as xnf
+from lowering_harness import assert_conv_matches_cpu
 from xla_native_functions.lowerings import conv as lower_conv
 
 CASES = [
@@ -27,28 +27,10 @@ CASES = [
 ]
 
 
-def _conv(x, w, b, stride, padding, dilation, groups):
-    return torch.nn.functional.__dict__[f"conv{x.dim() - 2}d"](x, w, b, stride, padding, dilation, groups)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[0])) + f"-g{c[-1]}")
 def test_values_and_gradients_match_cpu(case, dtype):
-    xs, ws, stride, padding, dilation, groups = case
-    torch.manual_seed(0)
-    x, w, b = torch.randn(xs, dtype=dtype), torch.randn(ws, dtype=dtype), torch.randn(ws[0], dtype=dtype)
-    ref = [t.clone().requires_grad_() for t in (x, w, b)]
-    ours = [xnf.to_xla(t).requires_grad_() for t in (x, w, b)]
-    out_ref = _conv(*ref, stride, padding, dilation, groups)
-    out = _conv(*ours, stride, padding, dilation, groups)
-    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-10, "rtol": 1e-10}
-    assert out.shape == out_ref.shape and out.dtype == out_ref.dtype
-    torch.testing.assert_close(xnf.to_torch(out), out_ref.detach(), **tol)
-    grad = torch.randn(out_ref.shape, dtype=dtype)
-    out_ref.backward(grad)
-    out.backward(xnf.to_xla(grad))
-    for mine, theirs in zip(ours, ref):
-        torch.testing.assert_close(xnf.to_torch(mine.grad), theirs.grad, **tol)
+    assert_conv_matches_cpu(*case, dtype)
 
 
 def test_weight_gradient_of_many_channels_needs_no_channel_pairs():

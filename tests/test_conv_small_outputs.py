@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
+from lowering_harness import assert_conv_matches_cpu
 from xla_native_functions.lowerings import conv as lower_conv
 
 CASES = [
@@ -28,27 +29,10 @@ CASES = [
 ]
 
 
-def _conv(x, w, b, stride, padding, dilation):
-    return torch.nn.functional.__dict__[f"conv{x.dim() - 2}d"](x, w, b, stride, padding, dilation)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("shapes", CASES, ids=lambda c: "x".join(map(str, c[0])))
 def test_values_and_gradients_match_cpu(shapes, dtype):
-    xs, ws, stride, padding, dilation = shapes
-    torch.manual_seed(0)
-    x, w, b = torch.randn(xs, dtype=dtype), torch.randn(ws, dtype=dtype), torch.randn(ws[0], dtype=dtype)
-    ref = [t.clone().requires_grad_() for t in (x, w, b)]
-    ours = [xnf.to_xla(t).requires_grad_() for t in (x, w, b)]
-    out_ref = _conv(*ref, stride, padding, dilation)
-    out = _conv(*ours, stride, padding, dilation)
-    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-10, "rtol": 1e-10}
-    torch.testing.assert_close(xnf.to_torch(out), out_ref.detach(), **tol)
-    grad = torch.randn(out_ref.shape, dtype=dtype)
-    out_ref.backward(grad)
-    out.backward(xnf.to_xla(grad))
-    for mine, theirs in zip(ours, ref):
-        torch.testing.assert_close(xnf.to_torch(mine.grad), theirs.grad, **tol)
+    assert_conv_matches_cpu(*shapes, 1, dtype)
 
 
 def _primitives(x_shape, w_shape, stride, padding):
@@ -93,7 +77,7 @@ PATCHES = [
 def test_kernel_equal_to_stride_matches_cpu(shapes, dtype):
     """Note [Convolutions with kernel equal to stride]."""
     xs, ws, stride = shapes
-    test_values_and_gradients_match_cpu((xs, ws, stride, 0, 1), dtype)
+    assert_conv_matches_cpu(xs, ws, stride, 0, 1, 1, dtype)
 
 
 def test_kernel_equal_to_stride_takes_the_product_unpadded_only():

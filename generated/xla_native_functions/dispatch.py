@@ -14,7 +14,6 @@ import sys as _rt_sys
 import torch
 
 from .runtime.exec.stub_abi import (
-    X64 as _rt_x64,
     attr_list as _rt_attr_list,
     check_in_place_overlap as _rt_check_in_place_overlap,
     context as _rt_context,
@@ -29,8 +28,10 @@ from .runtime.exec.stub_abi import (
     operand_opt as _rt_operand_opt,
     operands as _rt_operands,
     per_tensor_loop as _rt_per_tensor_loop,
+    restore_x64 as _rt_restore_x64,
     restride_inplace as _rt_restride_inplace,
     scalar_operand as _rt_scalar,
+    swap_x64 as _rt_swap_x64,
     wrap as _rt_wrap,
     write_inplace as _rt_write_inplace,
     write_list_inplace as _rt_write_list_inplace,
@@ -50,8 +51,11 @@ def _adaptive_avg_pool2d(self, output_size):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._AdaptiveAvgPool2d, (self, output_size,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__adaptive_avg_pool2d(_rt_operand(self), _rt_attr_list(output_size)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _adaptive_avg_pool2d_out(self, output_size, *, out):
@@ -65,8 +69,11 @@ def _adaptive_avg_pool2d_backward(grad_output, self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._AdaptiveAvgPool2dBackward, (grad_output, self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__adaptive_avg_pool2d_backward(_rt_operand(grad_output), _rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _adaptive_avg_pool2d_backward_out(grad_output, self, *, out):
@@ -80,8 +87,11 @@ def _adaptive_avg_pool3d(self, output_size):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._AdaptiveAvgPool3d, (self, output_size,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__adaptive_avg_pool3d(_rt_operand(self), _rt_attr_list(output_size)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _adaptive_avg_pool3d_out(self, output_size, *, out):
@@ -95,8 +105,11 @@ def _adaptive_avg_pool3d_backward(grad_output, self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._AdaptiveAvgPool3dBackward, (grad_output, self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__adaptive_avg_pool3d_backward(_rt_operand(grad_output), _rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _adaptive_avg_pool3d_backward_out(grad_output, self, *, out):
@@ -114,8 +127,11 @@ def _cdist_backward(grad, x1, x2, p, cdist):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._CdistBackward, (grad, x1, x2, p, cdist,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__cdist_backward(_rt_operand(grad), _rt_operand(x1), _rt_operand(x2), p, _rt_operand(cdist)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _cdist_backward_out(grad, x1, x2, p, cdist, *, out):
@@ -129,8 +145,11 @@ def _cdist_forward(x1, x2, p, compute_mode):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._CdistForward, (x1, x2, p, compute_mode,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__cdist_forward(_rt_operand(x1), _rt_operand(x2), p, compute_mode))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _cdist_forward_out(x1, x2, p, compute_mode, *, out):
@@ -144,8 +163,11 @@ def _chunk_cat(tensors, dim, num_chunks):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._ChunkCat, (tensors, dim, num_chunks,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__chunk_cat(_rt_operands(tensors), dim, num_chunks))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _chunk_cat_out(tensors, dim, num_chunks, *, out):
@@ -163,8 +185,11 @@ def _conj_physical(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._ConjPhysical, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__conj_physical(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _conj_physical_out(self, *, out):
@@ -178,8 +203,11 @@ def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_i
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._CtcLoss, (log_probs, targets, input_lengths, target_lengths, blank, zero_infinity,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__ctc_loss(_rt_operand(log_probs), _rt_operand(targets), _rt_attr_list(input_lengths), _rt_attr_list(target_lengths), blank, zero_infinity))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _ctc_loss_Tensor(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
@@ -201,8 +229,11 @@ def _ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, 
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._CtcLossBackward, (grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank, zero_infinity,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__ctc_loss_backward(_rt_operand(grad), _rt_operand(log_probs), _rt_operand(targets), _rt_attr_list(input_lengths), _rt_attr_list(target_lengths), _rt_operand(neg_log_likelihood), _rt_operand(log_alpha), blank, zero_infinity))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _ctc_loss_backward_Tensor(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank, zero_infinity=False):
@@ -228,8 +259,11 @@ def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, s
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._EmbeddingBag, (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__embedding_bag(_rt_operand(weight), _rt_operand(indices), _rt_operand(offsets), scale_grad_by_freq, mode, sparse, _rt_operand_opt(per_sample_weights), include_last_offset, padding_idx))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _embedding_bag_out(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=-1, *, out0, out1, out2, out3):
@@ -243,8 +277,11 @@ def _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximu
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._EmbeddingBagBackward, (grad, indices, offsets, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__embedding_bag_backward(_rt_operand(grad), _rt_operand(indices), _rt_operand(offsets), _rt_operand(offset2bag), _rt_operand(bag_size), _rt_operand(maximum_indices), num_weights, scale_grad_by_freq, mode, sparse, _rt_operand_opt(per_sample_weights), padding_idx))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager__embedding_bag_dense_backward = _rt_eager_executable(ir._EmbeddingBagDenseBackward)
@@ -254,8 +291,11 @@ def _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_i
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._EmbeddingBagDenseBackward, (grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__embedding_bag_dense_backward(_rt_operand(grad), _rt_operand(indices), _rt_operand(offset2bag), _rt_operand(bag_size), _rt_operand(maximum_indices), num_weights, scale_grad_by_freq, mode, _rt_operand_opt(per_sample_weights), padding_idx))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _embedding_bag_dense_backward_out(grad, indices, offset2bag, bag_size, maximum_indices, num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx=-1, *, out):
@@ -269,8 +309,11 @@ def _embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq=Fal
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._EmbeddingBagForwardOnly, (weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__embedding_bag_forward_only(_rt_operand(weight), _rt_operand(indices), _rt_operand(offsets), scale_grad_by_freq, mode, sparse, _rt_operand_opt(per_sample_weights), include_last_offset, padding_idx))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _embedding_bag_forward_only_out(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=-1, *, out0, out1, out2, out3):
@@ -284,8 +327,11 @@ def _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, o
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._EmbeddingBagPerSampleWeightsBackward, (grad, weight, indices, offsets, offset2bag, mode, padding_idx,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__embedding_bag_per_sample_weights_backward(_rt_operand(grad), _rt_operand(weight), _rt_operand(indices), _rt_operand(offsets), _rt_operand(offset2bag), mode, padding_idx))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _embedding_bag_per_sample_weights_backward_out(grad, weight, indices, offsets, offset2bag, mode, padding_idx=-1, *, out):
@@ -299,8 +345,11 @@ def _euclidean_dist(x1, x2):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._EuclideanDist, (x1, x2,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__euclidean_dist(_rt_operand(x1), _rt_operand(x2)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _euclidean_dist_out(x1, x2, *, out):
@@ -314,8 +363,11 @@ def _fft_c2c(self, dim, normalization, forward):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._FftC2c, (self, dim, normalization, forward,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__fft_c2c(_rt_operand(self), _rt_attr_list(dim), normalization, forward))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _fft_c2c_out(self, dim, normalization, forward, *, out):
@@ -329,8 +381,11 @@ def _fft_c2r(self, dim, normalization, last_dim_size):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._FftC2r, (self, dim, normalization, last_dim_size,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__fft_c2r(_rt_operand(self), _rt_attr_list(dim), normalization, last_dim_size))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _fft_c2r_out(self, dim, normalization, last_dim_size, *, out):
@@ -344,8 +399,11 @@ def _fft_r2c(self, dim, normalization, onesided):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._FftR2c, (self, dim, normalization, onesided,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__fft_r2c(_rt_operand(self), _rt_attr_list(dim), normalization, onesided))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _fft_r2c_out(self, dim, normalization, onesided, *, out):
@@ -809,8 +867,11 @@ def _grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._GroupedMm, (self, mat2, offs, bias, out_dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__grouped_mm(_rt_operand(self), _rt_operand(mat2), _rt_operand_opt(offs), _rt_operand_opt(bias), out_dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager__histogramdd_bin_edges = _rt_eager_executable(ir._HistogramddBinEdges)
@@ -820,8 +881,11 @@ def _histogramdd_bin_edges(self, bins, *, range=None, weight=None, density=False
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._HistogramddBinEdges, (self, bins, range, weight, density,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__histogramdd_bin_edges(_rt_operand(self), _rt_attr_list(bins), _rt_attr_list(range), _rt_operand_opt(weight), density))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _histogramdd_bin_edges_out(self, bins, *, range=None, weight=None, density=False, out):
@@ -835,8 +899,11 @@ def _histogramdd_from_bin_cts(self, bins, *, range=None, weight=None, density=Fa
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._HistogramddFromBinCts, (self, bins, range, weight, density,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__histogramdd_from_bin_cts(_rt_operand(self), _rt_attr_list(bins), _rt_attr_list(range), _rt_operand_opt(weight), density))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _histogramdd_from_bin_cts_out(self, bins, *, range=None, weight=None, density=False, out):
@@ -850,8 +917,11 @@ def _histogramdd_from_bin_tensors(self, bins, *, weight=None, density=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._HistogramddFromBinTensors, (self, bins, weight, density,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__histogramdd_from_bin_tensors(_rt_operand(self), _rt_operands(bins), _rt_operand_opt(weight), density))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _histogramdd_from_bin_tensors_out(self, bins, *, weight=None, density=False, out):
@@ -869,8 +939,11 @@ def _linalg_det(A):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._LinalgDet, (A,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__linalg_det(_rt_operand(A)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _linalg_det_result(A, *, result, LU, pivots):
@@ -884,8 +957,11 @@ def _linalg_eigh(A, UPLO='L', compute_v=True):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._LinalgEigh, (A, UPLO, compute_v,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__linalg_eigh(_rt_operand(A), UPLO, compute_v))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _linalg_eigh_eigenvalues(A, UPLO='L', compute_v=True, *, eigenvalues, eigenvectors):
@@ -899,8 +975,11 @@ def _linalg_slogdet(A):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._LinalgSlogdet, (A,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__linalg_slogdet(_rt_operand(A)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _linalg_slogdet_sign(A, *, sign, logabsdet, LU, pivots):
@@ -914,8 +993,11 @@ def _linalg_solve_ex(A, B, *, left=True, check_errors=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._LinalgSolveEx, (A, B, left, check_errors,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__linalg_solve_ex(_rt_operand(A), _rt_operand(B), left, check_errors))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _linalg_solve_ex_result(A, B, *, left=True, check_errors=False, result, LU, pivots, info):
@@ -929,8 +1011,11 @@ def _linalg_svd(A, full_matrices=False, compute_uv=True, *, driver=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._LinalgSvd, (A, full_matrices, compute_uv, driver,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__linalg_svd(_rt_operand(A), full_matrices, compute_uv, driver))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _linalg_svd_U(A, full_matrices=False, compute_uv=True, *, driver=None, U, S, Vh):
@@ -948,8 +1033,11 @@ def _log_softmax(self, dim, half_to_float):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._LogSoftmax, (self, dim, half_to_float,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__log_softmax(_rt_operand(self), dim, half_to_float))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _log_softmax_out(self, dim, half_to_float, *, out):
@@ -963,8 +1051,11 @@ def _log_softmax_backward_data(grad_output, output, dim, input_dtype):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._LogSoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__log_softmax_backward_data(_rt_operand(grad_output), _rt_operand(output), dim, input_dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _log_softmax_backward_data_out(grad_output, output, dim, input_dtype, *, out):
@@ -978,8 +1069,11 @@ def _masked_softmax(self, mask, dim=None, mask_type=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._MaskedSoftmax, (self, mask, dim, mask_type,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__masked_softmax(_rt_operand(self), _rt_operand(mask), dim, mask_type))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _masked_softmax_out(self, mask, dim=None, mask_type=None, *, out):
@@ -997,8 +1091,11 @@ def _native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, e
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._NativeBatchNormLegitNoStats, (input, weight, bias, training, momentum, eps,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__native_batch_norm_legit_no_stats(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), training, momentum, eps))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _native_batch_norm_legit_no_stats_out(input, weight, bias, training, momentum, eps, *, out, save_mean, save_invstd):
@@ -1012,8 +1109,11 @@ def _native_batch_norm_legit_functional(input, weight, bias, running_mean, runni
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._NativeBatchNormLegitFunctional, (input, weight, bias, running_mean, running_var, training, momentum, eps,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__native_batch_norm_legit_functional(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), _rt_operand(running_mean), _rt_operand(running_var), training, momentum, eps))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager__native_batch_norm_legit_no_training = _rt_eager_executable(ir._NativeBatchNormLegitNoTraining)
@@ -1023,8 +1123,11 @@ def _native_batch_norm_legit_no_training(input, weight, bias, running_mean, runn
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._NativeBatchNormLegitNoTraining, (input, weight, bias, running_mean, running_var, momentum, eps,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__native_batch_norm_legit_no_training(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), _rt_operand(running_mean), _rt_operand(running_var), momentum, eps))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _native_batch_norm_legit_no_training_out(input, weight, bias, running_mean, running_var, momentum, eps, *, out0, out1, out2):
@@ -1038,8 +1141,11 @@ def _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_wei
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._NativeMultiHeadAttention, (query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias, mask, need_weights, average_attn_weights, mask_type,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__native_multi_head_attention(_rt_operand(query), _rt_operand(key), _rt_operand(value), embed_dim, num_head, _rt_operand(qkv_weight), _rt_operand(qkv_bias), _rt_operand(proj_weight), _rt_operand(proj_bias), _rt_operand_opt(mask), need_weights, average_attn_weights, mask_type))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _native_multi_head_attention_out(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias, mask=None, need_weights=True, average_attn_weights=True, mask_type=None, *, out0, out1):
@@ -1073,8 +1179,11 @@ def _pdist_backward(grad, self, p, pdist):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._PdistBackward, (grad, self, p, pdist,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__pdist_backward(_rt_operand(grad), _rt_operand(self), p, _rt_operand(pdist)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _pdist_backward_out(grad, self, p, pdist, *, out):
@@ -1088,8 +1197,11 @@ def _pdist_forward(self, p=2):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._PdistForward, (self, p,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__pdist_forward(_rt_operand(self), p))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _pdist_forward_out(self, p=2, *, out):
@@ -1103,8 +1215,11 @@ def _prelu_kernel(self, weight):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._PreluKernel, (self, weight,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__prelu_kernel(_rt_operand(self), _rt_operand(weight)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager__prelu_kernel_backward = _rt_eager_executable(ir._PreluKernelBackward)
@@ -1114,8 +1229,11 @@ def _prelu_kernel_backward(grad_output, self, weight):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._PreluKernelBackward, (grad_output, self, weight,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__prelu_kernel_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(weight)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager__safe_softmax = _rt_eager_executable(ir._SafeSoftmax)
@@ -1125,8 +1243,11 @@ def _safe_softmax(self, dim, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._SafeSoftmax, (self, dim, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__safe_softmax(_rt_operand(self), dim, dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager__scaled_dot_product_flash_attention_for_cpu = _rt_eager_executable(ir._ScaledDotProductFlashAttentionForCpu)
@@ -1136,8 +1257,11 @@ def _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p=0.0
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._ScaledDotProductFlashAttentionForCpu, (query, key, value, dropout_p, is_causal, attn_mask, scale,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__scaled_dot_product_flash_attention_for_cpu(_rt_operand(query), _rt_operand(key), _rt_operand(value), dropout_p, is_causal, _rt_operand_opt(attn_mask), scale))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager__scaled_dot_product_flash_attention_for_cpu_backward = _rt_eager_executable(ir._ScaledDotProductFlashAttentionForCpuBackward)
@@ -1147,8 +1271,11 @@ def _scaled_dot_product_flash_attention_for_cpu_backward(grad_out, query, key, v
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._ScaledDotProductFlashAttentionForCpuBackward, (grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask, scale,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__scaled_dot_product_flash_attention_for_cpu_backward(_rt_operand(grad_out), _rt_operand(query), _rt_operand(key), _rt_operand(value), _rt_operand(out), _rt_operand(logsumexp), dropout_p, is_causal, _rt_operand_opt(attn_mask), scale))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager__segment_reduce_backward = _rt_eager_executable(ir._SegmentReduceBackward)
@@ -1158,8 +1285,11 @@ def _segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offset
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._SegmentReduceBackward, (grad, output, data, reduce, lengths, offsets, axis, initial,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__segment_reduce_backward(_rt_operand(grad), _rt_operand(output), _rt_operand(data), reduce, _rt_operand_opt(lengths), _rt_operand_opt(offsets), axis, _rt_scalar(initial)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _segment_reduce_backward_out(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0, initial=None, out):
@@ -1173,8 +1303,11 @@ def _softmax(self, dim, half_to_float):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._Softmax, (self, dim, half_to_float,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__softmax(_rt_operand(self), dim, half_to_float))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _softmax_out(self, dim, half_to_float, *, out):
@@ -1188,8 +1321,11 @@ def _softmax_backward_data(grad_output, output, dim, input_dtype):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._SoftmaxBackwardData, (grad_output, output, dim, input_dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__softmax_backward_data(_rt_operand(grad_output), _rt_operand(output), dim, input_dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _softmax_backward_data_out(grad_output, output, dim, input_dtype, *, grad_input):
@@ -1203,8 +1339,11 @@ def _thnn_fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._ThnnFusedGruCell, (input_gates, hidden_gates, hx, input_bias, hidden_bias,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__thnn_fused_gru_cell(_rt_operand(input_gates), _rt_operand(hidden_gates), _rt_operand(hx), _rt_operand_opt(input_bias), _rt_operand_opt(hidden_bias)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _thnn_fused_gru_cell_out(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None, *, out0, out1):
@@ -1218,8 +1357,11 @@ def _thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._ThnnFusedGruCellBackward, (grad_hy, workspace, has_bias,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__thnn_fused_gru_cell_backward(_rt_operand(grad_hy), _rt_operand(workspace), has_bias))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _thnn_fused_gru_cell_backward_out(grad_hy, workspace, has_bias, *, out0, out1, out2, out3, out4):
@@ -1233,8 +1375,11 @@ def _thnn_fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._ThnnFusedLstmCell, (input_gates, hidden_gates, cx, input_bias, hidden_bias,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__thnn_fused_lstm_cell(_rt_operand(input_gates), _rt_operand(hidden_gates), _rt_operand(cx), _rt_operand_opt(input_bias), _rt_operand_opt(hidden_bias)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _thnn_fused_lstm_cell_out(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None, *, out0, out1, out2):
@@ -1248,8 +1393,11 @@ def _thnn_fused_lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._ThnnFusedLstmCellBackwardImpl, (grad_hy, grad_cy, cx, cy, workspace, has_bias,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__thnn_fused_lstm_cell_backward_impl(_rt_operand_opt(grad_hy), _rt_operand_opt(grad_cy), _rt_operand(cx), _rt_operand(cy), _rt_operand(workspace), has_bias))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _thnn_fused_lstm_cell_backward_impl_out(grad_hy, grad_cy, cx, cy, workspace, has_bias, *, out0, out1, out2):
@@ -1271,8 +1419,11 @@ def _transform_bias_rescale_qkv(qkv, qkv_bias, num_heads):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._TransformBiasRescaleQkv, (qkv, qkv_bias, num_heads,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__transform_bias_rescale_qkv(_rt_operand(qkv), _rt_operand(qkv_bias), num_heads))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _transform_bias_rescale_qkv_out(qkv, qkv_bias, num_heads, *, out0, out1, out2):
@@ -1286,8 +1437,11 @@ def _transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bi
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._TransformerEncoderLayerFwd, (src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask, mask_type,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__transformer_encoder_layer_fwd(_rt_operand(src), embed_dim, num_heads, _rt_operand(qkv_weight), _rt_operand(qkv_bias), _rt_operand(proj_weight), _rt_operand(proj_bias), use_gelu, norm_first, eps, _rt_operand(norm_weight_1), _rt_operand(norm_bias_1), _rt_operand(norm_weight_2), _rt_operand(norm_bias_2), _rt_operand(ffn_weight_1), _rt_operand(ffn_bias_1), _rt_operand(ffn_weight_2), _rt_operand(ffn_bias_2), _rt_operand_opt(mask), mask_type))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _transformer_encoder_layer_fwd_out(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None, mask_type=None, *, out):
@@ -1301,8 +1455,11 @@ def _trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._Trilinear, (i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__trilinear(_rt_operand(i1), _rt_operand(i2), _rt_operand(i3), _rt_attr_list(expand1), _rt_attr_list(expand2), _rt_attr_list(expand3), _rt_attr_list(sumdim), unroll_dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _trilinear_out(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1, *, out):
@@ -1332,8 +1489,11 @@ def _unsafe_masked_index(self, mask, indices, fill):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UnsafeMaskedIndex, (self, mask, indices, fill,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__unsafe_masked_index(_rt_operand(self), _rt_operand(mask), _rt_operands(indices), _rt_scalar(fill)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager__unsafe_masked_index_put_accumulate = _rt_eager_executable(ir._UnsafeMaskedIndexPutAccumulate)
@@ -1343,8 +1503,11 @@ def _unsafe_masked_index_put_accumulate(self, mask, indices, values):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UnsafeMaskedIndexPutAccumulate, (self, mask, indices, values,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__unsafe_masked_index_put_accumulate(_rt_operand(self), _rt_operand(mask), _rt_operands(indices), _rt_operand(values)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager__unsafe_view = _rt_eager_executable(ir._UnsafeView)
@@ -1354,8 +1517,11 @@ def _unsafe_view(self, size):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UnsafeView, (self, size,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__unsafe_view(_rt_operand(self), _rt_attr_list(size)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _unsafe_view_out(self, size, *, out):
@@ -1369,8 +1535,11 @@ def _upsample_bicubic2d_aa(self, output_size, align_corners, scales_h=None, scal
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UpsampleBicubic2dAa, (self, output_size, align_corners, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__upsample_bicubic2d_aa(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _upsample_bicubic2d_aa_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
@@ -1384,8 +1553,11 @@ def _upsample_bicubic2d_aa_backward(grad_output, output_size, input_size, align_
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UpsampleBicubic2dAaBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__upsample_bicubic2d_aa_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _upsample_bicubic2d_aa_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
@@ -1399,8 +1571,11 @@ def _upsample_bilinear2d_aa(self, output_size, align_corners, scales_h=None, sca
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UpsampleBilinear2dAa, (self, output_size, align_corners, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__upsample_bilinear2d_aa(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _upsample_bilinear2d_aa_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
@@ -1414,8 +1589,11 @@ def _upsample_bilinear2d_aa_backward(grad_output, output_size, input_size, align
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UpsampleBilinear2dAaBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__upsample_bilinear2d_aa_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _upsample_bilinear2d_aa_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
@@ -1429,8 +1607,11 @@ def _upsample_nearest_exact1d(self, output_size, scales=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UpsampleNearestExact1d, (self, output_size, scales,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__upsample_nearest_exact1d(_rt_operand(self), _rt_attr_list(output_size), scales))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _upsample_nearest_exact1d_out(self, output_size, scales=None, *, out):
@@ -1444,8 +1625,11 @@ def _upsample_nearest_exact1d_backward(grad_output, output_size, input_size, sca
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UpsampleNearestExact1dBackward, (grad_output, output_size, input_size, scales,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__upsample_nearest_exact1d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _upsample_nearest_exact1d_backward_grad_input(grad_output, output_size, input_size, scales=None, *, grad_input):
@@ -1459,8 +1643,11 @@ def _upsample_nearest_exact2d(self, output_size, scales_h=None, scales_w=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UpsampleNearestExact2d, (self, output_size, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__upsample_nearest_exact2d(_rt_operand(self), _rt_attr_list(output_size), scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _upsample_nearest_exact2d_out(self, output_size, scales_h=None, scales_w=None, *, out):
@@ -1474,8 +1661,11 @@ def _upsample_nearest_exact2d_backward(grad_output, output_size, input_size, sca
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UpsampleNearestExact2dBackward, (grad_output, output_size, input_size, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__upsample_nearest_exact2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _upsample_nearest_exact2d_backward_grad_input(grad_output, output_size, input_size, scales_h=None, scales_w=None, *, grad_input):
@@ -1489,8 +1679,11 @@ def _upsample_nearest_exact3d(self, output_size, scales_d=None, scales_h=None, s
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UpsampleNearestExact3d, (self, output_size, scales_d, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__upsample_nearest_exact3d(_rt_operand(self), _rt_attr_list(output_size), scales_d, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _upsample_nearest_exact3d_out(self, output_size, scales_d=None, scales_h=None, scales_w=None, *, out):
@@ -1504,8 +1697,11 @@ def _upsample_nearest_exact3d_backward(grad_output, output_size, input_size, sca
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._UpsampleNearestExact3dBackward, (grad_output, output_size, input_size, scales_d, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__upsample_nearest_exact3d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_d, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _upsample_nearest_exact3d_backward_grad_input(grad_output, output_size, input_size, scales_d=None, scales_h=None, scales_w=None, *, grad_input):
@@ -1519,8 +1715,11 @@ def _weight_norm_interface(v, g, dim=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._WeightNormInterface, (v, g, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__weight_norm_interface(_rt_operand(v), _rt_operand(g), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _weight_norm_interface_out(v, g, dim=0, *, out0, out1):
@@ -1534,8 +1733,11 @@ def _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir._WeightNormInterfaceBackward, (grad_w, saved_v, saved_g, saved_norms, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager__weight_norm_interface_backward(_rt_operand(grad_w), _rt_operand(saved_v), _rt_operand(saved_g), _rt_operand(saved_norms), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def _weight_norm_interface_backward_out(grad_w, saved_v, saved_g, saved_norms, dim, *, out0, out1):
@@ -1549,8 +1751,11 @@ def abs(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Abs, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_abs(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def abs_out(self, *, out):
@@ -1573,8 +1778,11 @@ def acos(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Acos, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_acos(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def acos_out(self, *, out):
@@ -1597,8 +1805,11 @@ def acosh(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Acosh, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_acosh(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def acosh_out(self, *, out):
@@ -1621,8 +1832,11 @@ def adaptive_max_pool2d(self, output_size):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AdaptiveMaxPool2d, (self, output_size,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_adaptive_max_pool2d(_rt_operand(self), _rt_attr_list(output_size)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def adaptive_max_pool2d_out(self, output_size, *, out, indices):
@@ -1636,8 +1850,11 @@ def adaptive_max_pool2d_backward(grad_output, self, indices):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AdaptiveMaxPool2dBackward, (grad_output, self, indices,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_adaptive_max_pool2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(indices)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def adaptive_max_pool2d_backward_grad_input(grad_output, self, indices, *, grad_input):
@@ -1651,8 +1868,11 @@ def adaptive_max_pool3d(self, output_size):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AdaptiveMaxPool3d, (self, output_size,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_adaptive_max_pool3d(_rt_operand(self), _rt_attr_list(output_size)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def adaptive_max_pool3d_out(self, output_size, *, out, indices):
@@ -1666,8 +1886,11 @@ def adaptive_max_pool3d_backward(grad_output, self, indices):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AdaptiveMaxPool3dBackward, (grad_output, self, indices,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_adaptive_max_pool3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(indices)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def adaptive_max_pool3d_backward_grad_input(grad_output, self, indices, *, grad_input):
@@ -1681,8 +1904,11 @@ def add_Scalar(self, other, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AddScalar, (self, other, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_add_Scalar(_rt_operand(self), _rt_scalar(other), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def add_Scalar_out(self, other, alpha=1, *, out):
@@ -1696,8 +1922,11 @@ def add_Tensor(self, other, *, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AddTensor, (self, other, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_add_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def add_out(self, other, *, alpha=1, out):
@@ -1730,8 +1959,11 @@ def addbmm(self, batch1, batch2, *, beta=1, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Addbmm, (self, batch1, batch2, beta, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_addbmm(_rt_operand(self), _rt_operand(batch1), _rt_operand(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def addbmm_out(self, batch1, batch2, *, beta=1, alpha=1, out):
@@ -1754,8 +1986,11 @@ def addcdiv(self, tensor1, tensor2, *, value=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Addcdiv, (self, tensor1, tensor2, value,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_addcdiv(_rt_operand(self), _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def addcdiv_out(self, tensor1, tensor2, *, value=1, out):
@@ -1779,8 +2014,11 @@ def addcmul(self, tensor1, tensor2, *, value=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Addcmul, (self, tensor1, tensor2, value,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_addcmul(_rt_operand(self), _rt_operand(tensor1), _rt_operand(tensor2), _rt_scalar(value)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def addcmul_out(self, tensor1, tensor2, *, value=1, out):
@@ -1804,8 +2042,11 @@ def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Addmm, (self, mat1, mat2, beta, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_addmm(_rt_operand(self), _rt_operand(mat1), _rt_operand(mat2), _rt_scalar(beta), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def addmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
@@ -1828,8 +2069,11 @@ def addmv(self, mat, vec, *, beta=1, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Addmv, (self, mat, vec, beta, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_addmv(_rt_operand(self), _rt_operand(mat), _rt_operand(vec), _rt_scalar(beta), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def addmv_out(self, mat, vec, *, beta=1, alpha=1, out):
@@ -1852,8 +2096,11 @@ def addr(self, vec1, vec2, *, beta=1, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Addr, (self, vec1, vec2, beta, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_addr(_rt_operand(self), _rt_operand(vec1), _rt_operand(vec2), _rt_scalar(beta), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def addr_out(self, vec1, vec2, *, beta=1, alpha=1, out):
@@ -1881,8 +2128,11 @@ def alias_copy(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AliasCopy, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_alias_copy(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def alias_copy_out(self, *, out):
@@ -1896,8 +2146,11 @@ def all(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.All, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_all(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def all_all_out(self, *, out):
@@ -1911,8 +2164,11 @@ def all_dim(self, dim, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AllDim, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_all_dim(_rt_operand(self), dim, keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_all_dims = _rt_eager_executable(ir.AllDims)
@@ -1922,8 +2178,11 @@ def all_dims(self, dim=None, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AllDims, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_all_dims(_rt_operand(self), _rt_attr_list(dim), keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def all_dims_out(self, dim=None, keepdim=False, *, out):
@@ -1945,8 +2204,11 @@ def amax(self, dim=(), keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Amax, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_amax(_rt_operand(self), _rt_attr_list(dim), keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def amax_out(self, dim=(), keepdim=False, *, out):
@@ -1960,8 +2222,11 @@ def amin(self, dim=(), keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Amin, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_amin(_rt_operand(self), _rt_attr_list(dim), keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def amin_out(self, dim=(), keepdim=False, *, out):
@@ -1975,8 +2240,11 @@ def aminmax(self, *, dim=None, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Aminmax, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_aminmax(_rt_operand(self), dim, keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def aminmax_out(self, *, dim=None, keepdim=False, min, max):
@@ -1990,8 +2258,11 @@ def angle(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Angle, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_angle(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def angle_out(self, *, out):
@@ -2005,8 +2276,11 @@ def any(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Any, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_any(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def any_all_out(self, *, out):
@@ -2020,8 +2294,11 @@ def any_dim(self, dim, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AnyDim, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_any_dim(_rt_operand(self), dim, keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_any_dims = _rt_eager_executable(ir.AnyDims)
@@ -2031,8 +2308,11 @@ def any_dims(self, dim=None, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AnyDims, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_any_dims(_rt_operand(self), _rt_attr_list(dim), keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def any_dims_out(self, dim=None, keepdim=False, *, out):
@@ -2070,8 +2350,11 @@ def argmax(self, dim=None, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Argmax, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_argmax(_rt_operand(self), dim, keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def argmax_out(self, dim=None, keepdim=False, *, out):
@@ -2085,8 +2368,11 @@ def argmin(self, dim=None, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Argmin, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_argmin(_rt_operand(self), dim, keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def argmin_out(self, dim=None, keepdim=False, *, out):
@@ -2108,8 +2394,11 @@ def as_strided_copy(self, size, stride, storage_offset=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AsStridedCopy, (self, size, stride, storage_offset,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_as_strided_copy(_rt_operand(self), _rt_attr_list(size), _rt_attr_list(stride), storage_offset))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def as_strided_copy_out(self, size, stride, storage_offset=None, *, out):
@@ -2123,8 +2412,11 @@ def as_strided_scatter(self, src, size, stride, storage_offset=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AsStridedScatter, (self, src, size, stride, storage_offset,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_as_strided_scatter(_rt_operand(self), _rt_operand(src), _rt_attr_list(size), _rt_attr_list(stride), storage_offset))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def as_strided_scatter_out(self, src, size, stride, storage_offset=None, *, out):
@@ -2138,8 +2430,11 @@ def asin(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Asin, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_asin(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def asin_out(self, *, out):
@@ -2162,8 +2457,11 @@ def asinh(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Asinh, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_asinh(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def asinh_out(self, *, out):
@@ -2186,8 +2484,11 @@ def atan(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Atan, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_atan(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def atan_out(self, *, out):
@@ -2201,8 +2502,11 @@ def atan2(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Atan2, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_atan2(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def atan2_out(self, other, *, out):
@@ -2235,8 +2539,11 @@ def atanh(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Atanh, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_atanh(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def atanh_out(self, *, out):
@@ -2259,8 +2566,11 @@ def avg_pool2d(self, kernel_size, stride=(), padding=(0, 0,), ceil_mode=False, c
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AvgPool2d, (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_avg_pool2d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def avg_pool2d_out(self, kernel_size, stride=(), padding=(0, 0,), ceil_mode=False, count_include_pad=True, divisor_override=None, *, out):
@@ -2274,8 +2584,11 @@ def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AvgPool2dBackward, (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_avg_pool2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def avg_pool2d_backward_grad_input(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, *, grad_input):
@@ -2289,8 +2602,11 @@ def avg_pool3d(self, kernel_size, stride=(), padding=(0, 0, 0,), ceil_mode=False
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AvgPool3d, (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_avg_pool3d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def avg_pool3d_out(self, kernel_size, stride=(), padding=(0, 0, 0,), ceil_mode=False, count_include_pad=True, divisor_override=None, *, out):
@@ -2304,8 +2620,11 @@ def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mo
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.AvgPool3dBackward, (grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_avg_pool3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), ceil_mode, count_include_pad, divisor_override))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def avg_pool3d_backward_grad_input(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, *, grad_input):
@@ -2319,8 +2638,11 @@ def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Baddbmm, (self, batch1, batch2, beta, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_baddbmm(_rt_operand(self), _rt_operand(batch1), _rt_operand(batch2), _rt_scalar(beta), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def baddbmm_out(self, batch1, batch2, *, beta=1, alpha=1, out):
@@ -2343,8 +2665,11 @@ def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BatchNormBackward, (grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps, output_mask, reserve,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_batch_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_operand(weight), _rt_operand_opt(running_mean), _rt_operand_opt(running_var), _rt_operand_opt(save_mean), _rt_operand_opt(save_var), update, eps, _rt_attr_list(output_mask), _rt_operand(reserve)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bernoulli(self, *, generator=None):
@@ -2386,8 +2711,11 @@ def binary_cross_entropy(self, target, weight=None, reduction=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BinaryCrossEntropy, (self, target, weight, reduction,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_binary_cross_entropy(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def binary_cross_entropy_out(self, target, weight=None, reduction=1, *, out):
@@ -2401,8 +2729,11 @@ def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduct
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BinaryCrossEntropyBackward, (grad_output, self, target, weight, reduction,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_binary_cross_entropy_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def binary_cross_entropy_backward_grad_input(grad_output, self, target, weight=None, reduction=1, *, grad_input):
@@ -2416,8 +2747,11 @@ def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None,
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BinaryCrossEntropyWithLogits, (self, target, weight, pos_weight, reduction,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_binary_cross_entropy_with_logits(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), _rt_operand_opt(pos_weight), reduction))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def binary_cross_entropy_with_logits_out(self, target, weight=None, pos_weight=None, reduction=1, *, out):
@@ -2439,8 +2773,11 @@ def bitwise_and_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseAndScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_and_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_bitwise_and_Scalar_Tensor = _rt_eager_executable(ir.BitwiseAndScalarTensor)
@@ -2450,8 +2787,11 @@ def bitwise_and_Scalar_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseAndScalarTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_and_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bitwise_and_Scalar_Tensor_out(self, other, *, out):
@@ -2469,8 +2809,11 @@ def bitwise_and_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseAndTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_and_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bitwise_and_Tensor_out(self, other, *, out):
@@ -2503,8 +2846,11 @@ def bitwise_left_shift_Scalar_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseLeftShiftScalarTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_left_shift_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bitwise_left_shift_Scalar_Tensor_out(self, other, *, out):
@@ -2518,8 +2864,11 @@ def bitwise_left_shift_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseLeftShiftTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_left_shift_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_bitwise_left_shift_Tensor_Scalar = _rt_eager_executable(ir.BitwiseLeftShiftTensorScalar)
@@ -2529,8 +2878,11 @@ def bitwise_left_shift_Tensor_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseLeftShiftTensorScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_left_shift_Tensor_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bitwise_left_shift_Tensor_Scalar_out(self, other, *, out):
@@ -2567,8 +2919,11 @@ def bitwise_not(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseNot, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_not(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bitwise_not_out(self, *, out):
@@ -2591,8 +2946,11 @@ def bitwise_or_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseOrScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_or_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_bitwise_or_Scalar_Tensor = _rt_eager_executable(ir.BitwiseOrScalarTensor)
@@ -2602,8 +2960,11 @@ def bitwise_or_Scalar_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseOrScalarTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_or_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bitwise_or_Scalar_Tensor_out(self, other, *, out):
@@ -2621,8 +2982,11 @@ def bitwise_or_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseOrTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_or_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bitwise_or_Tensor_out(self, other, *, out):
@@ -2655,8 +3019,11 @@ def bitwise_right_shift_Scalar_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseRightShiftScalarTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_right_shift_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bitwise_right_shift_Scalar_Tensor_out(self, other, *, out):
@@ -2670,8 +3037,11 @@ def bitwise_right_shift_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseRightShiftTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_right_shift_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_bitwise_right_shift_Tensor_Scalar = _rt_eager_executable(ir.BitwiseRightShiftTensorScalar)
@@ -2681,8 +3051,11 @@ def bitwise_right_shift_Tensor_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseRightShiftTensorScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_right_shift_Tensor_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bitwise_right_shift_Tensor_Scalar_out(self, other, *, out):
@@ -2719,8 +3092,11 @@ def bitwise_xor_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseXorScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_xor_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_bitwise_xor_Scalar_Tensor = _rt_eager_executable(ir.BitwiseXorScalarTensor)
@@ -2730,8 +3106,11 @@ def bitwise_xor_Scalar_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseXorScalarTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_xor_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bitwise_xor_Scalar_Tensor_out(self, other, *, out):
@@ -2749,8 +3128,11 @@ def bitwise_xor_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BitwiseXorTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bitwise_xor_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bitwise_xor_Tensor_out(self, other, *, out):
@@ -2783,8 +3165,11 @@ def block_diag(tensors):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BlockDiag, (tensors,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_block_diag(_rt_operands(tensors)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def block_diag_out(tensors, *, out):
@@ -2798,8 +3183,11 @@ def bmm(self, mat2):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Bmm, (self, mat2,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bmm(_rt_operand(self), _rt_operand(mat2)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bmm_out(self, mat2, *, out):
@@ -2813,8 +3201,11 @@ def bucketize_Tensor(self, boundaries, *, out_int32=False, right=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.BucketizeTensor, (self, boundaries, out_int32, right,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_bucketize_Tensor(_rt_operand(self), _rt_operand(boundaries), out_int32, right))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def bucketize_Tensor_out(self, boundaries, *, out_int32=False, right=False, out):
@@ -2828,8 +3219,11 @@ def cat(tensors, dim=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Cat, (tensors, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_cat(_rt_operands(tensors), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def cat_out(tensors, dim=0, *, out):
@@ -2855,8 +3249,11 @@ def ceil(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Ceil, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_ceil(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def ceil_out(self, *, out):
@@ -2879,8 +3276,11 @@ def celu(self, alpha=1.0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Celu, (self, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_celu(_rt_operand(self), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def celu_out(self, alpha=1.0, *, out):
@@ -2903,8 +3303,11 @@ def channel_shuffle(self, groups):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ChannelShuffle, (self, groups,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_channel_shuffle(_rt_operand(self), groups))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def channel_shuffle_out(self, groups, *, out):
@@ -2926,8 +3329,11 @@ def cholesky_inverse(self, upper=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.CholeskyInverse, (self, upper,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_cholesky_inverse(_rt_operand(self), upper))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def cholesky_inverse_out(self, upper=False, *, out):
@@ -2941,8 +3347,11 @@ def cholesky_solve(self, input2, upper=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.CholeskySolve, (self, input2, upper,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_cholesky_solve(_rt_operand(self), _rt_operand(input2), upper))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def cholesky_solve_out(self, input2, upper=False, *, out):
@@ -2956,8 +3365,11 @@ def clamp(self, min=None, max=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Clamp, (self, min, max,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_clamp(_rt_operand(self), _rt_scalar(min), _rt_scalar(max)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_clamp_Tensor = _rt_eager_executable(ir.ClampTensor)
@@ -2967,8 +3379,11 @@ def clamp_Tensor(self, min=None, max=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ClampTensor, (self, min, max,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_clamp_Tensor(_rt_operand(self), _rt_operand_opt(min), _rt_operand_opt(max)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def clamp_Tensor_out(self, min=None, max=None, *, out):
@@ -3005,8 +3420,11 @@ def clamp_max(self, max):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ClampMax, (self, max,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_clamp_max(_rt_operand(self), _rt_scalar(max)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_clamp_max_Tensor = _rt_eager_executable(ir.ClampMaxTensor)
@@ -3016,8 +3434,11 @@ def clamp_max_Tensor(self, max):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ClampMaxTensor, (self, max,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_clamp_max_Tensor(_rt_operand(self), _rt_operand(max)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def clamp_max_Tensor_out(self, max, *, out):
@@ -3054,8 +3475,11 @@ def clamp_min(self, min):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ClampMin, (self, min,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_clamp_min(_rt_operand(self), _rt_scalar(min)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_clamp_min_Tensor = _rt_eager_executable(ir.ClampMinTensor)
@@ -3065,8 +3489,11 @@ def clamp_min_Tensor(self, min):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ClampMinTensor, (self, min,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_clamp_min_Tensor(_rt_operand(self), _rt_operand(min)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def clamp_min_Tensor_out(self, min, *, out):
@@ -3103,8 +3530,11 @@ def clone(self, *, memory_format=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Clone, (self, memory_format,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_clone(_rt_operand(self), memory_format))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def clone_out(self, *, memory_format=None, out):
@@ -3118,8 +3548,11 @@ def col2im(self, output_size, kernel_size, dilation, padding, stride):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Col2im, (self, output_size, kernel_size, dilation, padding, stride,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_col2im(_rt_operand(self), _rt_attr_list(output_size), _rt_attr_list(kernel_size), _rt_attr_list(dilation), _rt_attr_list(padding), _rt_attr_list(stride)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def col2im_out(self, output_size, kernel_size, dilation, padding, stride, *, out):
@@ -3133,8 +3566,11 @@ def complex(real, imag):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Complex, (real, imag,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_complex(_rt_operand(real), _rt_operand(imag)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def complex_out(real, imag, *, out):
@@ -3152,8 +3588,11 @@ def constant_pad_nd(self, pad, value=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ConstantPadNd, (self, pad, value,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_constant_pad_nd(_rt_operand(self), _rt_attr_list(pad), _rt_scalar(value)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def constant_pad_nd_out(self, pad, value=0, *, out):
@@ -3167,8 +3606,11 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Convolution, (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_convolution(_rt_operand(input), _rt_operand(weight), _rt_operand_opt(bias), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), transposed, _rt_attr_list(output_padding), groups))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def convolution_out(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, *, out):
@@ -3182,8 +3624,11 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ConvolutionBackward, (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_convolution_backward(_rt_operand(grad_output), _rt_operand(input), _rt_operand(weight), _rt_attr_list(bias_sizes), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), transposed, _rt_attr_list(output_padding), groups, _rt_attr_list(output_mask)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def convolution_backward_out(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask, *, out0, out1, out2):
@@ -3210,8 +3655,11 @@ def copysign_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.CopysignScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_copysign_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def copysign_Scalar_out(self, other, *, out):
@@ -3225,8 +3673,11 @@ def copysign_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.CopysignTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_copysign_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def copysign_out(self, other, *, out):
@@ -3259,8 +3710,11 @@ def cos(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Cos, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_cos(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def cos_out(self, *, out):
@@ -3283,8 +3737,11 @@ def cosh(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Cosh, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_cosh(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def cosh_out(self, *, out):
@@ -3307,8 +3764,11 @@ def count_nonzero(self, dim=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.CountNonzero, (self, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_count_nonzero(_rt_operand(self), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_count_nonzero_dim_IntList = _rt_eager_executable(ir.CountNonzeroDimIntList)
@@ -3318,8 +3778,11 @@ def count_nonzero_dim_IntList(self, dim):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.CountNonzeroDimIntList, (self, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_count_nonzero_dim_IntList(_rt_operand(self), _rt_attr_list(dim)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def count_nonzero_dim_IntList_out(self, dim, *, out):
@@ -3337,8 +3800,11 @@ def cummax(self, dim):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Cummax, (self, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_cummax(_rt_operand(self), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def cummax_out(self, dim, *, values, indices):
@@ -3352,8 +3818,11 @@ def cummin(self, dim):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Cummin, (self, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_cummin(_rt_operand(self), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def cummin_out(self, dim, *, values, indices):
@@ -3367,8 +3836,11 @@ def cumprod(self, dim, *, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Cumprod, (self, dim, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_cumprod(_rt_operand(self), dim, dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def cumprod_out(self, dim, *, dtype=None, out):
@@ -3391,8 +3863,11 @@ def cumsum(self, dim, *, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Cumsum, (self, dim, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_cumsum(_rt_operand(self), dim, dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def cumsum_out(self, dim, *, dtype=None, out):
@@ -3415,8 +3890,11 @@ def deg2rad(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Deg2rad, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_deg2rad(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def deg2rad_out(self, *, out):
@@ -3447,8 +3925,11 @@ def diag_embed(self, offset=0, dim1=-2, dim2=-1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.DiagEmbed, (self, offset, dim1, dim2,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_diag_embed(_rt_operand(self), offset, dim1, dim2))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def diag_embed_out(self, offset=0, dim1=-2, dim2=-1, *, out):
@@ -3466,8 +3947,11 @@ def diagonal_backward(grad_output, input_sizes, offset, dim1, dim2):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.DiagonalBackward, (grad_output, input_sizes, offset, dim1, dim2,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_diagonal_backward(_rt_operand(grad_output), _rt_attr_list(input_sizes), offset, dim1, dim2))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def diagonal_backward_out(grad_output, input_sizes, offset, dim1, dim2, *, out):
@@ -3481,8 +3965,11 @@ def diagonal_copy(self, offset=0, dim1=0, dim2=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.DiagonalCopy, (self, offset, dim1, dim2,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_diagonal_copy(_rt_operand(self), offset, dim1, dim2))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def diagonal_copy_out(self, offset=0, dim1=0, dim2=1, *, out):
@@ -3496,8 +3983,11 @@ def diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.DiagonalScatter, (self, src, offset, dim1, dim2,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_diagonal_scatter(_rt_operand(self), _rt_operand(src), offset, dim1, dim2))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def diagonal_scatter_out(self, src, offset=0, dim1=0, dim2=1, *, out):
@@ -3511,8 +4001,11 @@ def digamma(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Digamma, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_digamma(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def digamma_out(self, *, out):
@@ -3535,8 +4028,11 @@ def dist(self, other, p=2):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Dist, (self, other, p,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_dist(_rt_operand(self), _rt_operand(other), _rt_scalar(p)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def dist_out(self, other, p=2, *, out):
@@ -3550,8 +4046,11 @@ def div_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.DivScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_div_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_div_Scalar_mode = _rt_eager_executable(ir.DivScalarMode)
@@ -3561,8 +4060,11 @@ def div_Scalar_mode(self, other, *, rounding_mode):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.DivScalarMode, (self, other, rounding_mode,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_div_Scalar_mode(_rt_operand(self), _rt_scalar(other), rounding_mode))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def div_Scalar_mode_out(self, other, *, rounding_mode, out):
@@ -3580,8 +4082,11 @@ def div_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.DivTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_div_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_div_Tensor_mode = _rt_eager_executable(ir.DivTensorMode)
@@ -3591,8 +4096,11 @@ def div_Tensor_mode(self, other, *, rounding_mode):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.DivTensorMode, (self, other, rounding_mode,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_div_Tensor_mode(_rt_operand(self), _rt_operand(other), rounding_mode))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def div_out(self, other, *, out):
@@ -3648,8 +4156,11 @@ def dot(self, tensor):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Dot, (self, tensor,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_dot(_rt_operand(self), _rt_operand(tensor)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def dot_out(self, tensor, *, out):
@@ -3663,8 +4174,11 @@ def elu(self, alpha=1, scale=1, input_scale=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Elu, (self, alpha, scale, input_scale,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_elu(_rt_operand(self), _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def elu_out(self, alpha=1, scale=1, input_scale=1, *, out):
@@ -3687,8 +4201,11 @@ def elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_resu
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.EluBackward, (grad_output, alpha, scale, input_scale, is_result, self_or_result,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_elu_backward(_rt_operand(grad_output), _rt_scalar(alpha), _rt_scalar(scale), _rt_scalar(input_scale), is_result, _rt_operand(self_or_result)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def elu_backward_grad_input(grad_output, alpha, scale, input_scale, is_result, self_or_result, *, grad_input):
@@ -3702,8 +4219,11 @@ def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Embedding, (weight, indices, padding_idx, scale_grad_by_freq, sparse,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_embedding(_rt_operand(weight), _rt_operand(indices), padding_idx, scale_grad_by_freq, sparse))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def embedding_out(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False, *, out):
@@ -3717,8 +4237,11 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.EmbeddingDenseBackward, (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_embedding_dense_backward(_rt_operand(grad_output), _rt_operand(indices), num_weights, padding_idx, scale_grad_by_freq))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def embedding_dense_backward_out(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq, *, out):
@@ -3732,8 +4255,11 @@ def embedding_renorm(self, indices, max_norm, norm_type):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.EmbeddingRenorm, (self, indices, max_norm, norm_type,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_embedding_renorm(_rt_operand(self), _rt_operand(indices), max_norm, norm_type))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def embedding_renorm_out(self, indices, max_norm, norm_type, *, out):
@@ -3764,8 +4290,11 @@ def empty_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, m
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.EmptyLike, (self, dtype, layout, device, pin_memory, memory_format,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_empty_like(_rt_operand(self), dtype, layout, device, pin_memory, memory_format))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def empty_like_out(self, *, memory_format=None, out):
@@ -3779,8 +4308,11 @@ def empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=Non
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.EmptyPermuted, (size, physical_layout, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_empty_permuted(_rt_attr_list(size), _rt_attr_list(physical_layout), dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def empty_permuted_out(size, physical_layout, *, out):
@@ -3802,8 +4334,11 @@ def eq_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.EqScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_eq_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def eq_Scalar_out(self, other, *, out):
@@ -3817,8 +4352,11 @@ def eq_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.EqTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_eq_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def eq_Tensor_out(self, other, *, out):
@@ -3855,8 +4393,11 @@ def erf(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Erf, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_erf(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def erf_out(self, *, out):
@@ -3879,8 +4420,11 @@ def erfc(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Erfc, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_erfc(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def erfc_out(self, *, out):
@@ -3903,8 +4447,11 @@ def erfinv(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Erfinv, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_erfinv(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def erfinv_out(self, *, out):
@@ -3927,8 +4474,11 @@ def exp(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Exp, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_exp(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def exp_out(self, *, out):
@@ -3942,8 +4492,11 @@ def exp2(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Exp2, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_exp2(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def exp2_out(self, *, out):
@@ -3979,8 +4532,11 @@ def expand_copy(self, size, *, implicit=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ExpandCopy, (self, size, implicit,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_expand_copy(_rt_operand(self), _rt_attr_list(size), implicit))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def expand_copy_out(self, size, *, implicit=False, out):
@@ -3994,8 +4550,11 @@ def expm1(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Expm1, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_expm1(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def expm1_out(self, *, out):
@@ -4030,8 +4589,11 @@ def eye(n, *, dtype=None, layout=None, device=None, pin_memory=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Eye, (n, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_eye(n, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_eye_m = _rt_eager_executable(ir.EyeM)
@@ -4041,8 +4603,11 @@ def eye_m(n, m, *, dtype=None, layout=None, device=None, pin_memory=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.EyeM, (n, m, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_eye_m(n, m, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def eye_m_out(n, m, *, out):
@@ -4060,8 +4625,11 @@ def fill_Scalar(self, value):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.FillScalar, (self, value,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_fill_Scalar(_rt_operand(self), _rt_scalar(value)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def fill_Scalar_out(self, value, *, out):
@@ -4084,8 +4652,11 @@ def flip(self, dims):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Flip, (self, dims,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_flip(_rt_operand(self), _rt_attr_list(dims)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def flip_out(self, dims, *, out):
@@ -4099,8 +4670,11 @@ def floor(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Floor, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_floor(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def floor_out(self, *, out):
@@ -4123,8 +4697,11 @@ def floor_divide(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.FloorDivide, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_floor_divide(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_floor_divide_Scalar = _rt_eager_executable(ir.FloorDivideScalar)
@@ -4134,8 +4711,11 @@ def floor_divide_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.FloorDivideScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_floor_divide_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def floor_divide_Scalar_out(self, other, *, out):
@@ -4172,8 +4752,11 @@ def fmax(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Fmax, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_fmax(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def fmax_out(self, other, *, out):
@@ -4187,8 +4770,11 @@ def fmin(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Fmin, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_fmin(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def fmin_out(self, other, *, out):
@@ -4202,8 +4788,11 @@ def fmod_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.FmodScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_fmod_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def fmod_Scalar_out(self, other, *, out):
@@ -4217,8 +4806,11 @@ def fmod_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.FmodTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_fmod_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def fmod_Tensor_out(self, other, *, out):
@@ -4251,8 +4843,11 @@ def frac(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Frac, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_frac(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def frac_out(self, *, out):
@@ -4275,8 +4870,11 @@ def fractional_max_pool2d(self, kernel_size, output_size, random_samples):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.FractionalMaxPool2d, (self, kernel_size, output_size, random_samples,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_fractional_max_pool2d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(random_samples)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def fractional_max_pool2d_output(self, kernel_size, output_size, random_samples, *, output, indices):
@@ -4290,8 +4888,11 @@ def fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, 
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.FractionalMaxPool2dBackward, (grad_output, self, kernel_size, output_size, indices,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_fractional_max_pool2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(indices)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def fractional_max_pool2d_backward_grad_input(grad_output, self, kernel_size, output_size, indices, *, grad_input):
@@ -4305,8 +4906,11 @@ def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.FractionalMaxPool3d, (self, kernel_size, output_size, random_samples,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_fractional_max_pool3d(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(random_samples)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def fractional_max_pool3d_output(self, kernel_size, output_size, random_samples, *, output, indices):
@@ -4320,8 +4924,11 @@ def fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, 
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.FractionalMaxPool3dBackward, (grad_output, self, kernel_size, output_size, indices,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_fractional_max_pool3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(output_size), _rt_operand(indices)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def fractional_max_pool3d_backward_grad_input(grad_output, self, kernel_size, output_size, indices, *, grad_input):
@@ -4335,8 +4942,11 @@ def frexp_Tensor(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.FrexpTensor, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_frexp_Tensor(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def frexp_Tensor_out(self, *, mantissa, exponent):
@@ -4350,8 +4960,11 @@ def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=N
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Full, (size, fill_value, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_full(_rt_attr_list(size), _rt_scalar(fill_value), dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def full_out(size, fill_value, *, out):
@@ -4365,8 +4978,11 @@ def full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_mem
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.FullLike, (self, fill_value, dtype, layout, device, pin_memory, memory_format,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_full_like(_rt_operand(self), _rt_scalar(fill_value), dtype, layout, device, pin_memory, memory_format))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def full_like_out(self, fill_value, *, memory_format=None, out):
@@ -4380,8 +4996,11 @@ def gather(self, dim, index, *, sparse_grad=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Gather, (self, dim, index, sparse_grad,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_gather(_rt_operand(self), dim, _rt_operand(index), sparse_grad))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def gather_out(self, dim, index, *, sparse_grad=False, out):
@@ -4395,8 +5014,11 @@ def gcd(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Gcd, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_gcd(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def gcd_out(self, other, *, out):
@@ -4420,8 +5042,11 @@ def ge_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.GeScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_ge_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def ge_Scalar_out(self, other, *, out):
@@ -4435,8 +5060,11 @@ def ge_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.GeTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_ge_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def ge_Tensor_out(self, other, *, out):
@@ -4469,8 +5097,11 @@ def gelu(self, *, approximate='none'):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Gelu, (self, approximate,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_gelu(_rt_operand(self), approximate))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def gelu_out(self, *, approximate='none', out):
@@ -4493,8 +5124,11 @@ def gelu_backward(grad_output, self, *, approximate='none'):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.GeluBackward, (grad_output, self, approximate,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_gelu_backward(_rt_operand(grad_output), _rt_operand(self), approximate))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def gelu_backward_grad_input(grad_output, self, *, approximate='none', grad_input):
@@ -4520,8 +5154,11 @@ def geqrf(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Geqrf, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_geqrf(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def geqrf_a(self, *, a, tau):
@@ -4535,8 +5172,11 @@ def glu(self, dim=-1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Glu, (self, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_glu(_rt_operand(self), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def glu_out(self, dim=-1, *, out):
@@ -4550,8 +5190,11 @@ def glu_backward(grad_output, self, dim):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.GluBackward, (grad_output, self, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_glu_backward(_rt_operand(grad_output), _rt_operand(self), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def glu_backward_grad_input(grad_output, self, dim, *, grad_input):
@@ -4565,8 +5208,11 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.GridSampler2d, (input, grid, interpolation_mode, padding_mode, align_corners,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_grid_sampler_2d(_rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def grid_sampler_2d_out(input, grid, interpolation_mode, padding_mode, align_corners, *, out):
@@ -4580,8 +5226,11 @@ def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, paddi
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.GridSampler2dBackward, (grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_grid_sampler_2d_backward(_rt_operand(grad_output), _rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners, _rt_attr_list(output_mask)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def grid_sampler_2d_backward_out(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask, *, out0, out1):
@@ -4595,8 +5244,11 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.GridSampler3d, (input, grid, interpolation_mode, padding_mode, align_corners,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_grid_sampler_3d(_rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def grid_sampler_3d_out(input, grid, interpolation_mode, padding_mode, align_corners, *, out):
@@ -4610,8 +5262,11 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.GridSampler3dBackward, (grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_grid_sampler_3d_backward(_rt_operand(grad_output), _rt_operand(input), _rt_operand(grid), interpolation_mode, padding_mode, align_corners, _rt_attr_list(output_mask)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def grid_sampler_3d_backward_out(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask, *, out0, out1):
@@ -4625,8 +5280,11 @@ def gt_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.GtScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_gt_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def gt_Scalar_out(self, other, *, out):
@@ -4640,8 +5298,11 @@ def gt_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.GtTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_gt_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def gt_Tensor_out(self, other, *, out):
@@ -4674,8 +5335,11 @@ def hardshrink(self, lambd=0.5):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Hardshrink, (self, lambd,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_hardshrink(_rt_operand(self), _rt_scalar(lambd)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def hardshrink_out(self, lambd=0.5, *, out):
@@ -4689,8 +5353,11 @@ def hardshrink_backward(grad_out, self, lambd):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.HardshrinkBackward, (grad_out, self, lambd,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_hardshrink_backward(_rt_operand(grad_out), _rt_operand(self), _rt_scalar(lambd)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def hardshrink_backward_grad_input(grad_out, self, lambd, *, grad_input):
@@ -4704,8 +5371,11 @@ def hardsigmoid(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Hardsigmoid, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_hardsigmoid(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def hardsigmoid_out(self, *, out):
@@ -4728,8 +5398,11 @@ def hardsigmoid_backward(grad_output, self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.HardsigmoidBackward, (grad_output, self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_hardsigmoid_backward(_rt_operand(grad_output), _rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def hardsigmoid_backward_grad_input(grad_output, self, *, grad_input):
@@ -4743,8 +5416,11 @@ def hardswish(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Hardswish, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_hardswish(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def hardswish_out(self, *, out):
@@ -4767,8 +5443,11 @@ def hardswish_backward(grad_output, self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.HardswishBackward, (grad_output, self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_hardswish_backward(_rt_operand(grad_output), _rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def hardswish_backward_out(grad_output, self, *, out):
@@ -4782,8 +5461,11 @@ def hardtanh(self, min_val=-1, max_val=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Hardtanh, (self, min_val, max_val,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_hardtanh(_rt_operand(self), _rt_scalar(min_val), _rt_scalar(max_val)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def hardtanh_out(self, min_val=-1, max_val=1, *, out):
@@ -4806,8 +5488,11 @@ def hardtanh_backward(grad_output, self, min_val, max_val):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.HardtanhBackward, (grad_output, self, min_val, max_val,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_hardtanh_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(min_val), _rt_scalar(max_val)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def hardtanh_backward_grad_input(grad_output, self, min_val, max_val, *, grad_input):
@@ -4821,8 +5506,11 @@ def hash_tensor(self, dim=(), *, keepdim=False, mode=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.HashTensor, (self, dim, keepdim, mode,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_hash_tensor(_rt_operand(self), _rt_attr_list(dim), keepdim, mode))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def hash_tensor_out(self, dim=(), *, keepdim=False, mode=0, out):
@@ -4836,8 +5524,11 @@ def heaviside(self, values):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Heaviside, (self, values,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_heaviside(_rt_operand(self), _rt_operand(values)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def heaviside_out(self, values, *, out):
@@ -4861,8 +5552,11 @@ def histc(self, bins=100, min=0, max=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Histc, (self, bins, min, max,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_histc(_rt_operand(self), bins, _rt_scalar(min), _rt_scalar(max)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def histc_out(self, bins=100, min=0, max=0, *, out):
@@ -4876,8 +5570,11 @@ def histogram_bin_ct(self, bins=100, *, range=None, weight=None, density=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.HistogramBinCt, (self, bins, range, weight, density,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_histogram_bin_ct(_rt_operand(self), bins, _rt_attr_list(range), _rt_operand_opt(weight), density))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def histogram_bin_ct_out(self, bins=100, *, range=None, weight=None, density=False, hist, bin_edges):
@@ -4891,8 +5588,11 @@ def histogram_bins_tensor(self, bins, *, weight=None, density=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.HistogramBinsTensor, (self, bins, weight, density,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_histogram_bins_tensor(_rt_operand(self), _rt_operand(bins), _rt_operand_opt(weight), density))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def histogram_bins_tensor_out(self, bins, *, weight=None, density=False, hist, bin_edges):
@@ -4906,8 +5606,11 @@ def huber_loss(self, target, reduction=1, delta=1.0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.HuberLoss, (self, target, reduction, delta,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_huber_loss(_rt_operand(self), _rt_operand(target), reduction, delta))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def huber_loss_out(self, target, reduction=1, delta=1.0, *, out):
@@ -4921,8 +5624,11 @@ def huber_loss_backward(grad_output, self, target, reduction, delta):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.HuberLossBackward, (grad_output, self, target, reduction, delta,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_huber_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction, delta))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def huber_loss_backward_out(grad_output, self, target, reduction, delta, *, grad_input):
@@ -4936,8 +5642,11 @@ def hypot(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Hypot, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_hypot(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def hypot_out(self, other, *, out):
@@ -4961,8 +5670,11 @@ def i0(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.I0, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_i0(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def i0_out(self, *, out):
@@ -4985,8 +5697,11 @@ def igamma(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Igamma, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_igamma(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def igamma_out(self, other, *, out):
@@ -5010,8 +5725,11 @@ def igammac(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Igammac, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_igammac(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def igammac_out(self, other, *, out):
@@ -5035,8 +5753,11 @@ def im2col(self, kernel_size, dilation, padding, stride):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Im2col, (self, kernel_size, dilation, padding, stride,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_im2col(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(dilation), _rt_attr_list(padding), _rt_attr_list(stride)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def im2col_out(self, kernel_size, dilation, padding, stride, *, out):
@@ -5058,8 +5779,11 @@ def index_add(self, dim, index, source, *, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.IndexAdd, (self, dim, index, source, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_index_add(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def index_add_out(self, dim, index, source, *, alpha=1, out):
@@ -5083,8 +5807,11 @@ def index_copy(self, dim, index, source):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.IndexCopy, (self, dim, index, source,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_index_copy(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def index_copy_out(self, dim, index, source, *, out):
@@ -5108,8 +5835,11 @@ def index_fill_int_Scalar(self, dim, index, value):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.IndexFillIntScalar, (self, dim, index, value,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_index_fill_int_Scalar(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def index_fill_int_Scalar_out(self, dim, index, value, *, out):
@@ -5123,8 +5853,11 @@ def index_fill_int_Tensor(self, dim, index, value):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.IndexFillIntTensor, (self, dim, index, value,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_index_fill_int_Tensor(_rt_operand(self), dim, _rt_operand(index), _rt_operand(value)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def index_fill_int_Tensor_out(self, dim, index, value, *, out):
@@ -5169,8 +5902,11 @@ def index_reduce(self, dim, index, source, reduce, *, include_self=True):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.IndexReduce, (self, dim, index, source, reduce, include_self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_index_reduce(_rt_operand(self), dim, _rt_operand(index), _rt_operand(source), reduce, include_self))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def index_reduce_out(self, dim, index, source, reduce, *, include_self=True, out):
@@ -5194,8 +5930,11 @@ def index_select(self, dim, index):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.IndexSelect, (self, dim, index,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_index_select(_rt_operand(self), dim, _rt_operand(index)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def index_select_out(self, dim, index, *, out):
@@ -5209,8 +5948,11 @@ def isin_Tensor_Tensor(elements, test_elements, *, assume_unique=False, invert=F
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.IsinTensorTensor, (elements, test_elements, assume_unique, invert,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_isin_Tensor_Tensor(_rt_operand(elements), _rt_operand(test_elements), assume_unique, invert))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def isin_Tensor_Tensor_out(elements, test_elements, *, assume_unique=False, invert=False, out):
@@ -5224,8 +5966,11 @@ def isinf(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Isinf, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_isinf(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def isinf_out(self, *, out):
@@ -5239,8 +5984,11 @@ def isnan(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Isnan, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_isnan(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def isnan_out(self, *, out):
@@ -5254,8 +6002,11 @@ def isneginf(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Isneginf, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_isneginf(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def isneginf_out(self, *, out):
@@ -5269,8 +6020,11 @@ def isposinf(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Isposinf, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_isposinf(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def isposinf_out(self, *, out):
@@ -5284,8 +6038,11 @@ def kaiser_window(window_length, *, dtype=None, layout=None, device=None, pin_me
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.KaiserWindow, (window_length, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_kaiser_window(window_length, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_kaiser_window_beta = _rt_eager_executable(ir.KaiserWindowBeta)
@@ -5295,8 +6052,11 @@ def kaiser_window_beta(window_length, periodic, beta, *, dtype=None, layout=None
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.KaiserWindowBeta, (window_length, periodic, beta, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_kaiser_window_beta(window_length, periodic, beta, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def kaiser_window_beta_out(window_length, periodic, beta, *, out):
@@ -5314,8 +6074,11 @@ def kaiser_window_periodic(window_length, periodic, *, dtype=None, layout=None, 
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.KaiserWindowPeriodic, (window_length, periodic, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_kaiser_window_periodic(window_length, periodic, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def kaiser_window_periodic_out(window_length, periodic, *, out):
@@ -5329,8 +6092,11 @@ def kthvalue(self, k, dim=-1, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Kthvalue, (self, k, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_kthvalue(_rt_operand(self), k, dim, keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def kthvalue_values(self, k, dim=-1, keepdim=False, *, values, indices):
@@ -5344,8 +6110,11 @@ def lcm(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Lcm, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_lcm(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def lcm_out(self, other, *, out):
@@ -5369,8 +6138,11 @@ def ldexp_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LdexpTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_ldexp_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def ldexp_out(self, other, *, out):
@@ -5394,8 +6166,11 @@ def le_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LeScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_le_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def le_Scalar_out(self, other, *, out):
@@ -5409,8 +6184,11 @@ def le_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LeTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_le_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def le_Tensor_out(self, other, *, out):
@@ -5443,8 +6221,11 @@ def leaky_relu(self, negative_slope=0.01):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LeakyRelu, (self, negative_slope,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_leaky_relu(_rt_operand(self), _rt_scalar(negative_slope)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def leaky_relu_out(self, negative_slope=0.01, *, out):
@@ -5467,8 +6248,11 @@ def leaky_relu_backward(grad_output, self, negative_slope, self_is_result):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LeakyReluBackward, (grad_output, self, negative_slope, self_is_result,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_leaky_relu_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(negative_slope), self_is_result))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def leaky_relu_backward_grad_input(grad_output, self, negative_slope, self_is_result, *, grad_input):
@@ -5482,8 +6266,11 @@ def lerp_Scalar(self, end, weight):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LerpScalar, (self, end, weight,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_lerp_Scalar(_rt_operand(self), _rt_operand(end), _rt_scalar(weight)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def lerp_Scalar_out(self, end, weight, *, out):
@@ -5497,8 +6284,11 @@ def lerp_Tensor(self, end, weight):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LerpTensor, (self, end, weight,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_lerp_Tensor(_rt_operand(self), _rt_operand(end), _rt_operand(weight)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def lerp_Tensor_out(self, end, weight, *, out):
@@ -5532,8 +6322,11 @@ def lgamma(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Lgamma, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_lgamma(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def lgamma_out(self, *, out):
@@ -5560,8 +6353,11 @@ def linalg_cholesky_ex(self, *, upper=False, check_errors=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgCholeskyEx, (self, upper, check_errors,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_cholesky_ex(_rt_operand(self), upper, check_errors))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_cholesky_ex_L(self, *, upper=False, check_errors=False, L, info):
@@ -5575,8 +6371,11 @@ def linalg_cross(self, other, *, dim=-1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgCross, (self, other, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_cross(_rt_operand(self), _rt_operand(other), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_cross_out(self, other, *, dim=-1, out):
@@ -5590,8 +6389,11 @@ def linalg_eig(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgEig, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_eig(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_eig_out(self, *, eigenvalues, eigenvectors):
@@ -5605,8 +6407,11 @@ def linalg_householder_product(input, tau):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgHouseholderProduct, (input, tau,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_householder_product(_rt_operand(input), _rt_operand(tau)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_householder_product_out(input, tau, *, out):
@@ -5620,8 +6425,11 @@ def linalg_inv_ex(A, *, check_errors=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgInvEx, (A, check_errors,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_inv_ex(_rt_operand(A), check_errors))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_inv_ex_inverse(A, *, check_errors=False, inverse, info):
@@ -5635,8 +6443,11 @@ def linalg_ldl_factor_ex(self, *, hermitian=False, check_errors=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgLdlFactorEx, (self, hermitian, check_errors,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_ldl_factor_ex(_rt_operand(self), hermitian, check_errors))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_ldl_factor_ex_out(self, *, hermitian=False, check_errors=False, LD, pivots, info):
@@ -5650,8 +6461,11 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgLdlSolve, (LD, pivots, B, hermitian,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_ldl_solve(_rt_operand(LD), _rt_operand(pivots), _rt_operand(B), hermitian))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_ldl_solve_out(LD, pivots, B, *, hermitian=False, out):
@@ -5673,8 +6487,11 @@ def linalg_lu(A, *, pivot=True):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgLu, (A, pivot,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_lu(_rt_operand(A), pivot))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_lu_out(A, *, pivot=True, P, L, U):
@@ -5688,8 +6505,11 @@ def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgLuFactorEx, (A, pivot, check_errors,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_lu_factor_ex(_rt_operand(A), pivot, check_errors))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_lu_factor_ex_out(A, *, pivot=True, check_errors=False, LU, pivots, info):
@@ -5703,8 +6523,11 @@ def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgLuSolve, (LU, pivots, B, left, adjoint,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_lu_solve(_rt_operand(LU), _rt_operand(pivots), _rt_operand(B), left, adjoint))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_lu_solve_out(LU, pivots, B, *, left=True, adjoint=False, out):
@@ -5718,8 +6541,11 @@ def linalg_matrix_exp(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgMatrixExp, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_matrix_exp(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_matrix_exp_out(self, *, out):
@@ -5733,8 +6559,11 @@ def linalg_pinv_atol_rtol_tensor(self, *, atol=None, rtol=None, hermitian=False)
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgPinvAtolRtolTensor, (self, atol, rtol, hermitian,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_pinv_atol_rtol_tensor(_rt_operand(self), _rt_operand_opt(atol), _rt_operand_opt(rtol), hermitian))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_pinv_atol_rtol_tensor_out(self, *, atol=None, rtol=None, hermitian=False, out):
@@ -5748,8 +6577,11 @@ def linalg_qr(A, mode='reduced'):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgQr, (A, mode,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_qr(_rt_operand(A), mode))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_qr_out(A, mode='reduced', *, Q, R):
@@ -5763,8 +6595,11 @@ def linalg_solve_triangular(self, B, *, upper, left=True, unitriangular=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgSolveTriangular, (self, B, upper, left, unitriangular,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_solve_triangular(_rt_operand(self), _rt_operand(B), upper, left, unitriangular))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_solve_triangular_out(self, B, *, upper, left=True, unitriangular=False, out):
@@ -5778,8 +6613,11 @@ def linalg_vector_norm(self, ord=2, dim=None, keepdim=False, *, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinalgVectorNorm, (self, ord, dim, keepdim, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linalg_vector_norm(_rt_operand(self), _rt_scalar(ord), _rt_attr_list(dim), keepdim, dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linalg_vector_norm_out(self, ord=2, dim=None, keepdim=False, *, dtype=None, out):
@@ -5793,8 +6631,11 @@ def linspace(start, end, steps, *, dtype=None, layout=None, device=None, pin_mem
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Linspace, (start, end, steps, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linspace(_rt_scalar(start), _rt_scalar(end), steps, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_linspace_Scalar_Tensor = _rt_eager_executable(ir.LinspaceScalarTensor)
@@ -5804,8 +6645,11 @@ def linspace_Scalar_Tensor(start, end, steps, *, dtype=None, layout=None, device
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinspaceScalarTensor, (start, end, steps, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linspace_Scalar_Tensor(_rt_scalar(start), _rt_operand(end), steps, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linspace_Scalar_Tensor_out(start, end, steps, *, out):
@@ -5819,8 +6663,11 @@ def linspace_Tensor_Scalar(start, end, steps, *, dtype=None, layout=None, device
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinspaceTensorScalar, (start, end, steps, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linspace_Tensor_Scalar(_rt_operand(start), _rt_scalar(end), steps, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linspace_Tensor_Scalar_out(start, end, steps, *, out):
@@ -5834,8 +6681,11 @@ def linspace_Tensor_Tensor(start, end, steps, *, dtype=None, layout=None, device
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LinspaceTensorTensor, (start, end, steps, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_linspace_Tensor_Tensor(_rt_operand(start), _rt_operand(end), steps, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def linspace_Tensor_Tensor_out(start, end, steps, *, out):
@@ -5853,8 +6703,11 @@ def log(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Log, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_log(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def log_out(self, *, out):
@@ -5868,8 +6721,11 @@ def log10(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Log10, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_log10(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def log10_out(self, *, out):
@@ -5892,8 +6748,11 @@ def log1p(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Log1p, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_log1p(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def log1p_out(self, *, out):
@@ -5916,8 +6775,11 @@ def log2(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Log2, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_log2(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def log2_out(self, *, out):
@@ -5961,8 +6823,11 @@ def log_sigmoid_backward(grad_output, self, buffer):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LogSigmoidBackward, (grad_output, self, buffer,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_log_sigmoid_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(buffer)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def log_sigmoid_backward_grad_input(grad_output, self, buffer, *, grad_input):
@@ -5976,8 +6841,11 @@ def log_sigmoid_forward(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LogSigmoidForward, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_log_sigmoid_forward(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def log_sigmoid_forward_output(self, *, output, buffer):
@@ -5991,8 +6859,11 @@ def logaddexp(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Logaddexp, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logaddexp(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logaddexp_out(self, other, *, out):
@@ -6006,8 +6877,11 @@ def logaddexp2(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Logaddexp2, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logaddexp2(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logaddexp2_out(self, other, *, out):
@@ -6021,8 +6895,11 @@ def logcumsumexp(self, dim):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Logcumsumexp, (self, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logcumsumexp(_rt_operand(self), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logcumsumexp_out(self, dim, *, out):
@@ -6036,8 +6913,11 @@ def logical_and(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LogicalAnd, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logical_and(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logical_and_out(self, other, *, out):
@@ -6061,8 +6941,11 @@ def logical_not(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LogicalNot, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logical_not(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logical_not_out(self, *, out):
@@ -6085,8 +6968,11 @@ def logical_or(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LogicalOr, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logical_or(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logical_or_out(self, other, *, out):
@@ -6110,8 +6996,11 @@ def logical_xor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LogicalXor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logical_xor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logical_xor_out(self, other, *, out):
@@ -6135,8 +7024,11 @@ def logit(self, eps=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Logit, (self, eps,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logit(_rt_operand(self), eps))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logit_out(self, eps=None, *, out):
@@ -6159,8 +7051,11 @@ def logit_backward(grad_output, self, eps=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LogitBackward, (grad_output, self, eps,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logit_backward(_rt_operand(grad_output), _rt_operand(self), eps))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logit_backward_grad_input(grad_output, self, eps=None, *, grad_input):
@@ -6174,8 +7069,11 @@ def logspace(start, end, steps, base=10.0, *, dtype=None, layout=None, device=No
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Logspace, (start, end, steps, base, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logspace(_rt_scalar(start), _rt_scalar(end), steps, base, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_logspace_Scalar_Tensor = _rt_eager_executable(ir.LogspaceScalarTensor)
@@ -6185,8 +7083,11 @@ def logspace_Scalar_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=N
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LogspaceScalarTensor, (start, end, steps, base, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logspace_Scalar_Tensor(_rt_scalar(start), _rt_operand(end), steps, base, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logspace_Scalar_Tensor_out(start, end, steps, base=10.0, *, out):
@@ -6200,8 +7101,11 @@ def logspace_Tensor_Scalar(start, end, steps, base=10.0, *, dtype=None, layout=N
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LogspaceTensorScalar, (start, end, steps, base, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logspace_Tensor_Scalar(_rt_operand(start), _rt_scalar(end), steps, base, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logspace_Tensor_Scalar_out(start, end, steps, base=10.0, *, out):
@@ -6215,8 +7119,11 @@ def logspace_Tensor_Tensor(start, end, steps, base=10.0, *, dtype=None, layout=N
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LogspaceTensorTensor, (start, end, steps, base, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logspace_Tensor_Tensor(_rt_operand(start), _rt_operand(end), steps, base, dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logspace_Tensor_Tensor_out(start, end, steps, base=10.0, *, out):
@@ -6234,8 +7141,11 @@ def logsumexp(self, dim, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Logsumexp, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_logsumexp(_rt_operand(self), _rt_attr_list(dim), keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def logsumexp_out(self, dim, keepdim=False, *, out):
@@ -6249,8 +7159,11 @@ def lt_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LtScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_lt_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def lt_Scalar_out(self, other, *, out):
@@ -6264,8 +7177,11 @@ def lt_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LtTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_lt_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def lt_Tensor_out(self, other, *, out):
@@ -6298,8 +7214,11 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.LuUnpack, (LU_data, LU_pivots, unpack_data, unpack_pivots,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_lu_unpack(_rt_operand(LU_data), _rt_operand(LU_pivots), unpack_data, unpack_pivots))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def lu_unpack_out(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True, *, P, L, U):
@@ -6313,8 +7232,11 @@ def masked_fill_Scalar(self, mask, value):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MaskedFillScalar, (self, mask, value,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_masked_fill_Scalar(_rt_operand(self), _rt_operand(mask), _rt_scalar(value)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def masked_fill_Scalar_out(self, mask, value, *, out):
@@ -6328,8 +7250,11 @@ def masked_fill_Tensor(self, mask, value):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MaskedFillTensor, (self, mask, value,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_masked_fill_Tensor(_rt_operand(self), _rt_operand(mask), _rt_operand(value)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def masked_fill_Tensor_out(self, mask, value, *, out):
@@ -6362,8 +7287,11 @@ def masked_scatter(self, mask, source):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MaskedScatter, (self, mask, source,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_masked_scatter(_rt_operand(self), _rt_operand(mask), _rt_operand(source)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def masked_scatter_out(self, mask, source, *, out):
@@ -6386,8 +7314,11 @@ def masked_scatter_backward(grad_output, mask, sizes):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MaskedScatterBackward, (grad_output, mask, sizes,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_masked_scatter_backward(_rt_operand(grad_output), _rt_operand(mask), _rt_attr_list(sizes)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def masked_select(self, mask):
@@ -6405,8 +7336,11 @@ def max(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Max, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_max(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_max_dim = _rt_eager_executable(ir.MaxDim)
@@ -6416,8 +7350,11 @@ def max_dim(self, dim, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MaxDim, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_max_dim(_rt_operand(self), dim, keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def max_dim_max(self, dim, keepdim=False, *, max, max_values):
@@ -6435,8 +7372,11 @@ def max_pool2d_with_indices(self, kernel_size, stride=(), padding=(0, 0,), dilat
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MaxPool2dWithIndices, (self, kernel_size, stride, padding, dilation, ceil_mode,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_max_pool2d_with_indices(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def max_pool2d_with_indices_out(self, kernel_size, stride=(), padding=(0, 0,), dilation=(1, 1,), ceil_mode=False, *, out, indices):
@@ -6450,8 +7390,11 @@ def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, pad
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MaxPool2dWithIndicesBackward, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_max_pool2d_with_indices_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode, _rt_operand(indices)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def max_pool2d_with_indices_backward_grad_input(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices, *, grad_input):
@@ -6465,8 +7408,11 @@ def max_pool3d_with_indices(self, kernel_size, stride=(), padding=(0, 0, 0,), di
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MaxPool3dWithIndices, (self, kernel_size, stride, padding, dilation, ceil_mode,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_max_pool3d_with_indices(_rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def max_pool3d_with_indices_out(self, kernel_size, stride=(), padding=(0, 0, 0,), dilation=(1, 1, 1,), ceil_mode=False, *, out, indices):
@@ -6480,8 +7426,11 @@ def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, pad
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MaxPool3dWithIndicesBackward, (grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_max_pool3d_with_indices_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(kernel_size), _rt_attr_list(stride), _rt_attr_list(padding), _rt_attr_list(dilation), ceil_mode, _rt_operand(indices)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def max_pool3d_with_indices_backward_grad_input(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices, *, grad_input):
@@ -6495,8 +7444,11 @@ def max_unpool2d(self, indices, output_size):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MaxUnpool2d, (self, indices, output_size,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_max_unpool2d(_rt_operand(self), _rt_operand(indices), _rt_attr_list(output_size)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def max_unpool2d_out(self, indices, output_size, *, out):
@@ -6510,8 +7462,11 @@ def max_unpool3d(self, indices, output_size, stride, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MaxUnpool3d, (self, indices, output_size, stride, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_max_unpool3d(_rt_operand(self), _rt_operand(indices), _rt_attr_list(output_size), _rt_attr_list(stride), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def max_unpool3d_out(self, indices, output_size, stride, padding, *, out):
@@ -6525,8 +7480,11 @@ def maximum(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Maximum, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_maximum(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def maximum_out(self, other, *, out):
@@ -6540,8 +7498,11 @@ def mean(self, *, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Mean, (self, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mean(_rt_operand(self), dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_mean_dim = _rt_eager_executable(ir.MeanDim)
@@ -6551,8 +7512,11 @@ def mean_dim(self, dim, keepdim=False, *, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MeanDim, (self, dim, keepdim, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mean_dim(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mean_dtype_out(self, *, dtype=None, out):
@@ -6570,8 +7534,11 @@ def median(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Median, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_median(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_median_dim = _rt_eager_executable(ir.MedianDim)
@@ -6581,8 +7548,11 @@ def median_dim(self, dim, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MedianDim, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_median_dim(_rt_operand(self), dim, keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def median_dim_values(self, dim, keepdim=False, *, values, indices):
@@ -6600,8 +7570,11 @@ def min(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Min, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_min(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_min_dim = _rt_eager_executable(ir.MinDim)
@@ -6611,8 +7584,11 @@ def min_dim(self, dim, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MinDim, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_min_dim(_rt_operand(self), dim, keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def min_dim_min(self, dim, keepdim=False, *, min, min_indices):
@@ -6630,8 +7606,11 @@ def minimum(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Minimum, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_minimum(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def minimum_out(self, other, *, out):
@@ -6645,8 +7624,11 @@ def mish(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Mish, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mish(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mish_out(self, *, out):
@@ -6669,8 +7651,11 @@ def mkldnn_rnn_layer(input, weight0, weight1, weight2, weight3, hx_, cx_, revers
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MkldnnRnnLayer, (input, weight0, weight1, weight2, weight3, hx_, cx_, reverse, batch_sizes, mode, hidden_size, num_layers, has_biases, bidirectional, batch_first, train,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mkldnn_rnn_layer(_rt_operand(input), _rt_operand(weight0), _rt_operand(weight1), _rt_operand(weight2), _rt_operand(weight3), _rt_operand(hx_), _rt_operand(cx_), reverse, _rt_attr_list(batch_sizes), mode, hidden_size, num_layers, has_biases, bidirectional, batch_first, train))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mkldnn_rnn_layer_out(input, weight0, weight1, weight2, weight3, hx_, cx_, reverse, batch_sizes, mode, hidden_size, num_layers, has_biases, bidirectional, batch_first, train, *, out0, out1, out2, out3):
@@ -6684,8 +7669,11 @@ def mkldnn_rnn_layer_backward(input, weight1, weight2, weight3, weight4, hx_, cx
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MkldnnRnnLayerBackward, (input, weight1, weight2, weight3, weight4, hx_, cx_tmp, output, hy_, cy_, grad_output, grad_hy, grad_cy, reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, workspace,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mkldnn_rnn_layer_backward(_rt_operand(input), _rt_operand(weight1), _rt_operand(weight2), _rt_operand(weight3), _rt_operand(weight4), _rt_operand(hx_), _rt_operand(cx_tmp), _rt_operand(output), _rt_operand(hy_), _rt_operand(cy_), _rt_operand_opt(grad_output), _rt_operand_opt(grad_hy), _rt_operand_opt(grad_cy), reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, _rt_attr_list(batch_sizes), batch_first, _rt_operand(workspace)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mkldnn_rnn_layer_backward_out(input, weight1, weight2, weight3, weight4, hx_, cx_tmp, output, hy_, cy_, grad_output, grad_hy, grad_cy, reverse, mode, hidden_size, num_layers, has_biases, train, bidirectional, batch_sizes, batch_first, workspace, *, out0, out1, out2, out3, out4, out5, out6):
@@ -6699,8 +7687,11 @@ def mm(self, mat2):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Mm, (self, mat2,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mm(_rt_operand(self), _rt_operand(mat2)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mm_out(self, mat2, *, out):
@@ -6714,8 +7705,11 @@ def mode(self, dim=-1, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Mode, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mode(_rt_operand(self), dim, keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mode_values(self, dim=-1, keepdim=False, *, values, indices):
@@ -6729,8 +7723,11 @@ def mse_loss(self, target, reduction=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MseLoss, (self, target, reduction,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mse_loss(_rt_operand(self), _rt_operand(target), reduction))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mse_loss_out(self, target, reduction=1, *, out):
@@ -6744,8 +7741,11 @@ def mse_loss_backward(grad_output, self, target, reduction):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MseLossBackward, (grad_output, self, target, reduction,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mse_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mse_loss_backward_grad_input(grad_output, self, target, reduction, *, grad_input):
@@ -6759,8 +7759,11 @@ def mul_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MulScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mul_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mul_Scalar_out(self, other, *, out):
@@ -6774,8 +7777,11 @@ def mul_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MulTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mul_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mul_out(self, other, *, out):
@@ -6808,8 +7814,11 @@ def multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MultiMarginLoss, (self, target, p, margin, weight, reduction,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_multi_margin_loss(_rt_operand(self), _rt_operand(target), _rt_scalar(p), _rt_scalar(margin), _rt_operand_opt(weight), reduction))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def multi_margin_loss_out(self, target, p=1, margin=1, weight=None, reduction=1, *, out):
@@ -6823,8 +7832,11 @@ def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MultiMarginLossBackward, (grad_output, self, target, p, margin, weight, reduction,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_multi_margin_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_scalar(p), _rt_scalar(margin), _rt_operand_opt(weight), reduction))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def multi_margin_loss_backward_grad_input(grad_output, self, target, p, margin, weight=None, reduction=1, *, grad_input):
@@ -6838,8 +7850,11 @@ def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_tar
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MultilabelMarginLossBackward, (grad_output, self, target, reduction, is_target,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_multilabel_margin_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction, _rt_operand(is_target)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def multilabel_margin_loss_backward_grad_input(grad_output, self, target, reduction, is_target, *, grad_input):
@@ -6853,8 +7868,11 @@ def multilabel_margin_loss_forward(self, target, reduction):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.MultilabelMarginLossForward, (self, target, reduction,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_multilabel_margin_loss_forward(_rt_operand(self), _rt_operand(target), reduction))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def multilabel_margin_loss_forward_output(self, target, reduction, *, output, is_target):
@@ -6876,8 +7894,11 @@ def mv(self, vec):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Mv, (self, vec,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mv(_rt_operand(self), _rt_operand(vec)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mv_out(self, vec, *, out):
@@ -6891,8 +7912,11 @@ def mvlgamma(self, p):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Mvlgamma, (self, p,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_mvlgamma(_rt_operand(self), p))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def mvlgamma_out(self, p, *, out):
@@ -6915,8 +7939,11 @@ def nan_to_num(self, nan=None, posinf=None, neginf=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NanToNum, (self, nan, posinf, neginf,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_nan_to_num(_rt_operand(self), nan, posinf, neginf))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def nan_to_num_out(self, nan=None, posinf=None, neginf=None, *, out):
@@ -6939,8 +7966,11 @@ def nanmedian(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Nanmedian, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_nanmedian(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_nanmedian_dim = _rt_eager_executable(ir.NanmedianDim)
@@ -6950,8 +7980,11 @@ def nanmedian_dim(self, dim, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NanmedianDim, (self, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_nanmedian_dim(_rt_operand(self), dim, keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def nanmedian_dim_values(self, dim, keepdim=False, *, values, indices):
@@ -6969,8 +8002,11 @@ def nansum(self, dim=None, keepdim=False, *, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Nansum, (self, dim, keepdim, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_nansum(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def nansum_out(self, dim=None, keepdim=False, *, dtype=None, out):
@@ -6984,8 +8020,11 @@ def narrow_copy(self, dim, start, length):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NarrowCopy, (self, dim, start, length,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_narrow_copy(_rt_operand(self), dim, start, length))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def narrow_copy_out(self, dim, start, length, *, out):
@@ -7007,8 +8046,11 @@ def native_batch_norm_backward(grad_out, input, weight, running_mean, running_va
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NativeBatchNormBackward, (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_native_batch_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(running_mean), _rt_operand_opt(running_var), _rt_operand_opt(save_mean), _rt_operand_opt(save_invstd), train, eps, _rt_attr_list(output_mask)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def native_batch_norm_backward_out(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask, *, out0, out1, out2):
@@ -7030,8 +8072,11 @@ def native_dropout_backward(grad_output, mask, scale):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NativeDropoutBackward, (grad_output, mask, scale,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_native_dropout_backward(_rt_operand(grad_output), _rt_operand(mask), scale))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def native_dropout_backward_out(grad_output, mask, scale, *, out):
@@ -7045,8 +8090,11 @@ def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NativeGroupNorm, (input, weight, bias, N, C, HxW, group, eps,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_native_group_norm(_rt_operand(input), _rt_operand_opt(weight), _rt_operand_opt(bias), N, C, HxW, group, eps))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def native_group_norm_out(input, weight, bias, N, C, HxW, group, eps, *, out0, out1, out2):
@@ -7060,8 +8108,11 @@ def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, g
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NativeGroupNormBackward, (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_native_group_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_operand(mean), _rt_operand(rstd), _rt_operand_opt(weight), N, C, HxW, group, _rt_attr_list(output_mask)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def native_group_norm_backward_out(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask, *, out0, out1, out2):
@@ -7075,8 +8126,11 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NativeLayerNorm, (input, normalized_shape, weight, bias, eps,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_native_layer_norm(_rt_operand(input), _rt_attr_list(normalized_shape), _rt_operand_opt(weight), _rt_operand_opt(bias), eps))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def native_layer_norm_out(input, normalized_shape, weight, bias, eps, *, out0, out1, out2):
@@ -7090,8 +8144,11 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NativeLayerNormBackward, (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_native_layer_norm_backward(_rt_operand(grad_out), _rt_operand(input), _rt_attr_list(normalized_shape), _rt_operand(mean), _rt_operand(rstd), _rt_operand_opt(weight), _rt_operand_opt(bias), _rt_attr_list(output_mask)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def native_layer_norm_backward_out(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask, *, out0, out1, out2):
@@ -7105,8 +8162,11 @@ def ne_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NeScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_ne_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def ne_Scalar_out(self, other, *, out):
@@ -7120,8 +8180,11 @@ def ne_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NeTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_ne_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def ne_Tensor_out(self, other, *, out):
@@ -7154,8 +8217,11 @@ def neg(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Neg, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_neg(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def neg_out(self, *, out):
@@ -7178,8 +8244,11 @@ def new_empty(self, size, *, dtype=None, layout=None, device=None, pin_memory=No
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NewEmpty, (self, size, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_new_empty(_rt_operand(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def new_empty_out(self, size, *, out):
@@ -7193,8 +8262,11 @@ def new_empty_strided(self, size, stride, *, dtype=None, layout=None, device=Non
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NewEmptyStrided, (self, size, stride, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_new_empty_strided(_rt_operand(self), _rt_attr_list(size), _rt_attr_list(stride), dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def new_empty_strided_out(self, size, stride, *, out):
@@ -7208,8 +8280,11 @@ def new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pi
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NewFull, (self, size, fill_value, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_new_full(_rt_operand(self), _rt_attr_list(size), _rt_scalar(fill_value), dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def new_full_out(self, size, fill_value, *, out):
@@ -7223,8 +8298,11 @@ def new_ones(self, size, *, dtype=None, layout=None, device=None, pin_memory=Non
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NewOnes, (self, size, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_new_ones(_rt_operand(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def new_ones_out(self, size, *, out):
@@ -7238,8 +8316,11 @@ def new_zeros(self, size, *, dtype=None, layout=None, device=None, pin_memory=No
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NewZeros, (self, size, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_new_zeros(_rt_operand(self), _rt_attr_list(size), dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def new_zeros_out(self, size, *, out):
@@ -7253,8 +8334,11 @@ def nextafter(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Nextafter, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_nextafter(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def nextafter_out(self, other, *, out):
@@ -7278,8 +8362,11 @@ def nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_ind
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NllLoss2dBackward, (grad_output, self, target, weight, reduction, ignore_index, total_weight,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_nll_loss2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index, _rt_operand(total_weight)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def nll_loss2d_backward_grad_input(grad_output, self, target, weight, reduction, ignore_index, total_weight, *, grad_input):
@@ -7293,8 +8380,11 @@ def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NllLoss2dForward, (self, target, weight, reduction, ignore_index,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_nll_loss2d_forward(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def nll_loss2d_forward_output(self, target, weight, reduction, ignore_index, *, output, total_weight):
@@ -7308,8 +8398,11 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NllLossBackward, (grad_output, self, target, weight, reduction, ignore_index, total_weight,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_nll_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index, _rt_operand(total_weight)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def nll_loss_backward_grad_input(grad_output, self, target, weight, reduction, ignore_index, total_weight, *, grad_input):
@@ -7323,8 +8416,11 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NllLossForward, (self, target, weight, reduction, ignore_index,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_nll_loss_forward(_rt_operand(self), _rt_operand(target), _rt_operand_opt(weight), reduction, ignore_index))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def nll_loss_forward_output(self, target, weight, reduction, ignore_index, *, output, total_weight):
@@ -7346,8 +8442,11 @@ def nonzero_static(self, *, size, fill_value=-1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NonzeroStatic, (self, size, fill_value,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_nonzero_static(_rt_operand(self), size, fill_value))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def nonzero_static_out(self, *, size, fill_value=-1, out):
@@ -7361,8 +8460,11 @@ def norm_ScalarOpt_dim(self, p, dim, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.NormScalarOptDim, (self, p, dim, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_norm_ScalarOpt_dim(_rt_operand(self), _rt_scalar(p), _rt_attr_list(dim), keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def norm_out(self, p, dim, keepdim=False, *, out):
@@ -7420,8 +8522,11 @@ def ones(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Ones, (size, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_ones(_rt_attr_list(size), dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def ones_out(size, *, out):
@@ -7435,8 +8540,11 @@ def ones_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, me
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.OnesLike, (self, dtype, layout, device, pin_memory, memory_format,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_ones_like(_rt_operand(self), dtype, layout, device, pin_memory, memory_format))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def ones_like_out(self, *, memory_format=None, out):
@@ -7450,8 +8558,11 @@ def ormqr(self, input2, input3, left=True, transpose=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Ormqr, (self, input2, input3, left, transpose,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_ormqr(_rt_operand(self), _rt_operand(input2), _rt_operand(input3), left, transpose))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def ormqr_out(self, input2, input3, left=True, transpose=False, *, out):
@@ -7469,8 +8580,11 @@ def permute_copy(self, dims):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.PermuteCopy, (self, dims,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_permute_copy(_rt_operand(self), _rt_attr_list(dims)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def permute_copy_out(self, dims, *, out):
@@ -7484,8 +8598,11 @@ def pixel_shuffle(self, upscale_factor):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.PixelShuffle, (self, upscale_factor,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_pixel_shuffle(_rt_operand(self), upscale_factor))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def pixel_shuffle_out(self, upscale_factor, *, out):
@@ -7499,8 +8616,11 @@ def pixel_unshuffle(self, downscale_factor):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.PixelUnshuffle, (self, downscale_factor,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_pixel_unshuffle(_rt_operand(self), downscale_factor))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def pixel_unshuffle_out(self, downscale_factor, *, out):
@@ -7514,8 +8634,11 @@ def polar(abs, angle):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Polar, (abs, angle,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_polar(_rt_operand(abs), _rt_operand(angle)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def polar_out(abs, angle, *, out):
@@ -7529,8 +8652,11 @@ def polygamma(n, self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Polygamma, (n, self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_polygamma(n, _rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def polygamma_out(n, self, *, out):
@@ -7548,8 +8674,11 @@ def pow_Scalar(self, exponent):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.PowScalar, (self, exponent,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_pow_Scalar(_rt_scalar(self), _rt_operand(exponent)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def pow_Scalar_out(self, exponent, *, out):
@@ -7563,8 +8692,11 @@ def pow_Tensor_Scalar(self, exponent):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.PowTensorScalar, (self, exponent,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_pow_Tensor_Scalar(_rt_operand(self), _rt_scalar(exponent)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def pow_Tensor_Scalar_out(self, exponent, *, out):
@@ -7578,8 +8710,11 @@ def pow_Tensor_Tensor(self, exponent):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.PowTensorTensor, (self, exponent,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_pow_Tensor_Tensor(_rt_operand(self), _rt_operand(exponent)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def pow_Tensor_Tensor_out(self, exponent, *, out):
@@ -7612,8 +8747,11 @@ def prod(self, *, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Prod, (self, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_prod(_rt_operand(self), dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_prod_dim_int = _rt_eager_executable(ir.ProdDimInt)
@@ -7623,8 +8761,11 @@ def prod_dim_int(self, dim, keepdim=False, *, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ProdDimInt, (self, dim, keepdim, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_prod_dim_int(_rt_operand(self), dim, keepdim, dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def prod_int_out(self, dim, keepdim=False, *, dtype=None, out):
@@ -7642,8 +8783,11 @@ def put(self, index, source, accumulate=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Put, (self, index, source, accumulate,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_put(_rt_operand(self), _rt_operand(index), _rt_operand(source), accumulate))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def put_out(self, index, source, accumulate=False, *, out):
@@ -7667,8 +8811,11 @@ def rad2deg(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Rad2deg, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_rad2deg(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def rad2deg_out(self, *, out):
@@ -7803,8 +8950,11 @@ def reciprocal(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Reciprocal, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_reciprocal(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def reciprocal_out(self, *, out):
@@ -7827,8 +8977,11 @@ def reflection_pad1d(self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReflectionPad1d, (self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_reflection_pad1d(_rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def reflection_pad1d_out(self, padding, *, out):
@@ -7842,8 +8995,11 @@ def reflection_pad1d_backward(grad_output, self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReflectionPad1dBackward, (grad_output, self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_reflection_pad1d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def reflection_pad1d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -7857,8 +9013,11 @@ def reflection_pad2d(self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReflectionPad2d, (self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_reflection_pad2d(_rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def reflection_pad2d_out(self, padding, *, out):
@@ -7872,8 +9031,11 @@ def reflection_pad2d_backward(grad_output, self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReflectionPad2dBackward, (grad_output, self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_reflection_pad2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def reflection_pad2d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -7887,8 +9049,11 @@ def reflection_pad3d(self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReflectionPad3d, (self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_reflection_pad3d(_rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def reflection_pad3d_out(self, padding, *, out):
@@ -7902,8 +9067,11 @@ def reflection_pad3d_backward(grad_output, self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReflectionPad3dBackward, (grad_output, self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_reflection_pad3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def reflection_pad3d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -7917,8 +9085,11 @@ def relu(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Relu, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_relu(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def relu_out(self, *, out):
@@ -7941,8 +9112,11 @@ def remainder_Scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.RemainderScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_remainder_Scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_remainder_Scalar_Tensor = _rt_eager_executable(ir.RemainderScalarTensor)
@@ -7952,8 +9126,11 @@ def remainder_Scalar_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.RemainderScalarTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_remainder_Scalar_Tensor(_rt_scalar(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def remainder_Scalar_Tensor_out(self, other, *, out):
@@ -7971,8 +9148,11 @@ def remainder_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.RemainderTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_remainder_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def remainder_Tensor_out(self, other, *, out):
@@ -8005,8 +9185,11 @@ def renorm(self, p, dim, maxnorm):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Renorm, (self, p, dim, maxnorm,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_renorm(_rt_operand(self), _rt_scalar(p), dim, _rt_scalar(maxnorm)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def renorm_out(self, p, dim, maxnorm, *, out):
@@ -8029,8 +9212,11 @@ def repeat(self, repeats):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Repeat, (self, repeats,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_repeat(_rt_operand(self), _rt_attr_list(repeats)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def repeat_out(self, repeats, *, out):
@@ -8052,8 +9238,11 @@ def replication_pad1d(self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReplicationPad1d, (self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_replication_pad1d(_rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def replication_pad1d_out(self, padding, *, out):
@@ -8067,8 +9256,11 @@ def replication_pad1d_backward(grad_output, self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReplicationPad1dBackward, (grad_output, self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_replication_pad1d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def replication_pad1d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -8082,8 +9274,11 @@ def replication_pad2d(self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReplicationPad2d, (self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_replication_pad2d(_rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def replication_pad2d_out(self, padding, *, out):
@@ -8097,8 +9292,11 @@ def replication_pad2d_backward(grad_output, self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReplicationPad2dBackward, (grad_output, self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_replication_pad2d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def replication_pad2d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -8112,8 +9310,11 @@ def replication_pad3d(self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReplicationPad3d, (self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_replication_pad3d(_rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def replication_pad3d_out(self, padding, *, out):
@@ -8127,8 +9328,11 @@ def replication_pad3d_backward(grad_output, self, padding):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ReplicationPad3dBackward, (grad_output, self, padding,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_replication_pad3d_backward(_rt_operand(grad_output), _rt_operand(self), _rt_attr_list(padding)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def replication_pad3d_backward_grad_input(grad_output, self, padding, *, grad_input):
@@ -8150,8 +9354,11 @@ def roll(self, shifts, dims=()):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Roll, (self, shifts, dims,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_roll(_rt_operand(self), _rt_attr_list(shifts), _rt_attr_list(dims)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def roll_out(self, shifts, dims=(), *, out):
@@ -8165,8 +9372,11 @@ def rot90(self, k=1, dims=(0, 1,)):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Rot90, (self, k, dims,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_rot90(_rt_operand(self), k, _rt_attr_list(dims)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def rot90_out(self, k=1, dims=(0, 1,), *, out):
@@ -8180,8 +9390,11 @@ def round(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Round, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_round(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_round_decimals = _rt_eager_executable(ir.RoundDecimals)
@@ -8191,8 +9404,11 @@ def round_decimals(self, *, decimals):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.RoundDecimals, (self, decimals,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_round_decimals(_rt_operand(self), decimals))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def round_decimals_out(self, *, decimals, out):
@@ -8236,8 +9452,11 @@ def rrelu_with_noise_backward(grad_output, self, noise, lower, upper, training, 
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.RreluWithNoiseBackward, (grad_output, self, noise, lower, upper, training, self_is_result,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_rrelu_with_noise_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(noise), _rt_scalar(lower), _rt_scalar(upper), training, self_is_result))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def rrelu_with_noise_backward_out(grad_output, self, noise, lower, upper, training, self_is_result, *, out):
@@ -8251,8 +9470,11 @@ def rsqrt(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Rsqrt, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_rsqrt(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def rsqrt_out(self, *, out):
@@ -8275,8 +9497,11 @@ def rsub_Scalar(self, other, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.RsubScalar, (self, other, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_rsub_Scalar(_rt_operand(self), _rt_scalar(other), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def rsub_Scalar_out(self, other, alpha=1, *, out):
@@ -8290,8 +9515,11 @@ def rsub_Tensor(self, other, *, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.RsubTensor, (self, other, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_rsub_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def rsub_Tensor_out(self, other, *, alpha=1, out):
@@ -8305,8 +9533,11 @@ def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ScalarTensor, (s, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_scalar_tensor(_rt_scalar(s), dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def scalar_tensor_out(s, *, out):
@@ -8320,8 +9551,11 @@ def scatter_reduce(self, dim, index, src, *, reduce):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ScatterReduce, (self, dim, index, src, reduce,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_scatter_reduce(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src), reduce))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def scatter_reduce_out(self, dim, index, src, *, reduce, out):
@@ -8335,8 +9569,11 @@ def scatter_src(self, dim, index, src):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ScatterSrc, (self, dim, index, src,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_scatter_src(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def scatter_src_out(self, dim, index, src, *, out):
@@ -8350,8 +9587,11 @@ def scatter_value(self, dim, index, value):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ScatterValue, (self, dim, index, value,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_scatter_value(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def scatter_value_out(self, dim, index, value, *, out):
@@ -8365,8 +9605,11 @@ def scatter_value_reduce(self, dim, index, value, *, reduce):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ScatterValueReduce, (self, dim, index, value, reduce,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_scatter_value_reduce(_rt_operand(self), dim, _rt_operand(index), _rt_scalar(value), reduce))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def scatter_value_reduce_out(self, dim, index, value, *, reduce, out):
@@ -8420,8 +9663,11 @@ def scatter_add(self, dim, index, src):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ScatterAdd, (self, dim, index, src,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_scatter_add(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def scatter_add_out(self, dim, index, src, *, out):
@@ -8445,8 +9691,11 @@ def scatter_reduce_two(self, dim, index, src, reduce, *, include_self=True):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ScatterReduceTwo, (self, dim, index, src, reduce, include_self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_scatter_reduce_two(_rt_operand(self), dim, _rt_operand(index), _rt_operand(src), reduce, include_self))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def scatter_reduce_two_out(self, dim, index, src, reduce, *, include_self=True, out):
@@ -8470,8 +9719,11 @@ def searchsorted_Scalar(sorted_sequence, self, *, out_int32=False, right=False, 
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SearchsortedScalar, (sorted_sequence, self, out_int32, right, side, sorter,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_searchsorted_Scalar(_rt_operand(sorted_sequence), _rt_scalar(self), out_int32, right, side, _rt_operand_opt(sorter)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def searchsorted_Scalar_out(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None, out):
@@ -8485,8 +9737,11 @@ def searchsorted_Tensor(sorted_sequence, self, *, out_int32=False, right=False, 
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SearchsortedTensor, (sorted_sequence, self, out_int32, right, side, sorter,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_searchsorted_Tensor(_rt_operand(sorted_sequence), _rt_operand(self), out_int32, right, side, _rt_operand_opt(sorter)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def searchsorted_Tensor_out(sorted_sequence, self, *, out_int32=False, right=False, side=None, sorter=None, out):
@@ -8500,8 +9755,11 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SegmentReduce, (data, reduce, lengths, indices, offsets, axis, unsafe, initial,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_segment_reduce(_rt_operand(data), reduce, _rt_operand_opt(lengths), _rt_operand_opt(indices), _rt_operand_opt(offsets), axis, unsafe, _rt_scalar(initial)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def segment_reduce_out(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None, out):
@@ -8519,8 +9777,11 @@ def select_backward(grad_output, input_sizes, dim, index):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SelectBackward, (grad_output, input_sizes, dim, index,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_select_backward(_rt_operand(grad_output), _rt_attr_list(input_sizes), dim, index))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def select_backward_out(grad_output, input_sizes, dim, index, *, out):
@@ -8534,8 +9795,11 @@ def select_scatter(self, src, dim, index):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SelectScatter, (self, src, dim, index,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_select_scatter(_rt_operand(self), _rt_operand(src), dim, index))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def select_scatter_out(self, src, dim, index, *, out):
@@ -8549,8 +9813,11 @@ def sgn(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Sgn, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sgn(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sgn_out(self, *, out):
@@ -8573,8 +9840,11 @@ def sigmoid(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Sigmoid, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sigmoid(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sigmoid_out(self, *, out):
@@ -8597,8 +9867,11 @@ def sigmoid_backward(grad_output, output):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SigmoidBackward, (grad_output, output,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sigmoid_backward(_rt_operand(grad_output), _rt_operand(output)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sigmoid_backward_grad_input(grad_output, output, *, grad_input):
@@ -8612,8 +9885,11 @@ def sign(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Sign, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sign(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sign_out(self, *, out):
@@ -8636,8 +9912,11 @@ def signbit(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Signbit, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_signbit(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def signbit_out(self, *, out):
@@ -8651,8 +9930,11 @@ def silu(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Silu, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_silu(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def silu_out(self, *, out):
@@ -8675,8 +9957,11 @@ def sin(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Sin, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sin(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sin_out(self, *, out):
@@ -8699,8 +9984,11 @@ def sinc(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Sinc, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sinc(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sinc_out(self, *, out):
@@ -8723,8 +10011,11 @@ def sinh(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Sinh, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sinh(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sinh_out(self, *, out):
@@ -8751,8 +10042,11 @@ def slice_backward(grad_output, input_sizes, dim, start, end, step):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SliceBackward, (grad_output, input_sizes, dim, start, end, step,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_slice_backward(_rt_operand(grad_output), _rt_attr_list(input_sizes), dim, start, end, step))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def slice_backward_out(grad_output, input_sizes, dim, start, end, step, *, out):
@@ -8766,8 +10060,11 @@ def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SliceScatter, (self, src, dim, start, end, step,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_slice_scatter(_rt_operand(self), _rt_operand(src), dim, start, end, step))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def slice_scatter_out(self, src, dim=0, start=None, end=None, step=1, *, out):
@@ -8781,8 +10078,11 @@ def smooth_l1_loss(self, target, reduction=1, beta=1.0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SmoothL1Loss, (self, target, reduction, beta,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_smooth_l1_loss(_rt_operand(self), _rt_operand(target), reduction, beta))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def smooth_l1_loss_out(self, target, reduction=1, beta=1.0, *, out):
@@ -8796,8 +10096,11 @@ def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SmoothL1LossBackward, (grad_output, self, target, reduction, beta,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_smooth_l1_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction, beta))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def smooth_l1_loss_backward_grad_input(grad_output, self, target, reduction, beta, *, grad_input):
@@ -8811,8 +10114,11 @@ def soft_margin_loss(self, target, reduction=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SoftMarginLoss, (self, target, reduction,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_soft_margin_loss(_rt_operand(self), _rt_operand(target), reduction))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def soft_margin_loss_out(self, target, reduction=1, *, out):
@@ -8826,8 +10132,11 @@ def soft_margin_loss_backward(grad_output, self, target, reduction):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SoftMarginLossBackward, (grad_output, self, target, reduction,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_soft_margin_loss_backward(_rt_operand(grad_output), _rt_operand(self), _rt_operand(target), reduction))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def soft_margin_loss_backward_grad_input(grad_output, self, target, reduction, *, grad_input):
@@ -8841,8 +10150,11 @@ def softplus(self, beta=1, threshold=20):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Softplus, (self, beta, threshold,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_softplus(_rt_operand(self), _rt_scalar(beta), _rt_scalar(threshold)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def softplus_out(self, beta=1, threshold=20, *, out):
@@ -8856,8 +10168,11 @@ def softplus_backward(grad_output, self, beta, threshold):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SoftplusBackward, (grad_output, self, beta, threshold,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_softplus_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(beta), _rt_scalar(threshold)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def softplus_backward_grad_input(grad_output, self, beta, threshold, *, grad_input):
@@ -8871,8 +10186,11 @@ def softshrink(self, lambd=0.5):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Softshrink, (self, lambd,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_softshrink(_rt_operand(self), _rt_scalar(lambd)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def softshrink_out(self, lambd=0.5, *, out):
@@ -8886,8 +10204,11 @@ def softshrink_backward(grad_output, self, lambd):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SoftshrinkBackward, (grad_output, self, lambd,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_softshrink_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(lambd)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def softshrink_backward_grad_input(grad_output, self, lambd, *, grad_input):
@@ -8901,8 +10222,11 @@ def sort(self, dim=-1, descending=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Sort, (self, dim, descending,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sort(_rt_operand(self), dim, descending))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_sort_stable = _rt_eager_executable(ir.SortStable)
@@ -8912,8 +10236,11 @@ def sort_stable(self, *, stable, dim=-1, descending=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SortStable, (self, stable, dim, descending,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sort_stable(_rt_operand(self), stable, dim, descending))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sort_values(self, dim=-1, descending=False, *, values, indices):
@@ -8931,8 +10258,11 @@ def special_airy_ai(x):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialAiryAi, (x,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_airy_ai(_rt_operand(x)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_airy_ai_out(x, *, out):
@@ -8946,8 +10276,11 @@ def special_bessel_j0(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialBesselJ0, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_bessel_j0(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_bessel_j0_out(self, *, out):
@@ -8961,8 +10294,11 @@ def special_bessel_j1(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialBesselJ1, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_bessel_j1(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_bessel_j1_out(self, *, out):
@@ -8976,8 +10312,11 @@ def special_bessel_y0(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialBesselY0, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_bessel_y0(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_bessel_y0_out(self, *, out):
@@ -8991,8 +10330,11 @@ def special_bessel_y1(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialBesselY1, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_bessel_y1(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_bessel_y1_out(self, *, out):
@@ -9006,8 +10348,11 @@ def special_chebyshev_polynomial_t(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialT, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_t(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_chebyshev_polynomial_t_n_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialTNScalar)
@@ -9017,8 +10362,11 @@ def special_chebyshev_polynomial_t_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialTNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_t_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_chebyshev_polynomial_t_n_scalar_out(x, n, *, out):
@@ -9036,8 +10384,11 @@ def special_chebyshev_polynomial_t_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialTXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_t_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_chebyshev_polynomial_t_x_scalar_out(x, n, *, out):
@@ -9051,8 +10402,11 @@ def special_chebyshev_polynomial_u(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialU, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_u(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_chebyshev_polynomial_u_n_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialUNScalar)
@@ -9062,8 +10416,11 @@ def special_chebyshev_polynomial_u_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialUNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_u_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_chebyshev_polynomial_u_n_scalar_out(x, n, *, out):
@@ -9081,8 +10438,11 @@ def special_chebyshev_polynomial_u_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialUXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_u_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_chebyshev_polynomial_u_x_scalar_out(x, n, *, out):
@@ -9096,8 +10456,11 @@ def special_chebyshev_polynomial_v(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialV, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_v(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_chebyshev_polynomial_v_n_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialVNScalar)
@@ -9107,8 +10470,11 @@ def special_chebyshev_polynomial_v_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialVNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_v_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_chebyshev_polynomial_v_n_scalar_out(x, n, *, out):
@@ -9126,8 +10492,11 @@ def special_chebyshev_polynomial_v_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialVXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_v_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_chebyshev_polynomial_v_x_scalar_out(x, n, *, out):
@@ -9141,8 +10510,11 @@ def special_chebyshev_polynomial_w(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialW, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_w(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_chebyshev_polynomial_w_n_scalar = _rt_eager_executable(ir.SpecialChebyshevPolynomialWNScalar)
@@ -9152,8 +10524,11 @@ def special_chebyshev_polynomial_w_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialWNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_w_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_chebyshev_polynomial_w_n_scalar_out(x, n, *, out):
@@ -9171,8 +10546,11 @@ def special_chebyshev_polynomial_w_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialChebyshevPolynomialWXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_chebyshev_polynomial_w_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_chebyshev_polynomial_w_x_scalar_out(x, n, *, out):
@@ -9186,8 +10564,11 @@ def special_entr(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialEntr, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_entr(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_entr_out(self, *, out):
@@ -9201,8 +10582,11 @@ def special_erfcx(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialErfcx, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_erfcx(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_erfcx_out(self, *, out):
@@ -9216,8 +10600,11 @@ def special_hermite_polynomial_h(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialHermitePolynomialH, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_hermite_polynomial_h(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_hermite_polynomial_h_n_scalar = _rt_eager_executable(ir.SpecialHermitePolynomialHNScalar)
@@ -9227,8 +10614,11 @@ def special_hermite_polynomial_h_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialHermitePolynomialHNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_hermite_polynomial_h_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_hermite_polynomial_h_n_scalar_out(x, n, *, out):
@@ -9246,8 +10636,11 @@ def special_hermite_polynomial_h_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialHermitePolynomialHXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_hermite_polynomial_h_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_hermite_polynomial_h_x_scalar_out(x, n, *, out):
@@ -9261,8 +10654,11 @@ def special_hermite_polynomial_he(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialHermitePolynomialHe, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_hermite_polynomial_he(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_hermite_polynomial_he_n_scalar = _rt_eager_executable(ir.SpecialHermitePolynomialHeNScalar)
@@ -9272,8 +10668,11 @@ def special_hermite_polynomial_he_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialHermitePolynomialHeNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_hermite_polynomial_he_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_hermite_polynomial_he_n_scalar_out(x, n, *, out):
@@ -9291,8 +10690,11 @@ def special_hermite_polynomial_he_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialHermitePolynomialHeXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_hermite_polynomial_he_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_hermite_polynomial_he_x_scalar_out(x, n, *, out):
@@ -9306,8 +10708,11 @@ def special_i0e(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialI0e, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_i0e(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_i0e_out(self, *, out):
@@ -9321,8 +10726,11 @@ def special_i1(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialI1, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_i1(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_i1_out(self, *, out):
@@ -9336,8 +10744,11 @@ def special_i1e(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialI1e, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_i1e(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_i1e_out(self, *, out):
@@ -9351,8 +10762,11 @@ def special_laguerre_polynomial_l(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialLaguerrePolynomialL, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_laguerre_polynomial_l(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_laguerre_polynomial_l_n_scalar = _rt_eager_executable(ir.SpecialLaguerrePolynomialLNScalar)
@@ -9362,8 +10776,11 @@ def special_laguerre_polynomial_l_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialLaguerrePolynomialLNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_laguerre_polynomial_l_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_laguerre_polynomial_l_n_scalar_out(x, n, *, out):
@@ -9381,8 +10798,11 @@ def special_laguerre_polynomial_l_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialLaguerrePolynomialLXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_laguerre_polynomial_l_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_laguerre_polynomial_l_x_scalar_out(x, n, *, out):
@@ -9396,8 +10816,11 @@ def special_legendre_polynomial_p(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialLegendrePolynomialP, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_legendre_polynomial_p(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_legendre_polynomial_p_n_scalar = _rt_eager_executable(ir.SpecialLegendrePolynomialPNScalar)
@@ -9407,8 +10830,11 @@ def special_legendre_polynomial_p_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialLegendrePolynomialPNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_legendre_polynomial_p_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_legendre_polynomial_p_n_scalar_out(x, n, *, out):
@@ -9426,8 +10852,11 @@ def special_legendre_polynomial_p_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialLegendrePolynomialPXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_legendre_polynomial_p_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_legendre_polynomial_p_x_scalar_out(x, n, *, out):
@@ -9441,8 +10870,11 @@ def special_log_ndtr(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialLogNdtr, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_log_ndtr(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_log_ndtr_out(self, *, out):
@@ -9456,8 +10888,11 @@ def special_modified_bessel_i0(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialModifiedBesselI0, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_modified_bessel_i0(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_modified_bessel_i0_out(self, *, out):
@@ -9471,8 +10906,11 @@ def special_modified_bessel_i1(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialModifiedBesselI1, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_modified_bessel_i1(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_modified_bessel_i1_out(self, *, out):
@@ -9486,8 +10924,11 @@ def special_modified_bessel_k0(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialModifiedBesselK0, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_modified_bessel_k0(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_modified_bessel_k0_out(self, *, out):
@@ -9501,8 +10942,11 @@ def special_modified_bessel_k1(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialModifiedBesselK1, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_modified_bessel_k1(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_modified_bessel_k1_out(self, *, out):
@@ -9516,8 +10960,11 @@ def special_ndtri(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialNdtri, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_ndtri(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_ndtri_out(self, *, out):
@@ -9531,8 +10978,11 @@ def special_scaled_modified_bessel_k0(x):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialScaledModifiedBesselK0, (x,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_scaled_modified_bessel_k0(_rt_operand(x)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_scaled_modified_bessel_k0_out(x, *, out):
@@ -9546,8 +10996,11 @@ def special_scaled_modified_bessel_k1(x):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialScaledModifiedBesselK1, (x,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_scaled_modified_bessel_k1(_rt_operand(x)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_scaled_modified_bessel_k1_out(x, *, out):
@@ -9561,8 +11014,11 @@ def special_shifted_chebyshev_polynomial_t(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialT, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_shifted_chebyshev_polynomial_t_n_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialTNScalar)
@@ -9572,8 +11028,11 @@ def special_shifted_chebyshev_polynomial_t_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialTNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_shifted_chebyshev_polynomial_t_n_scalar_out(x, n, *, out):
@@ -9591,8 +11050,11 @@ def special_shifted_chebyshev_polynomial_t_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialTXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_t_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_shifted_chebyshev_polynomial_t_x_scalar_out(x, n, *, out):
@@ -9606,8 +11068,11 @@ def special_shifted_chebyshev_polynomial_u(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialU, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_shifted_chebyshev_polynomial_u_n_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialUNScalar)
@@ -9617,8 +11082,11 @@ def special_shifted_chebyshev_polynomial_u_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialUNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_shifted_chebyshev_polynomial_u_n_scalar_out(x, n, *, out):
@@ -9636,8 +11104,11 @@ def special_shifted_chebyshev_polynomial_u_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialUXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_u_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_shifted_chebyshev_polynomial_u_x_scalar_out(x, n, *, out):
@@ -9651,8 +11122,11 @@ def special_shifted_chebyshev_polynomial_v(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialV, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_shifted_chebyshev_polynomial_v_n_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialVNScalar)
@@ -9662,8 +11136,11 @@ def special_shifted_chebyshev_polynomial_v_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialVNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_shifted_chebyshev_polynomial_v_n_scalar_out(x, n, *, out):
@@ -9681,8 +11158,11 @@ def special_shifted_chebyshev_polynomial_v_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialVXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_v_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_shifted_chebyshev_polynomial_v_x_scalar_out(x, n, *, out):
@@ -9696,8 +11176,11 @@ def special_shifted_chebyshev_polynomial_w(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialW, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w(_rt_operand(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_shifted_chebyshev_polynomial_w_n_scalar = _rt_eager_executable(ir.SpecialShiftedChebyshevPolynomialWNScalar)
@@ -9707,8 +11190,11 @@ def special_shifted_chebyshev_polynomial_w_n_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialWNScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_n_scalar(_rt_operand(x), _rt_scalar(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_shifted_chebyshev_polynomial_w_n_scalar_out(x, n, *, out):
@@ -9726,8 +11212,11 @@ def special_shifted_chebyshev_polynomial_w_x_scalar(x, n):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialShiftedChebyshevPolynomialWXScalar, (x, n,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_shifted_chebyshev_polynomial_w_x_scalar(_rt_scalar(x), _rt_operand(n)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_shifted_chebyshev_polynomial_w_x_scalar_out(x, n, *, out):
@@ -9741,8 +11230,11 @@ def special_spherical_bessel_j0(x):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialSphericalBesselJ0, (x,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_spherical_bessel_j0(_rt_operand(x)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_spherical_bessel_j0_out(x, *, out):
@@ -9756,8 +11248,11 @@ def special_xlog1py(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialXlog1py, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_xlog1py(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_xlog1py_other_scalar = _rt_eager_executable(ir.SpecialXlog1pyOtherScalar)
@@ -9767,8 +11262,11 @@ def special_xlog1py_other_scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialXlog1pyOtherScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_xlog1py_other_scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_xlog1py_other_scalar_out(self, other, *, out):
@@ -9786,8 +11284,11 @@ def special_xlog1py_self_scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialXlog1pySelfScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_xlog1py_self_scalar(_rt_scalar(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_xlog1py_self_scalar_out(self, other, *, out):
@@ -9801,8 +11302,11 @@ def special_zeta(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialZeta, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_zeta(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_special_zeta_other_scalar = _rt_eager_executable(ir.SpecialZetaOtherScalar)
@@ -9812,8 +11316,11 @@ def special_zeta_other_scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialZetaOtherScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_zeta_other_scalar(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_zeta_other_scalar_out(self, other, *, out):
@@ -9831,8 +11338,11 @@ def special_zeta_self_scalar(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SpecialZetaSelfScalar, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_special_zeta_self_scalar(_rt_scalar(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def special_zeta_self_scalar_out(self, other, *, out):
@@ -9850,8 +11360,11 @@ def split_copy_Tensor(self, split_size, dim=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SplitCopyTensor, (self, split_size, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_split_copy_Tensor(_rt_operand(self), split_size, dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def split_copy_Tensor_out(self, split_size, dim=0, *, out):
@@ -9869,8 +11382,11 @@ def split_with_sizes_copy(self, split_sizes, dim=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SplitWithSizesCopy, (self, split_sizes, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_split_with_sizes_copy(_rt_operand(self), _rt_attr_list(split_sizes), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def split_with_sizes_copy_out(self, split_sizes, dim=0, *, out):
@@ -9884,8 +11400,11 @@ def sqrt(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Sqrt, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sqrt(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sqrt_out(self, *, out):
@@ -9932,8 +11451,11 @@ def squeeze_copy(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SqueezeCopy, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_squeeze_copy(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_squeeze_copy_dim = _rt_eager_executable(ir.SqueezeCopyDim)
@@ -9943,8 +11465,11 @@ def squeeze_copy_dim(self, dim):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SqueezeCopyDim, (self, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_squeeze_copy_dim(_rt_operand(self), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def squeeze_copy_dim_out(self, dim, *, out):
@@ -9958,8 +11483,11 @@ def squeeze_copy_dims(self, dim):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SqueezeCopyDims, (self, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_squeeze_copy_dims(_rt_operand(self), _rt_attr_list(dim)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def squeeze_copy_dims_out(self, dim, *, out):
@@ -9977,8 +11505,11 @@ def stack(tensors, dim=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Stack, (tensors, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_stack(_rt_operands(tensors), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def stack_out(tensors, dim=0, *, out):
@@ -9992,8 +11523,11 @@ def std_correction(self, dim=None, *, correction=None, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.StdCorrection, (self, dim, correction, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_std_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def std_correction_out(self, dim=None, *, correction=None, keepdim=False, out):
@@ -10007,8 +11541,11 @@ def std_mean_correction(self, dim=None, *, correction=None, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.StdMeanCorrection, (self, dim, correction, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_std_mean_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def std_mean_correction_out(self, dim=None, *, correction=None, keepdim=False, out0, out1):
@@ -10022,8 +11559,11 @@ def sub_Scalar(self, other, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SubScalar, (self, other, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sub_Scalar(_rt_operand(self), _rt_scalar(other), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sub_Scalar_out(self, other, alpha=1, *, out):
@@ -10037,8 +11577,11 @@ def sub_Tensor(self, other, *, alpha=1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SubTensor, (self, other, alpha,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sub_Tensor(_rt_operand(self), _rt_operand(other), _rt_scalar(alpha)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sub_out(self, other, *, alpha=1, out):
@@ -10071,8 +11614,11 @@ def sum(self, *, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Sum, (self, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sum(_rt_operand(self), dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sum_IntList_out(self, dim, keepdim=False, *, dtype=None, out):
@@ -10086,8 +11632,11 @@ def sum_dim_IntList(self, dim, keepdim=False, *, dtype=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.SumDimIntList, (self, dim, keepdim, dtype,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_sum_dim_IntList(_rt_operand(self), _rt_attr_list(dim), keepdim, dtype))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def sum_out(self, *, dtype=None, out):
@@ -10109,8 +11658,11 @@ def t_copy(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.TCopy, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_t_copy(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def t_copy_out(self, *, out):
@@ -10124,8 +11676,11 @@ def take(self, index):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Take, (self, index,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_take(_rt_operand(self), _rt_operand(index)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def take_out(self, index, *, out):
@@ -10139,8 +11694,11 @@ def tan(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Tan, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_tan(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def tan_out(self, *, out):
@@ -10163,8 +11721,11 @@ def tanh(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Tanh, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_tanh(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def tanh_out(self, *, out):
@@ -10187,8 +11748,11 @@ def tanh_backward(grad_output, output):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.TanhBackward, (grad_output, output,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_tanh_backward(_rt_operand(grad_output), _rt_operand(output)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def tanh_backward_grad_input(grad_output, output, *, grad_input):
@@ -10202,8 +11766,11 @@ def threshold(self, threshold, value):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Threshold, (self, threshold, value,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_threshold(_rt_operand(self), _rt_scalar(threshold), _rt_scalar(value)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def threshold_out(self, threshold, value, *, out):
@@ -10226,8 +11793,11 @@ def threshold_backward(grad_output, self, threshold):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ThresholdBackward, (grad_output, self, threshold,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_threshold_backward(_rt_operand(grad_output), _rt_operand(self), _rt_scalar(threshold)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def threshold_backward_grad_input(grad_output, self, threshold, *, grad_input):
@@ -10241,8 +11811,11 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Topk, (self, k, dim, largest, sorted,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_topk(_rt_operand(self), k, dim, largest, sorted))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def topk_values(self, k, dim=-1, largest=True, sorted=True, *, values, indices):
@@ -10256,8 +11829,11 @@ def trace(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Trace, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_trace(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def trace_out(self, *, out):
@@ -10279,8 +11855,11 @@ def transpose_copy_int(self, dim0, dim1):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.TransposeCopyInt, (self, dim0, dim1,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_transpose_copy_int(_rt_operand(self), dim0, dim1))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def transpose_copy_int_out(self, dim0, dim1, *, out):
@@ -10294,8 +11873,11 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.TriangularSolve, (self, A, upper, transpose, unitriangular,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_triangular_solve(_rt_operand(self), _rt_operand(A), upper, transpose, unitriangular))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def triangular_solve_X(self, A, upper=True, transpose=False, unitriangular=False, *, X, M):
@@ -10309,8 +11891,11 @@ def tril(self, diagonal=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Tril, (self, diagonal,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_tril(_rt_operand(self), diagonal))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def tril_out(self, diagonal=0, *, out):
@@ -10341,8 +11926,11 @@ def triu(self, diagonal=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Triu, (self, diagonal,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_triu(_rt_operand(self), diagonal))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def triu_out(self, diagonal=0, *, out):
@@ -10373,8 +11961,11 @@ def trunc(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Trunc, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_trunc(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def trunc_out(self, *, out):
@@ -10401,8 +11992,11 @@ def unbind_copy_int(self, dim=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UnbindCopyInt, (self, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_unbind_copy_int(_rt_operand(self), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def unbind_copy_int_out(self, dim=0, *, out):
@@ -10420,8 +12014,11 @@ def unfold_backward(grad_in, input_sizes, dim, size, step):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UnfoldBackward, (grad_in, input_sizes, dim, size, step,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_unfold_backward(_rt_operand(grad_in), _rt_attr_list(input_sizes), dim, size, step))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def unfold_backward_out(grad_in, input_sizes, dim, size, step, *, out):
@@ -10435,8 +12032,11 @@ def unfold_copy(self, dimension, size, step):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UnfoldCopy, (self, dimension, size, step,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_unfold_copy(_rt_operand(self), dimension, size, step))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def unfold_copy_out(self, dimension, size, step, *, out):
@@ -10486,8 +12086,11 @@ def unsafe_split_Tensor(self, split_size, dim=0):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UnsafeSplitTensor, (self, split_size, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_unsafe_split_Tensor(_rt_operand(self), split_size, dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def unsafe_split_Tensor_out(self, split_size, dim=0, *, out):
@@ -10509,8 +12112,11 @@ def unsqueeze_copy(self, dim):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UnsqueezeCopy, (self, dim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_unsqueeze_copy(_rt_operand(self), dim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def unsqueeze_copy_out(self, dim, *, out):
@@ -10524,8 +12130,11 @@ def upsample_bicubic2d(self, output_size, align_corners, scales_h=None, scales_w
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleBicubic2d, (self, output_size, align_corners, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_bicubic2d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_bicubic2d_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
@@ -10539,8 +12148,11 @@ def upsample_bicubic2d_backward(grad_output, output_size, input_size, align_corn
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleBicubic2dBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_bicubic2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_bicubic2d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
@@ -10554,8 +12166,11 @@ def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleBilinear2d, (self, output_size, align_corners, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_bilinear2d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_bilinear2d_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
@@ -10569,8 +12184,11 @@ def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_cor
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleBilinear2dBackward, (grad_output, output_size, input_size, align_corners, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_bilinear2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_bilinear2d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None, scales_w=None, *, grad_input):
@@ -10584,8 +12202,11 @@ def upsample_linear1d(self, output_size, align_corners, scales=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleLinear1d, (self, output_size, align_corners, scales,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_linear1d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_linear1d_out(self, output_size, align_corners, scales=None, *, out):
@@ -10599,8 +12220,11 @@ def upsample_linear1d_backward(grad_output, output_size, input_size, align_corne
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleLinear1dBackward, (grad_output, output_size, input_size, align_corners, scales,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_linear1d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_linear1d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales=None, *, grad_input):
@@ -10614,8 +12238,11 @@ def upsample_nearest1d(self, output_size, scales=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleNearest1d, (self, output_size, scales,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_nearest1d(_rt_operand(self), _rt_attr_list(output_size), scales))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_nearest1d_out(self, output_size, scales=None, *, out):
@@ -10629,8 +12256,11 @@ def upsample_nearest1d_backward(grad_output, output_size, input_size, scales=Non
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleNearest1dBackward, (grad_output, output_size, input_size, scales,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_nearest1d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_nearest1d_backward_grad_input(grad_output, output_size, input_size, scales=None, *, grad_input):
@@ -10644,8 +12274,11 @@ def upsample_nearest2d(self, output_size, scales_h=None, scales_w=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleNearest2d, (self, output_size, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_nearest2d(_rt_operand(self), _rt_attr_list(output_size), scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_nearest2d_out(self, output_size, scales_h=None, scales_w=None, *, out):
@@ -10659,8 +12292,11 @@ def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=N
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleNearest2dBackward, (grad_output, output_size, input_size, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_nearest2d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_nearest2d_backward_grad_input(grad_output, output_size, input_size, scales_h=None, scales_w=None, *, grad_input):
@@ -10674,8 +12310,11 @@ def upsample_nearest3d(self, output_size, scales_d=None, scales_h=None, scales_w
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleNearest3d, (self, output_size, scales_d, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_nearest3d(_rt_operand(self), _rt_attr_list(output_size), scales_d, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_nearest3d_out(self, output_size, scales_d=None, scales_h=None, scales_w=None, *, out):
@@ -10689,8 +12328,11 @@ def upsample_nearest3d_backward(grad_output, output_size, input_size, scales_d=N
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleNearest3dBackward, (grad_output, output_size, input_size, scales_d, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_nearest3d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), scales_d, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_nearest3d_backward_grad_input(grad_output, output_size, input_size, scales_d=None, scales_h=None, scales_w=None, *, grad_input):
@@ -10704,8 +12346,11 @@ def upsample_trilinear3d(self, output_size, align_corners, scales_d=None, scales
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleTrilinear3d, (self, output_size, align_corners, scales_d, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_trilinear3d(_rt_operand(self), _rt_attr_list(output_size), align_corners, scales_d, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_trilinear3d_out(self, output_size, align_corners, scales_d=None, scales_h=None, scales_w=None, *, out):
@@ -10719,8 +12364,11 @@ def upsample_trilinear3d_backward(grad_output, output_size, input_size, align_co
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.UpsampleTrilinear3dBackward, (grad_output, output_size, input_size, align_corners, scales_d, scales_h, scales_w,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_upsample_trilinear3d_backward(_rt_operand(grad_output), _rt_attr_list(output_size), _rt_attr_list(input_size), align_corners, scales_d, scales_h, scales_w))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def upsample_trilinear3d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_d=None, scales_h=None, scales_w=None, *, grad_input):
@@ -10734,8 +12382,11 @@ def var_correction(self, dim=None, *, correction=None, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.VarCorrection, (self, dim, correction, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_var_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def var_correction_out(self, dim=None, *, correction=None, keepdim=False, out):
@@ -10749,8 +12400,11 @@ def var_mean_correction(self, dim=None, *, correction=None, keepdim=False):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.VarMeanCorrection, (self, dim, correction, keepdim,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_var_mean_correction(_rt_operand(self), _rt_attr_list(dim), _rt_scalar(correction), keepdim))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def var_mean_correction_out(self, dim=None, *, correction=None, keepdim=False, out0, out1):
@@ -10764,8 +12418,11 @@ def vdot(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Vdot, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_vdot(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def vdot_out(self, other, *, out):
@@ -10791,8 +12448,11 @@ def view_copy(self, size):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ViewCopy, (self, size,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_view_copy(_rt_operand(self), _rt_attr_list(size)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def view_copy_out(self, size, *, out):
@@ -10806,8 +12466,11 @@ def where_self(condition, self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.WhereSelf, (condition, self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_where_self(_rt_operand(condition), _rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def where_self_out(condition, self, other, *, out):
@@ -10833,8 +12496,11 @@ def xlogy_Scalar_Other(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.XlogyScalarOther, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_xlogy_Scalar_Other(_rt_operand(self), _rt_scalar(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_xlogy_Scalar_Self = _rt_eager_executable(ir.XlogyScalarSelf)
@@ -10844,8 +12510,11 @@ def xlogy_Scalar_Self(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.XlogyScalarSelf, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_xlogy_Scalar_Self(_rt_scalar(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _eager_xlogy_Tensor = _rt_eager_executable(ir.XlogyTensor)
@@ -10855,8 +12524,11 @@ def xlogy_Tensor(self, other):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.XlogyTensor, (self, other,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_xlogy_Tensor(_rt_operand(self), _rt_operand(other)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 _donating_xlogy__Scalar_Other = _rt_eager_executable(ir.XlogyScalarOther, in_place=True)
@@ -10885,8 +12557,11 @@ def zero(self):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Zero, (self,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_zero(_rt_operand(self)))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def zero_out(self, *, out):
@@ -10909,8 +12584,11 @@ def zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.Zeros, (size, dtype, layout, device, pin_memory,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_zeros(_rt_attr_list(size), dtype, layout, device, pin_memory))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def zeros_out(size, *, out):
@@ -10924,8 +12602,11 @@ def zeros_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, m
     _rt_trace = _rt_context.trace
     if _rt_trace is not None:
         return _rt_trace.record(ir.ZerosLike, (self, dtype, layout, device, pin_memory, memory_format,))
-    with _rt_x64:
+    _rt_before = _rt_swap_x64(True)
+    try:
         return _rt_wrap(_eager_zeros_like(_rt_operand(self), dtype, layout, device, pin_memory, memory_format))
+    finally:
+        _rt_restore_x64(_rt_before)
 
 
 def zeros_like_out(self, *, memory_format=None, out):

@@ -83,12 +83,16 @@ jax.tree_util.register_pytree_node(
 def operand(t: Any) -> Any:
     """A tensor argument of an eager executable: its array, or for a view from offset 0
     its storage's array and layout (Note [Fused view reads])."""
-    if t.__class__ is XlaTensor and not t._whole and t.storage_offset() == 0 and not t._real:
+    if t.__class__ is XlaTensor:
         store = t._store
-        v = store.array
-        if v is None or store.pending is not None:
-            v = current_array(store)
-        return ViewOperand(v, (tuple(t.shape), tuple(t.stride()), 0))
+        if t._whole:
+            v = store.array
+            return v if v is not None and store.pending is None else current_array(store)
+        if t.storage_offset() == 0 and not t._real:
+            v = store.array
+            if v is None or store.pending is not None:
+                v = current_array(store)
+            return ViewOperand(v, (tuple(t.shape), tuple(t.stride()), 0))
     return value(t)
 
 

@@ -541,6 +541,15 @@ def _on_torch(cls: type[Node], in_place: bool, args: tuple) -> Any:
 # ---------------------------------------------------------------- the background compiles
 
 
+def lowest_priority() -> None:
+    """This thread at the lowest CPU priority (nice 19): the caller's work first, the
+    background compiles only use what it leaves of the CPU."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+
+
 class _Worker:
     """One daemon thread compiling the signatures first calls ran on PyTorch."""
 
@@ -573,10 +582,7 @@ class _Worker:
 
     def run(self) -> None:
         _local.compiling = True
-        try:  # the caller's work first: the compiles only use what it leaves of the CPU
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (AttributeError, OSError):
-            pass
+        lowest_priority()
         while True:
             item = self.queue.get()
             if item is None or self.stopping:

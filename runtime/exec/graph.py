@@ -19,6 +19,7 @@ from ..platform.executable_cache import eager_jit
 from ..platform.metrics import metrics
 from .eager import scalar_operand, scope_name, scoped_lowering
 from .graph_first_call import FirstCalls, interpretable
+from .graph_program import run_program
 from .sparse_updates import fold_sparse_updates, may_fold
 from .registry import node, policy
 
@@ -262,24 +263,7 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
             arrays[i] = a
         for i, a in zip(kept, kept_arrays):
             arrays[i] = a
-        results: list[Any] = []
-
-        def get(r):
-            tag = r[0]
-            if tag == "in":
-                return arrays[r[1]]
-            if tag == "node":
-                out = results[r[1]]
-                return out[r[2]] if isinstance(out, (tuple, list)) else out
-            if tag == "scalar":
-                return scalar_values[r[1]]
-            if tag == "list":
-                return [None if x is None else get(x) for x in r[1]]
-            return r[1]
-
-        for lower, refs in program:
-            results.append(lower(*[get(r) for r in refs]))
-        return [get(r) for r in outputs]
+        return run_program(program, outputs, arrays, scalar_values)
 
     op_counts = Counter(type(n).name for n in order)
     executable = jax.jit(fold_sparse_updates(run) if may_fold(op_counts) else run,

@@ -81,6 +81,7 @@ from ..core.ir import Node
 from ..platform.config import config
 from . import first_call
 from .eager import eager_executable
+from .graph_program import run_program
 
 _PENDING, _READY, _FAILED = "pending", "ready", "failed"
 
@@ -143,25 +144,9 @@ class FirstCalls:
         return out
 
     def interpret(self, arrays: list, scalar_values: list) -> list:
-        results: list[Any] = []
-
-        def get(r):
-            tag = r[0]
-            if tag == "in":
-                return arrays[r[1]]
-            if tag == "node":
-                out = results[r[1]]
-                return out[r[2]] if isinstance(out, (tuple, list)) else out
-            if tag == "scalar":
-                return scalar_values[r[1]]
-            if tag == "list":
-                return [None if x is None else get(x) for x in r[1]]
-            return r[1]
-
         with first_call.quiet(), X64:
-            for cls, refs in self.program:
-                results.append(_executable(cls)(*[get(r) for r in refs]))
-            return [get(r) for r in self.outputs]
+            program = [(_executable(cls), refs) for cls, refs in self.program]
+            return run_program(program, self.outputs, arrays, scalar_values)
 
 
 def _specs(values: list) -> list | None:
@@ -212,10 +197,7 @@ class _Worker:
         return True
 
     def run(self) -> None:
-        try:  # the caller's work first (Note [First calls on PyTorch CPU])
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (AttributeError, OSError):
-            pass
+        first_call.lowest_priority()  # Note [First calls on PyTorch CPU]
         while True:
             item = self.queue.get()
             if item is None or self.stopping:

@@ -5,7 +5,7 @@ eager, view and write paths. Nothing else of the runtime is imported by generate
 between the generator's templates and the runtime."""
 
 from ..core.context import context
-from ..core.convert import X64
+from ..core.convert import restore_x64, swap_x64
 from ..core.ir import ATTR, ATTR_LIST, OPT_TENSOR, SCALAR, TENSOR, TENSOR_LIST, Node
 from .eager import attr_list, operand, operand_opt, operands, scalar_operand, wrap
 from .fallback import fallback
@@ -15,8 +15,8 @@ from .mutation import (check_in_place_overlap, donatable, donate, lists_alias, m
                        restride_inplace, write_inplace, write_list_inplace, write_out)
 
 __all__ = [
-    "ATTR", "ATTR_LIST", "OPT_TENSOR", "SCALAR", "TENSOR", "TENSOR_LIST", "Node", "X64", "attr_list",
+    "ATTR", "ATTR_LIST", "OPT_TENSOR", "SCALAR", "TENSOR", "TENSOR_LIST", "Node", "attr_list",
     "check_in_place_overlap", "context", "donatable", "donate", "eager_executable", "fallback", "lists_alias",
-    "make_view", "next_key", "operand", "operand_opt", "operands", "per_tensor_loop", "restride_inplace",
-    "scalar_operand", "wrap", "write_inplace", "write_list_inplace", "write_out",
+    "make_view", "next_key", "operand", "operand_opt", "operands", "per_tensor_loop", "restore_x64",
+    "restride_inplace", "scalar_operand", "swap_x64", "wrap", "write_inplace", "write_list_inplace", "write_out",
 ]

@@ -93,7 +93,9 @@ def dispatch(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             return missing_op(func, args, kwargs)
         if config.debug_print_each_op or config.debug_accuracy_for_each_op:
             return debug_call(func, handler, args, kwargs)
-        return handler(*args, **kwargs)
+        if kwargs:
+            return handler(*args, **kwargs)
+        return handler(*args)  # an empty ** still builds a dict: 0.3 us of a 16x16 add's 11
     except Exception as error:
         if torch._C._current_graph_task_id() == -1:
             raise

@@ -1,0 +1,31 @@
+"""A recorded graph's program run step by step: by its lowerings while JAX traces the
+graph's executable (graph.py), or by eager executables while that executable compiles
+(graph_first_call.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def run_program(program: list, outputs: list, arrays: list, scalar_values: list) -> list:
+    """The values of the references `outputs` after each step `(function, argument
+    references)` of `program` ran. A reference is ("in", i) for arrays[i], ("node", k, j)
+    for output j of step k, ("scalar", i), ("list", references) or ("const", value)."""
+    results: list[Any] = []
+
+    def get(r):
+        tag = r[0]
+        if tag == "in":
+            return arrays[r[1]]
+        if tag == "node":
+            out = results[r[1]]
+            return out[r[2]] if isinstance(out, (tuple, list)) else out
+        if tag == "scalar":
+            return scalar_values[r[1]]
+        if tag == "list":
+            return [None if x is None else get(x) for x in r[1]]
+        return r[1]
+
+    for fn, refs in program:
+        results.append(fn(*[get(r) for r in refs]))
+    return [get(r) for r in outputs]
