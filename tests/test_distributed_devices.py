@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from distributed_harness import run_group
+from distributed_harness import WORKER, run_group, run_script, worker_env
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +59,15 @@ def test_compiled_results_stay_on_the_device(r):
 
 def test_module_to_a_device(r):
     assert r["module_device"] == ["jax:4"] and r["module_out_device"] == "jax:4"
+
+
+def test_first_calls_on_pytorch_keep_each_device():
+    # With first calls answered by PyTorch CPU (the default outside this test suite),
+    # results of ops and factories on jax:1..7 must stay there: PyTorch's answers are put
+    # on jax:0, so those ops compile at once instead.
+    env = {**worker_env(8), "XLA_NATIVE_FUNCTIONS_FIRST_CALLS_ON_CPU": "1"}
+    r = run_script([str(WORKER), "devices"], env=env)
+    assert r["factory_device"] == "jax:1" and r["op_device"] == "jax:3" and r["result_lives_there"] == [3]
+    assert r["grad_device"] == "jax:2" and r["grad_err"] < 1e-5
+    assert r["compiled_device"] == "jax:3" and r["copy_keeps_device"] == "jax:2"
+

@@ -81,6 +81,7 @@ from ...shape_fns.storage_size import check_result_sizes, check_storage_size
 from ..core.context import context
 from ..core.convert import X64
 from ..core.ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node
+from ..core.placement import local_devices
 from ..platform.config import config
 from ..platform.executable_cache import eager_jit
 from .eager import (ViewOperand, check_in_place_result, eager_executable, lower_checked, operand, operand_opt,
@@ -302,11 +303,11 @@ def _leaf_signature(a: Any) -> Any:
         return None
     if a.__class__ is ViewOperand:
         base = a.base
-        if not _concrete_on_cpu(base):
+        if not _concrete_on_default_device(base):
             raise _NotEligible
         return ("view", base.shape, base.dtype, a.layout)
     if isinstance(a, jax.Array):
-        if not _concrete_on_cpu(a):
+        if not _concrete_on_default_device(a):
             raise _NotEligible
         return (a.shape, a.dtype, a.weak_type)
     if isinstance(a, (bool, int, float, complex)):
@@ -318,11 +319,13 @@ class _NotEligible(Exception):
     pass
 
 
-def _concrete_on_cpu(a: Any) -> bool:
+def _concrete_on_default_device(a: Any) -> bool:
+    """Whether `a` is a concrete array on the default device (jax:0), where PyTorch's
+    results are put: an op on another device compiles."""
     if isinstance(a, jax.core.Tracer):
         return False
     devices = a.devices()
-    return len(devices) == 1 and next(iter(devices)).platform == "cpu"
+    return len(devices) == 1 and next(iter(devices)) == local_devices()[0]
 
 
 def _signature(jitted: Any, kinds: tuple, args: tuple) -> Any:
@@ -330,6 +333,8 @@ def _signature(jitted: Any, kinds: tuple, args: tuple) -> Any:
         parts = []
         for kind, a in zip(kinds, args):
             if kind in STATIC_KINDS:
+                if a.__class__ is torch.device and a.index:
+                    return None  # a factory on another device than jax:0: compiled
                 hash(a)
                 parts.append(a)
             elif kind == TENSOR_LIST:

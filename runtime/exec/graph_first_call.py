@@ -78,6 +78,7 @@ import jax
 
 from ..core.convert import X64
 from ..core.ir import Node
+from ..core.placement import local_devices
 from ..platform.config import config
 from . import first_call
 from .eager import eager_executable
@@ -151,14 +152,15 @@ class FirstCalls:
 
 def _specs(values: list) -> list | None:
     """The abstract values the graph's executable is compiled for, or None when one of
-    `values` is not a concrete array on one CPU device."""
+    `values` is not a concrete array on the default device (jax:0), where the eager
+    executables' first calls put PyTorch's results."""
     out = []
     for a in values:
         if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
             return None
         sharding = a.sharding
         devices = sharding.device_set
-        if len(devices) != 1 or next(iter(devices)).platform != "cpu":
+        if len(devices) != 1 or next(iter(devices)) != local_devices()[0]:
             return None
         out.append(jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type,
                                         sharding=sharding if a.committed else None))
