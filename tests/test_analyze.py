@@ -566,3 +566,23 @@ def test_the_schema_is_the_one_docs_analyze_md_documents():
         missing = _documented_keys(SCHEMA["properties"][key]) - named
         assert not missing, f"docs/analyze.md does not name {sorted(missing)} of {key!r}"
     assert f"`schema_version` is {analysis_report.SCHEMA_VERSION}" in text
+
+
+def test_the_analysis_runs_our_lowerings_even_with_first_calls_on_pytorch():
+    # With first calls answered by PyTorch CPU (the default outside this test suite), an
+    # analysis would otherwise compare PyTorch's kernels with themselves.
+    seen = []
+
+    def fn(x):
+        seen.append(xnf.config.first_calls_on_cpu)
+        return torch.special.i1e(x * 3.25).sum()
+
+    before = xnf.config.first_calls_on_cpu
+    xnf.config.first_calls_on_cpu = True
+    try:
+        report = xnf.analyze(fn, torch.randn(3, 11), accuracy=True)
+        assert xnf.config.first_calls_on_cpu is True
+    finally:
+        xnf.config.first_calls_on_cpu = before
+    assert seen == [False]
+    assert "aten::special_i1e" in report["supported_operators"]

@@ -260,3 +260,14 @@ def test_once_compiled_calls_take_jaxs_fast_path(on, monkeypatch):
     got = torch.expm1(a)
     assert not python_calls  # not sent through JAX's Python path by the earlier FirstCall
     torch.testing.assert_close(_cpu(got), torch.expm1(_cpu(a)))
+
+
+def test_ops_whose_pytorch_kernel_differs_by_design_compile(on):
+    # PyTorch's _grouped_mm leaves rows outside every group unset; ours are zeros
+    a, b = torch.randn(7, 4), torch.randn(2, 4, 8)
+    offs = torch.tensor([3, 6], dtype=torch.int32)
+    before = on.on_cpu
+    got = _cpu(torch._grouped_mm(_x(a), _x(b), _x(offs)))
+    assert on.on_cpu == before
+    torch.testing.assert_close(got[:3], a[:3] @ b[0])
+    assert torch.equal(got[6], torch.zeros(8))

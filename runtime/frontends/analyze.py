@@ -925,6 +925,11 @@ class Analysis:
         saved_fallback = config.allow_cpu_fallback
         config.allow_cpu_fallback = False  # unlisted ops raise, and are recorded, instead of warning once
         self._undo.append(lambda: setattr(config, "allow_cpu_fallback", saved_fallback))
+        # our lowerings are what the analysis runs and checks, never PyTorch's kernels
+        # answering first calls (Note [First calls on PyTorch CPU])
+        saved_first_calls = config.first_calls_on_cpu
+        config.first_calls_on_cpu = False
+        self._undo.append(lambda: setattr(config, "first_calls_on_cpu", saved_first_calls))
         graph_module.GRAPH_WATCHERS.append(self.watch_sharded_trace)
         self._undo.append(lambda: graph_module.GRAPH_WATCHERS.remove(self.watch_sharded_trace))
         dynamo.GRAPH_WATCHERS.append(self.watch_sharded_dynamo)
