@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 # Every first call of an op compiles and runs our lowering, as it did before first calls
 # could run on PyTorch CPU (Note [First calls on PyTorch CPU]): the tests compare the
 # lowerings with PyTorch. tests/test_first_call.py turns it on where it tests it.
@@ -29,3 +31,17 @@ for path in (ROOT / "scripts", ROOT):
 from codegen.repo_import import use_repo  # noqa: E402
 
 use_repo(ROOT)
+
+
+@pytest.fixture
+def compiled_first_calls():
+    """Every new signature compiles before its first call returns, whatever the
+    environment says: for tests that watch the compiled path (donation, graph rewrites,
+    cache counts, bitwise equal runs) from a signature's first call on."""
+    import xla_native_functions as xnf
+
+    before = xnf.config.first_calls_on_cpu
+    xnf.config.first_calls_on_cpu = False
+    yield
+    xnf.config.first_calls_on_cpu = before
+

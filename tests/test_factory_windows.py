@@ -12,6 +12,11 @@ import torch
 import xla_native_functions as xnf
 from xla_native_functions.runtime.core.tensor import DEVICE, XlaTensor
 
+# Compared with PyTorch's native windows, which multiply by float16-rounded scalars
+# (in-place mul_.Scalar); PyTorch's kernels answering first calls of the decomposed ops
+# (Note [First calls on PyTorch CPU]) differ from those in the last bit.
+pytestmark = pytest.mark.usefixtures("compiled_first_calls")
+
 # (factory, positional arguments after window_length): every overload of each.
 WINDOW_OVERLOADS = [
     ("hann_window", ()), ("hann_window", (False,)), ("hann_window", (True,)),

@@ -19,15 +19,9 @@ from xla_native_functions.runtime.exec import first_call
 N = xnf.config.donate_min_bytes // 4  # float32 elements of the smallest donated tensor
 
 
-@pytest.fixture(autouse=True)
-def compiled_first_calls():
-    # These tests watch the executables' donation from each signature's first call on. With
-    # first calls on PyTorch CPU (Note [First calls on PyTorch CPU]) a signature's first
-    # call writes a fresh buffer instead, and donation starts once it is compiled.
-    before = xnf.config.first_calls_on_cpu
-    xnf.config.first_calls_on_cpu = False
-    yield
-    xnf.config.first_calls_on_cpu = before
+# From each signature's first call on: answered on PyTorch CPU (Note [First calls on
+# PyTorch CPU]), a first call writes a fresh buffer, and donation starts once compiled.
+pytestmark = pytest.mark.usefixtures("compiled_first_calls")
 
 
 def big(seed=0, dtype=torch.float32, n=N):

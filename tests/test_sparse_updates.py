@@ -16,6 +16,10 @@ from xla_native_functions.runtime.exec import graph
 from xla_native_functions.runtime.platform.metrics import metrics
 from xla_native_functions.runtime.exec.sparse_updates import fold_sparse_updates
 
+# The rewrite is counted as each graph compiles, which the first calls' interpretation
+# (Note [First calls of compiled graphs]) would move to a background thread.
+pytestmark = pytest.mark.usefixtures("compiled_first_calls")
+
 ROWS, DIM = 12, 3
 
 
