@@ -44,4 +44,3 @@ def compiled_first_calls():
     xnf.config.first_calls_on_cpu = False
     yield
     xnf.config.first_calls_on_cpu = before
-

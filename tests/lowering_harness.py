@@ -320,11 +320,17 @@ def assert_conv_matches_cpu(x_shape, w_shape, stride, padding, dilation, groups,
     against PyTorch CPU's (conv1d/2d/3d by the input's rank)."""
     conv = getattr(torch.nn.functional, f"conv{len(x_shape) - 2}d")
     torch.manual_seed(0)
-    x, w, b = torch.randn(x_shape, dtype=dtype), torch.randn(w_shape, dtype=dtype), torch.randn(w_shape[0], dtype=dtype)
-    ref = [t.clone().requires_grad_() for t in (x, w, b)]
-    ours = [xnf.to_xla(t).requires_grad_() for t in (x, w, b)]
-    out_ref = conv(*ref, stride, padding, dilation, groups)
-    out = conv(*ours, stride, padding, dilation, groups)
+    inputs = torch.randn(x_shape, dtype=dtype), torch.randn(w_shape, dtype=dtype), torch.randn(w_shape[0], dtype=dtype)
+    assert_values_and_gradients_match_cpu(lambda x, w, b: conv(x, w, b, stride, padding, dilation, groups), inputs)
+
+
+def assert_values_and_gradients_match_cpu(fn, inputs) -> None:
+    """`fn(*inputs)` and the gradients of all inputs on our device against PyTorch CPU's,
+    within float32's or float64's tolerance (the inputs' dtype)."""
+    ref = [t.clone().requires_grad_() for t in inputs]
+    ours = [xnf.to_xla(t).requires_grad_() for t in inputs]
+    out_ref, out = fn(*ref), fn(*ours)
+    dtype = inputs[0].dtype
     tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-10, "rtol": 1e-10}
     assert out.shape == out_ref.shape and out.dtype == out_ref.dtype
     torch.testing.assert_close(xnf.to_torch(out), out_ref.detach(), **tol)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from lowering_harness import assert_conv_matches_cpu
+from lowering_harness import assert_conv_matches_cpu, assert_values_and_gradients_match_cpu
 from xla_native_functions.lowerings import conv as lower_conv
 
 CASES = [
@@ -108,18 +108,9 @@ TRANSPOSED = [
 def test_transposed_with_kernel_equal_to_stride_matches_cpu(shapes, dtype):
     xs, ws, stride = shapes
     torch.manual_seed(0)
-    x, w, b = torch.randn(xs, dtype=dtype), torch.randn(ws, dtype=dtype), torch.randn(ws[1], dtype=dtype)
-    fn = torch.nn.functional.__dict__[f"conv_transpose{x.dim() - 2}d"]
-    ref = [t.clone().requires_grad_() for t in (x, w, b)]
-    ours = [xnf.to_xla(t).requires_grad_() for t in (x, w, b)]
-    out_ref, out = fn(*ref, stride=stride), fn(*ours, stride=stride)
-    tol = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-10, "rtol": 1e-10}
-    torch.testing.assert_close(xnf.to_torch(out), out_ref.detach(), **tol)
-    grad = torch.randn(out_ref.shape, dtype=dtype)
-    out_ref.backward(grad)
-    out.backward(xnf.to_xla(grad))
-    for mine, theirs in zip(ours, ref):
-        torch.testing.assert_close(xnf.to_torch(mine.grad), theirs.grad, **tol)
+    inputs = torch.randn(xs, dtype=dtype), torch.randn(ws, dtype=dtype), torch.randn(ws[1], dtype=dtype)
+    fn = getattr(torch.nn.functional, f"conv_transpose{len(xs) - 2}d")
+    assert_values_and_gradients_match_cpu(lambda x, w, b: fn(x, w, b, stride=stride), inputs)
 
 
 def test_transposed_takes_the_product_only_with_kernel_equal_to_stride():

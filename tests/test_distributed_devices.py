@@ -70,4 +70,3 @@ def test_first_calls_on_pytorch_keep_each_device():
     assert r["factory_device"] == "jax:1" and r["op_device"] == "jax:3" and r["result_lives_there"] == [3]
     assert r["grad_device"] == "jax:2" and r["grad_err"] < 1e-5
     assert r["compiled_device"] == "jax:3" and r["copy_keeps_device"] == "jax:2"
-
