@@ -121,6 +121,34 @@ def test_mlp_training_matches_torch():
         torch.testing.assert_close(a, b)
 
 
+def test_graphs_are_lowered_once_though_their_inputs_become_shared_arrays():
+    """The first call passes parameters as NumPy views, later calls as arrays sharing
+    their memory: the executable of the first call serves the later ones."""
+    import jax
+
+    lowerings = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/jaxpr_to_mlir_module_duration":
+            lowerings.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        x, y = torch.randn(16, 8), torch.randn(16, 4)
+        compiled = torch.compile(mlp(), backend=BACKEND_NAME)
+        train_steps(compiled, x, y, steps=1)
+        first = len(lowerings)
+        hits = stats.input_cache_hits
+        train_steps(compiled, x, y, steps=3)
+        with torch.no_grad():
+            compiled(x)
+            compiled(x)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert first >= 2  # the forward and backward graphs, and nothing was cached yet
+    assert stats.input_cache_hits > hits  # later calls took the parameters as shared arrays
+    assert len(lowerings) == first + 1  # the inference graph, lowered once
+
 
 def test_module_already_on_our_device_trains_with_eager_results():
     # Dynamo cannot trace XlaTensors: it breaks the graph around each op, which then

@@ -11,6 +11,7 @@ import threading
 import jax
 import jax.numpy as jnp
 from jax._src import config as jax_config
+from jax._src.array import ArrayImpl
 import numpy as np
 import torch
 
@@ -148,6 +149,14 @@ def shared_array(t: torch.Tensor) -> jax.Array | None:
     except Exception:
         return None
     return arr if arr.unsafe_buffer_pointer() == t.data_ptr() else None
+
+
+def uncommitted(arr: jax.Array) -> jax.Array:
+    """`arr` on the same buffer, not committed to its device. `jax.jit` keys its
+    executables on which arguments are committed, and a NumPy argument is not: a
+    function called with NumPy views and later with DLPack arrays of the same tensors
+    (committed) would be lowered and compiled twice."""
+    return ArrayImpl(arr.aval, arr.sharding, arr._arrays, committed=False)
 
 
 def handover_copies(dtype: np.dtype, size: int) -> bool:
