@@ -47,7 +47,7 @@ from .manifest import (
     lint_order,
     load_manifest,
 )
-from .model import OpSpec, make_op_spec, torchgen_schema_text, unambiguous_name
+from .model import SCALAR, OpSpec, make_op_spec, torchgen_schema_text, unambiguous_name
 from .schemas import SchemaDatabase, SchemaRecord, load_schema_database
 from .sources import FunctionSource, scan_functions, signature_problems
 
@@ -433,6 +433,14 @@ def render(manifest_path: Path, root: Path = REPO) -> Result:
     specs = [
         dataclasses.replace(s, out_exact_dtype=s.functional in exact, out_distinct_from_inputs=s.functional in distinct)
         if s.kind == "out" and s.functional is not None
+        else s
+        for s in specs
+    ]
+    to_self = {op for op, _, _ in manifest.fact("inplace_rounds_scalar_to_self").ops}
+    specs = [
+        dataclasses.replace(s, scalars_to_self=tuple(
+            a.name for a in s.inputs[1:] if a.kind == SCALAR or a.type.startswith("Scalar[")))
+        if s.kind == "inplace" and s.op.split(".")[0].rstrip("_") in to_self
         else s
         for s in specs
     ]

@@ -31,6 +31,7 @@ OPTIONAL_KEYS = ("libraries", "internal", "policy")
 POLICY_FACTS = {
     "inplace_rejects_partial_overlap": ("base", list, False),
     "inplace_rejects_any_overlap": ("base", list, False),
+    "inplace_rounds_scalar_to_self": ("base", list, False),
     "out_exact_dtype": ("op", list, False),
     "out_distinct_from_inputs": ("op", list, False),
     "host_only": ("op", list, True),

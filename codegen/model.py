@@ -186,6 +186,9 @@ class OpSpec:
     # an in-place form: which operands sharing memory with `self` PyTorch rejects
     # ("partial" or "any" overlap; see PARTIAL_OVERLAP_CHECKED in generate.py), or ""
     overlap_check: str = ""
+    # an in-place form: the Scalar arguments PyTorch converts to self's dtype before
+    # computing (the manifest's policy inplace_rounds_scalar_to_self)
+    scalars_to_self: tuple[str, ...] = ()
     # its lowering takes a keyword-only `ctx` (a LoweringContext: a random key) after the
     # schema's parameters; the IR node then has one more operand, the key
     ctx: bool = False

@@ -30,6 +30,23 @@ def promote_operands(op: str, *operands: Any) -> tuple[tuple[Any, ...], np.dtype
     return cast, to_numpy_dtype(result)
 
 
+def promote_scalar_other(op: str, self: Any, other: Any) -> tuple[tuple[Any, Any], np.dtype]:
+    """promote_operands for mul, div and floor/trunc division, with their PyTorch CPU
+    kernels' rule for a float16/bfloat16 op whose `other` holds one value (a Python number,
+    a 0-dim tensor): mul_kernel, div_true_kernel, div_trunc_kernel and div_floor_kernel
+    (BinaryOpsKernel.cpp) read that value straight from its own dtype into float32
+    (`iter.original_scalar_value<float>(2)`: float64 and int64 round once, to float32) and
+    compute in float32, rounding once at the end. So float16 `x * 3001` multiplies by
+    3001.0, not by the float16 value 3000, and `x * 0.8976` by 0.8976f, not by 0.89746.
+    A one-value first operand (`torch.mul(torch.tensor(s), x)`) and the other ops (add,
+    sub, remainder, pow, ...) take it rounded to the op's dtype, as promote_operands
+    gives it. Returns the operands, `other` in float32 in that case, and the result dtype."""
+    (x, y), out = promote_operands(op, self, other)
+    if x.dtype in (jnp.float16, jnp.bfloat16) and np.size(other) == 1:
+        y = jnp.asarray(other).astype(jnp.float32)
+    return (x, y), out
+
+
 def opmath(x: Any) -> Any:
     """Upcast float16/bfloat16 to float32, the type PyTorch CPU kernels compute them in
     (its "opmath" type), so a lowering rounds once at the end as PyTorch does."""

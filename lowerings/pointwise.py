@@ -13,7 +13,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
-from .common import opmath, promote_operands, switch_on_scalar
+from .common import opmath, promote_operands, promote_scalar_other, switch_on_scalar
 
 
 def _unary(op, fn, self):
@@ -93,29 +93,53 @@ def lower_sub_Tensor(self, other, *, alpha=1):
 
 
 def lower_mul_Tensor(self, other):
-    (x, y), out = promote_operands("mul_Tensor", self, other)
+    (x, y), out = promote_scalar_other("mul_Tensor", self, other)
     return (opmath(x) * opmath(y)).astype(out)
 
 
+def quotient(x, y):
+    """x / y of operands promote_scalar_other made, in float32 for float16/bfloat16 (to be
+    rounded once by the caller)."""
+    if x.dtype != y.dtype:
+        # A float16/bfloat16 `x` by the float32 value of a one-value `other`: PyTorch
+        # divides in float32, correctly rounded, where XLA CPU multiplies by the divisor's
+        # float32 reciprocal (float16 `x / 0.3` then rounds differently for 1% of x).
+        # The float64 quotient, even as x times a float64 reciprocal, is within 2**-52 of
+        # the exact one, which lies at least 2**-49 from any midpoint of two float32
+        # values (x has at most 11 significant bits, the divisor 24), so it rounds to
+        # PyTorch's float32 quotient.
+        return (x.astype(jnp.float64) / y.astype(jnp.float64)).astype(jnp.float32)
+    return opmath(x) / opmath(y)
+
+
 def lower_div_Tensor(self, other):
-    (x, y), out = promote_operands("div_Tensor", self, other)
-    return (opmath(x) / opmath(y)).astype(out)
+    (x, y), out = promote_scalar_other("div_Tensor", self, other)
+    return quotient(x, y).astype(out)
+
+
+def rounded_quotient(op, self, other, rounding_mode):
+    """div with rounding_mode "trunc" or "floor" (and floor_divide), under op's type promotion."""
+    (x, y), out = promote_scalar_other(op, self, other)
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        # Integers stay integers: XLA's division truncates (C semantics), floor_divide floors.
+        return lax.div(*jnp.broadcast_arrays(x, y)) if rounding_mode == "trunc" else jnp.floor_divide(x, y)
+    # A float16/bfloat16 `x` by the float32 value of a one-value `other`
+    # (promote_scalar_other): PyTorch rounds the float32 quotient to an integer. Otherwise
+    # no opmath: its vectorized CPU kernel rounds the quotient to float16/bfloat16 before
+    # rounding it to an integer (its scalar tail loop does not).
+    one_value = x.dtype != y.dtype
+    if rounding_mode == "trunc":
+        return jnp.trunc(quotient(x, y) if one_value else x / y).astype(out)
+    x = opmath(x) if one_value else x
+    # PyTorch floors floats like Python's // (exact, via fmod, rather than floor(x / y)),
+    # except that a zero divisor gives x / y (inf or nan) where Python would raise.
+    return jnp.where(y == 0, x / y, jnp.floor_divide(x, y)).astype(out)
 
 
 def lower_div_Tensor_mode(self, other, *, rounding_mode):
     if rounding_mode is None:
         return lower_div_Tensor(self, other)
-    (x, y), out = promote_operands("div_Tensor_mode", self, other)
-    if jnp.issubdtype(x.dtype, jnp.integer):
-        # Integers stay integers: XLA's division truncates (C semantics), floor_divide floors.
-        return lax.div(*jnp.broadcast_arrays(x, y)) if rounding_mode == "trunc" else jnp.floor_divide(x, y)
-    # No opmath here: PyTorch's vectorized CPU kernel rounds the quotient to
-    # float16/bfloat16 before rounding it to an integer (its scalar tail loop does not).
-    if rounding_mode == "trunc":
-        return jnp.trunc(x / y).astype(out)
-    # PyTorch floors floats like Python's // (exact, via fmod, rather than floor(x / y)),
-    # except that a zero divisor gives x / y (inf or nan) where Python would raise.
-    return jnp.where(y == 0, x / y, jnp.floor_divide(x, y)).astype(out)
+    return rounded_quotient("div_Tensor_mode", self, other, rounding_mode)
 
 
 def _square_and_multiply(base, e):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .common import opmath, promote_operands
-from .pointwise import clamp_between, lower_div_Tensor_mode, lower_sub_Tensor
+from .pointwise import clamp_between, lower_sub_Tensor, rounded_quotient
 
 
 def _is_int(x):
@@ -129,8 +129,7 @@ def lower_remainder_Tensor(self, other):
 
 
 def lower_floor_divide(self, other):
-    (x, y), out = promote_operands("floor_divide", self, other)
-    return lower_div_Tensor_mode(x, y, rounding_mode="floor").astype(out)
+    return rounded_quotient("floor_divide", self, other, "floor")
 
 
 # ------------------------------------------------------------------------ math

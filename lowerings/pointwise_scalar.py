@@ -6,19 +6,18 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from . import pointwise_binary as binary
-from .common import opmath, promote_operands
-from .pointwise import lower_add_Tensor, lower_div_Tensor, lower_div_Tensor_mode, lower_mul_Tensor, lower_sub_Tensor
-from .pointwise import int_pow
+from .common import opmath, promote_operands, promote_scalar_other
+from .pointwise import int_pow, lower_add_Tensor, lower_sub_Tensor, quotient, rounded_quotient
 
 
 def lower_mul_Scalar(self, other):
-    (x, y), out = promote_operands("mul_Scalar", self, other)
-    return lower_mul_Tensor(x, y).astype(out)
+    (x, y), out = promote_scalar_other("mul_Scalar", self, other)
+    return (opmath(x) * opmath(y)).astype(out)
 
 
 def lower_div_Scalar(self, other):
-    (x, y), out = promote_operands("div_Scalar", self, other)
-    return lower_div_Tensor(x, y).astype(out)
+    (x, y), out = promote_scalar_other("div_Scalar", self, other)
+    return quotient(x, y).astype(out)
 
 
 def lower_sub_Scalar(self, other, alpha=1):
@@ -103,15 +102,13 @@ def lower_remainder_Scalar_Tensor(self, other):
 
 
 def lower_floor_divide_Scalar(self, other):
-    (x, y), out = promote_operands("floor_divide_Scalar", self, other)
-    return lower_div_Tensor_mode(x, y, rounding_mode="floor").astype(out)
+    return rounded_quotient("floor_divide_Scalar", self, other, "floor")
 
 
 def lower_div_Scalar_mode(self, other, *, rounding_mode):
     if rounding_mode is None:
         return lower_div_Scalar(self, other)
-    (x, y), out = promote_operands("div_Scalar_mode", self, other)
-    return lower_div_Tensor_mode(x, y, rounding_mode=rounding_mode).astype(out)
+    return rounded_quotient("div_Scalar_mode", self, other, rounding_mode)
 
 
 def lower_pow_Scalar(self, exponent):

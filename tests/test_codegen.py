@@ -979,6 +979,24 @@ def add__Tensor(self, other, *, alpha=1):
         self.assertIn("    _rt_check_in_place_overlap(self, (index, source,), True)\n", self.stub("index_add_"))
         self.assertIn("    _rt_check_in_place_overlap(self, (src,), False)\n", self.stub("copy_"))
         self.assertNotIn("_rt_check_in_place_overlap", self.stub("addmm_"))
+        # aten::mul_.Scalar converts its Scalar to self's dtype first (the policy's
+        # inplace_rounds_scalar_to_self); its functional and out= forms, mul_.Tensor and
+        # div_.Scalar take the number as it is.
+        self.assertExpectedInline(
+            self.stub("mul__Scalar"),
+            """\
+_donating_mul__Scalar = _rt_eager_executable(ir.MulScalar, in_place=True)
+
+
+def mul__Scalar(self, other):
+    other = _rt_round_scalar_to_self(self, other)
+    if _rt_donatable(self, ()):
+        return _rt_donate(self, _donating_mul__Scalar, _rt_scalar(other))
+    return _rt_write_inplace(self, mul_Scalar(self, other))
+""",
+        )
+        for name in ("mul_Scalar", "mul_Scalar_out", "mul__Tensor", "div__Scalar"):
+            self.assertNotIn("_rt_round_scalar_to_self", self.stub(name))
         self.assertExpectedInline(
             self.stub("uniform_"),
             """\
@@ -997,6 +1015,19 @@ def _foreach_add__List(self, other, *, alpha=1):
     if _rt_lists_alias(self, (other,)):
         return _rt_per_tensor_loop(torch.ops.aten._foreach_add_.List, (self, other,), {"alpha": alpha})
     return _rt_write_list_inplace(self, lambda: _foreach_add_List(self, other, alpha=alpha))
+""",
+        )
+        # _foreach_mul_ rounds its Scalars to its tensors' dtype (the policy's
+        # inplace_rounds_scalar_to_self), as PyTorch's loop over mul_.Scalar does; a list
+        # mixing dtypes runs that loop.
+        self.assertExpectedInline(
+            self.stub("_foreach_mul__ScalarList"),
+            """\
+def _foreach_mul__ScalarList(self, scalars):
+    if _rt_lists_alias(self, ()) or _rt_mixed_dtypes(self):
+        return _rt_per_tensor_loop(torch.ops.aten._foreach_mul_.ScalarList, (self, scalars,), {})
+    scalars = _rt_round_scalar_to_self(self, scalars)
+    return _rt_write_list_inplace(self, lambda: _foreach_mul_ScalarList(self, scalars))
 """,
         )
 

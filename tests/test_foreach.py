@@ -147,6 +147,35 @@ def test_type_promotion():
     assert_same(torch._foreach_norm(ours(tensors(0, torch.float64))), torch._foreach_norm(tensors(0, torch.float64)))
 
 
+HALF_LISTS = {
+    "float16": lambda: [t * 300 for t in tensors(0, torch.float16)],
+    "bfloat16": lambda: [t * 300 for t in tensors(0, torch.bfloat16)],
+    "mixed": lambda: [t.to(dtype) * 300 for t, dtype in zip(tensors(0), [torch.float16, torch.bfloat16] * 2)],
+}
+
+
+@pytest.mark.usefixtures("compiled_first_calls")
+@pytest.mark.parametrize("lists", sorted(HALF_LISTS))
+def test_half_precision_by_a_number_is_pytorchs(lists):
+    """PyTorch CPU's _foreach_mul_ loops over mul_.Scalar, which rounds the number to each
+    tensor's dtype first (the policy inplace_rounds_scalar_to_self); its functional
+    forms and _foreach_div_ multiply or divide by it in float32 (docs/semantics.md,
+    Rounding). None of these numbers is a float16 or bfloat16 value."""
+    calls = [
+        lambda a: torch._foreach_mul(a, 3001.0),
+        lambda a: torch._foreach_mul(a, [0.8976, 3001, 1 / 3, 2.7182818]),
+        lambda a: torch._foreach_div(a, 0.3),
+        lambda a: (torch._foreach_mul_(a, 3001.0), a)[1],
+        lambda a: (torch._foreach_mul_(a, [0.8976, 3001, 1 / 3, 2.7182818]), a)[1],
+        lambda a: (torch._foreach_mul_([a[0], a[0]], 0.8976), a)[1],  # aliased: tensor by tensor
+        lambda a: (torch._foreach_div_(a, 0.3), a)[1],
+    ]
+    for call in calls:
+        expected = call(HALF_LISTS[lists]())
+        for got, e in zip(call(ours(HALF_LISTS[lists]())), expected, strict=True):
+            assert torch.equal(xnf.to_torch(got), e)
+
+
 @pytest.mark.parametrize(
     "call, message",
     [

@@ -713,3 +713,79 @@ def test_vector_norm_orders_match_cpu_and_compute_one(ord):
     with xnf.runtime.core.convert.X64:
         jaxpr = jax.make_jaxpr(lambda a: lower_statistics.lower_linalg_vector_norm(a, ord, [1]))(to_jax(x)).jaxpr
     assert "pow" not in [e.primitive.name for e in jaxpr.eqns], "only the conditional's general branch may run pow()"
+
+
+# ------------------------------------- float16/bfloat16 by a one-value `other`
+
+# PyTorch CPU's mul, div and floor/trunc division of a float16/bfloat16 tensor by a
+# one-value `other` (a Python number, a 0-dim tensor) take that value in float32 and
+# round once (promote_scalar_other in lowerings/common.py); none of these scalars is a
+# float16 or bfloat16 value. A one-value first operand and aten::mul_.Scalar round it to
+# the tensor's dtype first.
+HALF_SCALARS = [0.8976, 3001.0, 1 / 3, 2.7182818, 0.3, 1e-3, 3001, 7, 100003]
+HALF_FORMS = {
+    "x*s": lambda x, s: x * s,
+    "s*x": lambda x, s: s * x,
+    "x*tensor_f64": lambda x, s: x * torch.tensor(float(s), dtype=torch.float64),
+    "x*tensor_f32": lambda x, s: x * torch.tensor(float(s), dtype=torch.float32),
+    "x*tensor_i64": lambda x, s: x * torch.tensor(int(s)),
+    "tensor_f64*x": lambda x, s: torch.mul(torch.tensor(float(s), dtype=torch.float64), x),
+    "mul.Scalar": lambda x, s: aten.mul.Scalar(x, s),
+    "mul_.Scalar": lambda x, s: aten.mul_.Scalar(x.clone(), s),
+    "mul_.Tensor": lambda x, s: x.clone().mul_(s),
+    "mul_.Tensor_f64": lambda x, s: x.clone().mul_(torch.tensor(float(s), dtype=torch.float64)),
+    "mul.out": lambda x, s: torch.mul(x, s, out=torch.empty_like(x)),
+    "x/s": lambda x, s: x / s,
+    "x/tensor_f64": lambda x, s: x / torch.tensor(float(s), dtype=torch.float64),
+    "div.Scalar": lambda x, s: aten.div.Scalar(x, s),
+    "div_.Tensor": lambda x, s: x.clone().div_(s),
+    "div_.Scalar": lambda x, s: aten.div_.Scalar(x.clone(), s),
+    "div.out": lambda x, s: torch.div(x, s, out=torch.empty_like(x)),
+    "s/x": lambda x, s: s / x,
+    "floor_divide": lambda x, s: torch.floor_divide(x, s),
+    "floor_divide_": lambda x, s: x.clone().floor_divide_(s),
+    "floor_divide.Scalar": lambda x, s: aten.floor_divide.Scalar(x, s),
+    "div_floor": lambda x, s: torch.div(x, s, rounding_mode="floor"),
+    "div_trunc": lambda x, s: torch.div(x, s, rounding_mode="trunc"),
+    "div_.Scalar_mode_trunc": lambda x, s: aten.div_.Scalar_mode(x.clone(), s, rounding_mode="trunc"),
+    "div.Scalar_mode_floor": lambda x, s: aten.div.Scalar_mode(x, s, rounding_mode="floor"),
+}
+
+
+def _half_inputs(dtype):
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 3
+    specials = torch.tensor([0.0, 1.0, 0.5, 0.3, 3.0, 6002.0, 65504.0, -65504.0, math.inf, -math.inf, math.nan])
+    return torch.cat([x, x * 1000, x / 1000, specials]).to(dtype)
+
+
+@pytest.mark.usefixtures("compiled_first_calls")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("form", sorted(HALF_FORMS))
+def test_half_precision_by_one_value_other_is_pytorchs(form, dtype):
+    x, fn = _half_inputs(dtype), HALF_FORMS[form]
+    for s in HALF_SCALARS:
+        _assert_bitwise(xnf.to_torch(fn(xnf.to_xla(x.clone()), s)), fn(x.clone(), s))
+
+
+@pytest.mark.usefixtures("compiled_first_calls")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_by_one_value_other_compiled(dtype):
+    """compile() and lazy mode lower the same ops, the in-place mul_.Scalar included."""
+    x = _half_inputs(dtype)
+    forms = [HALF_FORMS[f] for f in ("x*s", "mul_.Scalar", "x/s", "div_floor", "div_trunc")]
+
+    def step(a):
+        return [fn(a, s) for fn in forms for s in HALF_SCALARS]
+
+    expected = step(x.clone())
+    for run in (xnf.compile(step), _lazily(step)):
+        for ours, ref in zip(run(xnf.to_xla(x.clone())), expected, strict=True):
+            _assert_bitwise(xnf.to_torch(ours), ref)
+
+
+def _lazily(fn):
+    def run(*args):
+        with xnf.lazy_mode():
+            return fn(*args)
+
+    return run

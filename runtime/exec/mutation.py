@@ -11,6 +11,7 @@ import warnings
 from typing import Any, Callable
 
 import jax
+import numpy as np
 import torch
 
 from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY
@@ -244,6 +245,34 @@ def write_inplace(self: Any, result: Any) -> Any:
         return None
     write_into(self, result_value(result))
     return self
+
+
+def round_scalar_to_self(self: Any, value: Any) -> Any:
+    """A Scalar argument of an in-place op whose PyTorch kernel converts it to `self`'s
+    dtype before computing (the manifest's policy inplace_rounds_scalar_to_self): for a
+    float16/bfloat16 `self`, a Python float or int becomes the float that conversion
+    gives, through float32 as c10::Half and c10::BFloat16 convert from float only (the
+    lowering then takes it exactly). Other dtypes and values pass unchanged. A foreach
+    op's list of tensors (of one dtype: see mixed_dtypes) rounds a Scalar, or each of a
+    list of Scalars, as its tensors' loop would."""
+    if isinstance(self, list):
+        if not self:
+            return value
+        if isinstance(value, (list, tuple)):
+            return [round_scalar_to_self(self[0], v) for v in value]
+        self = self[0]
+    dtype = self.dtype
+    if (dtype is torch.float16 or dtype is torch.bfloat16) and value.__class__ in (float, int):
+        with np.errstate(over="ignore"):
+            wide = np.float64(value) if value.__class__ is float else np.int64(value)
+            return float(wide.astype(np.float32).astype(TORCH_TO_NUMPY[dtype]))
+    return value
+
+
+def mixed_dtypes(self: list) -> bool:
+    """Whether a foreach op's tensors differ in dtype: one whose Scalar each tensor rounds
+    to its own dtype (round_scalar_to_self) then runs PyTorch's loop over the tensors."""
+    return len({t.dtype for t in self}) > 1
 
 
 def write_list_inplace(self: list, compute: Callable[[], Any]) -> None:
