@@ -132,8 +132,13 @@ def rounded_quotient(op, self, other, rounding_mode):
         return jnp.trunc(quotient(x, y) if one_value else x / y).astype(out)
     x = opmath(x) if one_value else x
     # PyTorch floors floats like Python's // (exact, via fmod, rather than floor(x / y)),
-    # except that a zero divisor gives x / y (inf or nan) where Python would raise.
-    return jnp.where(y == 0, x / y, jnp.floor_divide(x, y)).astype(out)
+    # except that a zero divisor gives x / y (inf or nan) where Python would raise, and a
+    # zero quotient takes the sign of x / y (c10::div_floor_floating): -0.0 // 3 is -0.0,
+    # -0.3 // -3 is +0.0.
+    quotient_sign = x / y
+    floored = jnp.floor_divide(x, y)
+    floored = jnp.where(floored == 0, jnp.copysign(jnp.zeros_like(floored), quotient_sign), floored)
+    return jnp.where(y == 0, quotient_sign, floored).astype(out)
 
 
 def lower_div_Tensor_mode(self, other, *, rounding_mode):

@@ -14,6 +14,10 @@ parameters that live on the JAX side. The training table ends with the ratios th
 targets are stated in (docs/dynamo.md). The transfer line isolates what the backend
 pays per call to move CPU tensors in and out.
 
+`--zoo [NAME ...] [--size medium]` times instead the training step (SGD) of the zoo's
+models (scripts/zoo) with the module compiled by inductor and by the backend, in interleaved
+rounds in one process (RNNs traced, as `scripts/run_model.py` does).
+
 Start it with OMP_WAIT_POLICY=PASSIVE on a machine with few cores (docs/dynamo.md,
 "PyTorch's OpenMP workers on few cores").
 """
@@ -151,6 +155,30 @@ def transfer(number: int, repeat: int) -> dict[str, float]:
     return medians_ms({"first": call(host), "shared": call(shared)}, number, repeat)
 
 
+def zoo_training(names: list[str], size_name: str, number: int, repeat: int) -> None:
+    """Each zoo model's SGD training step, the module compiled by inductor and by the
+    backend, medians of interleaved rounds."""
+    from run_model import zoo_step
+    from zoo import MODELS, SIZES
+
+    size = SIZES[size_name]
+    print(f"zoo training steps (SGD, size {size_name}), module compiled; medians of {repeat} interleaved rounds")
+    print(f"  {'model':16s} {'inductor ms':>12s} {'xla_native ms':>14s} {'xla_native / inductor':>22s}")
+    with torch._dynamo.config.patch(allow_rnn=True):
+        for name in names:
+            spec = MODELS[name]
+            case = spec.build(size.batch, attn="eager", size=size) if spec.hf else spec.build(size.batch, size=size)
+            inputs = (case.inputs, case.kwargs or {}, case.target)
+            torch._dynamo.reset()
+            fns = {}
+            for backend in ("inductor", dynamo.BACKEND_NAME):
+                model = torch.compile(copy.deepcopy(case.model), backend=backend)
+                fns[backend] = zoo_step(case, model, copy.deepcopy(inputs), "train-sgd")
+            times = medians_ms(fns, number, repeat)
+            ind, ours = times["inductor"], times[dynamo.BACKEND_NAME]
+            print(f"  {name:16s} {ind:12.3f} {ours:14.3f} {ours / ind:21.2f}x", flush=True)
+
+
 def print_table(title: str, times: dict[str, float]) -> None:
     base = times["torch eager"]
     ours = times["torch.compile xla_native"]
@@ -178,6 +206,9 @@ def print_ratios(times: dict[str, float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--zoo", nargs="*", metavar="NAME",
+                        help="time the zoo's training steps instead (every model without a NAME)")
+    parser.add_argument("--size", choices=("small", "medium"), default="small", help="the zoo's model size")
     parser.add_argument("--threads", type=int, default=1,
                         help="PyTorch intra-op threads (on a shared 2-core machine more threads make torch's "
                              "timings erratic)")
@@ -188,6 +219,11 @@ def main() -> None:
     print(f"torch {torch.__version__}, {args.threads} torch thread(s), "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}, load average {os.getloadavg()[0]:.1f}")
     number, repeat = (10, 3) if args.quick else (50, 7)
+    if args.zoo is not None:
+        from zoo import MODELS
+
+        zoo_training(args.zoo or sorted(MODELS), args.size, number, repeat)
+        return
     print_table("MLP 256-512-512-10, batch 64, forward (no_grad)", inference(number, repeat))
     times = training(number, repeat)
     print_table("MLP 256-512-512-10, batch 64, training step (SGD)", times)

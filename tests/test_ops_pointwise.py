@@ -789,3 +789,20 @@ def _lazily(fn):
             return fn(*args)
 
     return run
+
+
+@pytest.mark.usefixtures("compiled_first_calls")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize("divisor", [3.0, -3.0])
+def test_floor_division_to_zero_takes_the_sign_of_the_quotient(dtype, divisor):
+    """c10::div_floor_floating: a zero result is copysign(0, x / y), so -0.0 // 3 is -0.0
+    and -0.3 // -3 is +0.0, for a Python number, a 0-dim tensor and a full tensor alike."""
+    x = torch.tensor([-0.0, 0.0, -0.3, 0.3, 2.5, -2.5, 1e-30, -1e-30, 5.0, -5.0], dtype=dtype)
+    forms = [
+        lambda a, b: torch.floor_divide(a, b),
+        lambda a, b: torch.div(a, b, rounding_mode="floor"),
+        lambda a, b: torch.floor_divide(a, torch.full_like(a, b)),
+        lambda a, b: a.clone().floor_divide_(b),
+    ]
+    for fn in forms:
+        _assert_bitwise(xnf.to_torch(fn(xnf.to_xla(x), divisor)), fn(x, divisor))
