@@ -14,11 +14,11 @@ from jax import lax
 
 from ..shape_fns.activation import native_dropout_backward_dtype
 from ..shape_fns.common import normalize_dim, promote_dtypes, to_numpy_dtype
-from .common import opmath, promote_operands
+from .common import opmath, promote_operands, scalar_to
 
 
 def _cast(value, like):
-    return jnp.asarray(value).astype(like.dtype)
+    return scalar_to(value, like.dtype)
 
 
 def _zero(like):

@@ -26,8 +26,8 @@ def promote_operands(op: str, *operands: Any) -> tuple[tuple[Any, ...], np.dtype
     promotion]) and return them with the NumPy dtype of its result."""
     compute, result = elementwise_dtypes(op, *operands)
     compute_np = to_numpy_dtype(compute)
-    cast = tuple(None if x is None else jnp.asarray(x, compute_np) for x in operands)
-    return cast, to_numpy_dtype(result)
+    converted = tuple(None if x is None else cast(jnp.asarray(x), compute_np) for x in operands)
+    return converted, to_numpy_dtype(result)
 
 
 def promote_scalar_other(op: str, self: Any, other: Any) -> tuple[tuple[Any, Any], np.dtype]:
@@ -71,6 +71,16 @@ def cast(x: Any, dtype: Any) -> Any:
     xf = x.astype(jnp.float64)
     bad = jnp.isnan(xf) | (xf >= limit) | (xf < -limit)
     return jnp.where(bad, np.iinfo(wide).min, jnp.where(bad, 0, xf).astype(wide)).astype(dtype)
+
+
+def scalar_to(x: Any, dtype: Any) -> Any:
+    """A Scalar (or a 0-d tensor's value) converted to `dtype` the way Scalar.to<T>() does:
+    a complex value's real part for a real dtype, then `cast` (float64 to float16 through
+    float32, float to integer as x86 truncates)."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(dtype, jnp.complexfloating) and jnp.iscomplexobj(x):
+        x = jnp.real(x)
+    return cast(x, dtype)
 
 
 # Note [Branching on a Scalar]

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import torch
 
 from ..shape_fns.common import promote_dtypes, to_numpy_dtype
+from .common import scalar_to
 
 
 def lower_full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -14,9 +15,9 @@ def lower_full(size, fill_value, *, dtype=None, layout=None, device=None, pin_me
     # int -> int64, float -> default dtype): exactly what promote_dtypes reads from a
     # weakly typed scalar.
     out = dtype if dtype is not None else promote_dtypes(fill_value)
-    return jnp.full(tuple(size), fill_value, dtype=to_numpy_dtype(out))
+    return jnp.broadcast_to(scalar_to(fill_value, to_numpy_dtype(out)), tuple(size))
 
 
 def lower_scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
     out = dtype if dtype is not None else torch.get_default_dtype()
-    return jnp.asarray(s).astype(to_numpy_dtype(out))
+    return scalar_to(s, to_numpy_dtype(out))

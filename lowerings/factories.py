@@ -8,7 +8,7 @@ from jax import lax
 import torch
 
 from ..shape_fns.common import to_numpy_dtype
-from .common import cast
+from .common import scalar_to
 
 
 def _dtype(dtype, like=None):
@@ -39,7 +39,7 @@ def lower_empty_like(self, *, dtype=None, layout=None, device=None, pin_memory=N
 
 
 def lower_full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return jnp.full(self.shape, fill_value, _dtype(dtype, self))
+    return jnp.broadcast_to(scalar_to(fill_value, _dtype(dtype, self)), self.shape)
 
 
 def lower_new_zeros(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -55,11 +55,11 @@ def lower_new_empty(self, size, *, dtype=None, layout=None, device=None, pin_mem
 
 
 def lower_new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return jnp.full(size, fill_value, _dtype(dtype, self))
+    return jnp.broadcast_to(scalar_to(fill_value, _dtype(dtype, self)), tuple(size))
 
 
 def lower_fill_Scalar(self, value):
-    return jnp.full(self.shape, value, self.dtype)
+    return jnp.broadcast_to(scalar_to(value, self.dtype), self.shape)
 
 
 def lower_zero(self):
@@ -135,13 +135,6 @@ def _rounded_product(a, n):
     return _fma64(a.astype(jnp.float64), n.astype(jnp.float64), jnp.zeros((), jnp.float64)).astype(a.dtype)
 
 
-def _scalar_to(x, np_dtype):
-    """A Scalar (or a 0-d tensor's value) converted the way Scalar.to<T>() does."""
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(np_dtype, jnp.complexfloating) and jnp.iscomplexobj(x):
-        x = jnp.real(x)
-    return cast(x, np_dtype)
-
 
 def _round_half(x, out):
     """float64 `x` rounded to the nearest `out` value (float16 or bfloat16, ties to
@@ -162,7 +155,7 @@ def _linspace(start, end, steps, dtype):
     out = _dtype(dtype)
     if steps == 0:
         return jnp.zeros((0,), out)
-    s, e = _scalar_to(start, out), _scalar_to(end, out)
+    s, e = scalar_to(start, out), scalar_to(end, out)
     if steps == 1:
         return s.reshape(1)
     idx = jnp.arange(steps)
@@ -222,12 +215,12 @@ def _logspace(start, end, steps, base, dtype):
     complex_out = jnp.issubdtype(out, jnp.complexfloating)
     if steps == 1:
         first = jnp.asarray(start)
-        first = first.astype(jnp.complex128) if complex_out else _scalar_to(first, jnp.float64)
+        first = first.astype(jnp.complex128) if complex_out else scalar_to(first, jnp.float64)
         return jnp.power(jnp.asarray(base, first.dtype), first).astype(out).reshape(1)
     idx = jnp.arange(steps)
     first = idx < steps // 2
     back = steps - 1 - idx
-    s, e = _scalar_to(start, out), _scalar_to(end, out)
+    s, e = scalar_to(start, out), scalar_to(end, out)
     if jnp.issubdtype(out, jnp.integer):
         f32 = jnp.float32
         # Integer subtraction promotes narrow types to int first, as in C++.

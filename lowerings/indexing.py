@@ -30,6 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .common import scalar_to
+
 
 def bounded(index, size, wrap):
     """`index` with negatives wrapped (when `wrap`) and every out-of-range entry set to
@@ -150,7 +152,7 @@ def lower_index_copy(self, dim, index, source):
 
 def lower_index_fill_int_Scalar(self, dim, index, value):
     x, key, _ = _along(self, dim, index, wrap=True)
-    return x.at[key].set(jnp.asarray(value).astype(x.dtype), mode="drop").reshape(self.shape)
+    return x.at[key].set(scalar_to(value, x.dtype), mode="drop").reshape(self.shape)
 
 
 def lower_index_fill_int_Tensor(self, dim, index, value):
@@ -164,7 +166,7 @@ def _masked_shape(self, mask):
 
 def lower_masked_fill_Scalar(self, mask, value):
     shape = _masked_shape(self, mask)
-    return jnp.where(mask, jnp.asarray(value).astype(self.dtype), self).astype(self.dtype).reshape(shape)
+    return jnp.where(mask, scalar_to(value, self.dtype), self).astype(self.dtype).reshape(shape)
 
 
 def lower_masked_fill_Tensor(self, mask, value):

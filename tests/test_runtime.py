@@ -192,6 +192,32 @@ def test_float64_to_float16_rounds_through_float32_as_torch_does():
     assert torch.equal(cpu(xnf.to_xla(ref).to(torch.float16)), expected)
 
 
+_NEAR_A_HALF_TIE = 1 + 2**-11 + 2**-40  # 1.0 in float16 through float32, 1.001 directly
+_SCALAR_CONSUMERS = {
+    "add": lambda x: x + _NEAR_A_HALF_TIE,
+    "add a 0-dim float64": lambda x: x + torch.tensor(_NEAR_A_HALF_TIE, dtype=torch.float64).to(x.device),
+    "where": lambda x: torch.where(x > 0, x, _NEAR_A_HALF_TIE),
+    "clamp": lambda x: x.clamp(min=_NEAR_A_HALF_TIE),
+    "remainder": lambda x: torch.remainder(x + 3, _NEAR_A_HALF_TIE),
+    "full": lambda x: torch.full((3,), _NEAR_A_HALF_TIE, dtype=x.dtype, device=x.device),
+    "full_like": lambda x: torch.full_like(x, _NEAR_A_HALF_TIE),
+    "new_full": lambda x: x.new_full((2,), _NEAR_A_HALF_TIE),
+    "fill_": lambda x: x.clone().fill_(_NEAR_A_HALF_TIE),
+    "masked_fill": lambda x: x.masked_fill(x == 0, _NEAR_A_HALF_TIE),
+    "index_fill": lambda x: x.index_fill(0, torch.tensor([1]).to(x.device), _NEAR_A_HALF_TIE),
+    "threshold": lambda x: torch.nn.functional.threshold(x, 0.5, _NEAR_A_HALF_TIE),
+    "scalar_tensor": lambda x: torch.scalar_tensor(_NEAR_A_HALF_TIE, dtype=x.dtype, device=x.device),
+}
+
+
+@pytest.mark.usefixtures("compiled_first_calls")
+@pytest.mark.parametrize("op", sorted(_SCALAR_CONSUMERS))
+def test_python_numbers_reach_float16_through_float32_as_torch_does(op):
+    x = torch.zeros(4, dtype=torch.float16)
+    expected = _SCALAR_CONSUMERS[op](x)
+    assert torch.equal(cpu(_SCALAR_CONSUMERS[op](xnf.to_xla(x))), expected)
+
+
 def test_cpu_tensor_to_jax_device():
     t = torch.arange(6).reshape(2, 3)
     x = t.to("jax")
