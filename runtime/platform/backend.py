@@ -288,6 +288,13 @@ def cpu_dispatch_description() -> str:
 # it has more convolutions than matrix products. Handing its matrix products to a
 # library (XNNPACK, YNNPACK or oneDNN dot fusions) gained nothing measurable on the
 # medium MLP's SGD step, Llama's SGD step or BERT's inference.
+# Setting the option at all also takes convolutions away from YNNPACK, which XLA's
+# defaults give them: on the graphs of scripts/bench_conv.py (PyTorch on one thread, two
+# paired runs) the defaults ran ResNet-18's inference at 64x64 in 0.76x PyTorch's time
+# against 0.92x-1.04x, but its training step at 224x224 in 1.27x against 0.79x, and a
+# UNet block's (64x64 images, 64 channels) in 1.8x against 0.9x: YNNPACK's
+# convolutions lose on large images (a 3x3 convolution of 64 channels over 64x64, batch
+# 8: 20 against 11 ms, its gradients 82 against 27 ms), so the option stays.
 # jax.jit takes these options only at the top level, so per-op eager executables (also
 # called inside the user's jax.jit by the interop functions) keep XLA's defaults, as
 # does the user's own JAX code.
