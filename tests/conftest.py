@@ -42,5 +42,6 @@ def compiled_first_calls():
 
     before = xnf.config.first_calls_on_cpu
     xnf.config.first_calls_on_cpu = False
+    xnf.wait_for_background_compiles()  # earlier tests' compiles must not land (or evict) during this one
     yield
     xnf.config.first_calls_on_cpu = before

@@ -306,6 +306,7 @@ def test_ops_reading_views_match_torch_and_see_later_writes(view, monkeypatch):
     assert separate_reads == []
 
 
+@pytest.mark.usefixtures("compiled_first_calls")
 def test_reading_views_at_new_offsets_does_not_compile_the_consuming_op_again():
     """Views from other offsets are read on their own (Note [Fused view reads]), so a
     loop over a tensor's slices compiles its consuming op once, not once per slice."""
