@@ -135,7 +135,6 @@ def _rounded_product(a, n):
     return _fma64(a.astype(jnp.float64), n.astype(jnp.float64), jnp.zeros((), jnp.float64)).astype(a.dtype)
 
 
-
 def _round_half(x, out):
     """float64 `x` rounded to the nearest `out` value (float16 or bfloat16, ties to
     even), kept in float64. Written with frexp, round and ldexp rather than as a
