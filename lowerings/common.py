@@ -83,6 +83,12 @@ def scalar_to(x: Any, dtype: Any) -> Any:
     return cast(x, dtype)
 
 
+def filled(shape: Any, value: Any, dtype: Any) -> Any:
+    """An array of `shape` holding the Scalar `value` converted as scalar_to does (full,
+    fill_ and their relatives)."""
+    return jnp.broadcast_to(scalar_to(value, dtype), tuple(shape))
+
+
 # Note [Branching on a Scalar]
 # Scalar arguments are runtime operands (a new exponent or norm order compiles nothing),
 # so a lowering cannot pick a formula in Python from their value. Computing every

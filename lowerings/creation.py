@@ -3,11 +3,10 @@ accepted and ignored (the runtime owns placement)."""
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import torch
 
 from ..shape_fns.common import promote_dtypes, to_numpy_dtype
-from .common import scalar_to
+from .common import filled, scalar_to
 
 
 def lower_full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -15,7 +14,7 @@ def lower_full(size, fill_value, *, dtype=None, layout=None, device=None, pin_me
     # int -> int64, float -> default dtype): exactly what promote_dtypes reads from a
     # weakly typed scalar.
     out = dtype if dtype is not None else promote_dtypes(fill_value)
-    return jnp.broadcast_to(scalar_to(fill_value, to_numpy_dtype(out)), tuple(size))
+    return filled(size, fill_value, to_numpy_dtype(out))
 
 
 def lower_scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):

@@ -8,7 +8,7 @@ from jax import lax
 import torch
 
 from ..shape_fns.common import to_numpy_dtype
-from .common import scalar_to
+from .common import filled, scalar_to
 
 
 def _dtype(dtype, like=None):
@@ -39,7 +39,7 @@ def lower_empty_like(self, *, dtype=None, layout=None, device=None, pin_memory=N
 
 
 def lower_full_like(self, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    return jnp.broadcast_to(scalar_to(fill_value, _dtype(dtype, self)), self.shape)
+    return filled(self.shape, fill_value, _dtype(dtype, self))
 
 
 def lower_new_zeros(self, size, *, dtype=None, layout=None, device=None, pin_memory=None):
@@ -55,11 +55,11 @@ def lower_new_empty(self, size, *, dtype=None, layout=None, device=None, pin_mem
 
 
 def lower_new_full(self, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return jnp.broadcast_to(scalar_to(fill_value, _dtype(dtype, self)), tuple(size))
+    return filled(size, fill_value, _dtype(dtype, self))
 
 
 def lower_fill_Scalar(self, value):
-    return jnp.broadcast_to(scalar_to(value, self.dtype), self.shape)
+    return filled(self.shape, value, self.dtype)
 
 
 def lower_zero(self):

@@ -156,10 +156,12 @@ def transfer(number: int, repeat: int) -> dict[str, float]:
 
 
 def zoo_training(names: list[str], size_name: str, number: int, repeat: int) -> None:
-    """Each zoo model's SGD training step, the module compiled by inductor and by the
-    backend, medians of interleaved rounds."""
+    """Each named zoo model's (every one's, without names) SGD training step, the module
+    compiled by inductor and by the backend, medians of interleaved rounds."""
     from run_model import zoo_step
     from zoo import MODELS, SIZES
+
+    names = names or sorted(MODELS)
 
     size = SIZES[size_name]
     print(f"zoo training steps (SGD, size {size_name}), module compiled; medians of {repeat} interleaved rounds")
@@ -220,9 +222,7 @@ def main() -> None:
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}, load average {os.getloadavg()[0]:.1f}")
     number, repeat = (10, 3) if args.quick else (50, 7)
     if args.zoo is not None:
-        from zoo import MODELS
-
-        zoo_training(args.zoo or sorted(MODELS), args.size, number, repeat)
+        zoo_training(args.zoo, args.size, number, repeat)
         return
     print_table("MLP 256-512-512-10, batch 64, forward (no_grad)", inference(number, repeat))
     times = training(number, repeat)
