@@ -253,10 +253,12 @@ class _Call:
 
     def __init__(self, mesh: DeviceMesh, world: MeshGroup):
         self.mesh, self.world = mesh, world
-        self.inputs: set[int] = set()  # ids of the argument storages
+        self.inputs: weakref.WeakSet = weakref.WeakSet()  # the argument storages
         self.captured: dict[Storage, Any] = {}  # storage from outside -> its array before the call
+        # Weak sets, not ids: a storage made and dropped in the call frees its address
+        # for a later one, which must still be recorded.
         self.made_storages: list[weakref.ref] = []
-        self.made_ids: set[int] = set()
+        self.made_set: weakref.WeakSet = weakref.WeakSet()
         self.ranks: dict = {}
 
     def rank(self, axes: tuple[str, ...]) -> XlaTensor:
@@ -267,7 +269,7 @@ class _Call:
 
     def touch(self, t: XlaTensor) -> None:
         store = t._store
-        if id(store) in self.made_ids or id(store) in self.inputs or store in self.captured:
+        if store in self.made_set or store in self.inputs or store in self.captured:
             return
         array = store.array
         if array is None:
@@ -278,8 +280,8 @@ class _Call:
 
     def made(self, t: XlaTensor) -> None:
         store = t._store
-        if id(store) not in self.made_ids and store not in self.captured and id(store) not in self.inputs:
-            self.made_ids.add(id(store))
+        if store not in self.made_set and store not in self.captured and store not in self.inputs:
+            self.made_set.add(store)
             self.made_storages.append(weakref.ref(store))
 
     def restore(self) -> None:
@@ -353,7 +355,7 @@ def _run_fn(s: Spmd, call: _Call, spec: Any, leaves: list, arrays: list) -> tupl
     for leaf in leaves:
         if leaf is _TENSOR:
             t = from_array(_local(next(it), nd))
-            call.inputs.add(id(t._store))
+            call.inputs.add(t._store)
             filled.append(t)
         else:
             filled.append(leaf)
