@@ -132,10 +132,10 @@ def lower_pack_padded_rows(input, lengths, batch_first):
 
 
 # ------------------------------------------------------------------ whole LSTM layers
-# PyTorch's decomposition of nn.LSTM for torch.compile runs each layer of a float32 or
-# bfloat16 CPU model whose input needs no gradient as one mkldnn_rnn_layer (oneDNN's
-# kernel on the CPU), so the layers of such a model reach the torch.compile backend in
-# this form. Here a layer is one scan over time.
+# PyTorch's decomposition of nn.LSTM for torch.compile can run each layer of a float32
+# or bfloat16 CPU model as one mkldnn_rnn_layer (oneDNN's kernel on the CPU); the
+# torch.compile backend has it do so for every such layer (Note [LSTM layers under
+# torch.compile] in runtime/frontends/dynamo.py). Here a layer is one scan over time.
 
 
 def _lstm_layer(input, weight_ih, weight_hh, bias, hx, cx, reverse):
@@ -172,24 +172,75 @@ def lower_mkldnn_rnn_layer(input, weight0, weight1, weight2, weight3, hx_, cx_, 
             c.reshape(cx_.shape).astype(cx_.dtype), workspace)
 
 
+def _previous(states, first, reverse):
+    """The state each step of a scan over time read: `first`, then the steps' results
+    in the order the scan visits them."""
+    if reverse:
+        return jnp.concatenate([states[1:], first[None]])
+    return jnp.concatenate([first[None], states[:-1]])
+
+
+def _lstm_layer_backward(x, w_ih, w_hh, bias, h0, c0, outputs, d_outputs, d_h, d_c, reverse):
+    """The gradients of `_lstm_layer`: Note [LSTM layer backward]."""
+    width = w_hh.shape[1]
+    h_prev = _previous(outputs, h0, reverse)
+    gates = jnp.einsum("tbi,gi->tbg", x, w_ih) + jnp.einsum("tbh,gh->tbg", h_prev, w_hh) + bias
+    gates = gates.reshape(gates.shape[:2] + (LSTM_GATES, width))
+    i, f, o = (lax.logistic(gates[:, :, k]) for k in (0, 1, 3))
+    g = jnp.tanh(gates[:, :, 2])
+
+    def cell_step(c, step):
+        forget, written = step
+        c = forget * c + written
+        return c, c
+
+    _, cells = lax.scan(cell_step, c0, (f, i * g), reverse=reverse)
+    c_prev = _previous(cells, c0, reverse)
+    tanh_c = jnp.tanh(cells)
+
+    def step_back(carry, step):
+        d_h_next, d_c_next = carry
+        d_out, i, f, g, o, tanh_c, c_prev = step
+        d_h = d_out + d_h_next
+        d_c = d_c_next + d_h * o * (1 - tanh_c * tanh_c)
+        d_gates = jnp.concatenate([d_c * g * i * (1 - i), d_c * c_prev * f * (1 - f), d_c * i * (1 - g * g),
+                                   d_h * tanh_c * o * (1 - o)], axis=-1)
+        return (d_gates @ w_hh, d_c * f), d_gates
+
+    (d_h0, d_c0), d_gates = lax.scan(step_back, (d_h, d_c), (d_outputs, i, f, g, o, tanh_c, c_prev),
+                                     reverse=not reverse)
+    return (jnp.einsum("tbg,gi->tbi", d_gates, w_ih), jnp.einsum("tbg,tbi->gi", d_gates, x),
+            jnp.einsum("tbg,tbh->gh", d_gates, h_prev), d_gates.sum((0, 1)), d_h0, d_c0)
+
+
+# Note [LSTM layer backward]
+# The backward of a layer computed as the vjp of its forward scan recomputes the forward
+# (the per-step products included), then accumulates each weight's gradient step by
+# step inside the reverse scan: 64 products over a batch of 16 rows where one product
+# over all 1024 (step, row) pairs does the same work. Here the forward's outputs give
+# every step's previous hidden state, so its gates come from two products over all
+# steps; the cell states from an elementwise scan; and the reverse scan keeps only
+# what is sequential, the product carrying the hidden state's gradient back one step.
+# The weights', input's and bias's gradients are then products and a sum over all
+# steps at once.
+
+
 def lower_mkldnn_rnn_layer_backward(input, weight1, weight2, weight3, weight4, hx_, cx_tmp, output, hy_, cy_,
                                     grad_output, grad_hy, grad_cy, reverse, mode, hidden_size, num_layers,
                                     has_biases, train, bidirectional, batch_sizes, batch_first, workspace):
     if grad_output is None and grad_hy is None and grad_cy is None:
         return (None,) * 7
-    operands = _layer_operands(input, weight1, weight2, weight3, weight4, hx_, cx_tmp, hidden_size, has_biases)
-    x, w_ih, w_hh, bias, h0, c0 = operands
-    _, pullback = jax.vjp(lambda *a: _lstm_layer(*a, reverse), x, w_ih, w_hh, bias, h0, c0)
+    x, w_ih, w_hh, bias, h0, c0 = _layer_operands(input, weight1, weight2, weight3, weight4, hx_, cx_tmp,
+                                                   hidden_size, has_biases)
     batch = input.shape[1]
 
     def cotangent(g, shape):
         return jnp.zeros(shape, jnp.float32) if g is None else opmath(g).astype(jnp.float32).reshape(shape)
 
-    grads = pullback((
+    grads = _lstm_layer_backward(
+        x, w_ih, w_hh, bias, h0, c0, opmath(output).astype(jnp.float32),
         cotangent(grad_output, (input.shape[0], batch, hidden_size)),
-        cotangent(grad_hy, (batch, hidden_size)),
-        cotangent(grad_cy, (batch, hidden_size)),
-    ))
+        cotangent(grad_hy, (batch, hidden_size)), cotangent(grad_cy, (batch, hidden_size)), reverse)
     d_x, d_w_ih, d_w_hh, d_bias, d_h, d_c = (g.astype(jnp.float32) for g in grads)
     # oneDNN returns every gradient in float32, both biases' the same
     return d_x, d_w_ih, d_w_hh, d_bias, d_bias, d_h.reshape(hx_.shape), d_c.reshape(cx_tmp.shape)

@@ -161,6 +161,9 @@ def zoo_training(names: list[str], size_name: str, number: int, repeat: int) -> 
     from run_model import zoo_step
     from zoo import MODELS, SIZES
 
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown:
+        raise SystemExit(f"bench_dynamo.py: no zoo model named {', '.join(unknown)}; the zoo has {', '.join(MODELS)}")
     names = names or sorted(MODELS)
 
     size = SIZES[size_name]

@@ -516,10 +516,9 @@ def test_compiled_packed_training_loop_replays(fresh_graph_cache):
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_torch_compile_matches_cpu(kind):
     # Dynamo traces into RNN modules only with allow_rnn; our backend then gets the
-    # layer as PyTorch decomposes it: unfused cells while the input needs a gradient,
-    # and for an LSTM whose input needs none (a first layer in training, or inference)
-    # one mkldnn_rnn_layer per layer (whose backward PyTorch's own aot_eager and
-    # inductor backends fail to run in torch 2.13).
+    # layer as PyTorch decomposes it: a GRU as unfused cells, an LSTM as one
+    # mkldnn_rnn_layer per layer whether or not its input needs a gradient (whose
+    # backward PyTorch's own aot_eager and inductor backends fail to run in torch 2.13).
     torch._dynamo.reset()
     torch.manual_seed(0)
     cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
@@ -543,6 +542,26 @@ def test_torch_compile_matches_cpu(kind):
             torch.testing.assert_close(compiled(x)[0], ref(x)[0], **F32)
     # forward and backward graphs, lowered whole: nothing ran on PyTorch CPU
     assert dynamo_stats.graphs >= graphs + 3 and dynamo_stats.partitioned_graphs == partitioned, xnf.dynamo_report()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_torch_compile_asks_for_whole_lstm_layers(dtype):
+    # Note [LSTM layers under torch.compile]: unrolled cells cost the square of the
+    # sequence length in XLA's fusions. This fails if PyTorch's decomposition changes
+    # the names the backend relies on.
+    from torch._decomp import decompositions
+
+    from xla_native_functions.runtime.frontends.dynamo import _lstm_layers_whole
+
+    x = torch.randn(B, T, IN, dtype=dtype, requires_grad=True)
+    hx = (torch.zeros(1, B, H, dtype=dtype), torch.zeros(1, B, H, dtype=dtype))
+    params = [p.to(dtype) for p in torch.nn.LSTM(IN, H).parameters()]
+    assert decompositions.select_one_layer_lstm_function(x, hx, params) is decompositions.one_layer_lstm
+    with _lstm_layers_whole():
+        chosen = decompositions.select_one_layer_lstm_function(x, hx, params)
+    assert chosen is (decompositions.one_layer_lstm if dtype == torch.float64 else
+                      decompositions.mkldnn_one_layer_lstm)
+    assert decompositions.select_one_layer_lstm_function(x, hx, params) is decompositions.one_layer_lstm
 
 
 @pytest.mark.parametrize("reverse", [False, True])

@@ -23,6 +23,7 @@ run on such tensors *is* a JAX function. Anything that needs a concrete value
 from __future__ import annotations
 
 import collections
+import contextlib
 import operator
 import time
 import weakref
@@ -746,6 +747,42 @@ def _run_runtime_without_dynamo() -> None:
                                                                                      FrameAction.DEFAULT))
 
 
+# Note [LSTM layers under torch.compile]
+# PyTorch decomposes an nn.LSTM in AOTAutograd's trace one of two ways: each layer as
+# one `mkldnn_rnn_layer` (oneDNN's kernel), or as its cells, one small product and a
+# dozen pointwise ops per step. It takes the first only where the layer's input needs
+# no gradient (oneDNN's own constraint), so in a model trained end to end every layer
+# but an embedding-less first one came unrolled. XLA then fuses the cell state's
+# gradient, a chain of pointwise ops through all steps, into every step's fusion: the
+# zoo's medium LSTM LM (64 steps) ran fusions of 1000 ops, the backward's work growing
+# with the square of the sequence. Our graphs lower a whole layer as scans over time
+# (lowerings/rnn.py), its gradient included, so the backend asks for whole layers
+# wherever our lowering takes them (float32 or bfloat16, no projections): that step
+# went from 134 to 78 ms.
+@contextlib.contextmanager
+def _lstm_layers_whole() -> Any:
+    """While AOTAutograd traces: LSTM layers decomposed to `mkldnn_rnn_layer` whether
+    or not their input needs a gradient (Note [LSTM layers under torch.compile])."""
+    from torch._decomp import decompositions as decomps
+
+    select = getattr(decomps, "select_one_layer_lstm_function", None)
+    whole = getattr(decomps, "mkldnn_one_layer_lstm", None)
+    if select is None or whole is None:  # another PyTorch's decomposition: left as it is
+        yield
+        return
+
+    def one_layer_lstm(input: Any, hx: Any, params: Any) -> Callable:
+        if input.dtype in (torch.float32, torch.bfloat16) and hx[0].size(2) == hx[1].size(2):
+            return whole
+        return select(input, hx, params)
+
+    decomps.select_one_layer_lstm_function = one_layer_lstm
+    try:
+        yield
+    finally:
+        decomps.select_one_layer_lstm_function = select
+
+
 def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """The `torch.compile` backend function (registered as "xla_native")."""
     from torch._dynamo.backends.common import aot_autograd
@@ -756,13 +793,14 @@ def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     # the backward instead of saving them. AOTAutograd's default saves `t(weight)` of
     # every linear layer, which our graphs return as a transposed copy: the forward of
     # an MLP 256-512-512-10 at batch 64 took 0.57 ms with those copies, 0.39 ms without.
-    return aot_autograd(
-        fw_compiler=_compile_forward_graph,
-        bw_compiler=_compile_backward_graph,
-        inference_compiler=compile_aten_graph,
-        decompositions=decompositions(),
-        partition_fn=min_cut_rematerialization_partition,
-    )(gm, example_inputs)
+    with _lstm_layers_whole():
+        return aot_autograd(
+            fw_compiler=_compile_forward_graph,
+            bw_compiler=_compile_backward_graph,
+            inference_compiler=compile_aten_graph,
+            decompositions=decompositions(),
+            partition_fn=min_cut_rematerialization_partition,
+        )(gm, example_inputs)
 
 
 def __getattr__(name: str) -> Any:
