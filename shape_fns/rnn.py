@@ -192,11 +192,11 @@ def pack_padded_rows_output_shape(input, lengths, batch_first):
 # ------------------------------------------------------------------ whole LSTM layers
 
 _ONEDNN_TYPES = (torch.float32, torch.bfloat16, torch.float16)
-_ONEDNN_LSTM = 2  # ideep::rnn_kind::LSTM
+ONEDNN_LSTM = 2  # ideep::rnn_kind::LSTM
 
 
 def _check_lstm_layer(input, weights, hx_, cx_, mode, hidden_size, batch_first, has_biases):
-    if mode != _ONEDNN_LSTM:
+    if mode != ONEDNN_LSTM:
         raise RuntimeError(f"mkldnn_rnn_layer: mode {mode} is not supported; only LSTM layers (mode 2) are")
     if batch_first:
         raise RuntimeError(

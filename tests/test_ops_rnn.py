@@ -333,7 +333,9 @@ def _make_layer(kind, config, dtype):
 # float64 on every configuration; float32 on the one that exercises the most ops (the
 # training loops, packed sequences and torch.compile below run in float32 too), to keep
 # the file fast; proj_size is an LSTM argument
-FLOAT32_CONFIGS = ("batch_first_bidirectional_2_layers_with_state",)
+# (the LSTM's float32 layers run whole, Note [Whole LSTM layers]: these cover a
+# reverse direction, a second layer's input, no biases, unbatched and batch_first)
+FLOAT32_CONFIGS = ("batch_first_bidirectional_2_layers_with_state", "unbatched_2_layers_no_bias_with_state")
 LAYER_CASES = [
     pytest.param(kind, config, dtype, mode, id=f"{kind}-{config}-{str(dtype)[6:]}-{mode}")
     for kind in ("lstm", "gru")
@@ -402,24 +404,25 @@ def test_layer_matches_cpu(kind, config, dtype, mode):
 
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
-@pytest.mark.parametrize("kind", ["lstm", "gru"])
-def test_dropout_between_layers_matches_cpu_with_the_same_mask(kind, mode):
+@pytest.mark.parametrize("kind, dtype", [("lstm", torch.float64), ("lstm", torch.float32), ("gru", torch.float64)])
+def test_dropout_between_layers_matches_cpu_with_the_same_mask(kind, dtype, mode):
     # Our random numbers are not PyTorch's: the mask is drawn again from the same seed
     # (the layer's only random op), and the CPU reference runs the layers one by one
-    # with it.
+    # with it. A float32 LSTM runs its layers whole (Note [Whole LSTM layers]).
     torch.manual_seed(0)
     cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
-    ref = cls(IN, H, num_layers=2, dropout=0.5).double()
+    ref = cls(IN, H, num_layers=2, dropout=0.5).to(dtype)
     ours = xnf.to_xla(copy.deepcopy(ref))
-    first, second = cls(IN, H).double(), cls(H, H).double()
+    first, second = cls(IN, H).to(dtype), cls(H, H).to(dtype)
     weights = ref.state_dict()
     first.load_state_dict({k: v for k, v in weights.items() if "_l0" in k})
     second.load_state_dict({k.replace("_l1", "_l0"): v for k, v in weights.items() if "_l1" in k})
-    x = torch.randn(T, B, IN, dtype=torch.float64)
+    x = torch.randn(T, B, IN, dtype=dtype)
     run = (lambda f: f()) if mode == "eager" else (lambda f: xnf.compile(f)())
+    tol = F32 if dtype == torch.float32 else {}
 
     torch.manual_seed(7)
-    mask = cpu(run(lambda: F.dropout(xla(torch.ones(T, B, H, dtype=torch.float64)), 0.5, True)))
+    mask = cpu(run(lambda: F.dropout(xla(torch.ones(T, B, H, dtype=dtype)), 0.5, True)))
     assert 0 < (mask == 0).sum() < mask.numel() and set(mask.unique().tolist()) == {0.0, 2.0}
     torch.manual_seed(7)
     our_x = xla(x).requires_grad_()
@@ -433,10 +436,65 @@ def test_dropout_between_layers_matches_cpu_with_the_same_mask(kind, mode):
     ref_x = x.clone().requires_grad_()
     expected, _ = second(first(ref_x)[0] * mask)
     expected.sin().sum().backward()
-    torch.testing.assert_close(cpu(got), expected.detach())
-    torch.testing.assert_close(cpu(our_x.grad), ref_x.grad)
+    torch.testing.assert_close(cpu(got), expected.detach(), **tol)
+    torch.testing.assert_close(cpu(our_x.grad), ref_x.grad, **tol)
     ref.eval(), ours.eval()  # no dropout in eval mode
-    torch.testing.assert_close(cpu(ours(xla(x))[0]), ref(x)[0].detach())
+    torch.testing.assert_close(cpu(ours(xla(x))[0]), ref(x)[0].detach(), **tol)
+
+
+def test_lstm_double_backward_matches_cpu():
+    # the gradient of a gradient through whole layers: PyTorch's autograd formula then
+    # differentiates the layer's backward as ops (mkldnn_rnn_layer_differentiable_backward)
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(IN, H, num_layers=2)
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    x = torch.randn(T, B, IN)
+    for model, inp in ((ref, x.clone().requires_grad_()), (ours, xla(x).requires_grad_())):
+        first, = torch.autograd.grad(model(inp)[0].sin().sum(), inp, create_graph=True)
+        first.pow(2).sum().backward()
+        if model is ref:
+            expected = [inp.grad] + [p.grad for p in ref.parameters()]
+        else:
+            got = [inp.grad] + [p.grad for p in ours.parameters()]
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(cpu(a), b, **F32)
+
+
+@pytest.mark.parametrize("grad_mode", ["grad", "no_grad", "inference_mode"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_lstm_runs_whole_layers_where_the_layer_op_applies(dtype, grad_mode):
+    # Note [Whole LSTM layers]: one mkldnn_rnn_layer per layer and direction (float32
+    # and bfloat16) and its backward op, not a cell per step; inference mode skips the
+    # autograd key where that choice is made, and other dtypes run the cells.
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(IN, H, num_layers=2, bidirectional=True).to(dtype)
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    x = torch.randn(T, B, IN, dtype=dtype)
+    our_x = xla(x).requires_grad_(grad_mode == "grad")
+    xnf.metrics.reset()
+    context = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}[grad_mode]
+    with context():
+        out, (h, c) = ours(our_x)
+    if grad_mode == "grad":
+        (out.sin().sum() + h.sum() + c.sum()).backward()
+    whole = dtype in (torch.float32, torch.bfloat16) and grad_mode != "inference_mode"
+    assert xnf.metrics.counter_value("aten::mkldnn_rnn_layer") == (4 if whole else 0)
+    assert xnf.metrics.counter_value("aten::mkldnn_rnn_layer_backward") == (4 if whole and grad_mode == "grad" else 0)
+    assert xnf.metrics.counter_value("aten::_thnn_fused_lstm_cell") == (0 if whole else 4 * T)
+    ref_x = x.clone().requires_grad_(grad_mode == "grad")
+    with context():
+        expected, (ref_h, ref_c) = ref(ref_x)
+    if grad_mode == "grad":
+        (expected.sin().sum() + ref_h.sum() + ref_c.sum()).backward()
+    # half precision: PyTorch CPU rounds every op of its cells, the layer op only its
+    # outputs (as oneDNN's kernel does)
+    tol = {torch.float32: F32, torch.float64: {}}.get(dtype, {"rtol": 2e-2, "atol": 2e-2})
+    for a, b in [(out, expected), (h, ref_h), (c, ref_c)]:
+        torch.testing.assert_close(cpu(a), b.detach(), **tol)
+    if grad_mode == "grad":
+        torch.testing.assert_close(cpu(our_x.grad), ref_x.grad, **tol)
+        for a, b in zip(ours.parameters(), ref.parameters()):
+            torch.testing.assert_close(cpu(a.grad), b.grad, **tol)
 
 
 @pytest.fixture
