@@ -188,6 +188,22 @@ def test_adamw_weight_check_admits_few_elements_or_float64_accuracy():
     assert admitted["close"] and "one ulp apart 4.1e-03" in admitted["float64_checked"][0]
 
 
+def test_adamw_loss_check_holds_later_losses_to_float64():
+    # Weights AdamW moved apart give later losses that differ as much: a loss beyond the
+    # tolerance passes when as close to PyTorch's float64 training's as PyTorch's is.
+    ref = [torch.tensor(3.0), torch.tensor(2.5)]
+    exact = [torch.tensor(3.0, dtype=torch.float64), torch.tensor(2.5001, dtype=torch.float64)]
+
+    def check(second):
+        return run_model.compare([ref[0], torch.tensor(second)], ref, 1e-5, 1e-5,
+                                 adamw=(0.0, lambda: exact, lambda: ref))
+
+    assert not run_model.compare([ref[0], torch.tensor(2.50012)], ref, 1e-5, 1e-5)["close"]
+    admitted = check(2.50012)
+    assert admitted["close"] and admitted["float64_checked"][0].startswith("1:")
+    assert not check(2.4995)["close"]  # 6x farther from float64 than PyTorch's float32
+
+
 def test_one_ulp_apart_moves_every_parameter_by_one_ulp():
     model = torch.nn.Linear(4, 3)
     nudged = run_model._one_ulp_apart(model)
