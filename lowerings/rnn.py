@@ -14,7 +14,6 @@ bfloat16 compute in float32 and round each stored value, as the kernels do.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -132,10 +131,11 @@ def lower_pack_padded_rows(input, lengths, batch_first):
 
 
 # ------------------------------------------------------------------ whole LSTM layers
-# PyTorch's decomposition of nn.LSTM for torch.compile can run each layer of a float32
-# or bfloat16 CPU model as one mkldnn_rnn_layer (oneDNN's kernel on the CPU); the
-# torch.compile backend has it do so for every such layer (Note [LSTM layers under
-# torch.compile] in runtime/frontends/dynamo.py). Here a layer is one scan over time.
+# mkldnn_rnn_layer is one LSTM layer (oneDNN's kernel on the CPU). nn.LSTM's float32
+# and bfloat16 layers run as this op on our device (Note [Whole LSTM layers] in
+# runtime/supported/rnn.py) and reach the torch.compile backend as it (Note [LSTM
+# layers under torch.compile] in runtime/frontends/dynamo.py). Here a layer is one
+# scan over time.
 
 
 def _lstm_layer(input, weight_ih, weight_hh, bias, hx, cx, reverse):

@@ -8,7 +8,9 @@ for the backward ops), and the modules against the same modules on the CPU, whic
 the unfused path: outputs, final states, input and parameter gradients and the
 parameters after an SGD step, eagerly and in one compiled program, in float64 (tight)
 and float32. Also: packed sequences, dropout between layers, the multi-step compiled
-loop (compiled once, then replayed), torch.compile, and the errors.
+loop (compiled once, then replayed), torch.compile, and the errors. A float32 or
+bfloat16 nn.LSTM runs whole layers instead (mkldnn_rnn_layer, checked against
+oneDNN's CPU kernel), whose modules are checked the same way.
 """
 
 from __future__ import annotations

@@ -750,9 +750,9 @@ def _run_runtime_without_dynamo() -> None:
 # Note [LSTM layers under torch.compile]
 # PyTorch decomposes an nn.LSTM in AOTAutograd's trace one of two ways: each layer as
 # one `mkldnn_rnn_layer` (oneDNN's kernel), or as its cells, one small product and a
-# dozen pointwise ops per step. It takes the first only where the layer's input needs
-# no gradient (oneDNN's own constraint), so in a model trained end to end every layer
-# but an embedding-less first one came unrolled. XLA then fuses the cell state's
+# dozen pointwise ops per step. It takes the first only where the module's input needs
+# no gradient (oneDNN's own constraint), so an LSTM after a trained embedding or layer
+# came unrolled, every layer of it. XLA then fuses the cell state's
 # gradient, a chain of pointwise ops through all steps, into every step's fusion: the
 # zoo's medium LSTM LM (64 steps) ran fusions of 1000 ops, the backward's work growing
 # with the square of the sequence. Our graphs lower a whole layer as scans over time
