@@ -195,6 +195,13 @@ _ONEDNN_TYPES = (torch.float32, torch.bfloat16, torch.float16)
 ONEDNN_LSTM = 2  # ideep::rnn_kind::LSTM
 
 
+def lstm_runs_whole_layers(dtype, hidden_size: int, cell_size: int) -> bool:
+    """Whether an nn.LSTM runs each layer as one mkldnn_rnn_layer (float32 and bfloat16,
+    as PyTorch's decomposition takes it; no projections), on our device and through
+    the torch.compile backend."""
+    return dtype in (torch.float32, torch.bfloat16) and hidden_size == cell_size
+
+
 def _check_lstm_layer(input, weights, hx_, cx_, mode, hidden_size, batch_first, has_biases):
     if mode != ONEDNN_LSTM:
         raise RuntimeError(f"mkldnn_rnn_layer: mode {mode} is not supported; only LSTM layers (mode 2) are")

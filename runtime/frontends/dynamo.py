@@ -39,6 +39,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ...lowerings.common import LoweringContext
 from ...lowerings.random import lower_random_dropout, lower_random_normal, lower_random_uniform
 from ...shape_fns.common import NUMPY_TO_TORCH
+from ...shape_fns.rnn import lstm_runs_whole_layers
 from ..core.context import untraced
 from ..core.convert import (X64, cpu_to_jax, handover_copies, jax_to_cpu_handover, numpy_view, shared_array,
                             uncommitted)
@@ -772,7 +773,7 @@ def _lstm_layers_whole() -> Any:
         return
 
     def one_layer_lstm(input: Any, hx: Any, params: Any) -> Callable:
-        if input.dtype in (torch.float32, torch.bfloat16) and hx[0].size(2) == hx[1].size(2):
+        if lstm_runs_whole_layers(input.dtype, hx[0].size(2), hx[1].size(2)):
             return whole
         return select(input, hx, params)
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ...shape_fns.common import scalar_type_name
-from ...shape_fns.rnn import ONEDNN_LSTM, pack_padded_rows_output_shape
+from ...shape_fns.rnn import ONEDNN_LSTM, lstm_runs_whole_layers, pack_padded_rows_output_shape
 from ..core.convert import host_tensor
 from ..exec.eager import run_node
 from ..exec.registry import node
@@ -59,7 +59,7 @@ def install_whole_lstm_layers() -> None:
 def lstm_whole_layers(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
     """aten::lstm.input on our device (Note [Whole LSTM layers])."""
     h0, c0 = hx
-    if input.dtype not in (torch.float32, torch.bfloat16) or input.dim() != 3 or h0.size(2) != c0.size(2):
+    if input.dim() != 3 or not lstm_runs_whole_layers(input.dtype, h0.size(2), c0.size(2)):
         return torch.ops.aten.lstm.input._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, input, hx, params,
                                                 has_biases, num_layers, dropout, train, bidirectional, batch_first)
     directions = 2 if bidirectional else 1
