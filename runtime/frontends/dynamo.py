@@ -50,7 +50,7 @@ from ..exec.eager import value
 from ..exec.graph import dump_graph
 from ..exec.registry import REGISTRY, SECTIONS, policy
 from ..exec.sharding import InputLayouts, constrain_array, input_layouts, place_input
-from ..platform.backend import executions_run_inline
+from ..platform.backend import executions_run_inline, graph_compiler_options
 from ..platform.config import config
 from ..platform.metrics import ReplayedOps, metrics
 from .dispatch import _AutogradEngine, dispatch
@@ -320,7 +320,10 @@ class JaxGraph:
         # the ops each trace ran, counted again by every later call (Note [Counting
         # replayed ops] in platform/metrics.py), by the trace's static arguments
         self.op_counts: dict[Any, ReplayedOps] = {}
-        self.jitted = jax.jit(self._trace, static_argnums=(1,))
+        # XLA options chosen by the graph's ops, as compile() chooses them (Note [XLA CPU
+        # library fusions]).
+        ops = collections.Counter(_op_name(n.target).split(".")[0] for n in gm.graph.nodes if n.op == "call_function")
+        self.jitted = jax.jit(self._trace, static_argnums=(1,), compiler_options=graph_compiler_options(ops))
 
     # -- trace time
 
