@@ -287,9 +287,10 @@ def cpu_dispatch_description() -> str:
 # 62-76 ms with them and 52-60 ms without (PyTorch: 52-55 ms). So a graph gets them when
 # it has more convolutions than matrix products; the torch.compile backend's graphs
 # choose the same way (the medium ResNet's SGD step there: 1.52x -> 1.38x inductor's
-# time; 15.5 against 18.6 ms, XLA's own convolution kernels replacing YNNPACK's). Handing its matrix products to a
-# library (XNNPACK, YNNPACK or oneDNN dot fusions) gained nothing measurable on the
-# medium MLP's SGD step, Llama's SGD step or BERT's inference.
+# time; 15.5 against 18.6 ms, XLA's own convolution kernels replacing YNNPACK's).
+# Handing its matrix products to a library (XNNPACK, YNNPACK or oneDNN dot fusions)
+# gained nothing measurable on the medium MLP's SGD step, Llama's SGD step or BERT's
+# inference.
 # Setting the option at all also takes convolutions away from YNNPACK, which XLA's
 # defaults give them: on the graphs of scripts/bench_conv.py (PyTorch on one thread, two
 # paired runs) the defaults ran ResNet-18's inference at 64x64 in 0.76x PyTorch's time
