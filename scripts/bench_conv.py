@@ -11,7 +11,8 @@ conv + GroupNorm + SiLU, a strided down conv, a transposed up conv, a skip
 concatenation) at batch 8, 64 channels, 64x64, and a DCGAN-style decoder (two
 ConvTranspose2d(k=4, s=2, p=1), 16x16 to 64x64, batch 8), and an EfficientNet-B0-sized
 network (depthwise convolutions; scripts/bench_first_call.py's) and a RegNetY-400MF-sized
-one (grouped convolutions of 8 channels per group), both at batch 8, 64x64; each as
+one (grouped convolutions of 8 channels per group), both at batch 8, 64x64, and a small
+VGG-style network (three convolutions, then Linear(4096, 1024)) at batch 16, 32x32; each as
 inference (no_grad, eval mode) and as an SGD training step. Modes: `compile` (xla_native_functions.compile, the
 step replayed), `eager` (op by op on our device), `dynamo` (torch.compile with the
 xla_native backend, CPU tensors in and out). Each mode's time is the median over turns
@@ -147,6 +148,16 @@ def regnet_y_400mf(classes: int = 1000) -> nn.Module:
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes))
 
 
+def vgg_small(classes: int = 10) -> nn.Module:
+    """A VGG-style network for 32x32 images: three 3x3 convolutions (the last two strided)
+    and a classifier whose first product, Linear(4096, 1024), outweighs any convolution."""
+    return nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, 2, 1), nn.ReLU(), nn.Flatten(1),
+        nn.Linear(64 * 8 * 8, 1024), nn.ReLU(), nn.Linear(1024, classes),
+    )
+
+
 def _case(row: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor, Callable]:
     torch.manual_seed(0)
     if row.startswith("resnet18"):
@@ -159,13 +170,15 @@ def _case(row: str) -> tuple[nn.Module, torch.Tensor, torch.Tensor, Callable]:
         from bench_first_call import efficientnet_b0
 
         return efficientnet_b0(), torch.randn(8, 3, 64, 64), torch.randint(0, 1000, (8,)), nn.functional.cross_entropy
+    if row == "vgg":
+        return vgg_small(), torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,)), nn.functional.cross_entropy
     if row == "decoder":
         return Decoder(), torch.randn(8, 128, 16, 16), torch.randn(8, 3, 64, 64), nn.functional.mse_loss
     x = torch.randn(8, 64, 64, 64)
     return UNetBlock(), x, torch.randn(8, 64, 64, 64), nn.functional.mse_loss
 
 
-ROWS = ("resnet18-64", "resnet18-224", "unet", "decoder", "efficientnet", "regnet")
+ROWS = ("resnet18-64", "resnet18-224", "unet", "decoder", "efficientnet", "regnet", "vgg")
 MODES = ("compile", "eager", "dynamo")
 
 

@@ -306,7 +306,16 @@ MATRIX_PRODUCT_OPS = frozenset({
     "mm", "bmm", "addmm", "baddbmm", "addbmm",
     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
 })
-_LIBRARY_FUSIONS = {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE"}
+# Matrix products stay YNNPACK's (LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT): XLA CPU's own
+# kernel reads a transposed right operand very slowly, and every Linear's forward has
+# one: (16x4096)·(1024x4096)ᵀ took 10.5 ms against 1.1 ms. The VGG-style row of
+# scripts/bench_conv.py (three convolutions, then Linear(4096, 1024)) ran 2.86x PyTorch's
+# time through the torch.compile backend in inference and 1.39x with the products in
+# YNNPACK; its compile()d inference at batch 128 took 37 against 21 ms. At batch 16,
+# where compile() gives that weight transposed (Note [Transposed weights] in
+# exec/graph.py), XLA's own kernel was faster: 3.1 against 3.5 ms.
+_LIBRARY_FUSIONS = {
+    "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_REDUCE,LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}
 
 
 def graph_compiler_options(op_counts: Mapping[str, int]) -> dict:
