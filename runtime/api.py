@@ -32,7 +32,7 @@ from .platform.config import config
 from .platform.debug_env import apply_debug_env
 from .platform.metrics import metrics_report, reset_metrics
 from .supported.foreach import enable_foreach_optimizers
-from .supported.rnn import install_whole_lstm_layers
+from .supported.rnn import install_whole_rnn_layers
 
 __all__ = [
     "OperatorNotFound",
@@ -153,6 +153,6 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     distributed.install()
     forked_child.install()
     enable_foreach_optimizers()
-    install_whole_lstm_layers()
+    install_whole_rnn_layers()
     if library_ops or unavailable:
         custom_ops.install_library_ops(library_ops or {}, unavailable or {})

@@ -189,6 +189,24 @@ def pack_padded_rows_output_shape(input, lengths, batch_first):
     return TensorMeta((rows,) + tuple(input.shape[2:]), input.dtype)
 
 
+def gru_layer_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes):
+    """One GRU layer's outputs (time-major, or packed when batch_sizes is not empty) and
+    last hidden state; the sizes nn.GRU checks before calling aten::gru."""
+    width = hx.shape[-1]
+    if input.ndim != (2 if batch_sizes else 3):
+        raise RuntimeError(f"gru: input must have {2 if batch_sizes else 3} dimensions, got {input.ndim}")
+    batch = batch_sizes[0] if batch_sizes else input.shape[1]
+    expected = {"weight_ih": (weight_ih, (GRU_GATES * width, input.shape[-1])),
+                "weight_hh": (weight_hh, (GRU_GATES * width, width)), "hx": (hx, (batch, width))}
+    for name, (t, shape) in expected.items():
+        if tuple(t.shape) != shape:
+            raise RuntimeError(f"gru: {name} has shape {list(t.shape)}, expected {list(shape)}")
+    for b in (bias_ih, bias_hh):
+        if b is not None and tuple(b.shape) != (GRU_GATES * width,):
+            raise RuntimeError(f"gru: a bias has shape {list(b.shape)}, expected [{GRU_GATES * width}]")
+    return TensorMeta(tuple(input.shape[:-1]) + (width,), input.dtype), TensorMeta(tuple(hx.shape), hx.dtype)
+
+
 # ------------------------------------------------------------------ whole LSTM layers
 
 _ONEDNN_TYPES = (torch.float32, torch.bfloat16, torch.float16)

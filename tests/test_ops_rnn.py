@@ -499,6 +499,71 @@ def test_lstm_runs_whole_layers_where_the_layer_op_applies(dtype, grad_mode):
             torch.testing.assert_close(cpu(a.grad), b.grad, **tol)
 
 
+GRU_LAYER_CASES = [
+    # (num_layers, bidirectional, batch_first, bias, dtype)
+    (1, False, False, True, torch.float32),
+    (2, True, True, True, torch.float32),
+    (2, True, False, False, torch.float64),
+]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("grad_mode", ["grad", "no_grad", "inference_mode"])
+@pytest.mark.parametrize("case", GRU_LAYER_CASES, ids=["one-layer", "bidirectional-batch-first", "no-bias-float64"])
+def test_gru_runs_whole_layers_when_no_gradient_is_recorded(case, grad_mode, packed):
+    # Note [Whole GRU layers]: one gru_layer node per layer and direction instead of a
+    # cell per step in eager mode when autograd records nothing; packed sequences of
+    # several lengths (enforce_sorted=False reorders them) end at their own steps.
+    layers, bidirectional, batch_first, bias, dtype = case
+    torch.manual_seed(0)
+    ref = torch.nn.GRU(IN, H, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first,
+                       bias=bias).to(dtype)
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    x = torch.randn(B, T, IN, dtype=dtype) if batch_first else torch.randn(T, B, IN, dtype=dtype)
+    h0 = torch.randn(layers * (2 if bidirectional else 1), B, H, dtype=dtype)
+    lengths = [T - 2, T, 1] + [T - 1] * (B - 3)
+
+    def run(model, x, h0):
+        x = x.requires_grad_(grad_mode == "grad")
+        inp = pack_padded_sequence(x, lengths, batch_first=batch_first, enforce_sorted=False) if packed else x
+        context = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
+        with context[grad_mode]():
+            out, h = model(inp, h0)
+        return (out.data if packed else out), h
+
+    xnf.metrics.reset()
+    out, h = run(ours, xla(x), xnf.to_xla(h0))
+    cells = xnf.metrics.counter_value("aten::_thnn_fused_gru_cell")
+    assert (cells > 0) == (grad_mode == "grad"), cells
+    expected, ref_h = run(ref, x.clone(), h0)
+    tol = F32 if dtype == torch.float32 else {}
+    torch.testing.assert_close(cpu(out), expected.detach(), **tol)
+    torch.testing.assert_close(cpu(h), ref_h.detach(), **tol)
+
+
+def test_gru_keeps_its_cells_in_a_trace_and_for_half_precision():
+    # Note [Whole GRU layers]: compile() traces the cells, which XLA runs faster there;
+    # float16 cells round every product, which one layer op would not.
+    torch.manual_seed(0)
+    ref = torch.nn.GRU(IN, H).eval()
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    x = torch.randn(T, B, IN)
+
+    @xnf.compile
+    def infer(x):
+        with torch.no_grad():
+            return ours(x)[0]
+
+    xnf.metrics.reset()
+    torch.testing.assert_close(cpu(infer(xla(x))), ref(x)[0].detach(), **F32)
+    assert xnf.metrics.counter_value("aten::_thnn_fused_gru_cell") == T
+    half = xnf.to_xla(copy.deepcopy(ref).half())
+    xnf.metrics.reset()
+    with torch.no_grad():
+        half(xla(x.half()))
+    assert xnf.metrics.counter_value("aten::_thnn_fused_gru_cell") == T
+
+
 @pytest.fixture
 def fresh_graph_cache(monkeypatch):
     monkeypatch.setattr(graph, "_GRAPH_CACHE", {})

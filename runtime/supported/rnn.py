@@ -2,7 +2,8 @@
 output's shape, and the `batch_sizes` it returns on the CPU, come from the values of
 `lengths`, a CPU tensor PyTorch requires, so they are read on the host; the rows are
 gathered on our device by one node (pack_padded_rows), in eager mode and while tracing.
-nn.LSTM's layers run whole (Note [Whole LSTM layers])."""
+nn.LSTM's layers run whole (Note [Whole LSTM layers]), and so do nn.GRU's when no
+gradient is recorded (Note [Whole GRU layers])."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import torch
 from ...shape_fns.common import scalar_type_name
 from ...shape_fns.rnn import ONEDNN_LSTM, lstm_runs_whole_layers, pack_padded_rows_output_shape
 from ..core.convert import host_tensor
+from ..core.context import context
+from ..core.inference import decompose
 from ..exec.eager import run_node
-from ..exec.registry import node
+from ..exec.registry import REGISTRY, node
 
 
 def impl__pack_padded_sequence(input, lengths, batch_first):
@@ -48,11 +51,19 @@ def impl__pack_padded_sequence(input, lengths, batch_first):
 _LIBRARY: list[torch.library.Library] = []
 
 
-def install_whole_lstm_layers() -> None:
-    """Run nn.LSTM's layers whole on our device (Note [Whole LSTM layers])."""
+def install_whole_rnn_layers() -> None:
+    """Run nn.LSTM's and nn.GRU's layers whole on our device (Note [Whole LSTM layers],
+    Note [Whole GRU layers])."""
     if not _LIBRARY:
         lib = torch.library.Library("aten", "IMPL")
         lib.impl("lstm.input", lstm_whole_layers, "AutogradPrivateUse1")
+        for op, kernel in ((torch.ops.aten.gru.input, gru_whole_layers),
+                           (torch.ops.aten.gru.data, gru_whole_layers_packed)):
+            lib.impl(f"gru.{op._overloadname}", kernel, "AutogradPrivateUse1")
+            # Under inference mode, which skips autograd's keys, these composite ops reach
+            # our dispatch instead (Note [Inference mode]); the manifest lists only ops
+            # that reach a backend in every mode, so they are registered here.
+            REGISTRY[op] = kernel
         _LIBRARY.append(lib)
 
 
@@ -83,3 +94,71 @@ def lstm_whole_layers(input, hx, params, has_biases, num_layers, dropout, train,
             last_c.append(c)
         x = outputs[0] if directions == 1 else torch.cat(outputs, -1)
     return x.transpose(0, 1) if batch_first else x, torch.stack(last_h), torch.stack(last_c)
+
+
+# Note [Whole GRU layers]
+# nn.GRU calls aten::gru, which PyTorch decomposes above every backend into its cells:
+# on our device one `_thnn_fused_gru_cell` per step, each a few eager ops, and with a
+# packed sequence (the batch shrinking as sequences end) ops of a new shape at every
+# step, each compiled anew: the zoo's medium GRU classifier (bidirectional, packed,
+# 64 steps) took 94 ms per eager inference, 10x PyTorch CPU, with 170 executables.
+# In eager mode, when no gradient is recorded (no_grad, inference_mode, or nothing
+# requiring one), each layer and direction runs instead as one `gru_layer` node, a scan
+# over time of the same fused cell (lowerings/rnn.py), masked where a packed sequence
+# has ended: 14.5 ms, 1.6x, with 17 executables. PyTorch has no GRU layer op whose
+# backward autograd could record, so a step that records gradients keeps the cells, and
+# so does a compile() trace, where the cells are faster (`_runs_cells`). Float16 and
+# bfloat16 keep them too: their cells round the gates' products, which the layer's
+# products would not.
+_GRU_LAYER_DTYPES = (torch.float32, torch.float64)
+
+
+def _gru_layers(x, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional):
+    """nn.GRU's layers over a time-major or packed input: (output, last hidden states)."""
+    directions = 2 if bidirectional else 1
+    per_layer = 4 if has_biases else 2
+    last = []
+    for layer in range(num_layers):
+        if layer and dropout and train:
+            x = torch.nn.functional.dropout(x, dropout, training=True)
+        outputs = []
+        for direction in range(directions):
+            k = layer * directions + direction
+            w_ih, w_hh, *biases = params[k * per_layer:(k + 1) * per_layer]
+            out, h = run_node(node("gru_layer"), (x, w_ih, w_hh, *(biases or (None, None)), hx[k], direction == 1,
+                                                  batch_sizes))
+            outputs.append(out)
+            last.append(h)
+        x = outputs[0] if directions == 1 else torch.cat(outputs, -1)
+    return x, torch.stack(last)
+
+
+def _runs_cells(*tensors) -> bool:
+    """Whether nn.GRU keeps its cells (Note [Whole GRU layers]): when autograd records
+    the step, or in a trace, where XLA runs the unrolled cells of the medium zoo GRU
+    classifier's inference in 0.9x the time of its layers' loops (the batch shrinks
+    with the packed sequence's steps, and no loop runs between them)."""
+    return context.trace is not None or (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+def gru_whole_layers(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """aten::gru.input on our device, at its autograd key and below it (under inference
+    mode): Note [Whole GRU layers]."""
+    if (input.dim() != 3 or input.dtype not in _GRU_LAYER_DTYPES or hx.dtype != input.dtype
+            or _runs_cells(input, hx, *params)):
+        return decompose(torch.ops.aten.gru.input, (input, hx, params, has_biases, num_layers, dropout, train,
+                                                    bidirectional, batch_first), {})
+    x = input.transpose(0, 1) if batch_first else input
+    out, h = _gru_layers(x, (), hx, params, has_biases, num_layers, dropout, train, bidirectional)
+    return out.transpose(0, 1) if batch_first else out, h
+
+
+def gru_whole_layers_packed(data, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional):
+    """aten::gru.data (a packed sequence) on our device, as gru_whole_layers."""
+    if (data.dim() != 2 or data.dtype not in _GRU_LAYER_DTYPES or hx.dtype != data.dtype
+            or batch_sizes.device.type != "cpu" or _runs_cells(data, hx, *params)):
+        return decompose(torch.ops.aten.gru.data, (data, batch_sizes, hx, params, has_biases, num_layers, dropout,
+                                                   train, bidirectional), {})
+    with torch._C._DisableTorchDispatch():
+        sizes = tuple(int(n) for n in batch_sizes.tolist())
+    return _gru_layers(data, sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional)
