@@ -466,8 +466,8 @@ def test_lstm_double_backward_matches_cpu():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
 def test_lstm_runs_whole_layers_where_the_layer_op_applies(dtype, grad_mode):
     # Note [Whole LSTM layers]: one mkldnn_rnn_layer per layer and direction (float32
-    # and bfloat16) and its backward op, not a cell per step; inference mode skips the
-    # autograd key where that choice is made, and other dtypes run the cells.
+    # and bfloat16) and its backward op, not a cell per step, in every grad mode; other
+    # dtypes run the cells.
     torch.manual_seed(0)
     ref = torch.nn.LSTM(IN, H, num_layers=2, bidirectional=True).to(dtype)
     ours = xnf.to_xla(copy.deepcopy(ref))
@@ -479,7 +479,7 @@ def test_lstm_runs_whole_layers_where_the_layer_op_applies(dtype, grad_mode):
         out, (h, c) = ours(our_x)
     if grad_mode == "grad":
         (out.sin().sum() + h.sum() + c.sum()).backward()
-    whole = dtype in (torch.float32, torch.bfloat16) and grad_mode != "inference_mode"
+    whole = dtype in (torch.float32, torch.bfloat16)
     assert xnf.metrics.counter_value("aten::mkldnn_rnn_layer") == (4 if whole else 0)
     assert xnf.metrics.counter_value("aten::mkldnn_rnn_layer_backward") == (4 if whole and grad_mode == "grad" else 0)
     assert xnf.metrics.counter_value("aten::_thnn_fused_lstm_cell") == (0 if whole else 4 * T)

@@ -44,9 +44,11 @@ def impl__pack_padded_sequence(input, lengths, batch_first):
 # device the layers are instead run whole, as the CPU's oneDNN kernel is: one
 # `mkldnn_rnn_layer` per layer and direction (a scan over time, lowerings/rnn.py),
 # whose backward op PyTorch's autograd formula calls (75 ms, 1.9x). The kernel stands
-# at our device's autograd key, so autograd records the layers' own backward; under
-# inference mode, which skips that key, the cells run as before. Where the layer op
-# does not apply (float16, float64, projections) the cells run too.
+# at our device's autograd key, so autograd records the layers' own backward, and is
+# our dispatch's handler of aten::lstm under inference mode, which skips that key (a
+# 2-layer nn.LSTM(256, 256), batch 16, 64 steps, eager under inference mode: 15.8 ms
+# against 102 ms with the cells; PyTorch 8.3 ms). Where the layer op does not apply
+# (float16, float64, projections) the cells run.
 
 _LIBRARY: list[torch.library.Library] = []
 
@@ -56,10 +58,9 @@ def install_whole_rnn_layers() -> None:
     Note [Whole GRU layers])."""
     if not _LIBRARY:
         lib = torch.library.Library("aten", "IMPL")
-        lib.impl("lstm.input", lstm_whole_layers, "AutogradPrivateUse1")
-        for op, kernel in ((torch.ops.aten.gru.input, gru_whole_layers),
+        for op, kernel in ((torch.ops.aten.lstm.input, lstm_whole_layers), (torch.ops.aten.gru.input, gru_whole_layers),
                            (torch.ops.aten.gru.data, gru_whole_layers_packed)):
-            lib.impl(f"gru.{op._overloadname}", kernel, "AutogradPrivateUse1")
+            lib.impl(op.__name__, kernel, "AutogradPrivateUse1")
             # Under inference mode, which skips autograd's keys, these composite ops reach
             # our dispatch instead (Note [Inference mode]); the manifest lists only ops
             # that reach a backend in every mode, so they are registered here.
@@ -71,8 +72,8 @@ def lstm_whole_layers(input, hx, params, has_biases, num_layers, dropout, train,
     """aten::lstm.input on our device (Note [Whole LSTM layers])."""
     h0, c0 = hx
     if input.dim() != 3 or not lstm_runs_whole_layers(input.dtype, h0.size(2), c0.size(2)):
-        return torch.ops.aten.lstm.input._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, input, hx, params,
-                                                has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        return decompose(torch.ops.aten.lstm.input, (input, hx, params, has_biases, num_layers, dropout, train,
+                                                     bidirectional, batch_first), {})
     directions = 2 if bidirectional else 1
     per_layer = 4 if has_biases else 2
     x = input.transpose(0, 1) if batch_first else input
