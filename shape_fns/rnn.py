@@ -207,6 +207,17 @@ def gru_layer_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, re
     return TensorMeta(tuple(input.shape[:-1]) + (width,), input.dtype), TensorMeta(tuple(hx.shape), hx.dtype)
 
 
+def gru_layer_backward_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, grad_output, grad_hy,
+                                   reverse, batch_sizes):
+    """The gradients of gru_layer's operands: each of its operand's shape."""
+    output, h = gru_layer_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes)
+    for name, grad, expected in (("grad_output", grad_output, output), ("grad_hy", grad_hy, h)):
+        if tuple(grad.shape) != expected.shape:
+            raise RuntimeError(f"gru: {name} has shape {list(grad.shape)}, expected {list(expected.shape)}")
+    return tuple(None if t is None else TensorMeta(tuple(t.shape), t.dtype)
+                 for t in (input, weight_ih, weight_hh, bias_ih, bias_hh, hx))
+
+
 # ------------------------------------------------------------------ whole LSTM layers
 
 _ONEDNN_TYPES = (torch.float32, torch.bfloat16, torch.float16)

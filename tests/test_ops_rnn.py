@@ -510,9 +510,9 @@ GRU_LAYER_CASES = [
 @pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 @pytest.mark.parametrize("grad_mode", ["grad", "no_grad", "inference_mode"])
 @pytest.mark.parametrize("case", GRU_LAYER_CASES, ids=["one-layer", "bidirectional-batch-first", "no-bias-float64"])
-def test_gru_runs_whole_layers_when_no_gradient_is_recorded(case, grad_mode, packed):
-    # Note [Whole GRU layers]: one gru_layer node per layer and direction instead of a
-    # cell per step in eager mode when autograd records nothing; packed sequences of
+def test_gru_runs_whole_layers_in_eager_mode(case, grad_mode, packed):
+    # Note [Whole GRU layers]: one gru_layer node per layer and direction, and one
+    # gru_layer_backward in training, instead of a cell per step; packed sequences of
     # several lengths (enforce_sorted=False reorders them) end at their own steps.
     layers, bidirectional, batch_first, bias, dtype = case
     torch.manual_seed(0)
@@ -524,21 +524,53 @@ def test_gru_runs_whole_layers_when_no_gradient_is_recorded(case, grad_mode, pac
     lengths = [T - 2, T, 1] + [T - 1] * (B - 3)
 
     def run(model, x, h0):
-        x = x.requires_grad_(grad_mode == "grad")
+        x, h0 = x.requires_grad_(grad_mode == "grad"), h0.requires_grad_(grad_mode == "grad")
         inp = pack_padded_sequence(x, lengths, batch_first=batch_first, enforce_sorted=False) if packed else x
         context = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
         with context[grad_mode]():
             out, h = model(inp, h0)
-        return (out.data if packed else out), h
+        out = out.data if packed else out
+        if grad_mode == "grad":
+            (out.sin().sum() + (2 * h).cos().sum()).backward()
+        return out, h, x.grad, h0.grad
 
     xnf.metrics.reset()
-    out, h = run(ours, xla(x), xnf.to_xla(h0))
-    cells = xnf.metrics.counter_value("aten::_thnn_fused_gru_cell")
-    assert (cells > 0) == (grad_mode == "grad"), cells
-    expected, ref_h = run(ref, x.clone(), h0)
+    got = run(ours, xla(x), xnf.to_xla(h0))
+    assert xnf.metrics.counter_value("aten::_thnn_fused_gru_cell") == 0
+    assert xnf.metrics.counter_value("aten::_thnn_fused_gru_cell_backward") == 0
+    expected = run(ref, x.clone(), h0.clone())
     tol = F32 if dtype == torch.float32 else {}
-    torch.testing.assert_close(cpu(out), expected.detach(), **tol)
-    torch.testing.assert_close(cpu(h), ref_h.detach(), **tol)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(cpu(a), None if b is None else b.detach(), **tol)
+    for a, b in zip(ours.parameters(), ref.parameters()):
+        torch.testing.assert_close(cpu(a.grad), b.grad, **tol)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_gru_double_backward_recomputes_with_the_cells(packed):
+    # Note [Whole GRU layers]: a recorded backward (create_graph) differentiates the
+    # cells again, so a gradient penalty's second derivative matches PyTorch CPU.
+    torch.manual_seed(0)
+    ref = torch.nn.GRU(IN, H, num_layers=2, bidirectional=True).double()
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    x = torch.randn(T, B, IN, dtype=torch.double)
+
+    def penalty(model, x):
+        x = x.requires_grad_()
+        inp = pack_padded_sequence(x, [T, T - 1, 1], enforce_sorted=False) if packed else x
+        out, h = model(inp)
+        first, = torch.autograd.grad((out.data if packed else out).sin().sum() + h.sum(), x, create_graph=True)
+        (first ** 2).sum().backward()
+        return first.detach(), x.grad
+
+    xnf.metrics.reset()
+    got = penalty(ours, xla(x))
+    assert xnf.metrics.counter_value("aten::_thnn_fused_gru_cell") > 0  # the recorded backward's recomputation
+    expected = penalty(ref, x.clone())
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(cpu(a), b)
+    for a, b in zip(ours.parameters(), ref.parameters()):
+        torch.testing.assert_close(cpu(a.grad), b.grad)
 
 
 def test_gru_keeps_its_cells_in_a_trace_and_for_half_precision():

@@ -2,8 +2,8 @@
 output's shape, and the `batch_sizes` it returns on the CPU, come from the values of
 `lengths`, a CPU tensor PyTorch requires, so they are read on the host; the rows are
 gathered on our device by one node (pack_padded_rows), in eager mode and while tracing.
-nn.LSTM's layers run whole (Note [Whole LSTM layers]), and so do nn.GRU's when no
-gradient is recorded (Note [Whole GRU layers])."""
+nn.LSTM's layers run whole (Note [Whole LSTM layers]), and so do nn.GRU's in eager mode
+(Note [Whole GRU layers])."""
 
 from __future__ import annotations
 
@@ -99,19 +99,62 @@ def lstm_whole_layers(input, hx, params, has_biases, num_layers, dropout, train,
 
 # Note [Whole GRU layers]
 # nn.GRU calls aten::gru, which PyTorch decomposes above every backend into its cells:
-# on our device one `_thnn_fused_gru_cell` per step, each a few eager ops, and with a
-# packed sequence (the batch shrinking as sequences end) ops of a new shape at every
-# step, each compiled anew: the zoo's medium GRU classifier (bidirectional, packed,
-# 64 steps) took 94 ms per eager inference, 10x PyTorch CPU, with 170 executables.
-# In eager mode, when no gradient is recorded (no_grad, inference_mode, or nothing
-# requiring one), each layer and direction runs instead as one `gru_layer` node, a scan
-# over time of the same fused cell (lowerings/rnn.py), masked where a packed sequence
-# has ended: 14.5 ms, 1.6x, with 17 executables. PyTorch has no GRU layer op whose
-# backward autograd could record, so a step that records gradients keeps the cells, and
-# so does a compile() trace, where the cells are faster (`_runs_cells`). Float16 and
-# bfloat16 keep them too: their cells round the gates' products, which the layer's
+# on our device one `_thnn_fused_gru_cell` per step, each a few eager ops (and its
+# backward op per step in training), and with a packed sequence (the batch shrinking as
+# sequences end) ops of a new shape at every step, each compiled anew: the zoo's medium
+# GRU classifier (bidirectional, packed, 64 steps) took 94 ms per eager inference, 10x
+# PyTorch CPU, with 170 executables, and 0.4 s per SGD step, with 448. In eager mode
+# each layer and direction runs instead as one `gru_layer` node, a loop over time of the
+# same fused cell (lowerings/rnn.py), masked where a packed sequence has ended; in
+# training, through `_GRULayer`, an autograd.Function whose backward is one
+# `gru_layer_backward` node (the loop's vjp). A backward that is itself recorded
+# (create_graph=True, for a double backward) recomputes the layer with the cells
+# instead, which autograd differentiates. A compile() trace keeps the cells, which XLA
+# runs faster there (the batch shrinks with the packed sequence's steps, and no loop
+# runs between them: the classifier's inference 0.9x the time of the layers' loops), and
+# so do float16 and bfloat16, whose cells round the gates' products, which the layer's
 # products would not.
 _GRU_LAYER_DTYPES = (torch.float32, torch.float64)
+
+
+def _gru_cells(x, w_ih, w_hh, b_ih, b_hh, h0, reverse, batch_sizes):
+    """One GRU layer and direction as its cells, step by step, as PyTorch decomposes it:
+    (output, last hidden state). Packed: step t holds the first batch_sizes[t] rows."""
+    gates = torch.nn.functional.linear(x, w_ih)
+    steps = batch_sizes or (1,) * x.size(0)
+    starts = np.cumsum((0,) + tuple(steps))
+    h, outputs = h0, [None] * len(steps)
+    for t in reversed(range(len(steps))) if reverse else range(len(steps)):
+        rows = batch_sizes[t] if batch_sizes else h0.size(0)
+        step_gates = gates[int(starts[t]):int(starts[t + 1])] if batch_sizes else gates[t]
+        state = h[:rows] if batch_sizes else h
+        new, _ = torch.ops.aten._thnn_fused_gru_cell(step_gates, torch.nn.functional.linear(state, w_hh), state,
+                                                     b_ih, b_hh)
+        outputs[t] = new
+        h = torch.cat([new, h[rows:]]) if batch_sizes and rows < h.size(0) else new
+    return torch.cat(outputs) if batch_sizes else torch.stack(outputs), h
+
+
+class _GRULayer(torch.autograd.Function):
+    """gru_layer with gru_layer_backward as its derivative (Note [Whole GRU layers])."""
+
+    @staticmethod
+    def forward(ctx, x, w_ih, w_hh, b_ih, b_hh, h0, reverse, batch_sizes):
+        ctx.save_for_backward(x, w_ih, w_hh, b_ih, b_hh, h0)
+        ctx.reverse, ctx.batch_sizes = reverse, batch_sizes
+        return run_node(node("gru_layer"), (x, w_ih, w_hh, b_ih, b_hh, h0, reverse, batch_sizes))
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_h):
+        operands = ctx.saved_tensors
+        if torch.is_grad_enabled():  # recorded: the cells' own derivatives, differentiable again
+            needed = [t for t, need in zip(operands, ctx.needs_input_grad) if need]
+            outputs = _gru_cells(*operands, ctx.reverse, ctx.batch_sizes)
+            grads = iter(torch.autograd.grad(outputs, needed, (grad_output, grad_h), create_graph=True,
+                                             allow_unused=True))
+            return (*(next(grads) if need else None for need in ctx.needs_input_grad[:6]), None, None)
+        grads = run_node(node("gru_layer_backward"), (*operands, grad_output, grad_h, ctx.reverse, ctx.batch_sizes))
+        return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad)), None, None)
 
 
 def _gru_layers(x, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional):
@@ -126,27 +169,22 @@ def _gru_layers(x, batch_sizes, hx, params, has_biases, num_layers, dropout, tra
         for direction in range(directions):
             k = layer * directions + direction
             w_ih, w_hh, *biases = params[k * per_layer:(k + 1) * per_layer]
-            out, h = run_node(node("gru_layer"), (x, w_ih, w_hh, *(biases or (None, None)), hx[k], direction == 1,
-                                                  batch_sizes))
+            out, h = _GRULayer.apply(x, w_ih, w_hh, *(biases or (None, None)), hx[k], direction == 1, batch_sizes)
             outputs.append(out)
             last.append(h)
         x = outputs[0] if directions == 1 else torch.cat(outputs, -1)
     return x, torch.stack(last)
 
 
-def _runs_cells(*tensors) -> bool:
-    """Whether nn.GRU keeps its cells (Note [Whole GRU layers]): when autograd records
-    the step, or in a trace, where XLA runs the unrolled cells of the medium zoo GRU
-    classifier's inference in 0.9x the time of its layers' loops (the batch shrinks
-    with the packed sequence's steps, and no loop runs between them)."""
-    return context.trace is not None or (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+def _runs_cells(dtype, hx) -> bool:
+    """Whether nn.GRU keeps its cells (Note [Whole GRU layers])."""
+    return context.trace is not None or dtype not in _GRU_LAYER_DTYPES or hx.dtype != dtype
 
 
 def gru_whole_layers(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
     """aten::gru.input on our device, at its autograd key and below it (under inference
     mode): Note [Whole GRU layers]."""
-    if (input.dim() != 3 or input.dtype not in _GRU_LAYER_DTYPES or hx.dtype != input.dtype
-            or _runs_cells(input, hx, *params)):
+    if input.dim() != 3 or _runs_cells(input.dtype, hx):
         return decompose(torch.ops.aten.gru.input, (input, hx, params, has_biases, num_layers, dropout, train,
                                                     bidirectional, batch_first), {})
     x = input.transpose(0, 1) if batch_first else input
@@ -156,8 +194,7 @@ def gru_whole_layers(input, hx, params, has_biases, num_layers, dropout, train, 
 
 def gru_whole_layers_packed(data, batch_sizes, hx, params, has_biases, num_layers, dropout, train, bidirectional):
     """aten::gru.data (a packed sequence) on our device, as gru_whole_layers."""
-    if (data.dim() != 2 or data.dtype not in _GRU_LAYER_DTYPES or hx.dtype != data.dtype
-            or batch_sizes.device.type != "cpu" or _runs_cells(data, hx, *params)):
+    if data.dim() != 2 or batch_sizes.device.type != "cpu" or _runs_cells(data.dtype, hx):
         return decompose(torch.ops.aten.gru.data, (data, batch_sizes, hx, params, has_biases, num_layers, dropout,
                                                    train, bidirectional), {})
     with torch._C._DisableTorchDispatch():
