@@ -266,8 +266,8 @@ def lower_mkldnn_rnn_layer_backward(input, weight1, weight2, weight3, weight4, h
 
 
 # ------------------------------------------------------------------ whole GRU layers
-# nn.GRU's layers when no gradient is recorded (Note [Whole GRU layers] in
-# runtime/supported/rnn.py): one scan over time whose step is the fused cell above.
+# nn.GRU's layers in eager mode (Note [Whole GRU layers] in runtime/supported/rnn.py):
+# one scan over time whose step is the fused cell above, and its vjp.
 
 
 def _packed_positions(batch_sizes):

@@ -195,6 +195,10 @@ def gru_layer_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, re
     width = hx.shape[-1]
     if input.ndim != (2 if batch_sizes else 3):
         raise RuntimeError(f"gru: input must have {2 if batch_sizes else 3} dimensions, got {input.ndim}")
+    if batch_sizes and (input.shape[0] != sum(batch_sizes) or list(batch_sizes) != sorted(batch_sizes, reverse=True)
+                        or batch_sizes[-1] < 1):
+        raise RuntimeError(f"gru: batch_sizes {list(batch_sizes)} do not describe a packed sequence of "
+                           f"{input.shape[0]} rows (positive, non-increasing, summing to the rows)")
     batch = batch_sizes[0] if batch_sizes else input.shape[1]
     expected = {"weight_ih": (weight_ih, (GRU_GATES * width, input.shape[-1])),
                 "weight_hh": (weight_hh, (GRU_GATES * width, width)), "hx": (hx, (batch, width))}

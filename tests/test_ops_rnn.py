@@ -792,6 +792,17 @@ def test_bad_sizes_raise_like_cpu(kind, case):
     assert str(got.value) == str(expected.value)
 
 
+@pytest.mark.parametrize("sizes", [[2, 2], [1, 2, 2], [2, 2, 2]])
+def test_gru_rejects_batch_sizes_that_do_not_describe_the_packed_rows(sizes):
+    # PyTorch CPU reads past or short of its data with these (its output for [1, 2, 2]
+    # has 6 rows from 5); the whole layer names the problem instead.
+    model = torch.nn.GRU(IN, H)
+    params = [xla(p.detach()) for p in model._flat_weights]
+    with torch.no_grad(), pytest.raises(RuntimeError, match=r"batch_sizes .* do not describe a packed sequence of 5"):
+        torch._VF.gru(xla(torch.randn(5, IN)), torch.tensor(sizes), xla(torch.zeros(1, 2, H)), params, True, 1, 0.0,
+                      False, False)
+
+
 def test_pack_padded_sequence_errors_like_cpu():
     x = torch.randn(T, B, IN)
     bad = [

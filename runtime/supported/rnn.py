@@ -122,12 +122,12 @@ def _gru_cells(x, w_ih, w_hh, b_ih, b_hh, h0, reverse, batch_sizes):
     """One GRU layer and direction as its cells, step by step, as PyTorch decomposes it:
     (output, last hidden state). Packed: step t holds the first batch_sizes[t] rows."""
     gates = torch.nn.functional.linear(x, w_ih)
-    steps = batch_sizes or (1,) * x.size(0)
-    starts = np.cumsum((0,) + tuple(steps))
-    h, outputs = h0, [None] * len(steps)
-    for t in reversed(range(len(steps))) if reverse else range(len(steps)):
+    steps = len(batch_sizes) if batch_sizes else x.size(0)
+    starts = np.cumsum((0,) + tuple(batch_sizes)).tolist()  # of each step's packed rows
+    h, outputs = h0, [None] * steps
+    for t in reversed(range(steps)) if reverse else range(steps):
         rows = batch_sizes[t] if batch_sizes else h0.size(0)
-        step_gates = gates[int(starts[t]):int(starts[t + 1])] if batch_sizes else gates[t]
+        step_gates = gates[starts[t]:starts[t + 1]] if batch_sizes else gates[t]
         state = h[:rows] if batch_sizes else h
         new, _ = torch.ops.aten._thnn_fused_gru_cell(step_gates, torch.nn.functional.linear(state, w_hh), state,
                                                      b_ih, b_hh)
