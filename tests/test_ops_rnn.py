@@ -10,7 +10,8 @@ parameters after an SGD step, eagerly and in one compiled program, in float64 (t
 and float32. Also: packed sequences, dropout between layers, the multi-step compiled
 loop (compiled once, then replayed), torch.compile, and the errors. A float32 or
 bfloat16 nn.LSTM runs whole layers instead (mkldnn_rnn_layer, checked against
-oneDNN's CPU kernel), whose modules are checked the same way.
+oneDNN's CPU kernel), and so does a float32 or float64 nn.GRU in eager mode (gru_layer);
+their modules are checked the same way.
 """
 
 from __future__ import annotations
