@@ -265,9 +265,10 @@ def lower_mkldnn_rnn_layer_backward(input, weight1, weight2, weight3, weight4, h
     return d_x, d_w_ih, d_w_hh, d_bias, d_bias, d_h.reshape(hx_.shape), d_c.reshape(cx_tmp.shape)
 
 
-# ------------------------------------------------------------------ whole GRU layers
-# nn.GRU's layers in eager mode (Note [Whole GRU layers] in runtime/supported/rnn.py):
-# one scan over time whose step is the fused cell above, and its vjp.
+# ------------------------------------------------------------------ whole layers in eager mode
+# nn.GRU's layers, and nn.LSTM's over packed sequences, in eager mode (Note [Whole GRU
+# layers] in runtime/supported/rnn.py): one scan over time of the fused cell's formula,
+# masked where a packed sequence has ended, and its vjp.
 
 
 def _packed_positions(batch_sizes):
@@ -281,31 +282,64 @@ def _packed_positions(batch_sizes):
     return rows, running
 
 
-def lower_gru_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes):
-    return _gru_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes, SCAN_UNROLL)
-
-
-def _gru_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes, unroll):
-    width = hx.shape[-1]
+def _masked_layer(cell, input, weight_ih, state, reverse, batch_sizes, unroll):
+    """A recurrent layer over a time-major or packed input: `cell(state, input_gates)`
+    gives the next state, whose first element is the step's output. A packed sequence
+    that has ended keeps its state. Returns (outputs, last state)."""
     x = input
     if batch_sizes:
         rows, running = _packed_positions(batch_sizes)
         x = jnp.concatenate([input, jnp.zeros((1, input.shape[1]), input.dtype)])[rows]  # (steps, batch, features)
     input_gates = jnp.einsum("tbi,gi->tbg", x, weight_ih)
-    weight_hh_t = weight_hh.T  # transposed outside the loop, as in _lstm_layer
 
-    def step(h, inputs):
+    def step(state, inputs):
         gates, keep = inputs
-        hy, _ = lower__thnn_fused_gru_cell(gates, h @ weight_hh_t, h, bias_ih, bias_hh)
-        if keep is not None:  # a sequence that has ended keeps its last state
-            hy = jnp.where(keep[:, None], hy, h)
-        return hy, hy
+        new = cell(state, gates)
+        if keep is not None:
+            new = tuple(jnp.where(keep[:, None], n, old) for n, old in zip(new, state))
+        return new, new[0]
 
     keep = jnp.asarray(running) if batch_sizes else None
-    h, outputs = lax.scan(step, hx, (input_gates, keep), reverse=reverse, unroll=unroll)
+    state, outputs = lax.scan(step, state, (input_gates, keep), reverse=reverse, unroll=unroll)
     if batch_sizes:
-        outputs = outputs.reshape(-1, width)[np.flatnonzero(running.reshape(-1))]
-    return outputs, h.reshape(hx.shape)
+        outputs = outputs.reshape(-1, outputs.shape[-1])[np.flatnonzero(running.reshape(-1))]
+    return outputs, state
+
+
+def _gru_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes, unroll):
+    weight_hh_t = weight_hh.T  # transposed outside the loop, as in _lstm_layer
+
+    def cell(state, gates):
+        h, = state
+        return lower__thnn_fused_gru_cell(gates, h @ weight_hh_t, h, bias_ih, bias_hh)[:1]
+
+    outputs, (h,) = _masked_layer(cell, input, weight_ih, (hx,), reverse, batch_sizes, unroll)
+    return outputs, h
+
+
+def _packed_lstm_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx, reverse, batch_sizes, unroll):
+    weight_hh_t = weight_hh.T
+
+    def cell(state, gates):
+        h, c = state
+        hy, cy, _ = lower__thnn_fused_lstm_cell(gates, h @ weight_hh_t, c, bias_ih, bias_hh)
+        return hy, cy
+
+    outputs, (h, c) = _masked_layer(cell, input, weight_ih, (hx, cx), reverse, batch_sizes, unroll)
+    return outputs, h, c
+
+
+def _vjp(layer, primals, biases, cotangents):
+    """The gradients of a layer in its operands, those of absent biases None; the layer
+    takes the operands with the biases last."""
+    biased = biases[0] is not None
+    _, vjp = jax.vjp(lambda *a: layer(*a) if biased else layer(*a, None, None), *primals, *(biases if biased else ()))
+    grads = vjp(cotangents)
+    return grads[:len(primals)], grads[len(primals):] if biased else (None, None)
+
+
+def lower_gru_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes):
+    return _gru_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes, SCAN_UNROLL)
 
 
 def lower_gru_layer_backward(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, grad_output, grad_hy, reverse,
@@ -313,14 +347,27 @@ def lower_gru_layer_backward(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, 
     """The vjp of lower_gru_layer: its forward loop again, then the reverse loop, neither
     unrolled (Note [Unrolled recurrent scans]: the medium GRU layer's backward took 25.9
     ms not unrolled, 24-25 ms by 8 and 27 ms by 32, compiling in 0.5, 1.4 and 5.7 s)."""
-    biased = bias_ih is not None
+    def layer(x, w_ih, w_hh, h, b_ih, b_hh):
+        return _gru_layer(x, w_ih, w_hh, b_ih, b_hh, h, reverse, batch_sizes, 1)
 
-    def layer(x, w_ih, w_hh, h, *biases):
-        return _gru_layer(x, w_ih, w_hh, *(biases if biased else (None, None)), h, reverse, batch_sizes, 1)
-
-    primals = (input, weight_ih, weight_hh, hx) + ((bias_ih, bias_hh) if biased else ())
-    _, vjp = jax.vjp(layer, *primals)
-    grads = vjp((grad_output.astype(input.dtype), grad_hy.astype(hx.dtype)))
-    d_x, d_w_ih, d_w_hh, d_h = grads[:4]
-    d_b_ih, d_b_hh = grads[4:] if biased else (None, None)
+    (d_x, d_w_ih, d_w_hh, d_h), (d_b_ih, d_b_hh) = _vjp(
+        layer, (input, weight_ih, weight_hh, hx), (bias_ih, bias_hh),
+        (grad_output.astype(input.dtype), grad_hy.astype(hx.dtype)))
     return d_x, d_w_ih, d_w_hh, d_b_ih, d_b_hh, d_h
+
+
+def lower_lstm_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx, reverse, batch_sizes):
+    return _packed_lstm_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx, reverse, batch_sizes,
+                              SCAN_UNROLL)
+
+
+def lower_lstm_layer_backward(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx, grad_output, grad_hy, grad_cy,
+                              reverse, batch_sizes):
+    """The vjp of lower_lstm_layer, as lower_gru_layer_backward."""
+    def layer(x, w_ih, w_hh, h, c, b_ih, b_hh):
+        return _packed_lstm_layer(x, w_ih, w_hh, b_ih, b_hh, h, c, reverse, batch_sizes, 1)
+
+    (d_x, d_w_ih, d_w_hh, d_h, d_c), (d_b_ih, d_b_hh) = _vjp(
+        layer, (input, weight_ih, weight_hh, hx, cx), (bias_ih, bias_hh),
+        (grad_output.astype(input.dtype), grad_hy.astype(hx.dtype), grad_cy.astype(cx.dtype)))
+    return d_x, d_w_ih, d_w_hh, d_b_ih, d_b_hh, d_h, d_c

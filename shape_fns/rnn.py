@@ -189,37 +189,55 @@ def pack_padded_rows_output_shape(input, lengths, batch_first):
     return TensorMeta((rows,) + tuple(input.shape[2:]), input.dtype)
 
 
-def gru_layer_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes):
-    """One GRU layer's outputs (time-major, or packed when batch_sizes is not empty) and
-    last hidden state; the sizes nn.GRU checks before calling aten::gru."""
-    width = hx.shape[-1]
+def _layer_output_shapes(gates, input, weight_ih, weight_hh, biases, states, batch_sizes):
+    """A whole layer's outputs (time-major, or packed when batch_sizes is not empty) and
+    last states (hidden, then cell); the sizes nn.GRU and nn.LSTM check before calling
+    aten::gru and aten::lstm, and the packed sequence's batch sizes."""
+    width = states[0].shape[-1]
     if input.ndim != (2 if batch_sizes else 3):
-        raise RuntimeError(f"gru: input must have {2 if batch_sizes else 3} dimensions, got {input.ndim}")
+        raise RuntimeError(f"rnn layer: input must have {2 if batch_sizes else 3} dimensions, got {input.ndim}")
     if batch_sizes and (input.shape[0] != sum(batch_sizes) or list(batch_sizes) != sorted(batch_sizes, reverse=True)
                         or batch_sizes[-1] < 1):
-        raise RuntimeError(f"gru: batch_sizes {list(batch_sizes)} do not describe a packed sequence of "
+        raise RuntimeError(f"rnn layer: batch_sizes {list(batch_sizes)} do not describe a packed sequence of "
                            f"{input.shape[0]} rows (positive, non-increasing, summing to the rows)")
     batch = batch_sizes[0] if batch_sizes else input.shape[1]
-    expected = {"weight_ih": (weight_ih, (GRU_GATES * width, input.shape[-1])),
-                "weight_hh": (weight_hh, (GRU_GATES * width, width)), "hx": (hx, (batch, width))}
-    for name, (t, shape) in expected.items():
+    expected = [("weight_ih", weight_ih, (gates * width, input.shape[-1])),
+                ("weight_hh", weight_hh, (gates * width, width))]
+    expected += [("bias", b, (gates * width,)) for b in biases if b is not None]
+    expected += [("state", t, (batch, width)) for t in states]
+    for name, t, shape in expected:
         if tuple(t.shape) != shape:
-            raise RuntimeError(f"gru: {name} has shape {list(t.shape)}, expected {list(shape)}")
-    for b in (bias_ih, bias_hh):
-        if b is not None and tuple(b.shape) != (GRU_GATES * width,):
-            raise RuntimeError(f"gru: a bias has shape {list(b.shape)}, expected [{GRU_GATES * width}]")
-    return TensorMeta(tuple(input.shape[:-1]) + (width,), input.dtype), TensorMeta(tuple(hx.shape), hx.dtype)
+            raise RuntimeError(f"rnn layer: {name} has shape {list(t.shape)}, expected {list(shape)}")
+    return (TensorMeta(tuple(input.shape[:-1]) + (width,), input.dtype),
+            *(TensorMeta(tuple(t.shape), t.dtype) for t in states))
+
+
+def _gradient_shapes(outputs, grads, operands):
+    for grad, expected in zip(grads, outputs):
+        if tuple(grad.shape) != expected.shape:
+            raise RuntimeError(f"rnn layer: a gradient has shape {list(grad.shape)}, expected {list(expected.shape)}")
+    return tuple(None if t is None else TensorMeta(tuple(t.shape), t.dtype) for t in operands)
+
+
+def gru_layer_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes):
+    return _layer_output_shapes(GRU_GATES, input, weight_ih, weight_hh, (bias_ih, bias_hh), (hx,), batch_sizes)
 
 
 def gru_layer_backward_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, grad_output, grad_hy,
                                    reverse, batch_sizes):
-    """The gradients of gru_layer's operands: each of its operand's shape."""
-    output, h = gru_layer_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes)
-    for name, grad, expected in (("grad_output", grad_output, output), ("grad_hy", grad_hy, h)):
-        if tuple(grad.shape) != expected.shape:
-            raise RuntimeError(f"gru: {name} has shape {list(grad.shape)}, expected {list(expected.shape)}")
-    return tuple(None if t is None else TensorMeta(tuple(t.shape), t.dtype)
-                 for t in (input, weight_ih, weight_hh, bias_ih, bias_hh, hx))
+    outputs = gru_layer_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes)
+    return _gradient_shapes(outputs, (grad_output, grad_hy), (input, weight_ih, weight_hh, bias_ih, bias_hh, hx))
+
+
+def lstm_layer_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx, reverse, batch_sizes):
+    return _layer_output_shapes(LSTM_GATES, input, weight_ih, weight_hh, (bias_ih, bias_hh), (hx, cx), batch_sizes)
+
+
+def lstm_layer_backward_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx, grad_output, grad_hy,
+                                    grad_cy, reverse, batch_sizes):
+    outputs = lstm_layer_output_shape(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx, reverse, batch_sizes)
+    return _gradient_shapes(outputs, (grad_output, grad_hy, grad_cy),
+                            (input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx))
 
 
 # ------------------------------------------------------------------ whole LSTM layers

@@ -10,8 +10,8 @@ parameters after an SGD step, eagerly and in one compiled program, in float64 (t
 and float32. Also: packed sequences, dropout between layers, the multi-step compiled
 loop (compiled once, then replayed), torch.compile, and the errors. A float32 or
 bfloat16 nn.LSTM runs whole layers instead (mkldnn_rnn_layer, checked against
-oneDNN's CPU kernel), and so does a float32 or float64 nn.GRU in eager mode (gru_layer);
-their modules are checked the same way.
+oneDNN's CPU kernel), and so do a float32 or float64 nn.GRU in eager mode (gru_layer)
+and nn.LSTM over a packed sequence (lstm_layer); their modules are checked the same way.
 """
 
 from __future__ import annotations
@@ -508,38 +508,41 @@ GRU_LAYER_CASES = [
 ]
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("kind, packed", [("gru", False), ("gru", True), ("lstm", True)])
 @pytest.mark.parametrize("grad_mode", ["grad", "no_grad", "inference_mode"])
 @pytest.mark.parametrize("case", GRU_LAYER_CASES, ids=["one-layer", "bidirectional-batch-first", "no-bias-float64"])
-def test_gru_runs_whole_layers_in_eager_mode(case, grad_mode, packed):
-    # Note [Whole GRU layers]: one gru_layer node per layer and direction, and one
-    # gru_layer_backward in training, instead of a cell per step; packed sequences of
-    # several lengths (enforce_sorted=False reorders them) end at their own steps.
+def test_whole_layers_in_eager_mode(kind, case, grad_mode, packed):
+    # Note [Whole GRU layers]: one gru_layer (or, over a packed sequence, lstm_layer) node
+    # per layer and direction, and its backward node in training, instead of a cell per
+    # step; packed sequences of several lengths (enforce_sorted=False reorders them) end
+    # at their own steps.
     layers, bidirectional, batch_first, bias, dtype = case
     torch.manual_seed(0)
-    ref = torch.nn.GRU(IN, H, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first,
-                       bias=bias).to(dtype)
+    cls = torch.nn.GRU if kind == "gru" else torch.nn.LSTM
+    ref = cls(IN, H, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias).to(dtype)
     ours = xnf.to_xla(copy.deepcopy(ref))
     x = torch.randn(B, T, IN, dtype=dtype) if batch_first else torch.randn(T, B, IN, dtype=dtype)
     h0 = torch.randn(layers * (2 if bidirectional else 1), B, H, dtype=dtype)
+    c0 = torch.randn(h0.shape, dtype=dtype)
     lengths = [T - 2, T, 1] + [T - 1] * (B - 3)
 
-    def run(model, x, h0):
-        x, h0 = x.requires_grad_(grad_mode == "grad"), h0.requires_grad_(grad_mode == "grad")
+    def run(model, x, h0, c0):
+        x, h0, c0 = (t.requires_grad_(grad_mode == "grad") for t in (x, h0, c0))
         inp = pack_padded_sequence(x, lengths, batch_first=batch_first, enforce_sorted=False) if packed else x
         context = {"grad": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}
         with context[grad_mode]():
-            out, h = model(inp, h0)
+            out, state = model(inp, h0 if kind == "gru" else (h0, c0))
         out = out.data if packed else out
+        states = (state,) if kind == "gru" else state
         if grad_mode == "grad":
-            (out.sin().sum() + (2 * h).cos().sum()).backward()
-        return out, h, x.grad, h0.grad
+            (out.sin().sum() + sum(((k + 2) * s).cos().sum() for k, s in enumerate(states))).backward()
+        return out, *states, x.grad, h0.grad, c0.grad
 
     xnf.metrics.reset()
-    got = run(ours, xla(x), xnf.to_xla(h0))
-    assert xnf.metrics.counter_value("aten::_thnn_fused_gru_cell") == 0
-    assert xnf.metrics.counter_value("aten::_thnn_fused_gru_cell_backward") == 0
-    expected = run(ref, x.clone(), h0.clone())
+    got = run(ours, xla(x), xnf.to_xla(h0), xnf.to_xla(c0))
+    for op in (f"_thnn_fused_{kind}_cell", f"_thnn_fused_{kind}_cell_backward", "mkldnn_rnn_layer"):
+        assert xnf.metrics.counter_value(f"aten::{op}") == 0, op
+    expected = run(ref, x.clone(), h0.clone(), c0.clone())
     tol = F32 if dtype == torch.float32 else {}
     for a, b in zip(got, expected):
         torch.testing.assert_close(cpu(a), None if b is None else b.detach(), **tol)
@@ -547,26 +550,27 @@ def test_gru_runs_whole_layers_in_eager_mode(case, grad_mode, packed):
         torch.testing.assert_close(cpu(a.grad), b.grad, **tol)
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
-def test_gru_double_backward_recomputes_with_the_cells(packed):
+@pytest.mark.parametrize("kind, packed", [("gru", False), ("gru", True), ("lstm", True)])
+def test_whole_layer_double_backward_recomputes_with_the_cells(kind, packed):
     # Note [Whole GRU layers]: a recorded backward (create_graph) differentiates the
     # cells again, so a gradient penalty's second derivative matches PyTorch CPU.
     torch.manual_seed(0)
-    ref = torch.nn.GRU(IN, H, num_layers=2, bidirectional=True).double()
+    ref = (torch.nn.GRU if kind == "gru" else torch.nn.LSTM)(IN, H, num_layers=2, bidirectional=True).double()
     ours = xnf.to_xla(copy.deepcopy(ref))
     x = torch.randn(T, B, IN, dtype=torch.double)
 
     def penalty(model, x):
         x = x.requires_grad_()
         inp = pack_padded_sequence(x, [T, T - 1, 1], enforce_sorted=False) if packed else x
-        out, h = model(inp)
+        out, state = model(inp)
+        h = state if kind == "gru" else state[0]
         first, = torch.autograd.grad((out.data if packed else out).sin().sum() + h.sum(), x, create_graph=True)
         (first ** 2).sum().backward()
         return first.detach(), x.grad
 
     xnf.metrics.reset()
     got = penalty(ours, xla(x))
-    assert xnf.metrics.counter_value("aten::_thnn_fused_gru_cell") > 0  # the recorded backward's recomputation
+    assert xnf.metrics.counter_value(f"aten::_thnn_fused_{kind}_cell") > 0  # the recorded backward's recomputation
     expected = penalty(ref, x.clone())
     for a, b in zip(got, expected):
         torch.testing.assert_close(cpu(a), b)
