@@ -266,9 +266,9 @@ def lower_mkldnn_rnn_layer_backward(input, weight1, weight2, weight3, weight4, h
 
 
 # ------------------------------------------------------------------ whole layers in eager mode
-# nn.GRU's layers, and nn.LSTM's over packed sequences, in eager mode (Note [Whole GRU
-# layers] in runtime/supported/rnn.py): one scan over time of the fused cell's formula,
-# masked where a packed sequence has ended, and its vjp.
+# nn.GRU's layers, and nn.LSTM's over packed sequences, in eager mode (Note [Whole
+# recurrent layers in eager mode] in runtime/supported/rnn.py): one scan over time of the
+# fused cell's formula, masked where a packed sequence has ended, and its vjp.
 
 
 def _packed_positions(batch_sizes):

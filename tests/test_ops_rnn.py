@@ -512,7 +512,7 @@ GRU_LAYER_CASES = [
 @pytest.mark.parametrize("grad_mode", ["grad", "no_grad", "inference_mode"])
 @pytest.mark.parametrize("case", GRU_LAYER_CASES, ids=["one-layer", "bidirectional-batch-first", "no-bias-float64"])
 def test_whole_layers_in_eager_mode(kind, case, grad_mode, packed):
-    # Note [Whole GRU layers]: one gru_layer (or, over a packed sequence, lstm_layer) node
+    # Note [Whole recurrent layers in eager mode]: one gru_layer (or, over a packed sequence, lstm_layer) node
     # per layer and direction, and its backward node in training, instead of a cell per
     # step; packed sequences of several lengths (enforce_sorted=False reorders them) end
     # at their own steps.
@@ -552,7 +552,7 @@ def test_whole_layers_in_eager_mode(kind, case, grad_mode, packed):
 
 @pytest.mark.parametrize("kind, packed", [("gru", False), ("gru", True), ("lstm", True)])
 def test_whole_layer_double_backward_recomputes_with_the_cells(kind, packed):
-    # Note [Whole GRU layers]: a recorded backward (create_graph) differentiates the
+    # Note [Whole recurrent layers in eager mode]: a recorded backward (create_graph) differentiates the
     # cells again, so a gradient penalty's second derivative matches PyTorch CPU.
     torch.manual_seed(0)
     ref = (torch.nn.GRU if kind == "gru" else torch.nn.LSTM)(IN, H, num_layers=2, bidirectional=True).double()
@@ -579,7 +579,7 @@ def test_whole_layer_double_backward_recomputes_with_the_cells(kind, packed):
 
 
 def test_gru_keeps_its_cells_in_a_trace_and_for_half_precision():
-    # Note [Whole GRU layers]: compile() traces the cells, which XLA runs faster there;
+    # Note [Whole recurrent layers in eager mode]: compile() traces the cells, which XLA runs faster there;
     # float16 cells round every product, which one layer op would not.
     torch.manual_seed(0)
     ref = torch.nn.GRU(IN, H).eval()

@@ -3,7 +3,7 @@ output's shape, and the `batch_sizes` it returns on the CPU, come from the value
 `lengths`, a CPU tensor PyTorch requires, so they are read on the host; the rows are
 gathered on our device by one node (pack_padded_rows), in eager mode and while tracing.
 nn.LSTM's layers run whole (Note [Whole LSTM layers]), and so do nn.GRU's, and nn.LSTM's
-over packed sequences, in eager mode (Note [Whole GRU layers])."""
+over packed sequences, in eager mode (Note [Whole recurrent layers in eager mode])."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ _LIBRARY: list[torch.library.Library] = []
 
 def install_whole_rnn_layers() -> None:
     """Run nn.LSTM's and nn.GRU's layers whole on our device (Note [Whole LSTM layers],
-    Note [Whole GRU layers])."""
+    Note [Whole recurrent layers in eager mode])."""
     if not _LIBRARY:
         lib = torch.library.Library("aten", "IMPL")
         for op, kernel in ((torch.ops.aten.lstm.input, lstm_whole_layers),
@@ -99,7 +99,7 @@ def lstm_whole_layers(input, hx, params, has_biases, num_layers, dropout, train,
     return x.transpose(0, 1) if batch_first else x, torch.stack(last_h), torch.stack(last_c)
 
 
-# Note [Whole GRU layers]
+# Note [Whole recurrent layers in eager mode]
 # nn.GRU calls aten::gru, which PyTorch decomposes above every backend into its cells:
 # on our device one `_thnn_fused_gru_cell` per step, each a few eager ops (and its
 # backward op per step in training), and with a packed sequence (the batch shrinking as
@@ -147,7 +147,7 @@ def _cells(kind, x, w_ih, w_hh, b_ih, b_hh, *state, reverse, batch_sizes):
 
 class _WholeLayer(torch.autograd.Function):
     """A `gru_layer` or `lstm_layer` node, with its backward node as its derivative
-    (Note [Whole GRU layers])."""
+    (Note [Whole recurrent layers in eager mode])."""
 
     @staticmethod
     def forward(ctx, kind, reverse, batch_sizes, *operands):
@@ -192,13 +192,13 @@ def _whole_layers(kind, x, batch_sizes, states, params, has_biases, num_layers, 
 
 def _runs_cells(dtype, states) -> bool:
     """Whether nn.GRU, or nn.LSTM over a packed sequence, keeps its cells (Note [Whole
-    GRU layers])."""
+    recurrent layers in eager mode])."""
     return context.trace is not None or dtype not in _LAYER_DTYPES or any(s.dtype != dtype for s in states)
 
 
 def gru_whole_layers(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
     """aten::gru.input on our device, at its autograd key and below it (under inference
-    mode): Note [Whole GRU layers]."""
+    mode): Note [Whole recurrent layers in eager mode]."""
     if input.dim() != 3 or _runs_cells(input.dtype, (hx,)):
         return decompose(torch.ops.aten.gru.input, (input, hx, params, has_biases, num_layers, dropout, train,
                                                     bidirectional, batch_first), {})
