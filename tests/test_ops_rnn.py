@@ -775,7 +775,8 @@ def test_mkldnn_rnn_layer_errors():
 # ------------------------------------------------------------------------ bad input
 
 
-@pytest.mark.parametrize("case", ["input_size", "hidden_size", "hidden_batch", "cell_input", "cell_hidden"])
+@pytest.mark.parametrize("case", ["input_size", "hidden_size", "hidden_batch", "cell_input", "cell_hidden",
+                                  "empty_sequence"])
 @pytest.mark.parametrize("kind", ["lstm", "gru"])
 def test_bad_sizes_raise_like_cpu(kind, case):
     torch.manual_seed(0)
@@ -786,7 +787,7 @@ def test_bad_sizes_raise_like_cpu(kind, case):
         state = (h, h.clone()) if kind == "lstm" else h
     else:
         model = (torch.nn.LSTM if kind == "lstm" else torch.nn.GRU)(IN, H)
-        x = torch.randn(T, B, IN + 1 if case == "input_size" else IN)
+        x = torch.randn(0 if case == "empty_sequence" else T, B, IN + 1 if case == "input_size" else IN)
         h = torch.randn(1, B + (case == "hidden_batch"), H + (case == "hidden_size"))
         state = (h, h.clone()) if kind == "lstm" else h
     ours = xnf.to_xla(copy.deepcopy(model))

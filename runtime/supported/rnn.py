@@ -70,6 +70,14 @@ def install_whole_rnn_layers() -> None:
         _LIBRARY.append(lib)
 
 
+def _time_major(input, batch_first):
+    """The (time, batch, features) input of a layer, with PyTorch's check of its length."""
+    x = input.transpose(0, 1) if batch_first else input
+    if x.size(0) == 0:
+        raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
+    return x
+
+
 def lstm_whole_layers(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
     """aten::lstm.input on our device (Note [Whole LSTM layers])."""
     h0, c0 = hx
@@ -78,7 +86,7 @@ def lstm_whole_layers(input, hx, params, has_biases, num_layers, dropout, train,
                                                      bidirectional, batch_first), {})
     directions = 2 if bidirectional else 1
     per_layer = 4 if has_biases else 2
-    x = input.transpose(0, 1) if batch_first else input
+    x = _time_major(input, batch_first)
     last_h, last_c = [], []
     for layer in range(num_layers):
         if layer and dropout and train:
@@ -202,7 +210,7 @@ def gru_whole_layers(input, hx, params, has_biases, num_layers, dropout, train, 
     if input.dim() != 3 or _runs_cells(input.dtype, (hx,)):
         return decompose(torch.ops.aten.gru.input, (input, hx, params, has_biases, num_layers, dropout, train,
                                                     bidirectional, batch_first), {})
-    x = input.transpose(0, 1) if batch_first else input
+    x = _time_major(input, batch_first)
     out, h = _whole_layers("gru", x, (), (hx,), params, has_biases, num_layers, dropout, train, bidirectional)
     return out.transpose(0, 1) if batch_first else out, h
 
