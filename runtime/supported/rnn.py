@@ -84,27 +84,38 @@ def lstm_whole_layers(input, hx, params, has_biases, num_layers, dropout, train,
     if input.dim() != 3 or not lstm_runs_whole_layers(input.dtype, h0.size(2), c0.size(2)):
         return decompose(torch.ops.aten.lstm.input, (input, hx, params, has_biases, num_layers, dropout, train,
                                                      bidirectional, batch_first), {})
+
+    def layer(x, k, w_ih, w_hh, biases, reverse):
+        if not has_biases:  # the layer op adds two biases, read only when has_biases
+            biases = [w_ih.new_zeros(w_ih.size(0))] * 2
+        out, h, c, _ = torch.ops.aten.mkldnn_rnn_layer(x, w_ih, w_hh, *biases, h0[k], c0[k], reverse, [], ONEDNN_LSTM,
+                                                       h0.size(2), 1, has_biases, False, False, train)
+        return out, h, c
+
+    out, h, c = _stacked_layers(layer, _time_major(input, batch_first), params, has_biases, num_layers, dropout,
+                                train, bidirectional)
+    return out.transpose(0, 1) if batch_first else out, h, c
+
+
+def _stacked_layers(layer, x, params, has_biases, num_layers, dropout, train, bidirectional):
+    """A recurrent module's layers, each direction's by `layer(x, k, w_ih, w_hh, biases,
+    reverse)` -> (output, *last states), k counting layers and directions; dropout
+    between layers in training: (output, *last states stacked)."""
     directions = 2 if bidirectional else 1
     per_layer = 4 if has_biases else 2
-    x = _time_major(input, batch_first)
-    last_h, last_c = [], []
-    for layer in range(num_layers):
-        if layer and dropout and train:
+    last = []
+    for n in range(num_layers):
+        if n and dropout and train:
             x = torch.nn.functional.dropout(x, dropout, training=True)
         outputs = []
         for direction in range(directions):
-            k = layer * directions + direction
+            k = n * directions + direction
             w_ih, w_hh, *biases = params[k * per_layer:(k + 1) * per_layer]
-            if not has_biases:  # the layer op adds two biases, read only when has_biases
-                biases = [w_ih.new_zeros(w_ih.size(0))] * 2
-            out, h, c, _ = torch.ops.aten.mkldnn_rnn_layer(
-                x, w_ih, w_hh, *biases, h0[k], c0[k], direction == 1, [], ONEDNN_LSTM, h0.size(2), 1,
-                has_biases, False, False, train)
+            out, *states = layer(x, k, w_ih, w_hh, biases, direction == 1)
             outputs.append(out)
-            last_h.append(h)
-            last_c.append(c)
+            last.append(states)
         x = outputs[0] if directions == 1 else torch.cat(outputs, -1)
-    return x.transpose(0, 1) if batch_first else x, torch.stack(last_h), torch.stack(last_c)
+    return x, *(torch.stack(s) for s in zip(*last))
 
 
 # Note [Whole recurrent layers in eager mode]
@@ -116,7 +127,7 @@ def lstm_whole_layers(input, hx, params, has_biases, num_layers, dropout, train,
 # PyTorch CPU, with 170 executables, and 0.4 s per SGD step, with 448. In eager mode
 # each layer and direction runs instead as one `gru_layer` node, a loop over time of the
 # same fused cell (lowerings/rnn.py), masked where a packed sequence has ended; in
-# training, through `_GRULayer`, an autograd.Function whose backward is one
+# training, through `_WholeLayer`, an autograd.Function whose backward is one
 # `gru_layer_backward` node (the loop's vjp): 15 ms inference and a 98 ms SGD step
 # (1.5x PyTorch), 17 and 180 executables. A backward that is itself recorded
 # (create_graph=True, for a double backward) recomputes the layer with the cells
@@ -178,24 +189,14 @@ class _WholeLayer(torch.autograd.Function):
 
 
 def _whole_layers(kind, x, batch_sizes, states, params, has_biases, num_layers, dropout, train, bidirectional):
-    """nn.GRU's or nn.LSTM's layers over a time-major or packed input: the output and
-    the last states, stacked (h for a GRU; h and c for an LSTM)."""
-    directions = 2 if bidirectional else 1
-    per_layer = 4 if has_biases else 2
-    last = []
-    for layer in range(num_layers):
-        if layer and dropout and train:
-            x = torch.nn.functional.dropout(x, dropout, training=True)
-        outputs = []
-        for direction in range(directions):
-            k = layer * directions + direction
-            w_ih, w_hh, *biases = params[k * per_layer:(k + 1) * per_layer]
-            out, *state = _WholeLayer.apply(kind, direction == 1, batch_sizes, x, w_ih, w_hh,
-                                            *(biases or (None, None)), *(s[k] for s in states))
-            outputs.append(out)
-            last.append(state)
-        x = outputs[0] if directions == 1 else torch.cat(outputs, -1)
-    return x, *(torch.stack(s) for s in zip(*last))
+    """nn.GRU's or nn.LSTM's layers over a time-major or packed input, each one
+    _WholeLayer: the output and the last states, stacked (h for a GRU; h and c for an
+    LSTM)."""
+    def layer(x, k, w_ih, w_hh, biases, reverse):
+        return _WholeLayer.apply(kind, reverse, batch_sizes, x, w_ih, w_hh, *(biases or (None, None)),
+                                 *(s[k] for s in states))
+
+    return _stacked_layers(layer, x, params, has_biases, num_layers, dropout, train, bidirectional)
 
 
 def _runs_cells(dtype, states) -> bool:
