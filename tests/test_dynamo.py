@@ -121,34 +121,6 @@ def test_mlp_training_matches_torch():
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("convs,linears,library", [(3, 1, True), (1, 3, False)])
-def test_graphs_choose_library_fusions_as_compile_does(convs, linears, library, monkeypatch):
-    """Note [XLA CPU library fusions]: the forward and backward graphs of a ResNet-like
-    model get XLA CPU's reduction library fusions, a model of mostly products does not."""
-    from xla_native_functions.runtime.platform import backend
-
-    chosen = []
-
-    def record(op_counts):
-        chosen.append(backend.graph_compiler_options(op_counts))
-        return chosen[-1]
-
-    monkeypatch.setattr(dynamo, "graph_compiler_options", record)
-    torch.manual_seed(0)
-    model = nn.Sequential(
-        *[nn.Conv2d(2, 2, 3, padding=1) for _ in range(convs)],
-        nn.Flatten(1),
-        *[nn.Linear(2 * 4 * 4 if i == 0 else 8, 8) for i in range(linears)],
-    )
-    x, y = torch.randn(2, 2, 4, 4), torch.randn(2, 8)
-    ref_losses, ref_grads = train_steps(copy.deepcopy(model), x, y, steps=2)
-    our_losses, our_grads = train_steps(torch.compile(model, backend=BACKEND_NAME), x, y, steps=2)
-    torch.testing.assert_close(torch.stack(our_losses), torch.stack(ref_losses))
-    for a, b in zip(our_grads, ref_grads):
-        torch.testing.assert_close(a, b)
-    assert len(chosen) == 2 and all(bool(options) == library for options in chosen)
-
-
 def test_graphs_are_lowered_once_though_their_inputs_become_shared_arrays():
     """The first call passes parameters as NumPy views, later calls as arrays sharing
     their memory: the executable of the first call serves the later ones."""

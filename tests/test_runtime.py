@@ -1259,10 +1259,14 @@ def test_jax_caches_are_cleared_near_the_limit_of_memory_mappings(monkeypatch):
     assert "JAX caches cleared" in xnf.metrics_report()
 
 
+@pytest.mark.parametrize("frontend", ["compile", "torch.compile"])
 @pytest.mark.parametrize("convs,linears,library", [(3, 1, True), (1, 3, False), (0, 2, False)])
-def test_library_fusions_go_to_graphs_with_more_convolutions_than_products(convs, linears, library, monkeypatch):
+def test_library_fusions_go_to_graphs_with_more_convolutions_than_products(convs, linears, library, frontend,
+                                                                           monkeypatch):
     """Note [XLA CPU library fusions]: a ResNet-like graph gets them, a vision transformer's
-    (one patch convolution, many matrix products) and an MLP's do not."""
+    (one patch convolution, many matrix products) and an MLP's do not; compile()'s graphs
+    and the torch.compile backend's (forward and backward) alike."""
+    from xla_native_functions.runtime.frontends import dynamo
     from xla_native_functions.runtime.platform import backend
 
     chosen = []
@@ -1271,7 +1275,7 @@ def test_library_fusions_go_to_graphs_with_more_convolutions_than_products(convs
         chosen.append(backend.graph_compiler_options(op_counts))
         return chosen[-1]
 
-    monkeypatch.setattr(graph, "graph_compiler_options", record)
+    monkeypatch.setattr(graph if frontend == "compile" else dynamo, "graph_compiler_options", record)
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         *[torch.nn.Conv2d(2, 2, 3, padding=1) for _ in range(convs)],
@@ -1279,10 +1283,19 @@ def test_library_fusions_go_to_graphs_with_more_convolutions_than_products(convs
         *[torch.nn.Linear(2 * 4 * 4 if i == 0 else 8, 8) for i in range(linears)],
     )
     x = torch.randn(2, 2, 4, 4)
-    ours = xnf.to_xla(copy.deepcopy(model))
-    out = xnf.compile(lambda m, a: m(a))(ours, xnf.to_xla(x))
-    torch.testing.assert_close(xnf.to_torch(out), model(x), rtol=1e-5, atol=1e-5)
+    if frontend == "compile":
+        ours = xnf.to_xla(copy.deepcopy(model))
+        out = xnf.compile(lambda m, a: m(a))(ours, xnf.to_xla(x))
+        torch.testing.assert_close(xnf.to_torch(out), model(x), rtol=1e-5, atol=1e-5)
+    else:
+        torch._dynamo.reset()
+        ours = torch.compile(copy.deepcopy(model), backend="xla_native")
+        ours(x).sum().backward()
+        model(x).sum().backward()
+        for a, b in zip(ours.parameters(), model.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
     assert chosen and all(bool(options) == library for options in chosen)
+    assert len(chosen) == (1 if frontend == "compile" else 2)
 
 
 _GUARD_CALLS_OF_A_BACKWARD = """
