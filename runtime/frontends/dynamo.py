@@ -43,6 +43,7 @@ from ...shape_fns.rnn import lstm_runs_whole_layers
 from ..core.context import untraced
 from ..core.convert import (X64, cpu_to_jax, handover_copies, jax_to_cpu_handover, numpy_view, shared_array,
                             uncommitted)
+from ..core.inference import composite_implicit
 from ..core.tensor import DEVICE, XlaTensor, contiguous_strides, from_array
 from ..core.views import non_overlapping_and_dense
 from ..exec.custom_ops import register_loaded_library_ops
@@ -211,7 +212,9 @@ def decompositions() -> dict[Any, Callable]:
     logsumexp that the backward kernel AOTAutograd still calls does not expect.)"""
     from torch._decomp import core_aten_decompositions
 
-    return {op: fn for op, fn in core_aten_decompositions().items() if op not in REGISTRY}
+    # Composite operators in the registry (nn.LSTM's and nn.GRU's, which eager mode runs
+    # as whole layers: runtime/supported/rnn.py) keep PyTorch's decompositions here.
+    return {op: fn for op, fn in core_aten_decompositions().items() if op not in REGISTRY or composite_implicit(op)}
 
 
 class _InputCache:
