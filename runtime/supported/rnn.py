@@ -238,6 +238,5 @@ def lstm_whole_layers_packed(data, batch_sizes, hx, params, has_biases, num_laye
             or _runs_cells(data.dtype, hx)):
         return decompose(torch.ops.aten.lstm.data, (data, batch_sizes, hx, params, has_biases, num_layers, dropout,
                                                     train, bidirectional), {})
-    out, h, c = _whole_layers("lstm", data, _batch_sizes(batch_sizes), hx, params, has_biases, num_layers, dropout,
-                              train, bidirectional)
-    return out, h, c
+    return _whole_layers("lstm", data, _batch_sizes(batch_sizes), hx, params, has_biases, num_layers, dropout, train,
+                         bidirectional)
