@@ -151,6 +151,47 @@ def lower_pack_padded_rows(input, lengths, batch_first):
 SCAN_UNROLL = 32
 
 
+def _packed_positions(batch_sizes):
+    """For a packed sequence (rows of step t: the first batch_sizes[t] sequences), the
+    packed row of every (step, sequence) position, or the row count (a zero row) where
+    the sequence has ended; and whether each position is running."""
+    steps, batch = len(batch_sizes), batch_sizes[0]
+    running = np.arange(batch)[None, :] < np.asarray(batch_sizes)[:, None]
+    rows = np.full((steps, batch), sum(batch_sizes), np.int32)
+    rows[running] = np.arange(sum(batch_sizes), dtype=np.int32)
+    return rows, running
+
+
+def _recurrent_scan(cell, input, weight_ih, weight_hh, state, reverse, batch_sizes, unroll, input_bias=None):
+    """A recurrent layer over a time-major input, or a packed one (batch_sizes not
+    empty): `cell(state, input_gates, hidden_gates)` gives the next state, whose first
+    element (the hidden state) is the step's output and multiplies weight_hh. A packed
+    sequence that has ended keeps its state. Returns (outputs, last state)."""
+    x = input
+    if batch_sizes:
+        rows, running = _packed_positions(batch_sizes)
+        x = jnp.concatenate([input, jnp.zeros((1, input.shape[1]), input.dtype)])[rows]  # (steps, batch, features)
+    input_gates = jnp.einsum("tbi,gi->tbg", x, weight_ih)
+    if input_bias is not None:
+        input_gates = input_gates + input_bias
+    # transposed once, outside the loop: XLA's product of (batch, width) by a transposed
+    # operand inside it took 107 us a step at width 256, batch 16; by this one, 78 us
+    weight_hh_t = weight_hh.T
+
+    def step(state, inputs):
+        gates, keep = inputs
+        new = cell(state, gates, state[0] @ weight_hh_t)
+        if keep is not None:
+            new = tuple(jnp.where(keep[:, None], n, old) for n, old in zip(new, state))
+        return new, new[0]
+
+    keep = jnp.asarray(running) if batch_sizes else None
+    state, outputs = lax.scan(step, tuple(state), (input_gates, keep), reverse=reverse, unroll=unroll)
+    if batch_sizes:
+        outputs = outputs.reshape(-1, outputs.shape[-1])[np.flatnonzero(running.reshape(-1))]
+    return outputs, state
+
+
 def _activated_gates(gates):
     """The input, forget, cell and output gates' activations of (..., 4 * width)
     pre-activations."""
@@ -161,19 +202,12 @@ def _activated_gates(gates):
 
 def _lstm_layer(input, weight_ih, weight_hh, bias, hx, cx, reverse):
     """One LSTM layer over a time-major sequence: (outputs, last h, last c)."""
-    projected = jnp.einsum("tbi,gi->tbg", input, weight_ih) + bias
-    # transposed once, outside the loop: XLA's product of (batch, width) by a transposed
-    # operand inside it took 107 us a step at width 256, batch 16; by this one, 78 us
-    weight_hh_t = weight_hh.T
+    def cell(state, input_gates, hidden_gates):
+        i, f, g, o = _activated_gates(input_gates + hidden_gates)
+        c = f * state[1] + i * g
+        return o * jnp.tanh(c), c
 
-    def step(state, x_gates):
-        h, c = state
-        i, f, g, o = _activated_gates(x_gates + h @ weight_hh_t)
-        c = f * c + i * g
-        h = o * jnp.tanh(c)
-        return (h, c), h
-
-    (h, c), outputs = lax.scan(step, (hx, cx), projected, reverse=reverse, unroll=SCAN_UNROLL)
+    outputs, (h, c) = _recurrent_scan(cell, input, weight_ih, weight_hh, (hx, cx), reverse, (), SCAN_UNROLL, bias)
     return outputs, h, c
 
 
@@ -271,103 +305,54 @@ def lower_mkldnn_rnn_layer_backward(input, weight1, weight2, weight3, weight4, h
 # fused cell's formula, masked where a packed sequence has ended, and its vjp.
 
 
-def _packed_positions(batch_sizes):
-    """For a packed sequence (rows of step t: the first batch_sizes[t] sequences), the
-    packed row of every (step, sequence) position, or the row count (a zero row) where
-    the sequence has ended; and whether each position is running."""
-    steps, batch = len(batch_sizes), batch_sizes[0]
-    running = np.arange(batch)[None, :] < np.asarray(batch_sizes)[:, None]
-    rows = np.full((steps, batch), sum(batch_sizes), np.int32)
-    rows[running] = np.arange(sum(batch_sizes), dtype=np.int32)
-    return rows, running
+def _fused_cell_layer(kind, input, weight_ih, weight_hh, bias_ih, bias_hh, state, reverse, batch_sizes, unroll):
+    """A GRU ("gru", state (h,)) or LSTM ("lstm", state (h, c)) layer stepping with the
+    fused cell above: (outputs, *last state)."""
+    def cell(state, input_gates, hidden_gates):
+        if kind == "gru":
+            return lower__thnn_fused_gru_cell(input_gates, hidden_gates, state[0], bias_ih, bias_hh)[:1]
+        return lower__thnn_fused_lstm_cell(input_gates, hidden_gates, state[1], bias_ih, bias_hh)[:2]
+
+    outputs, state = _recurrent_scan(cell, input, weight_ih, weight_hh, state, reverse, batch_sizes, unroll)
+    return outputs, *state
 
 
-def _masked_layer(cell, input, weight_ih, state, reverse, batch_sizes, unroll):
-    """A recurrent layer over a time-major or packed input: `cell(state, input_gates)`
-    gives the next state, whose first element is the step's output. A packed sequence
-    that has ended keeps its state. Returns (outputs, last state)."""
-    x = input
-    if batch_sizes:
-        rows, running = _packed_positions(batch_sizes)
-        x = jnp.concatenate([input, jnp.zeros((1, input.shape[1]), input.dtype)])[rows]  # (steps, batch, features)
-    input_gates = jnp.einsum("tbi,gi->tbg", x, weight_ih)
+def _fused_cell_layer_backward(kind, input, weight_ih, weight_hh, bias_ih, bias_hh, state, output_grads, reverse,
+                               batch_sizes):
+    """The vjp of _fused_cell_layer: its forward loop again, then the reverse loop, neither
+    unrolled (Note [Unrolled recurrent scans]: the medium GRU layer's backward took 25.9
+    ms not unrolled, 24-25 ms by 8 and 27 ms by 32, compiling in 0.5, 1.4 and 5.7 s).
+    The gradients of input, weights, biases (None without biases) and state."""
+    biased = bias_ih is not None
 
-    def step(state, inputs):
-        gates, keep = inputs
-        new = cell(state, gates)
-        if keep is not None:
-            new = tuple(jnp.where(keep[:, None], n, old) for n, old in zip(new, state))
-        return new, new[0]
+    def layer(x, w_ih, w_hh, *rest):
+        biases, start = (rest[:2], rest[2:]) if biased else ((None, None), rest)
+        return _fused_cell_layer(kind, x, w_ih, w_hh, *biases, start, reverse, batch_sizes, 1)
 
-    keep = jnp.asarray(running) if batch_sizes else None
-    state, outputs = lax.scan(step, state, (input_gates, keep), reverse=reverse, unroll=unroll)
-    if batch_sizes:
-        outputs = outputs.reshape(-1, outputs.shape[-1])[np.flatnonzero(running.reshape(-1))]
-    return outputs, state
-
-
-def _gru_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes, unroll):
-    weight_hh_t = weight_hh.T  # transposed outside the loop, as in _lstm_layer
-
-    def cell(state, gates):
-        h, = state
-        return lower__thnn_fused_gru_cell(gates, h @ weight_hh_t, h, bias_ih, bias_hh)[:1]
-
-    outputs, (h,) = _masked_layer(cell, input, weight_ih, (hx,), reverse, batch_sizes, unroll)
-    return outputs, h
-
-
-def _packed_lstm_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx, reverse, batch_sizes, unroll):
-    weight_hh_t = weight_hh.T
-
-    def cell(state, gates):
-        h, c = state
-        hy, cy, _ = lower__thnn_fused_lstm_cell(gates, h @ weight_hh_t, c, bias_ih, bias_hh)
-        return hy, cy
-
-    outputs, (h, c) = _masked_layer(cell, input, weight_ih, (hx, cx), reverse, batch_sizes, unroll)
-    return outputs, h, c
-
-
-def _vjp(layer, primals, biases, cotangents):
-    """The gradients of a layer in its operands, those of absent biases None; the layer
-    takes the operands with the biases last."""
-    biased = biases[0] is not None
-    _, vjp = jax.vjp(lambda *a: layer(*a) if biased else layer(*a, None, None), *primals, *(biases if biased else ()))
-    grads = vjp(cotangents)
-    return grads[:len(primals)], grads[len(primals):] if biased else (None, None)
+    primals = (input, weight_ih, weight_hh) + ((bias_ih, bias_hh) if biased else ()) + tuple(state)
+    _, vjp = jax.vjp(layer, *primals)
+    grads = vjp(tuple(g.astype(t.dtype) for g, t in zip(output_grads, (input, *state))))
+    d_biases = grads[3:5] if biased else (None, None)
+    return (*grads[:3], *d_biases, *grads[5 if biased else 3:])
 
 
 def lower_gru_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes):
-    return _gru_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, reverse, batch_sizes, SCAN_UNROLL)
+    return _fused_cell_layer("gru", input, weight_ih, weight_hh, bias_ih, bias_hh, (hx,), reverse, batch_sizes,
+                             SCAN_UNROLL)
 
 
 def lower_gru_layer_backward(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, grad_output, grad_hy, reverse,
                              batch_sizes):
-    """The vjp of lower_gru_layer: its forward loop again, then the reverse loop, neither
-    unrolled (Note [Unrolled recurrent scans]: the medium GRU layer's backward took 25.9
-    ms not unrolled, 24-25 ms by 8 and 27 ms by 32, compiling in 0.5, 1.4 and 5.7 s)."""
-    def layer(x, w_ih, w_hh, h, b_ih, b_hh):
-        return _gru_layer(x, w_ih, w_hh, b_ih, b_hh, h, reverse, batch_sizes, 1)
-
-    (d_x, d_w_ih, d_w_hh, d_h), (d_b_ih, d_b_hh) = _vjp(
-        layer, (input, weight_ih, weight_hh, hx), (bias_ih, bias_hh),
-        (grad_output.astype(input.dtype), grad_hy.astype(hx.dtype)))
-    return d_x, d_w_ih, d_w_hh, d_b_ih, d_b_hh, d_h
+    return _fused_cell_layer_backward("gru", input, weight_ih, weight_hh, bias_ih, bias_hh, (hx,),
+                                      (grad_output, grad_hy), reverse, batch_sizes)
 
 
 def lower_lstm_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx, reverse, batch_sizes):
-    return _packed_lstm_layer(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx, reverse, batch_sizes,
-                              SCAN_UNROLL)
+    return _fused_cell_layer("lstm", input, weight_ih, weight_hh, bias_ih, bias_hh, (hx, cx), reverse, batch_sizes,
+                             SCAN_UNROLL)
 
 
 def lower_lstm_layer_backward(input, weight_ih, weight_hh, bias_ih, bias_hh, hx, cx, grad_output, grad_hy, grad_cy,
                               reverse, batch_sizes):
-    """The vjp of lower_lstm_layer, as lower_gru_layer_backward."""
-    def layer(x, w_ih, w_hh, h, c, b_ih, b_hh):
-        return _packed_lstm_layer(x, w_ih, w_hh, b_ih, b_hh, h, c, reverse, batch_sizes, 1)
-
-    (d_x, d_w_ih, d_w_hh, d_h, d_c), (d_b_ih, d_b_hh) = _vjp(
-        layer, (input, weight_ih, weight_hh, hx, cx), (bias_ih, bias_hh),
-        (grad_output.astype(input.dtype), grad_hy.astype(hx.dtype), grad_cy.astype(cx.dtype)))
-    return d_x, d_w_ih, d_w_hh, d_b_ih, d_b_hh, d_h, d_c
+    return _fused_cell_layer_backward("lstm", input, weight_ih, weight_hh, bias_ih, bias_hh, (hx, cx),
+                                      (grad_output, grad_hy, grad_cy), reverse, batch_sizes)
