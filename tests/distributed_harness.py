@@ -23,6 +23,21 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 WORKER = TESTS / "distributed_worker.py"
 RESULT_MARK = "DISTRIBUTED-RESULT:"
+RESULT_DIR = "XNF_TEST_RESULT_DIR"  # set by run_ranks: each rank writes its result there
+
+
+def report(result: dict) -> None:
+    """A worker's last step: its result as one `RESULT_MARK` line on stdout, or, under
+    run_ranks, as `<rank>.json` in RESULT_DIR (the ranks share one stdout pipe, and a
+    long line from one rank can interleave with the other's)."""
+    text = json.dumps(result)
+    folder = os.environ.get(RESULT_DIR)
+    if folder is None:
+        print(RESULT_MARK + text, flush=True)
+        return
+    path = Path(folder) / f"{os.environ.get('RANK', '0')}.json"
+    path.with_suffix(".tmp").write_text(text)
+    path.with_suffix(".tmp").replace(path)
 
 
 def worker_env(devices: int) -> dict[str, str]:
@@ -100,15 +115,17 @@ def run_ranks(group: str, world: int = 2, devices: int = 2, timeout: float = 240
             continue
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={world}", "--master-addr=127.0.0.1",
                f"--master-port={port}", str(worker), group]
-    proc = subprocess.Popen(command, cwd=REPO, env=worker_env(devices), text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise AssertionError(f"torchrun {group}: {world} processes did not finish in {timeout} s") from None
-    found = [json.loads(line[len(RESULT_MARK):]) for line in out.splitlines() if line.startswith(RESULT_MARK)]
+    with tempfile.TemporaryDirectory() as folder:
+        env = {**worker_env(devices), RESULT_DIR: folder}
+        proc = subprocess.Popen(command, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise AssertionError(f"torchrun {group}: {world} processes did not finish in {timeout} s") from None
+        found = [json.loads(path.read_text()) for path in sorted(Path(folder).glob("*.json"))]
     if proc.returncode != 0 or len(found) != world:
         raise AssertionError(f"torchrun {group}: exit {proc.returncode}, {len(found)} of {world} ranks reported:\n"
                              f"{out[-3000:]}\n{err[-6000:]}")

@@ -1,13 +1,13 @@
 """The checks of ranks as devices (xla_native_functions.distributed.spmd), run by
 tests/test_distributed_spmd.py in a subprocess with 8 simulated CPU devices:
-`python tests/distributed_spmd_worker.py` prints one line `DISTRIBUTED-RESULT: {json}`.
+`python tests/distributed_spmd_worker.py` reports its result with
+distributed_harness.report.
 Every collective is compared with the same computation done by hand (PyTorch CPU) on
 the stacked per-rank values; the DDP-style step with one device."""
 
 from __future__ import annotations
 
 import copy
-import json
 import sys
 import traceback
 
@@ -17,7 +17,7 @@ import torch.distributed._functional_collectives as funcol
 
 import xla_native_functions as xnf
 import xla_native_functions.distributed as xd
-from distributed_harness import RESULT_MARK
+from distributed_harness import report
 
 
 def cpu(t):
@@ -188,4 +188,4 @@ if __name__ == "__main__":
     except Exception:
         traceback.print_exc()
         sys.exit(1)
-    print(RESULT_MARK + json.dumps(result))
+    report(result)

@@ -1,12 +1,11 @@
 """The distributed checks, run by tests/distributed_harness.py in a subprocess with
-simulated devices: `python tests/distributed_worker.py GROUP [ARGS]` prints one line
-`DISTRIBUTED-RESULT: {json}` with what the group measured (values compared with
+simulated devices: `python tests/distributed_worker.py GROUP [ARGS]` reports (distributed_harness.report)
+what the group measured as JSON (values compared with
 PyTorch CPU in this process, placements as their reprs); the tests assert on it."""
 
 from __future__ import annotations
 
 import io
-import json
 import sys
 import traceback
 
@@ -14,9 +13,9 @@ import torch
 
 import xla_native_functions as xnf
 import xla_native_functions.distributed as xd
+from distributed_harness import report
 from xla_native_functions.runtime.platform.metrics import metrics as counters
 
-RESULT_MARK = "DISTRIBUTED-RESULT:"
 GROUPS = {}
 
 
@@ -704,4 +703,4 @@ if __name__ == "__main__":
     except Exception:
         traceback.print_exc()
         sys.exit(1)
-    print(RESULT_MARK + json.dumps(result))
+    report(result)

@@ -1,12 +1,11 @@
 """Checks of torch's own FSDP2 and DTensor on our device (Note [torch's DTensor here] in
 runtime/frontends/distributed/torch_fsdp.py), run by tests/test_distributed_torch_fsdp.py
 in subprocesses: `python tests/torch_fsdp_worker.py GROUP` in one process, or under
-torchrun for the groups that span processes. Prints `DISTRIBUTED-RESULT: {json}`."""
+torchrun for the groups that span processes. Reports its result with distributed_harness.report."""
 
 from __future__ import annotations
 
 import copy
-import json
 import os
 import sys
 import traceback
@@ -20,7 +19,8 @@ from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tenso
 import xla_native_functions as xnf
 import xla_native_functions.distributed as xd
 from xla_native_functions.runtime.platform.metrics import metrics as counters
-from distributed_worker import MODELS, RESULT_MARK, _train, cpu, err, raised, reference
+from distributed_harness import report
+from distributed_worker import MODELS, _train, cpu, err, raised, reference
 
 GROUPS = {}
 
@@ -185,8 +185,4 @@ if __name__ == "__main__":
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)  # now: exiting normally waits for the other ranks at JAX's shutdown barrier
-    line = (RESULT_MARK + json.dumps(result) + "\n").encode()
-    # one write: under torchrun both ranks share the pipe, and a write up to 4 kB stays whole
-    assert "LOCAL_RANK" not in os.environ or len(line) <= 4096, len(line)
-    sys.stdout.flush()
-    os.write(1, line)
+    report(result)
