@@ -16,7 +16,9 @@ pays per call to move CPU tensors in and out.
 
 `--zoo [NAME ...] [--size medium]` times instead the training step (SGD) of the zoo's
 models (scripts/zoo) with the module compiled by inductor and by the backend, in interleaved
-rounds in one process (RNNs traced, as `scripts/run_model.py` does).
+rounds in one process (RNNs traced, as `scripts/run_model.py` does), and with every graph
+replaced by its first call's outputs: the time a step spends outside its graphs, so that
+what each backend's graphs cost is the difference.
 
 Start it with OMP_WAIT_POLICY=PASSIVE on a machine with few cores (docs/dynamo.md,
 "PyTorch's OpenMP workers on few cores").
@@ -155,9 +157,31 @@ def transfer(number: int, repeat: int) -> dict[str, float]:
     return medians_ms({"first": call(host), "shared": call(shared)}, number, repeat)
 
 
+def replaying_backend() -> Callable:
+    """A torch.compile backend whose ATen graphs return their first call's outputs: a
+    step compiled with it costs only what lies outside the graphs (Dynamo's guards,
+    AOTAutograd's wrappers, the autograd engine, the loss and the optimizer on PyTorch
+    CPU), which is the same for every backend."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    def compiler(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        first: list = []
+
+        def run(args: list) -> list:
+            if not first:
+                first.append(list(gm(*args)))
+            args.clear()
+            return list(first[0])
+        run._boxed_call = True
+        return run
+    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler)
+
+
 def zoo_training(names: list[str], size_name: str, number: int, repeat: int) -> None:
     """Each named zoo model's (every one's, without names) SGD training step, the module
-    compiled by inductor and by the backend, medians of interleaved rounds."""
+    compiled by inductor and by the backend, medians of interleaved rounds; and the
+    step's time outside its graphs (replaying_backend), so that each backend's graphs'
+    own time is the difference."""
     from run_model import zoo_step
     from zoo import MODELS, SIZES
 
@@ -168,7 +192,10 @@ def zoo_training(names: list[str], size_name: str, number: int, repeat: int) -> 
 
     size = SIZES[size_name]
     print(f"zoo training steps (SGD, size {size_name}), module compiled; medians of {repeat} interleaved rounds")
-    print(f"  {'model':16s} {'inductor ms':>12s} {'xla_native ms':>14s} {'xla_native / inductor':>22s}")
+    print("  outside graphs: the step with every graph returning its first call's outputs; graphs: a backend's step "
+          "minus that")
+    print(f"  {'model':16s} {'inductor ms':>12s} {'xla_native ms':>14s} {'xla_native / inductor':>22s} "
+          f"{'outside graphs ms':>18s} {'inductor graphs ms':>19s} {'xla_native graphs ms':>21s}")
     with torch._dynamo.config.patch(allow_rnn=True):
         for name in names:
             spec = MODELS[name]
@@ -176,12 +203,14 @@ def zoo_training(names: list[str], size_name: str, number: int, repeat: int) -> 
             inputs = (case.inputs, case.kwargs or {}, case.target)
             torch._dynamo.reset()
             fns = {}
-            for backend in ("inductor", dynamo.BACKEND_NAME):
-                model = torch.compile(copy.deepcopy(case.model), backend=backend)
+            for backend in ("inductor", dynamo.BACKEND_NAME, "outside"):
+                compiler = replaying_backend() if backend == "outside" else backend
+                model = torch.compile(copy.deepcopy(case.model), backend=compiler)
                 fns[backend] = zoo_step(case, model, copy.deepcopy(inputs), "train-sgd")
             times = medians_ms(fns, number, repeat)
-            ind, ours = times["inductor"], times[dynamo.BACKEND_NAME]
-            print(f"  {name:16s} {ind:12.3f} {ours:14.3f} {ours / ind:21.2f}x", flush=True)
+            ind, ours, outside = times["inductor"], times[dynamo.BACKEND_NAME], times["outside"]
+            print(f"  {name:16s} {ind:12.3f} {ours:14.3f} {ours / ind:21.2f}x {outside:18.3f} {ind - outside:19.3f} "
+                  f"{ours - outside:21.3f}", flush=True)
 
 
 def print_table(title: str, times: dict[str, float]) -> None:
