@@ -16,6 +16,7 @@ import torch
 
 import xla_native_functions as xnf
 from xla_native_functions.runtime.exec import first_call
+from xla_native_functions.runtime.platform import executable_cache
 
 
 @pytest.fixture
@@ -260,6 +261,36 @@ def test_once_compiled_calls_take_jaxs_fast_path(on, monkeypatch):
     got = torch.expm1(a)
     assert not python_calls  # not sent through JAX's Python path by the earlier FirstCall
     torch.testing.assert_close(_cpu(got), torch.expm1(_cpu(a)))
+
+
+@pytest.mark.parametrize("evict", ["jax.clear_caches", "function's executables"])
+def test_signatures_compiled_again_take_jaxs_fast_path(on, monkeypatch, evict):
+    # A signature compiled before and evicted since raises FirstCall at its next call and
+    # compiles at once; that call must not leave JAX's C++ cache an entry that sends
+    # every later call through JAX's Python path.
+    import jax
+    from jax._src import pjit
+
+    a = _x(torch.rand(5, 53))
+    torch.log1p(a)
+    assert first_call.wait_for_background_compiles(timeout=120)
+    torch.log1p(a)
+    if evict == "jax.clear_caches":
+        jax.clear_caches()
+    else:  # what the eager executables' budget does (Note [Memory of eager executables])
+        for fn in list(executable_cache.eager_executables.order.values()):
+            fn.clear_cache()
+    before = on.compiled_at_once
+    torch.log1p(a)  # compiles at once: the signature is known, its executable gone
+    assert on.compiled_at_once == before + 1
+    torch.log1p(a)  # refills JAX's C++ cache
+    python_calls = []
+    real = pjit._run_python_pjit
+    monkeypatch.setattr(pjit, "_run_python_pjit",
+                        lambda *args, **kwargs: python_calls.append(1) or real(*args, **kwargs))
+    got = torch.log1p(a)
+    assert not python_calls
+    torch.testing.assert_close(_cpu(got), torch.log1p(_cpu(a)))
 
 
 def test_ops_whose_pytorch_kernel_differs_by_design_compile(on):

@@ -26,10 +26,11 @@ which lowers and compiles the executable for the operands' shapes and dtypes (or
 from the persistent cache) without running it; JAX's caches keep the trace, the lowering
 and the executable, so the op's next call runs it (no new trace) and from then on takes
 JAX's C++ fast path as before (the thread empties the function's C++ cache once a
-signature is compiled: an entry whose call raised FirstCall would send every later call
-of its signature through JAX's Python path). A signature never pays both: until its executable is
-ready, further calls go to PyTorch as well. Calls that hit JAX's cache never enter the
-check: the hot path is one Python frame more (the wrapper), nothing else.
+signature is compiled, and so does a call that compiles at once: an entry whose call
+raised FirstCall would send every later call of its signature through JAX's Python
+path). A signature never pays both: until its executable is ready, further calls go to
+PyTorch as well. Calls that hit JAX's cache never enter the check: the hot path is one
+Python frame more (the wrapper), nothing else.
 
 What stays the same: results are PyTorch CPU's own (the ops match PyTorch's semantics, so
 compiled and first-call results agree within floating-point rounding); every result is a
@@ -262,7 +263,14 @@ def _compiling(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 def _compile_now(jitted: Any, args: tuple) -> Any:
     stats.compiled_at_once += 1
-    return _compiling(jitted, *args)
+    try:
+        return _compiling(jitted, *args)
+    finally:
+        # The call that raised FirstCall left its signature a C++ cache entry that sends
+        # every later call through JAX's Python path (as in _Worker.run): a signature
+        # compiled before and then evicted (jax.clear_caches(), the eager budget of Note
+        # [Memory of eager executables]) ran each eager op 4x slower from then on.
+        jitted._clear_cache()
 
 
 def _first_call(jitted: Any, cls: type[Node], in_place: bool, args: tuple) -> Any:
