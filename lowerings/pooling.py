@@ -6,12 +6,15 @@ windows of more than MAX_UNROLLED_TAPS taps, and adaptive pooling's uneven windo
 gathered with index tables built in NumPy at trace time (for every output position,
 the flat in-plane index of every tap and whether it falls inside the input). Max
 pooling returns PyTorch's indices (flat per plane, the first maximum on ties, the last
-NaN if any), and its backward op scatters the gradient through them. Average pooling divides by
-PyTorch's divisor table; adaptive average pooling is a product of averaging matrices.
+NaN if any), and its backward op scatters the gradient through them (or places it, for
+windows that tile the input: Note [Max pooling backward over tiled windows]). Average
+pooling divides by PyTorch's divisor table; adaptive average pooling is a product of
+averaging matrices.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -141,16 +144,81 @@ def _scatter_back(grad_output, self, indices, nd):
     return out.reshape(self.shape).astype(grad_output.dtype)
 
 
+# Note [Max pooling backward over tiled windows]
+# XLA CPU runs a scatter one update at a time. When the windows tile the input (kernel
+# equal to stride, no padding, no dilation: MaxPool2d(2)), each input element lies in at
+# most one window, and the gradient is the output gradient placed at each window's
+# argmax tap: one select per tap, the taps interleaved with the windows by a transpose
+# and reshape, no scatter. Indices are data: a conditional takes that form when every
+# index is a tap of its own window inside the input (always so for indices from the
+# forward), the scatter otherwise. 2x2 windows over (16, 32, 32, 32): 293 against 480
+# us; over (8, 64, 112, 112): 2.3 against 3.4 ms (pure JAX; computing the select form
+# before the conditional instead of in its branch took 1.7x as long). Overlapping
+# windows (3x3, stride 2) keep the scatter: placing their taps took 1.6x its time.
+
+
+def _tiled_windows(self, nd, kernel_size, stride, padding, dilation):
+    k, s, p, d = pool_params(nd, kernel_size, stride, padding, dilation)
+    return k == s and not any(p) and all(x == 1 for x in d) and math.prod(self.shape[-nd:]) < 2**31
+
+
+def _window_hits(indices, spatial, outs, k):
+    """Per tap of the tiled windows (in row-major tap order): whether each output's
+    index is that tap of its own window, inside the input (a window past the input's
+    end, in ceil_mode, has taps outside it)."""
+    nd = len(k)
+    plane_strides = [math.prod(spatial[i + 1:]) for i in range(nd)]
+    starts = np.zeros(outs, np.int64)
+    for i in range(nd):
+        shape = [1] * nd
+        shape[i] = outs[i]
+        starts = starts + (np.arange(outs[i]) * k[i] * plane_strides[i]).reshape(shape)
+    delta = indices.astype(jnp.int32) - jnp.asarray(starts, jnp.int32)
+    hits = []
+    for tap in itertools.product(*(range(ki) for ki in k)):
+        inside = np.ones(outs, bool)
+        for i in range(nd):
+            shape = [1] * nd
+            shape[i] = outs[i]
+            inside = inside & (np.arange(outs[i]) * k[i] + tap[i] < spatial[i]).reshape(shape)
+        hits.append((delta == sum(t * st for t, st in zip(tap, plane_strides))) & inside)
+    return hits
+
+
+def _tiled_windows_back(grad_output, self, indices, nd, k):
+    spatial, outs = self.shape[-nd:], grad_output.shape[-nd:]
+    lead = grad_output.shape[:-nd]
+    g = opmath(grad_output)
+    picked = [jnp.where(hit, g, jnp.zeros((), g.dtype)) for hit in _window_hits(indices, spatial, outs, k)]
+    taps = jnp.stack(picked, axis=-1).reshape(lead + outs + tuple(k))
+    n = len(lead)
+    order = list(range(n)) + [j for i in range(nd) for j in (n + i, n + nd + i)]
+    placed = taps.transpose(order).reshape(lead + tuple(o * ki for o, ki in zip(outs, k)))
+    placed = placed[(Ellipsis,) + tuple(slice(0, size) for size in spatial)]  # ceil_mode's last windows
+    placed = jnp.pad(placed, [(0, 0)] * n + [(0, size - got) for size, got in zip(spatial, placed.shape[n:])])
+    return placed.astype(grad_output.dtype)
+
+
+def _max_pool_backward(grad_output, self, indices, nd, kernel_size, stride, padding, dilation):
+    if not _tiled_windows(self, nd, kernel_size, stride, padding, dilation) or 0 in grad_output.shape:
+        return _scatter_back(grad_output, self, indices, nd)
+    k = pool_params(nd, kernel_size, stride, padding)[0]
+    hits = _window_hits(indices, self.shape[-nd:], grad_output.shape[-nd:], k)
+    every_index_found = jnp.all(functools.reduce(jnp.logical_or, hits))
+    return lax.cond(every_index_found, lambda: _tiled_windows_back(grad_output, self, indices, nd, k),
+                    lambda: _scatter_back(grad_output, self, indices, nd))
+
+
 def lower_max_pool2d_with_indices_backward(
     grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
 ):
-    return _scatter_back(grad_output, self, indices, 2)
+    return _max_pool_backward(grad_output, self, indices, 2, kernel_size, stride, padding, dilation)
 
 
 def lower_max_pool3d_with_indices_backward(
     grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices
 ):
-    return _scatter_back(grad_output, self, indices, 3)
+    return _max_pool_backward(grad_output, self, indices, 3, kernel_size, stride, padding, dilation)
 
 
 def _avg_pool(self, nd, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):

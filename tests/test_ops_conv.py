@@ -301,6 +301,22 @@ def pool_cases():
                 )
             )
     cases.append(Case("max_pool2d_int_padding_default", aten.max_pool2d_with_indices.default, (x, [2, 2])))
+    # Windows that tile the input place the gradient without a scatter (Note [Max pooling
+    # backward over tiled windows]) when every index is a tap of its own window: in ceil
+    # mode the last windows reach past the input; indices given by hand may lie anywhere
+    # in the plane (elsewhere, or where a window's tap past the right edge would wrap
+    # to the next row), and then the scatter runs.
+    for id, inp, k, c in (("tiled_ceil", x, [2, 3], True), ("tiled_unbatched", x3, [3, 2], False)):
+        out, idx = aten.max_pool2d_with_indices.default(inp, k, k, [0, 0], [1, 1], c)
+        cases.append(Case(f"max_pool2d_backward_{id}", aten.max_pool2d_with_indices_backward.default,
+                          (T(*out.shape, dtype=D), inp, k, k, [0, 0], [1, 1], c, idx)))
+    out, idx = aten.max_pool2d_with_indices.default(x, [2, 3], [2, 3], [0, 0], [1, 1], True)
+    anywhere = torch.randint(0, 9 * 8, idx.shape, generator=torch.Generator().manual_seed(3))
+    wrapping = idx.clone()
+    wrapping[..., 0, -1] = 8  # the last window of row 0 starts at column 6: its tap (0, 2) is column 8, row 1's first
+    for id, given in (("anywhere", anywhere), ("wrapping", wrapping)):
+        cases.append(Case(f"max_pool2d_backward_tiled_indices_{id}", aten.max_pool2d_with_indices_backward.default,
+                          (T(*out.shape, dtype=D), x, [2, 3], [2, 3], [0, 0], [1, 1], True, given)))
     x5 = T(2, 2, 5, 6, 7, dtype=D)
     for id, k, s, p, d, c in (
         ("k2", [2, 2, 2], [], [0, 0, 0], [1, 1, 1], False),
