@@ -157,30 +157,24 @@ def _scatter_back(grad_output, self, indices, nd):
 # windows (3x3, stride 2) keep the scatter: placing their taps took 1.6x its time.
 
 
-def _tiled_windows(self, nd, kernel_size, stride, padding, dilation):
+def _tiling_kernel(self, nd, kernel_size, stride, padding, dilation):
+    """The kernel size when the windows tile the input (kernel equal to stride, no
+    padding, no dilation), else None."""
     k, s, p, d = pool_params(nd, kernel_size, stride, padding, dilation)
-    return k == s and not any(p) and all(x == 1 for x in d) and math.prod(self.shape[-nd:]) < 2**31
+    tiles = k == s and not any(p) and all(x == 1 for x in d) and math.prod(self.shape[-nd:]) < 2**31
+    return k if tiles else None
 
 
 def _window_hits(indices, spatial, outs, k):
     """Per tap of the tiled windows (in row-major tap order): whether each output's
     index is that tap of its own window, inside the input (a window past the input's
     end, in ceil_mode, has taps outside it)."""
-    nd = len(k)
-    plane_strides = [math.prod(spatial[i + 1:]) for i in range(nd)]
-    starts = np.zeros(outs, np.int64)
-    for i in range(nd):
-        shape = [1] * nd
-        shape[i] = outs[i]
-        starts = starts + (np.arange(outs[i]) * k[i] * plane_strides[i]).reshape(shape)
-    delta = indices.astype(jnp.int32) - jnp.asarray(starts, jnp.int32)
+    plane_strides = [math.prod(spatial[i + 1:]) for i in range(len(k))]
+    firsts = np.meshgrid(*(np.arange(o) * ki for o, ki in zip(outs, k)), indexing="ij")  # each window's first tap
+    delta = indices.astype(jnp.int32) - jnp.asarray(sum(f * st for f, st in zip(firsts, plane_strides)), jnp.int32)
     hits = []
     for tap in itertools.product(*(range(ki) for ki in k)):
-        inside = np.ones(outs, bool)
-        for i in range(nd):
-            shape = [1] * nd
-            shape[i] = outs[i]
-            inside = inside & (np.arange(outs[i]) * k[i] + tap[i] < spatial[i]).reshape(shape)
+        inside = np.logical_and.reduce([f + t < size for f, t, size in zip(firsts, tap, spatial)])
         hits.append((delta == sum(t * st for t, st in zip(tap, plane_strides))) & inside)
     return hits
 
@@ -200,9 +194,9 @@ def _tiled_windows_back(grad_output, self, indices, nd, k):
 
 
 def _max_pool_backward(grad_output, self, indices, nd, kernel_size, stride, padding, dilation):
-    if not _tiled_windows(self, nd, kernel_size, stride, padding, dilation) or 0 in grad_output.shape:
+    k = _tiling_kernel(self, nd, kernel_size, stride, padding, dilation)
+    if k is None or 0 in grad_output.shape:
         return _scatter_back(grad_output, self, indices, nd)
-    k = pool_params(nd, kernel_size, stride, padding)[0]
     hits = _window_hits(indices, self.shape[-nd:], grad_output.shape[-nd:], k)
     every_index_found = jnp.all(functools.reduce(jnp.logical_or, hits))
     return lax.cond(every_index_found, lambda: _tiled_windows_back(grad_output, self, indices, nd, k),
