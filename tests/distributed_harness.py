@@ -36,8 +36,9 @@ def report(result: dict) -> None:
         print(RESULT_MARK + text, flush=True)
         return
     path = Path(folder) / f"{os.environ.get('RANK', '0')}.json"
-    path.with_suffix(".tmp").write_text(text)
-    path.with_suffix(".tmp").replace(path)
+    partial = path.with_suffix(".tmp")
+    partial.write_text(text)
+    partial.replace(path)  # whole or absent: run_ranks reads every *.json
 
 
 def worker_env(devices: int) -> dict[str, str]:
