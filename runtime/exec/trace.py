@@ -315,7 +315,9 @@ class Trace:
         self.running.acquire()
         try:
             roots = [s.pending for s in pending]
-            fn, inputs, scalars, key, compiling = lower_graph(roots, overwritten, read_only, self.segment)
+            inputs_by_array = {id(v.data): v for v in overwritten.values()}
+            written = {id(inputs_by_array[id(s.array)]): s.pending for s in pending if id(s.array) in inputs_by_array}
+            fn, inputs, scalars, key, compiling = lower_graph(roots, written, read_only, self.segment)
             self.segment += 1
             if self.observer is not None:
                 self.observer.note_graph(pending, inputs, scalars, key, fn)
@@ -323,7 +325,6 @@ class Trace:
             # over (Note [Donated graph inputs] in exec/graph.py); a failed run puts them
             # back, from the graph input holding each where there is one, so that
             # nothing else holds a reference that would stop the donation.
-            inputs_by_array = {id(v.data): v for v in overwritten.values()}
             for s in pending:
                 previous.append(inputs_by_array.get(id(s.array), s.array))
                 s.array = None
