@@ -81,6 +81,12 @@ def lower__masked_softmax(self, mask, dim=None, mask_type=None):
     return masked_softmax(self, _mask_as_read(mask, mask_type), axis)
 
 
+def _query_scale(compute_dtype, head_dim):
+    """1.0 / sqrt(head_dim), the square root taken in the compute dtype, as on CPU."""
+    compute = np.dtype(compute_dtype)
+    return compute.type(1.0 / np.float64(np.sqrt(compute.type(head_dim))))
+
+
 def _split_heads(qkv, qkv_bias, num_heads):
     """q, k, v of shape (B, heads, T, head_dim) from the (B, T, 3 * D) projection: bias
     added, q scaled by 1/sqrt(head_dim), each rounded once to the input's dtype."""
@@ -88,10 +94,16 @@ def _split_heads(qkv, qkv_bias, num_heads):
     head_dim = three_d // 3 // num_heads
     x = opmath(qkv) + opmath(qkv_bias).reshape(-1)
     x = x.reshape(B, T, 3, num_heads, head_dim).transpose(2, 0, 3, 1, 4)
-    # 1.0 / sqrt(head_dim), the square root taken in the compute dtype, as on CPU.
-    compute = np.dtype(x.dtype)
-    scale = compute.type(1.0 / np.float64(np.sqrt(compute.type(head_dim))))
+    scale = _query_scale(x.dtype, head_dim)
     return (x[0] * scale).astype(qkv.dtype), x[1].astype(qkv.dtype), x[2].astype(qkv.dtype)
+
+
+def _projected_heads(x, weight, bias, num_heads, dtype):
+    """One of q, k, v as _split_heads gives it, projected from its own input: (B, heads,
+    T, head_dim), bias added, rounded to `dtype` where the CPU kernel stores it."""
+    B, T, _ = x.shape
+    projected = opmath(_mm(x, weight.T).astype(dtype)) + opmath(bias)
+    return projected.reshape(B, T, num_heads, -1).transpose(0, 2, 1, 3)
 
 
 def lower__transform_bias_rescale_qkv(qkv, qkv_bias, num_heads):
@@ -100,18 +112,21 @@ def lower__transform_bias_rescale_qkv(qkv, qkv_bias, num_heads):
 
 def multi_head_attention(query, key, value, num_head, qkv_weight, qkv_bias, proj_weight, proj_bias,
                          mask, need_weights, average_attn_weights, mask_type, self_attention=False):
-    """_native_multi_head_attention's (output, weights); `self_attention` when query,
-    key and value are known to be one tensor (one projection instead of three)."""
+    """_native_multi_head_attention's (output, weights). Query, key and value known to
+    be one tensor (`self_attention`, or one array of a traced program, as PyTorch's
+    kernel checks) take one projection by the whole qkv weight, as on CPU; otherwise
+    each is projected by its third of it (no concatenation to split again)."""
     B, T, D = query.shape
     dtype = query.dtype
     if B * T * D == 0:
         return jnp.zeros(query.shape, dtype), None
-    if self_attention:
-        qkv = _mm(query, qkv_weight.T)
+    if self_attention or (query is key and key is value):
+        q, k, v = _split_heads(_mm(query, qkv_weight.T).astype(dtype), qkv_bias, num_head)
     else:
-        weights = (qkv_weight[:D], qkv_weight[D : 2 * D], qkv_weight[2 * D :])
-        qkv = jnp.concatenate([_mm(x, w.T) for x, w in zip((query, key, value), weights)], axis=-1)
-    q, k, v = _split_heads(qkv.astype(dtype), qkv_bias, num_head)
+        q, k, v = (_projected_heads(x, qkv_weight[i * D:(i + 1) * D], qkv_bias[i * D:(i + 1) * D], num_head, dtype)
+                   for i, x in enumerate((query, key, value)))
+        q = q * _query_scale(q.dtype, D // num_head)
+        q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     scores = jnp.einsum("bhtd,bhsd->bhts", opmath(q), opmath(k), precision=_HIGHEST).astype(dtype)
     if mask is None:
         p = _softmax(scores, -1)
