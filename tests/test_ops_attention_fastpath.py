@@ -9,6 +9,8 @@ under no_grad and inference_mode, in float32 and float64; errors."""
 
 from __future__ import annotations
 
+import re
+
 import copy
 import math
 
@@ -514,6 +516,27 @@ def test_multihead_attention_compiled_matches_cpu(grad_mode):
     module_kw, forward_kw, _ = MHA_CASES["both_masks"]
     mha = make_mha(**module_kw)
     run_modes(mha, mha_inputs(mha, torch.float32), forward_kw, grad_mode, ("compiled", "dynamo"))
+
+
+def test_self_attention_in_a_graph_projects_once():
+    """In a compiled graph, query, key and value that are one tensor take one product by
+    the whole (3E, E) in-projection weight, as PyTorch's kernel does, and nothing is
+    concatenated; three tensors take one product each."""
+    mha = make_mha(batch_first=True)
+    w_in, b_in, w_out, b_out = (xnf.to_xla(t.detach()) for t in (
+        mha.in_proj_weight, mha.in_proj_bias, mha.out_proj.weight, mha.out_proj.bias))
+    q, k, v = (xnf.to_xla(torch.randn(B, T, E, generator=torch.Generator().manual_seed(i))) for i in range(3))
+
+    def products(*qkv):
+        def attend():
+            return aten._native_multi_head_attention(*qkv, E, HEADS, w_in, b_in, w_out, b_out)[0]
+        program = xnf.hlo(attend, dialect="hlo")
+        return re.findall(r"= f32\[([\d,]+)\]\S* dot\(", program), "concatenate(" in program
+
+    self_products, self_concatenates = products(q, q, q)
+    assert f"{B},{T},{3 * E}" in self_products and not self_concatenates
+    cross_products, cross_concatenates = products(q, k, v)
+    assert cross_products.count(f"{B},{T},{E}") == 4 and not cross_concatenates  # q, k, v and the output
 
 
 def gelu_tanh():
