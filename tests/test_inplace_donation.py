@@ -361,23 +361,24 @@ def _mlp_step(model, opt, x):
 
 def test_a_compiled_step_writes_each_donated_buffer_with_its_own_new_value():
     """Each donated input is written with its storage's new value (jax.jit pairs donated
-    inputs with outputs by shape, in order); a weight that the backward reads after its
-    update could be computed (the input's gradient) is not donated, as XLA would copy it
-    whole. Either mistake shows as a copy of a donated parameter in the program."""
+    inputs with outputs by shape, in order), and the update of a weight that the
+    backward also reads (the input's gradient, which the update does not depend on)
+    waits for that read. Either mistake shows as a copy of a donated parameter in the
+    program, and as buffers that move from step to step."""
     ref, opt_ref, ours, opt_ours, x = _mlp_momentum_sgd()
     xo = xnf.to_xla(x)
     step = xnf.compile(lambda: _mlp_step(ours, opt_ours, xo))
-    momentum, pointers = [], []
+    weights = [ours[k].weight for k in (0, 2, 4)]
+    pointers = []
     for i in range(6):
         same(step(), _mlp_step(ref, opt_ref, x))
         if i >= 3:  # compile() replays from its fourth call on, donating what it writes
-            first_weight = ours[0].weight
-            momentum.append(buffer(opt_ours.state[first_weight]["momentum_buffer"]))
-            pointers.append(buffer(first_weight))
+            pointers.append([buffer(w) for w in weights] +
+                            [buffer(opt_ours.state[w]["momentum_buffer"]) for w in weights])
     for p, q in zip(ours.parameters(), ref.parameters()):
         same(p.detach(), q.detach())
-    # the momentum buffers and the first layer's weight are updated in their buffers
-    assert len(set(momentum)) == 1 and len(set(pointers)) == 1
+    # every weight and momentum buffer is updated in its own buffer
+    assert all(p == pointers[0] for p in pointers)
     program = xnf.hlo(lambda: _mlp_step(ours, opt_ours, xo), dialect="optimized_hlo")
     assert "donated_arrays" in program
     assert " copy(%donated_arrays" not in program

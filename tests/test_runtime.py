@@ -1243,6 +1243,45 @@ def test_replayed_training_steps_do_not_fault_their_buffers_in():
     assert int(_run_with(_FAULTS_OF_TRAINING_STEPS, {})[0]) < 20
 
 
+@pytest.mark.parametrize("first_calls_on_cpu", [True, False])
+def test_traced_calls_leave_no_arrays_in_reference_cycles(first_calls_on_cpu, monkeypatch):
+    """The graphs a trace records and the programs that run them free their arrays as
+    soon as they are dropped: an array held by a reference cycle would stay until the
+    garbage collector ran (a model's old weights, every intermediate of a step)."""
+    import gc
+
+    import jax
+
+    monkeypatch.setattr(xnf.config, "first_calls_on_cpu", first_calls_on_cpu)
+    model = xnf.to_xla(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = xnf.to_xla(torch.randn(4, 32))
+
+    def step():
+        opt.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    traced = xnf.compile(step, replay=False)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(4):
+            traced().item()
+        xnf.wait_for_background_compiles()
+        traced().item()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        cyclic = [type(o).__name__ for o in gc.garbage if isinstance(o, jax.Array)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert cyclic == []
+
+
 def test_jax_caches_are_cleared_near_the_limit_of_memory_mappings(monkeypatch):
     # Note [Mappings of compiled code]: with the cap made small, the next compile is
     # "near" it, and everything goes on working after the caches are cleared.

@@ -65,7 +65,10 @@ class Node:
     manifest entry, and set the class attributes below; `args` is in schema order with
     tensors replaced by Values (None, or lists of Values) and Scalars by ScalarInputs."""
 
-    __slots__ = ("args", "outputs")
+    # No reference back to the node's output Values: the recorded graph stays acyclic, so
+    # its inputs' arrays are freed as soon as the last root is dropped, not at the next
+    # garbage collection.
+    __slots__ = ("args",)
     op: str = ""
     name: str = ""
     section: str = ""
@@ -80,7 +83,6 @@ class Node:
 
     def __init__(self, args: tuple[Any, ...]):
         self.args = args
-        self.outputs: tuple[Value | None, ...] = ()
 
     def static_key(self) -> tuple[Any, ...]:
         """The node's identity apart from its operands: op and static attributes."""

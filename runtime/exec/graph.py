@@ -7,9 +7,13 @@ import os
 import sys
 import weakref
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
 
 from ..core.convert import X64
 from ..core.ir import ATTR, ATTR_LIST, Node, ScalarInput, SpecialScalar, Value
@@ -37,25 +41,23 @@ def _collect(roots: list[Value]) -> tuple[list[Node], list[Value], list[ScalarIn
     scalars: list[ScalarInput] = []
     seen_inputs: set[int] = set()
 
-    def visit_arg(a: Any) -> None:
+    # No closure here calls itself or another: such a reference cycle would hold the
+    # inputs' arrays until the garbage collector ran.
+    def note(a: Any) -> None:
+        """A graph input or scalar, the first time it is met."""
         if a.__class__ is Value:
-            visit_value(a)
-        elif a.__class__ is ScalarInput:
-            if id(a) not in seen_inputs:
+            if a.node is None and id(a) not in seen_inputs:
                 seen_inputs.add(id(a))
-                scalars.append(a)
-        elif a.__class__ is list:
-            for x in a:
-                if x is not None:
-                    visit_arg(x)
+                inputs.append(a)
+        elif a.__class__ is ScalarInput and id(a) not in seen_inputs:
+            seen_inputs.add(id(a))
+            scalars.append(a)
 
-    def visit_value(v: Value) -> None:
-        if v.node is None:
-            if id(v) not in seen_inputs:
-                seen_inputs.add(id(v))
-                inputs.append(v)
-            return
-        stack = [(v.node, False)]
+    for r in roots:
+        if r.node is None:
+            note(r)
+            continue
+        stack = [(r.node, False)]
         while stack:
             node, done = stack.pop()
             if done:
@@ -66,21 +68,18 @@ def _collect(roots: list[Value]) -> tuple[list[Node], list[Value], list[ScalarIn
             seen.add(id(node))
             stack.append((node, True))
             for a in reversed(node.args):
-                if a.__class__ is Value and a.node is not None:
+                if a.__class__ is list:
+                    for x in a:
+                        if x.__class__ is Value and x.node is not None:
+                            if id(x.node) not in seen:
+                                stack.append((x.node, False))
+                        elif x is not None:
+                            note(x)
+                elif a.__class__ is Value and a.node is not None:
                     if id(a.node) not in seen:
                         stack.append((a.node, False))
                 else:
-                    if a.__class__ is list:
-                        for x in a:
-                            if x is not None and x.__class__ is Value and x.node is not None and id(x.node) not in seen:
-                                stack.append((x.node, False))
-                            elif x is not None:
-                                visit_arg(x)
-                    elif a.__class__ is Value or a.__class__ is ScalarInput:
-                        visit_arg(a)
-
-    for r in roots:
-        visit_value(r)
+                    note(a)
     return order, inputs, scalars
 
 
@@ -211,12 +210,20 @@ def _transposed_copy(a: Any) -> Any:
 #   gradient, g @ W, on which W's own update does not depend) is read in no such
 #   order, and XLA CPU honours no other (optimization barriers are dropped before copy
 #   insertion), so it copies the whole weight at the start of the step: the memory a
-#   fresh output buffer would take, plus a pass over it. So an input is donated only
-#   when each node reading its old value (through views and casts, which XLA fuses into
-#   their consumers) computes, or is an ancestor of, the value written back.
-# The medium zoo MLP's compile()d SGD step took 2.1-2.3 ms with its 1024x1024 weight
-# copied and 1.96-2.05 ms without (PyTorch: 1.7 ms); its AdamW step 4.7-5.3 ms before
-# both changes, 2.9-3.2 ms after (PyTorch: 3.8-4.0 ms).
+#   fresh output buffer would take, plus a pass over it. So the node computing the new
+#   value is made to wait for the late readers (those of the nodes reading the old
+#   value, through views and casts, which XLA fuses into their consumers, that are not
+#   its ancestors): one of its operands gets, added to its bits, an integer zero drawn
+#   from one element of each late reader's output, which XLA cannot prove to be zero
+#   (min(max(x, 0), 0); x & 0 and x - x it folds). Where no operand can carry that
+#   (lists, booleans) the input is not donated.
+# Measured: the medium zoo MLP's compile()d SGD step took 2.1-2.3 ms with its 1024x1024
+# weight copied and 2.0-2.5 ms written in place (PyTorch: 1.7-1.9 ms); its AdamW step
+# 4.7-5.3 ms before these changes and 2.9-3.2 ms after (PyTorch: 3.8-4.0 ms). Four
+# Linear(4096, 4096) layers under momentum SGD at batch 16: a step's peak memory 1.52 GB
+# with each weight written in place, 1.71 GB with the three the backward reads not
+# donated (160 against 199-206 ms a step with glibc's malloc defaults, where each fresh
+# 64 MB buffer is mapped and faulted in anew).
 
 
 # Note [Labelled nodes]
@@ -240,11 +247,11 @@ def _labelled_lowering(cls: type[Node], label: str) -> Callable:
 
 
 def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], roots: list[Value],
-           read_only: set[int], donated: tuple[int, ...], donated_roots: tuple[int, ...]) -> Callable:
+           read_only: set[int], donation: _Donation) -> Callable:
     """The graph as a function of its inputs' arrays and its scalars. `read_only`: the
-    ids of the inputs whose storages the graph does not write; `donated`: the positions
-    of the inputs whose buffers it takes over (Note [Donated graph inputs]), and
-    `donated_roots` the positions of their new values among the roots."""
+    ids of the inputs whose storages the graph does not write; `donation`: the inputs
+    whose buffers it takes over (Note [Donated graph inputs])."""
+    donated = donation.inputs
     # The function closes over the recorded nodes' structure only through positions, so
     # a cached executable is valid for any graph with the same key.
     in_pos = {id(v): i for i, v in enumerate(inputs)}
@@ -269,14 +276,17 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
         if n.__class__ is strided_read and in_pos.get(id(n.args[0])) in transposed:
             return _same, [ref(n.args[0])]  # the input arrives transposed
         label = NODE_LABELS.get(id(n)) if NODE_LABELS else None
-        if label is not None:
-            return _labelled_lowering(type(n), label), [ref(a) for a in n.args]
-        return scoped_lowering(type(n)), [ref(a) for a in n.args]
+        lower = _labelled_lowering(type(n), label) if label is not None else scoped_lowering(type(n))
+        refs = [ref(a) for a in n.args]
+        after = donation.after.get(id(n))
+        if after:
+            return _ordered_after(lower, len(refs), donation.operand[id(n)]), refs + [ref(v) for v in after]
+        return lower, refs
 
     program = [step(n) for n in order]
     # the new values of the donated inputs first, in input order (Note [Donated graph inputs])
-    taken = set(donated_roots)
-    permutation = list(donated_roots) + [k for k in range(len(roots)) if k not in taken]
+    taken = set(donation.roots)
+    permutation = list(donation.roots) + [k for k in range(len(roots)) if k not in taken]
     outputs = [ref(roots[k]) for k in permutation]
     restore = None if permutation == sorted(permutation) else [permutation.index(k) for k in range(len(roots))]
     kept = tuple(i for i in range(len(inputs)) if i not in donated)
@@ -355,32 +365,49 @@ def _donation_candidates(inputs: list[Value], written: dict[int, Value], read_on
 _PASS_THROUGH = ("strided_read", "cast_to")  # read as part of their consumers once XLA fuses them
 
 
-def _written_in_place(order: list[Node], inputs: list[Value], written: dict[int, Value],
-                      candidates: tuple[int, ...]) -> tuple[int, ...]:
-    """The candidates whose old value every reader reads before the new value is
-    computed, so that XLA need not copy them (Note [Donated graph inputs])."""
+@dataclass(frozen=True)
+class _Donation:
+    """What a graph donates (Note [Donated graph inputs]): the positions of the inputs,
+    those of their new values among the roots, and for a node computing a new value
+    that must wait for readers of the old one, the values it waits for (`after`) and
+    the position of the operand that carries the wait (`operand`), by id of the node."""
+
+    inputs: tuple[int, ...] = ()
+    roots: tuple[int, ...] = ()
+    after: dict[int, list[Value]] = field(default_factory=dict)
+    operand: dict[int, int] = field(default_factory=dict)
+
+
+def _plan_donation(order: list[Node], inputs: list[Value], written: dict[int, Value],
+                   candidates: tuple[int, ...], candidate_roots: tuple[int, ...]) -> _Donation:
+    """The candidates XLA can write in place, and the waits that let it (Note [Donated
+    graph inputs])."""
     if not candidates:
-        return ()
+        return _Donation()
     pass_through = tuple(node(name) for name in _PASS_THROUGH)
     position = {id(n): i for i, n in enumerate(order)}
     readers: dict[int, list[Node]] = {}  # id(value) -> nodes taking it as an argument
+    read: dict[int, dict[int, Value]] = {}  # id(node) -> its outputs that nodes read, by id
     for n in order:
         for a in n.args:
             for x in (a if a.__class__ is list else (a,)):
                 if x.__class__ is Value:
                     readers.setdefault(id(x), []).append(n)
+                    if x.node is not None:
+                        read.setdefault(id(x.node), {})[id(x)] = x
 
     def effective_readers(v: Value) -> list[Node]:
         out, stack = [], [v]
         while stack:
             for n in readers.get(id(stack.pop()), ()):
                 if n.__class__ in pass_through:
-                    stack.extend(n.outputs)
+                    stack.extend(read.get(id(n), {}).values())
                 else:
                     out.append(n)
         return out
 
-    def ancestors_include(root: Node, wanted: set[int]) -> bool:
+    def not_ancestors(root: Node, readers: list[Node]) -> list[Node]:
+        wanted = {id(n): n for n in readers}
         lowest = min(position[i] for i in wanted)
         seen, stack = {id(root)}, [root]
         while stack and wanted:
@@ -388,18 +415,61 @@ def _written_in_place(order: list[Node], inputs: list[Value], written: dict[int,
                 for x in (a if a.__class__ is list else (a,)):
                     if x.__class__ is Value and x.node is not None and id(x.node) not in seen:
                         seen.add(id(x.node))
-                        wanted.discard(id(x.node))
+                        wanted.pop(id(x.node), None)
                         if position[id(x.node)] > lowest:
                             stack.append(x.node)
-        return not wanted
+        return list(wanted.values())
 
-    chosen = []
-    for i in candidates:
-        new = written[id(inputs[i])]
-        others = {id(n) for n in effective_readers(inputs[i])} - {id(new.node)}
-        if not others or (new.node is not None and ancestors_include(new.node, others)):
-            chosen.append(i)
-    return tuple(chosen)
+    chosen, chosen_roots, after, operand = [], [], {}, {}
+    for i, k in zip(candidates, candidate_roots):
+        new = written[id(inputs[i])].node
+        others = [n for n in effective_readers(inputs[i]) if n is not new]
+        if others and new is None:  # the new value is another input: nothing can wait
+            continue
+        late = not_ancestors(new, others) if others else []
+        if late:
+            # the new value waits for each late reader's first output; readers placed after
+            # it in the topological order could depend on it, and no operand can wait
+            waits = [next(iter(read.get(id(n), {}).values()), None) for n in late]
+            carrier = next((j for j, a in enumerate(new.args) if a.__class__ is Value and _can_wait(a)), None)
+            if carrier is None or any(v is None or position[id(n)] > position[id(new)] for v, n in zip(waits, late)):
+                continue
+            after.setdefault(id(new), []).extend(waits)
+            operand[id(new)] = carrier
+        chosen.append(i)
+        chosen_roots.append(k)
+    return _Donation(tuple(chosen), tuple(chosen_roots), after, operand)
+
+
+def _can_wait(v: Value) -> bool:
+    """Whether `_wait_for` can tie a value of v's dtype to others."""
+    return v.meta.dtype.is_floating_point or (not v.meta.dtype.is_complex and v.meta.dtype != torch.bool)
+
+
+def _wait_for(x: Any, values: list) -> Any:
+    """x, unchanged, computed after `values`: x's bits plus an integer zero XLA cannot
+    prove to be zero, drawn from one element of each value. XLA CPU orders a program's
+    instructions by their data flow only (Note [Donated graph inputs])."""
+    zero = jnp.zeros((), jnp.int32)
+    for v in values:
+        if v.size:
+            first = v.reshape(-1)[0]
+            first = first.real if jnp.iscomplexobj(first) else first
+            zero = zero + jnp.minimum(jnp.maximum(first.astype(jnp.int32), 0), 0)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        bits = jnp.dtype(f"int{jnp.dtype(x.dtype).itemsize * 8}")
+        return lax.bitcast_convert_type(lax.bitcast_convert_type(x, bits) + zero.astype(bits), x.dtype)
+    return x + zero.astype(x.dtype)
+
+
+def _ordered_after(lower: Callable, count: int, operand: int) -> Callable:
+    """`lower` on its first `count` arguments, its `operand`-th made to wait for the rest."""
+    def fn(*args: Any) -> Any:
+        args = list(args)
+        args[operand] = _wait_for(args[operand], args[count:])
+        return lower(*args[:count])
+
+    return fn
 
 
 copy_array = eager_jit(lambda a: jax.numpy.array(a, copy=True))
@@ -479,9 +549,8 @@ def lower_graph(roots: list[Value], written: dict[int, Value], read_only: set[in
                 f"graph {segment + 1} of one trace: a host read (.item(), printing, a data-dependent "
                 "shape) ran the graph recorded so far, and the trace continued in a new graph"
             )
-        donated = _written_in_place(order, inputs, written, candidates)
-        donated_roots = tuple(k for i, k in zip(candidates, candidate_roots) if i in donated)
-        fn = _build(order, inputs, scalars, roots, read_only, donated, donated_roots)
+        fn = _build(order, inputs, scalars, roots, read_only,
+                    _plan_donation(order, inputs, written, candidates, candidate_roots))
         _GRAPH_CACHE[key] = fn
         if config.debug_dump_graphs:
             with X64:

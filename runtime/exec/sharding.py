@@ -45,10 +45,7 @@ def _shard_as(v: Any, layout: NamedSharding) -> Any:
     """A shard_as node on IR value `v`: its output value."""
     cls = node("shard_as")
     attrs = layout_attrs(layout, len(v.meta.shape))
-    n = cls((v,) + attrs)
-    out = Value(n, 0, v.meta)
-    n.outputs = (out,)
-    return out
+    return Value(cls((v,) + attrs), 0, v.meta)
 
 
 def _is_constraint(v: Any, layout: NamedSharding) -> bool:

@@ -64,12 +64,9 @@ def _meta_of(a: Any) -> TensorMeta:
 
 def _emit(node: Node, metas: Any) -> Any:
     if metas.__class__ is TensorMeta:
-        v = Value(node, 0, metas)
-        node.outputs = (v,)
-        return v
+        return Value(node, 0, metas)
     multi = isinstance(metas, (tuple, list))
     outs = tuple(None if m is None else Value(node, i, m) for i, m in enumerate(metas if multi else (metas,)))
-    node.outputs = outs
     return outs if multi else outs[0]
 
 
