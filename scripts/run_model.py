@@ -55,7 +55,8 @@ DYNAMO_BACKEND = "xla_native"
 MODES = ("eager", "compiled", "dynamo")
 TASKS = ("inference", "train-sgd", "train-adamw")
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
-# A timed turn lasts about TURN_SECONDS, in calls of the step timed once before the turns,
+# A timed turn lasts about TURN_SECONDS, in calls of the step's fastest of CALIBRATION_CALLS
+# single calls before the turns,
 # and is at least MIN_CALLS_PER_TURN calls: the first calls after a pause run slower
 # (XLA's and PyTorch's worker threads asleep, caches cold), and a training loop runs its
 # steps back to back. Turns of 20 ms put the medium MLP's compiled SGD step at 1.00x and
@@ -63,6 +64,7 @@ REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
 TURN_SECONDS = 0.1
 MIN_CALLS_PER_TURN = 2
 MAX_CALLS_PER_TURN = 1000
+CALIBRATION_CALLS = 3  # single calls timed to size the turns, the fastest taken
 WARMUP_CALLS = 4  # calls before the steady state: the first traces and compiles; AdamW's
 # first step also creates its state, so its second step is a different graph; compile()
 # replays a call once two consecutive traces agree (Note [Replay] in runtime/frontends/replay.py).
@@ -489,11 +491,15 @@ def run(
             replays_before = metrics.replays
             calls = {}
             for name, step in turns.items():
-                start = time.perf_counter()
-                sync(step())
-                calls[name] = max(
-                    MIN_CALLS_PER_TURN, min(MAX_CALLS_PER_TURN, int(TURN_SECONDS / (time.perf_counter() - start)))
-                )
+                # the fastest of a few calls: the first after the comparison may pay once
+                # for what the comparison left (copies of donated buffers it read, their
+                # executables compiled), which would leave turns of two calls
+                once = []
+                for _ in range(CALIBRATION_CALLS):
+                    start = time.perf_counter()
+                    sync(step())
+                    once.append(time.perf_counter() - start)
+                calls[name] = max(MIN_CALLS_PER_TURN, min(MAX_CALLS_PER_TURN, int(TURN_SECONDS / min(once))))
             per_call: dict[str, list[float]] = {name: [] for name in turns}
             for _ in range(timed):
                 for name, step in turns.items():
@@ -505,7 +511,7 @@ def run(
                     per_call[name].append((time.perf_counter() - start) / calls[name])
             rec["compiles_steady"] = _compiles(mode) - steady_before
             if mode == "compiled":
-                ours_calls = 1 + timed * (1 + calls["ours"])
+                ours_calls = CALIBRATION_CALLS + timed * (1 + calls["ours"])
                 rec["replayed_steps"] = f"{metrics.replays - replays_before}/{ours_calls}"
             rec["step_ms"] = statistics.median(per_call["ours"]) * 1e3
             rec["torch_step_ms"] = statistics.median(per_call["torch"]) * 1e3
