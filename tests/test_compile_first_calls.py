@@ -305,3 +305,38 @@ def test_a_failing_interpretation_falls_back_to_the_executable(fresh, monkeypatc
     before = (stats.graphs_interpreted, stats.graph_background_compiles)
     torch.testing.assert_close(xnf.to_torch(step()), (a.exp() * 3).sum(0))
     assert (stats.graphs_interpreted, stats.graph_background_compiles) == before
+
+
+def test_an_interpretation_drops_each_intermediate_after_its_last_reader():
+    """Interpreting a graph holds no intermediate array past the step that reads it
+    last, as eager mode would not: a training step's first calls would otherwise hold
+    every activation, gradient and optimizer temporary at once."""
+    import weakref
+
+    import numpy as np
+
+    from xla_native_functions.runtime.exec.graph_program import last_reads, run_program
+
+    alive = {}
+
+    def make():
+        first = np.ones(4)
+        alive["first"] = weakref.ref(first)
+        return first
+
+    def check(b, c):
+        alive["at check"] = alive["first"]() is not None  # step 0's result: read last by step 1
+        return b + c
+
+    program = [
+        (make, []),                                 # 0
+        (lambda a: a + 1, [("node", 0, 0)]),        # 1: the last reader of 0
+        (lambda: np.zeros(4), []),                  # 2
+        (check, [("node", 1, 0), ("node", 2, 0)]),  # 3
+    ]
+    outputs = [("node", 3, 0), ("node", 1, 0)]
+    assert last_reads(program, outputs) == [[], [0], [], [2]]
+    out = run_program(program, outputs, [], [], last_reads(program, outputs))
+    assert alive["at check"] is False
+    np.testing.assert_array_equal(out[0], np.full(4, 2.0))
+    np.testing.assert_array_equal(out[1], np.full(4, 2.0))

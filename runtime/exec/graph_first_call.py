@@ -24,6 +24,10 @@ function returns, the list of its outputs in order with the same shapes and dtyp
 what the caller does with them (writing storages, replay plans) is unchanged. It
 donates nothing: the buffers the executable would have taken over stay valid (they are
 dropped with their storages' old values) and no input is copied or transposed for it.
+Each intermediate array is dropped after its last reader, as eager mode drops it: four
+Linear(4096, 4096) layers under momentum SGD peaked at 2.65 GB in their interpreted
+calls while every intermediate was held to the end, 2.02-2.13 GB since (the compiled
+step: 1.51 GB; compile() keeps the inputs of the calls it learns its replay plan from).
 
 When the first call's interpretation is done, the graph's executable is handed to one
 daemon thread at the lowest CPU priority (a forked child starts without it and hands
@@ -82,7 +86,7 @@ from ..core.placement import local_devices
 from ..platform.config import config
 from . import first_call
 from .eager import eager_executable
-from .graph_program import run_program
+from .graph_program import last_reads, run_program
 
 _PENDING, _READY, _FAILED = "pending", "ready", "failed"
 
@@ -111,11 +115,13 @@ class FirstCalls:
     """A graph's state until its executable is compiled in the background: the program
     to interpret and the compile's progress (`state`)."""
 
-    __slots__ = ("program", "outputs", "lower", "state", "__weakref__")
+    __slots__ = ("program", "outputs", "release", "lower", "state", "__weakref__")
 
     def __init__(self, program: list, outputs: list, lower: Any):
         self.program = program  # [(node class, operand references)], as graph._build's
         self.outputs = outputs
+        # each intermediate array is dropped after its last reader, as eager mode drops it
+        self.release = last_reads(program, outputs)
         self.lower = lower  # graph._build's lower(arrays or specs, scalar values)
         self.state = None
 
@@ -147,7 +153,7 @@ class FirstCalls:
     def interpret(self, arrays: list, scalar_values: list) -> list:
         with first_call.quiet(), X64:
             program = [(_executable(cls), refs) for cls, refs in self.program]
-            return run_program(program, self.outputs, arrays, scalar_values)
+            return run_program(program, self.outputs, arrays, scalar_values, self.release)
 
 
 def _specs(values: list) -> list | None:
