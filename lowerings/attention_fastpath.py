@@ -98,12 +98,15 @@ def _split_heads(qkv, qkv_bias, num_heads):
     return (x[0] * scale).astype(qkv.dtype), x[1].astype(qkv.dtype), x[2].astype(qkv.dtype)
 
 
-def _projected_heads(x, weight, bias, num_heads, dtype):
+def _projected_heads(x, weight, bias, num_heads, dtype, scaled=False):
     """One of q, k, v as _split_heads gives it, projected from its own input: (B, heads,
-    T, head_dim), bias added, rounded to `dtype` where the CPU kernel stores it."""
-    B, T, _ = x.shape
+    T, head_dim), bias added (and scaled by 1/sqrt(head_dim), the query), rounded to
+    `dtype` where the CPU kernel stores it."""
+    B, T, D = x.shape[0], x.shape[1], weight.shape[0]
     projected = opmath(_mm(x, weight.T).astype(dtype)) + opmath(bias)
-    return projected.reshape(B, T, num_heads, -1).transpose(0, 2, 1, 3)
+    if scaled:
+        projected = projected * _query_scale(projected.dtype, D // num_heads)
+    return projected.reshape(B, T, num_heads, -1).transpose(0, 2, 1, 3).astype(dtype)
 
 
 def lower__transform_bias_rescale_qkv(qkv, qkv_bias, num_heads):
@@ -123,10 +126,9 @@ def multi_head_attention(query, key, value, num_head, qkv_weight, qkv_bias, proj
     if self_attention or (query is key and key is value):
         q, k, v = _split_heads(_mm(query, qkv_weight.T).astype(dtype), qkv_bias, num_head)
     else:
-        q, k, v = (_projected_heads(x, qkv_weight[i * D:(i + 1) * D], qkv_bias[i * D:(i + 1) * D], num_head, dtype)
+        q, k, v = (_projected_heads(x, qkv_weight[i * D:(i + 1) * D], qkv_bias[i * D:(i + 1) * D], num_head, dtype,
+                                    scaled=i == 0)
                    for i, x in enumerate((query, key, value)))
-        q = q * _query_scale(q.dtype, D // num_head)
-        q, k, v = q.astype(dtype), k.astype(dtype), v.astype(dtype)
     scores = jnp.einsum("bhtd,bhsd->bhts", opmath(q), opmath(k), precision=_HIGHEST).astype(dtype)
     if mask is None:
         p = _softmax(scores, -1)

@@ -406,8 +406,8 @@ def _plan_donation(order: list[Node], inputs: list[Value], written: dict[int, Va
                     out.append(n)
         return out
 
-    def not_ancestors(root: Node, readers: list[Node]) -> list[Node]:
-        wanted = {id(n): n for n in readers}
+    def not_ancestors(root: Node, nodes: list[Node]) -> list[Node]:
+        wanted = {id(n): n for n in nodes}
         lowest = min(position[i] for i in wanted)
         seen, stack = {id(root)}, [root]
         while stack and wanted:
