@@ -24,6 +24,7 @@ from ..platform.metrics import metrics
 from .eager import scalar_operand, scope_name, scoped_lowering
 from .graph_first_call import FirstCalls, interpretable
 from .graph_program import run_program
+from .channels_last import channels_last, has_convolutions
 from .sparse_updates import fold_sparse_updates, may_fold
 from .registry import node, policy
 
@@ -300,7 +301,10 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
         return run_program(program, outputs, arrays, scalar_values)
 
     op_counts = Counter(type(n).name for n in order)
-    executable = jax.jit(fold_sparse_updates(run) if may_fold(op_counts) else run,
+    program_fn = fold_sparse_updates(run) if may_fold(op_counts) else run
+    if config.channels_last_convolutions and has_convolutions(op_counts):
+        program_fn = channels_last(program_fn)
+    executable = jax.jit(program_fn,
                          donate_argnums=0 if donated else (), compiler_options=graph_compiler_options(op_counts))
     transposed_kept = tuple(k for k, i in enumerate(kept) if i in transposed)
     # Note [First calls of compiled graphs]: None once the executable is compiled
@@ -480,8 +484,10 @@ def _same(x: Any) -> Any:
 
 
 def _why(old: tuple, new: tuple) -> str:
-    old_body, old_sig, _, old_donated = old
-    new_body, new_sig, _, new_donated = new
+    old_body, old_sig, _, old_donated, old_settings = old
+    new_body, new_sig, _, new_donated, new_settings = new
+    if old_settings != new_settings:
+        return "config.transposed_weight_copies or config.channels_last_convolutions changed"
     if old_sig != new_sig:
         for i, (a, b) in enumerate(zip(old_sig, new_sig)):
             if a != b:
@@ -535,8 +541,10 @@ def lower_graph(roots: list[Value], written: dict[int, Value], read_only: set[in
     candidates = _donation_candidates(inputs, written, read_only)
     root_pos = {id(r): k for k, r in reversed(list(enumerate(roots)))}
     candidate_roots = tuple(root_pos[id(written[id(inputs[i])])] for i in candidates)
-    # the key holds the graph's structure, from which the donated subset follows
-    key = _graph_key(order, inputs, scalars, roots) + ((candidates, candidate_roots),)
+    # the key holds the graph's structure, from which the donated subset follows, and
+    # the settings the program is built with
+    settings = (config.transposed_weight_copies, config.channels_last_convolutions)
+    key = _graph_key(order, inputs, scalars, roots) + ((candidates, candidate_roots), settings)
     fn = _GRAPH_CACHE.get(key)
     built = fn is None
     if built:

@@ -42,6 +42,11 @@ class Config:
     # a transposed copy kept per weight (Note [Transposed weights] in runtime/exec/graph.py):
     # faster products in small-batch inference, at the cost of those weights' memory.
     transposed_weight_copies: bool = True
+    # Compiled graphs with convolutions hold the values between convolutions
+    # channels-last, as XLA CPU's convolution kernels read them, so that XLA does not
+    # transpose each activation around every convolution (Note [Channels-last
+    # convolution programs] in runtime/exec/channels_last.py).
+    channels_last_convolutions: bool = True
     # The first calls of a new eager op signature run on PyTorch's CPU kernel while the
     # op's executable compiles in a background thread (Note [First calls on PyTorch CPU]
     # in runtime/exec/first_call.py), and a compile() graph new in the process is
