@@ -107,15 +107,14 @@ class _Held:
 class _Broadcast(_Held):
     """broadcast_in_dim(operand, shape, dims), made in whatever order its reader holds."""
 
-    __slots__ = ("shape", "dims", "sharding")
+    __slots__ = ("shape", "dims")
 
-    def __init__(self, operand: Any, shape: tuple, dims: tuple, sharding: Any):
+    def __init__(self, operand: Any, shape: tuple, dims: tuple):
         super().__init__(operand)
-        self.shape, self.dims, self.sharding = shape, dims, sharding
+        self.shape, self.dims = shape, dims
 
     def logical(self) -> Any:
-        return lax.broadcast_in_dim_p.bind(self.value, shape=self.shape, broadcast_dimensions=self.dims,
-                                           sharding=self.sharding)
+        return lax.broadcast_in_dim_p.bind(self.value, shape=self.shape, broadcast_dimensions=self.dims, sharding=None)
 
     def held_in(self, perm: tuple[int, ...]) -> Any:
         inv = _inverse(perm)
@@ -123,7 +122,7 @@ class _Broadcast(_Held):
         order = sorted(range(len(target)), key=target.__getitem__)
         operand = self.value if order == sorted(order) else lax.transpose(self.value, tuple(order))
         return lax.broadcast_in_dim_p.bind(operand, shape=tuple(self.shape[d] for d in perm),
-                                           broadcast_dimensions=tuple(sorted(target)), sharding=self.sharding)
+                                           broadcast_dimensions=tuple(sorted(target)), sharding=None)
 
 
 def _interpret(jaxpr, consts: list[_Held], args: list[_Held]) -> list[_Held]:
@@ -179,7 +178,7 @@ def _rewrite(eqn, ins: list[_Held]) -> list[_Held] | None:
         return [_convolution(ins, params)]
     if prim is P.broadcast_in_dim_p and not params.get("sharding") and ins[0].perm is None \
             and not isinstance(ins[0], _Broadcast) and len(ins) == 1:
-        return [_Broadcast(ins[0].value, tuple(params["shape"]), tuple(params["broadcast_dimensions"]), None)]
+        return [_Broadcast(ins[0].value, tuple(params["shape"]), tuple(params["broadcast_dimensions"]))]
     if prim is P.transpose_p and not isinstance(ins[0], _Broadcast):
         perm = ins[0].perm or tuple(range(len(params["permutation"])))
         inverse = _inverse(tuple(params["permutation"]))
