@@ -73,7 +73,7 @@ def test_config_stays_a_dataclass_with_its_fields(config):
     assert [f.name for f in dataclasses.fields(Config)] == [
         "debug_print_each_op", "debug_accuracy_for_each_op", "accuracy_atol", "accuracy_rtol", "debug_dump_graphs",
         "allow_cpu_fallback", "check_index_values", "donate_min_bytes", "eager_cache_bytes", "transposed_weight_copies",
-        "first_calls_on_cpu"]
+        "channels_last_convolutions", "first_calls_on_cpu"]
     assert copy.copy(config) == config and pickle.loads(pickle.dumps(config)) == config
     assert dataclasses.replace(config, donate_min_bytes=5).donate_min_bytes == 5
     with pytest.raises(TypeError):
