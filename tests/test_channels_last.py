@@ -127,7 +127,7 @@ class _Block(torch.nn.Module):
         return self.head(h.mean((2, 3)))
 
 
-def _train(model, x, y, steps=3):
+def _train(model, x, y):
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
     def step():

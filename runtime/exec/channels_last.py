@@ -40,8 +40,8 @@ from jax.extend import source_info_util
 from jax.extend.core import Literal
 from jax.extend.core import primitives as P
 
-# Convolution ops of the manifest, whose graphs get the rewrite.
-CONVOLUTION_OPS = frozenset({"convolution", "convolution_backward"})
+from ..platform.backend import CONVOLUTION_OPS
+from ..platform.config import config
 
 _ELEMENTWISE = frozenset(getattr(P, name) for name in (
     "abs_p", "acos_p", "acosh_p", "add_jaxvals_p", "add_p", "and_p", "asin_p", "asinh_p", "atan2_p", "atan_p",
@@ -58,8 +58,12 @@ _WINDOWED = frozenset({P.reduce_window_max_p, P.reduce_window_min_p, P.reduce_wi
 _INLINED = frozenset({P.jit_p, P.custom_jvp_call_p, P.custom_vjp_call_p, P.closed_call_p})
 
 
-def has_convolutions(op_names) -> bool:
-    return not CONVOLUTION_OPS.isdisjoint(op_names)
+def for_graph(fn: Callable, op_names, static_argnums: tuple[int, ...] = ()) -> Callable:
+    """`fn`, the function a graph with these ops compiles, rewritten by `channels_last`
+    when the graph has convolutions and the setting is on."""
+    if config.channels_last_convolutions and not CONVOLUTION_OPS.isdisjoint(op_names):
+        return channels_last(fn, static_argnums)
+    return fn
 
 
 def channels_last(fn: Callable, static_argnums: tuple[int, ...] = ()) -> Callable:

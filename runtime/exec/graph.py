@@ -24,7 +24,7 @@ from ..platform.metrics import metrics
 from .eager import scalar_operand, scope_name, scoped_lowering
 from .graph_first_call import FirstCalls, interpretable
 from .graph_program import run_program
-from .channels_last import channels_last, has_convolutions
+from . import channels_last
 from .sparse_updates import fold_sparse_updates, may_fold
 from .registry import node, policy
 
@@ -301,10 +301,7 @@ def _build(order: list[Node], inputs: list[Value], scalars: list[ScalarInput], r
         return run_program(program, outputs, arrays, scalar_values)
 
     op_counts = Counter(type(n).name for n in order)
-    program_fn = fold_sparse_updates(run) if may_fold(op_counts) else run
-    if config.channels_last_convolutions and has_convolutions(op_counts):
-        program_fn = channels_last(program_fn)
-    executable = jax.jit(program_fn,
+    executable = jax.jit(channels_last.for_graph(fold_sparse_updates(run) if may_fold(op_counts) else run, op_counts),
                          donate_argnums=0 if donated else (), compiler_options=graph_compiler_options(op_counts))
     transposed_kept = tuple(k for k, i in enumerate(kept) if i in transposed)
     # Note [First calls of compiled graphs]: None once the executable is compiled

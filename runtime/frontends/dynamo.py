@@ -47,7 +47,7 @@ from ..core.inference import composite_implicit
 from ..core.tensor import DEVICE, XlaTensor, contiguous_strides, from_array
 from ..core.views import non_overlapping_and_dense
 from ..exec.custom_ops import register_loaded_library_ops
-from ..exec.channels_last import channels_last, has_convolutions
+from ..exec import channels_last
 from ..exec.eager import value
 from ..exec.graph import dump_graph
 from ..exec.registry import REGISTRY, SECTIONS, policy
@@ -327,10 +327,8 @@ class JaxGraph:
         # XLA options chosen by the graph's ops, as compile() chooses them (Note [XLA CPU
         # library fusions]).
         ops = collections.Counter(_op_name(n.target).split(".")[0] for n in gm.graph.nodes if n.op == "call_function")
-        trace = self._trace
-        if config.channels_last_convolutions and has_convolutions(ops):
-            trace = channels_last(trace, static_argnums=(1,))
-        self.jitted = jax.jit(trace, static_argnums=(1,), compiler_options=graph_compiler_options(ops))
+        self.jitted = jax.jit(channels_last.for_graph(self._trace, ops, static_argnums=(1,)), static_argnums=(1,),
+                              compiler_options=graph_compiler_options(ops))
 
     # -- trace time
 

@@ -301,7 +301,9 @@ def cpu_dispatch_description() -> str:
 # jax.jit takes these options only at the top level, so per-op eager executables (also
 # called inside the user's jax.jit by the interop functions) keep XLA's defaults, as
 # does the user's own JAX code.
-LIBRARY_FUSION_OPS = frozenset({"convolution", "convolution_backward"})
+# The convolution ops of the manifest: graphs with them get library fusions here and
+# channels-last values (runtime/exec/channels_last.py).
+CONVOLUTION_OPS = frozenset({"convolution", "convolution_backward"})
 MATRIX_PRODUCT_OPS = frozenset({
     "mm", "bmm", "addmm", "baddbmm", "addbmm",
     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
@@ -321,7 +323,7 @@ _LIBRARY_FUSIONS = {
 def graph_compiler_options(op_counts: Mapping[str, int]) -> dict:
     """XLA options of a compiled graph (`jax.jit(..., compiler_options=)`) with these
     ops (name -> how many nodes)."""
-    convolutions = sum(op_counts.get(name, 0) for name in LIBRARY_FUSION_OPS)
+    convolutions = sum(op_counts.get(name, 0) for name in CONVOLUTION_OPS)
     products = sum(op_counts.get(name, 0) for name in MATRIX_PRODUCT_OPS)
     if convolutions <= products or jax.default_backend() != "cpu":
         return {}
