@@ -301,7 +301,10 @@ class Trace:
         pending = [s for s in stores if s.pending.node is not None]
         read_only: set[int] = set()  # ids of the input values no root replaces
         for s in stores:
-            if s.pending.node is None:  # an input that was read but never written
+            if s.pending.node is None:  # an input read but not computed: its array is the value
+                # (a storage the trace made and wrote whole with a concrete value,
+                # torch.tensor(data, device=...)'s copy, has no array until now)
+                s.array = s.pending.data
                 read_only.add(id(s.pending))
                 s.pending = s.owner = None
         if not pending:
