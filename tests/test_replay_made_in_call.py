@@ -132,6 +132,29 @@ def test_constant_tensor_made_from_python_values_is_replayed(make):
     _check_replays(make, _inputs())
 
 
+def test_constant_tensor_made_on_our_device_is_read_after_a_host_read():
+    """torch.tensor(data, device=...) writes a concrete value into a storage the trace
+    made; a host read runs the graph recorded so far, and the tensor keeps its value
+    (Hugging Face's generate() makes its special tokens this way, then reads
+    `(eos < 0).any()`)."""
+
+    def step(x):
+        eos = torch.tensor([5.0, 6.0, 7.0, 8.0, 9.0, 10.0], device=x.device)
+        if (eos < 0).any():
+            return x
+        return x * eos
+
+    _check_replays(step, _inputs())
+
+
+def test_constant_tensor_made_on_our_device_in_lazy_mode_survives_a_host_read():
+    x = torch.randn(6)
+    with xnf.lazy_mode():
+        eos = torch.tensor([5.0, 6.0, 7.0, 8.0, 9.0, 10.0], device="jax")
+        assert bool((xnf.to_xla(x).sum() > -100).item())
+        torch.testing.assert_close(xnf.to_torch(xnf.to_xla(x) * eos), x * torch.arange(5.0, 11.0))
+
+
 def test_constant_that_changes_every_call_is_traced_and_says_why():
     calls = [0]
 
@@ -192,6 +215,41 @@ def test_distilbert_classifier_with_labels_is_replayed():
     assert metrics.replays == STEPS - 3, xnf.metrics_report()
 
 
+def test_mistral_generate_call_is_replayed_per_stopping_length():
+    """The whole generate() call compiled, with an end-of-sequence token: its special
+    tokens are tensors made on our device, its stopping check a host read per token.
+    Prompts that stop after different numbers of tokens each get their plan, and calls
+    alternating between them replay with PyTorch's tokens (Note [Paths of a call])."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
+                                        pad_token_id=0, eos_token_id=3)
+    ref = transformers.MistralForCausalLM(config).eval()
+    ours = xnf.to_xla(copy.deepcopy(ref))
+
+    def generate_of(model):
+        def generate(ids):
+            with torch.no_grad():
+                return model.generate(ids, max_new_tokens=6, do_sample=False)
+        return generate
+
+    ref_generate = generate_of(ref)
+    by_length: dict[int, torch.Tensor] = {}  # prompts by the length PyTorch generates
+    for _ in range(40):
+        ids = torch.randint(4, 16, (1, 4))
+        by_length.setdefault(ref_generate(ids).shape[1], ids)
+    assert len(by_length) >= 2, "every prompt stopped at the same length"
+    short, long = by_length[min(by_length)], by_length[max(by_length)]
+    compiled = xnf.compile(generate_of(ours))
+    # a signature's first trace differs from later ones (what .grads it meets), so its
+    # first path is confirmed by the third call, the second path by its second
+    order = [short] * 3 + [long] * 2 + [short, long] * 3
+    for ids in order:
+        torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(ids))), ref_generate(ids))
+    assert metrics.replays == 6, xnf.metrics_report()
+
+
 def test_every_part_of_a_plan_has_a_name_for_the_note():
     """The note of a step whose plan keeps changing names the part that changed: a new
     part of the fingerprint needs its words in _FINGERPRINT_PARTS."""
@@ -202,6 +260,6 @@ def test_every_part_of_a_plan_has_a_name_for_the_note():
     for _ in range(3):
         compiled(x)
     (entry,) = compiled.signatures.values()
-    assert entry.plan is not None
-    assert len(entry.plan.fingerprint) == len(replay._FINGERPRINT_PARTS)
-    assert len(entry.plan.fingerprint[0][0]) == len(replay._SEGMENT_PARTS)
+    assert entry.plans
+    assert len(entry.plans[0].fingerprint) == len(replay._FINGERPRINT_PARTS)
+    assert len(entry.plans[0].fingerprint[0][0]) == len(replay._SEGMENT_PARTS)

@@ -20,7 +20,8 @@ A plan is only made when the trace shows nothing a replay would get wrong:
     builds no autograd graph; the loss of a training step comes back detached).
 A value read on the host (`.item()`, a data-dependent shape) cuts the trace into
 several graphs; the replay runs them in turn and compares each value read with the
-traced one before going on, so it guards the Python that depended on it. Two equal
+traced one before going on, so it guards the Python that depended on it (another
+value is another path: Note [Paths of a call]). Two equal
 consecutive plans also mean the Python numbers the graphs received did not change
 between calls. Before each replay, guards check the call signature (structure, shapes,
 strides, dtypes, Python values of the arguments), every tensor the call reads besides
@@ -32,6 +33,17 @@ scheduled learning rate) and the `training` flag of every module called. A faile
 guard traces the call again, with nothing written. Python state beyond these (a
 global counter, an attribute read by the function) is taken as constant, as jax.jit
 does; `compile(fn, replay=False)` traces every call instead.
+
+Note [Paths of a call]
+Host reads can send one signature's calls down several paths: a generation loop stops
+after as many tokens as its stopping check reads, a training step skips its update on
+a non-finite gradient. A replay whose read differs from its plan's returns before any
+effect (its graphs ran, but nothing is written back and no buffer was donated), so a
+signature keeps up to MAX_PLANS plans, one per path, tried from the one replayed last;
+a call that none replays is traced, and its path's plan joins the others once two
+consecutive traces agree on it. Agreement stays consecutive: a path met again after a
+different one could differ by Python state that no guard covers (a counter deciding a
+branch), which consecutive equal traces rule out as before.
 
 Note [Modules made by the call]
 What a step reads from a module is its tensors (guarded through their storages like
@@ -90,9 +102,11 @@ from ..platform.config import config
 from ..platform.metrics import ReplayedOps, metrics
 
 ARG, OBJ, KEY, CONST, SEG = "arg", "obj", "key", "const", "seg"
-# Traces of one signature without two equal plans in a row, after which it is traced on
-# every call without probing.
+# Traces of one signature without a plan confirmed, after which it is traced on every
+# call without probing.
 MAX_PROBES = 6
+# Plans kept per signature, one per path its host reads take (Note [Paths of a call]).
+MAX_PLANS = 8
 # Call signatures remembered per compiled function.
 MAX_SIGNATURES = 64
 _SIMPLE = (int, float, bool, str, type(None), complex, torch.dtype, torch.device)
@@ -859,11 +873,11 @@ def _structure(x: Any, leaves: list) -> Any:
 class _Signature:
     """What compile() knows about one call signature."""
 
-    __slots__ = ("plan", "candidate", "probes", "known", "holds", "changed")
+    __slots__ = ("plans", "candidate", "probes", "known", "holds", "changed")
 
     def __init__(self, leaves):
-        self.plan: Plan | None = None
-        self.candidate: Plan | None = None
+        self.plans: list[Plan] = []  # one per path (Note [Paths of a call]), the last replayed first
+        self.candidate: Plan | None = None  # the previous trace's
         self.probes = 0
         self.known: list = []
         self.changed: str | None = None  # what differed between the last two plans
@@ -958,7 +972,9 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
         previous, entry.candidate = entry.candidate, plan
         if plan.complete and previous is not None and previous.fingerprint == plan.fingerprint:
             plan.run = generate_replay(plan)
-            entry.plan, entry.candidate, entry.probes = plan, None, 0
+            entry.plans.insert(0, plan)
+            del entry.plans[MAX_PLANS:]
+            entry.candidate, entry.probes = None, 0
         else:
             if previous is not None and plan.complete:
                 entry.changed = _what_changed(previous.fingerprint, plan.fingerprint)
@@ -1017,11 +1033,13 @@ def compile(fn: Callable, *, replay: bool = True) -> Callable:
                 _note(fn, f"it was called with more than {MAX_SIGNATURES} argument signatures", stacklevel=3)
                 return traced(*args, **kwargs)
             entry = signatures[key] = _Signature(leaves)
-        if entry.plan is not None:
-            out = entry.plan.run(leaves)
+        plans = entry.plans
+        for k, plan in enumerate(plans):
+            out = plan.run(leaves)
             if out is not _GUARD_FAILED:
+                if k:  # the path taken last is tried first next time
+                    plans.insert(0, plans.pop(k))
                 return out
-            entry.plan = None
         if entry.probes >= MAX_PROBES:
             return traced(*args, **kwargs)
         return _probe(fn, args, kwargs, leaves, entry)
