@@ -10,7 +10,8 @@ step, and Hugging Face models nobody tuned the runtime for, built from small ran
 configs (no downloads): DistilBERT (sequence classification with labels: `nn.ReLU()(x)`
 in its head and a loss module built in forward), RoBERTa, BART (with labels), Whisper,
 Mistral with a sliding window, and Mistral's `generate()` with a static cache (eight new
-tokens per call, the model's forward compiled).
+tokens per call), compiled two ways: the model's forward (`mistral-generate`, as Hugging
+Face compiles generation) and the whole `generate()` call (`mistral-generate-call`).
 
 For each row: how many timed calls of `compile(step)` replayed, and the median over turns
 of its time over PyTorch CPU eager's, measured in the same turn; next to it the same
@@ -182,11 +183,17 @@ def hf_row(name: str) -> tuple[Callable, Callable, Callable]:
 
 
 NEW_TOKENS = 8
+# the row names of Mistral's generate(): the unit compile() gets
+GENERATE_ROWS = {"mistral-generate": "forward", "mistral-generate-call": "call"}
 
 
-def generate_row() -> tuple[Callable, Callable, Callable, Callable]:
-    """Mistral's generate(): the compiled unit is the model's forward, called once per
-    token; a static cache keeps each token's call the same shape."""
+def generate_row(unit: str) -> tuple[Callable, Callable, Callable]:
+    """Mistral's generate() with a static cache (each token's forward the same shape) and
+    a fixed number of new tokens. unit "forward": the model's forward compiled, called
+    once per token, as Hugging Face does with torch.compile; the rest of generate()
+    (masks, logits processing, stopping checks) runs op by op. unit "call": the whole
+    generate() call compiled; its stopping checks are host reads, each one a graph
+    boundary, so a replay runs one graph per token."""
     torch.manual_seed(0)
     model = __import__("transformers").MistralForCausalLM(_mistral_config(eos_token_id=None)).eval()
     prompt = torch.randint(1, VOCAB, (1, 6))
@@ -208,7 +215,8 @@ def generate_row() -> tuple[Callable, Callable, Callable, Callable]:
     steps = [gen_of(model, prompt)]
     for replay in (True, False):
         m = xnf.to_xla(copy.deepcopy(model))
-        m.forward = xnf.compile(m.forward, replay=replay)
+        if unit == "forward":
+            m.forward = xnf.compile(m.forward, replay=replay)
         steps.append(gen_of(m, prompt.to("jax")))
     return steps[0], steps[1], steps[2]
 
@@ -217,23 +225,25 @@ def generate_row() -> tuple[Callable, Callable, Callable, Callable]:
 
 
 def all_rows() -> list[str]:
-    return [f"{m}/{t}" for m in MODELS for t in ("inference", "train-sgd")] + list(_hf_models()) + ["mistral-generate"]
+    return [f"{m}/{t}" for m in MODELS for t in ("inference", "train-sgd")] + list(_hf_models()) + list(GENERATE_ROWS)
 
 
 def run_row(row: str) -> dict:
-    if row == "mistral-generate":
-        ref, ours, traced = generate_row()
+    unit = GENERATE_ROWS.get(row)
+    if unit is not None:
+        ref, ours, traced = generate_row(unit)
     elif "/" in row:
         ref, ours, traced = zoo_row(*row.split("/"))
     else:
         ref, ours, traced = hf_row(row)
-    compiled = ours if row == "mistral-generate" else xnf.compile(ours)
-    traced_c = traced if row == "mistral-generate" else xnf.compile(traced, replay=False)
+    # the forward row compiled its model's forward already
+    compiled = ours if unit == "forward" else xnf.compile(ours)
+    traced_c = traced if unit == "forward" else xnf.compile(traced, replay=False)
     notes_before = len(metrics.replay_notes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = measure(ref, lambda: _sync(compiled()), lambda: _sync(traced_c()), lambda: metrics.replays)
-    if row == "mistral-generate":  # forward calls: NEW_TOKENS per generate() call, the prefill one a new shape
+    if unit == "forward":  # forward calls: NEW_TOKENS per generate() call, the prefill one a new shape
         done, calls = result["replayed_calls"].split("/")
         result["replayed_calls"] = f"{done}/{int(calls) * NEW_TOKENS} forward calls"
     result["notes"] = metrics.replay_notes[notes_before:]
