@@ -1,8 +1,8 @@
 """A representative part of the architecture sweep (scripts/architectures.py) against
 PyTorch CPU: a mixture of experts (grouped products, integer histc), a speech encoder
 (weight-normalised convolution), a state-space model, an audio encoder-decoder and a
-windowed vision transformer, in every mode, inference and training. The whole sweep
-writes docs/reports/architectures.md."""
+windowed vision transformer, in every mode, inference and training (compiled: the
+last call a replay). The whole sweep writes docs/reports/architectures.md."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ def test_architecture_matches_cpu(name, mode, task):
     record = architectures.check(name, mode, task)
     assert record["ok"], record.get("traceback") or record["why"]
     assert record["float64_bound"] == 0, record  # these match PyTorch's float32 results directly
+    if mode == "compiled":  # the last call, compared above, is a replay
+        assert record["replays"] == 1, record
     if mode == "dynamo" and name != "mixtral":  # transformers runs its own grouped-product op under Dynamo
         assert record["cpu_ops"] == [], record
 

@@ -174,16 +174,53 @@ def test_constant_that_changes_every_call_is_traced_and_says_why():
         metrics.replay_notes
 
 
-def test_cpu_tensor_made_before_an_inference_step_names_it_not_the_optimizer():
-    scale = torch.tensor(2.0)
-    compiled = xnf.compile(lambda x: x * scale)
+def test_cpu_tensor_made_before_the_call_and_only_read_is_a_guarded_constant():
+    """BEiT's pattern: an index built once on the CPU (functools.lru_cache) and read by
+    every call. It replays; writing it in place between calls, through a view too,
+    makes the next call trace again with the new values (Note [CPU constants])."""
+    import functools
+
+    @functools.lru_cache
+    def index():
+        return torch.tensor([[2, 0], [1, 3]])
+
+    def step(table):
+        return table[index().view(-1)] * 2
+
+    compiled = xnf.compile(step)
+    table = torch.randn(4, 3)
+    ours = xnf.to_xla(table)
+
+    def check():
+        torch.testing.assert_close(xnf.to_torch(compiled(ours)), step(table))
+
+    for _ in range(5):
+        check()
+    assert metrics.replays == 2, xnf.metrics_report()
+    index()[0, 0] = 3  # written between calls: the replay's constant is stale
+    check()
+    index().view(-1)[1] = 1
+    for _ in range(4):
+        check()
+    assert metrics.replays == 4, xnf.metrics_report()  # the last two: two equal traces first
+    assert not metrics.replay_notes, metrics.replay_notes
+
+
+def test_cpu_tensor_made_before_the_call_and_written_by_it_is_traced_and_says_why():
+    counter = torch.zeros(())
+
+    def step(x):
+        counter.view(()).add_(1)  # through a view of it
+        return x * counter.item()
+
+    compiled = xnf.compile(step)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for x in _inputs(8):
-            torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(x))), x * scale)
+        for k, x in enumerate(_inputs(8)):
+            torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(x))), x * float(k + 1))
     assert metrics.replays == 0
-    (note,) = [n for n in metrics.replay_notes if "<lambda>" in n]
-    assert "CPU tensor made before the call (shape (), torch.float32)" in note and "to_xla" in note, note
+    (note,) = [n for n in metrics.replay_notes if "step" in n]
+    assert "writes a CPU tensor made before the call (shape (), torch.float32)" in note and "to_xla" in note, note
     assert "AdamW" not in note, note
 
 
@@ -263,3 +300,23 @@ def test_every_part_of_a_plan_has_a_name_for_the_note():
     assert entry.plans
     assert len(entry.plans[0].fingerprint) == len(replay._FINGERPRINT_PARTS)
     assert len(entry.plans[0].fingerprint[0][0]) == len(replay._SEGMENT_PARTS)
+
+
+def test_inference_cpu_tensor_read_by_the_call_is_guarded_by_its_values():
+    """An inference tensor has no version counter: the plan compares its values."""
+    with torch.inference_mode():
+        index = torch.tensor([2, 0, 1])
+
+    def step(table):
+        with torch.inference_mode():
+            return table[index] * 2
+
+    compiled = xnf.compile(step)
+    table = torch.randn(4, 3)
+    ours = xnf.to_xla(table)
+    for k in range(9):
+        if k == 5:
+            with torch.inference_mode():
+                index[0] = 3  # bumps no version counter
+        torch.testing.assert_close(xnf.to_torch(compiled(ours)), step(table))
+    assert metrics.replays == 5, xnf.metrics_report()  # calls 2-4 and 7-8

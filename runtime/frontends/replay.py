@@ -11,9 +11,10 @@ current arrays, run the cached executables, write the results back, build the re
 tensors. No op runs through Python.
 
 A plan is only made when the trace shows nothing a replay would get wrong:
-  - no op on a CPU tensor made before the call (default AdamW keeps its step counter
-    on the CPU and computes its step size from `.item()`), no CPU fallback op, no
-    explicit torch.Generator;
+  - no op writing a CPU tensor made before the call (default AdamW keeps its step
+    counter on the CPU and computes its step size from `.item()`; one the call only
+    reads is a guarded constant, Note [CPU constants]), no CPU fallback op, no explicit
+    torch.Generator;
   - no tensor created by the call kept anywhere except the returned value and
     `.grad` (a module attribute, a list, new optimizer state), counted by references;
   - no returned tensor that requires grad unless the call ran backward itself (a replay
@@ -44,6 +45,17 @@ a call that none replays is traced, and its path's plan joins the others once tw
 consecutive traces agree on it. Agreement stays consecutive: a path met again after a
 different one could differ by Python state that no guard covers (a counter deciding a
 branch), which consecutive equal traces rule out as before.
+
+Note [CPU constants]
+A CPU tensor made before the call and only read by it (transformers' BEiT caches its
+relative position index, a CPU tensor, with functools.lru_cache, and indexes with it on
+every call) enters the graph as a constant, as a NumPy array closed over by a jax.jit
+function does. The plan holds it by weak reference with its version counter, which
+every in-place op bumps, views included: a replay whose tensor died or was written since
+the trace traces again. An inference tensor has no version counter: the plan keeps a
+copy of its values and compares them. An op that writes such a tensor in the call (default AdamW's
+step counter) fails the probe, since a replay would skip the write. Writes that bump no
+version counter (through `.data`, or NumPy sharing the memory) are not seen.
 
 Note [Modules made by the call]
 What a step reads from a module is its tensors (guarded through their storages like
@@ -143,6 +155,9 @@ class Probe:
         self.versions: dict[int, int | None] = {}
         # every tensor a view op of the call returned (Note [Views kept by views])
         self.views: list[weakref.ref] = []
+        # CPU tensors made before the call that it only reads (Note [CPU constants]):
+        # id -> (weakref, version counter)
+        self.cpu_constants: dict[int, tuple] = {}
 
     def note_owner(self, store: Storage, t: XlaTensor, v: Any) -> None:
         sid = id(store)
@@ -190,14 +205,18 @@ class Probe:
 
 
 class _HostOpWatch(TorchDispatchMode):
-    """Fails the probe on any op that touches a CPU tensor made before the call (default
-    AdamW's step counter): a replay would skip it. CPU tensors the call makes from Python
-    values (`torch.triu_indices`) are constants, compared between traces like any other."""
+    """Watches the call's ops on CPU tensors. CPU tensors the call makes from Python
+    values (`torch.triu_indices`) are constants, compared between traces like any other;
+    one made before the call that it only reads is a constant guarded by identity and
+    version counter (Note [CPU constants]); an op that writes one (default AdamW's step
+    counter) fails the probe: a replay would skip it."""
 
     def __init__(self, probe: Probe):
         super().__init__()
         self.probe = probe
         self.made: dict[int, weakref.ref] = {}
+        # views of CPU tensors made before the call: what writing them would change
+        self.aliases: dict[int, weakref.ref] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -212,13 +231,26 @@ class _HostOpWatch(TorchDispatchMode):
             self.made[id(out)] = weakref.ref(out)
             return out
         if self.probe.failure is None:
+            written = _written_tensors(func, args, kwargs)
+            before_call = False
             for x in tree_flatten((args, kwargs))[0]:
-                if isinstance(x, torch.Tensor) and x.device.type == "cpu" and not self._made(x):
+                if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or self._known(self.made, x):
+                    continue
+                if id(x) in written:
                     self.probe.fail(self._host_op_reason(func, x))
                     return out
-            for x in tree_flatten(out)[0]:
+                before_call = True
+                if not self._known(self.aliases, x) and id(x) not in self.probe.cpu_constants:
+                    version = version_of(x)  # an inference tensor has none: its values are kept
+                    kept = x.detach().clone() if version is None else None
+                    self.probe.cpu_constants[id(x)] = (weakref.ref(x), version, kept)
+            outs = tree_flatten(out)[0]
+            for x in outs:
                 if isinstance(x, torch.Tensor) and x.device.type == "cpu":
-                    self.made[id(x)] = weakref.ref(x)
+                    if before_call and getattr(func, "is_view", False):
+                        self.aliases[id(x)] = weakref.ref(x)
+                    else:
+                        self.made[id(x)] = weakref.ref(x)
         return out
 
     def _host_op_reason(self, func: Any, x: torch.Tensor) -> str:
@@ -228,11 +260,25 @@ class _HostOpWatch(TorchDispatchMode):
                    "AdamW(..., capturable=True) keeps them on our device")
         else:
             fix = "move it to our device before the call (xla_native_functions.to_xla), or make it inside the call"
-        return f"it runs {func} on {what}, which a replay would skip ({fix})"
+        return f"it writes {what} with {func}, which a replay would skip ({fix})"
 
-    def _made(self, x: torch.Tensor) -> bool:
-        ref = self.made.get(id(x))
+    @staticmethod
+    def _known(table: dict[int, weakref.ref], x: torch.Tensor) -> bool:
+        ref = table.get(id(x))
         return ref is not None and ref() is x
+
+
+def _written_tensors(func: Any, args: tuple, kwargs: dict) -> set[int]:
+    """ids of the tensors an op writes (its schema's mutable arguments)."""
+    written: set[int] = set()
+    schema = getattr(func, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return written
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            value = args[i] if i < len(args) else kwargs.get(a.name)
+            written.update(id(t) for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor))
+    return written
 
 
 def version_of(t: XlaTensor) -> int | None:
@@ -248,7 +294,8 @@ class Plan:
 
     __slots__ = ("segments", "writebacks", "outputs", "out_spec", "grad_guards", "grad_effects", "optimizers",
                  "modules", "grad_enabled", "inference_mode", "bumps", "fingerprint", "complete", "objects",
-                 "object_stores", "args", "whole_args", "requires_grad", "late_reads", "run", "op_counts")
+                 "object_stores", "args", "whole_args", "requires_grad", "late_reads", "run", "op_counts",
+                 "cpu_constants")
 
 
 def _hyperparameters(opt: Any) -> tuple:
@@ -372,6 +419,11 @@ def _kept_by_views(store: Storage, accounted: set[int], views: list[weakref.ref]
 
 def _fp_array(a: np.ndarray) -> tuple:
     return (a.shape, str(a.dtype), a.tobytes())
+
+
+def _fp_cpu(t: torch.Tensor) -> tuple:
+    """A contiguous CPU tensor's values, of any dtype."""
+    return (tuple(t.shape), t.dtype, t.reshape(-1).view(torch.uint8).numpy().tobytes())
 
 
 def _fp_source(src: tuple) -> tuple:
@@ -591,6 +643,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
             plan.modules.append((ref, m.training))
             module_keys.append((id(m), m.training))
     m = None
+    plan.cpu_constants = list(probe.cpu_constants.values())  # Note [CPU constants]
     plan.fingerprint = (
         tuple((seg.key, tuple(_fp_source(src) for src in seg.sources), tuple(_fp_value(v) for v in seg.scalars),
                tuple((k, _fp_array(e)) for k, e in seg.reads),
@@ -609,6 +662,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         inference_mode,
         tuple((_fp_source(src) if src[0] != "out" else src, n) for src, n in plan.bumps),
         plan.requires_grad,
+        tuple((id(r()), v, None if kept is None else _fp_cpu(kept)) for r, v, kept in plan.cpu_constants),
     )
     for seg in plan.segments:
         seg.scalars = [scalar_operand(v) for v in seg.scalars]
@@ -643,7 +697,7 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         "Storage": storage_of, "tensor_on": tensor_on, "real_view_on": real_view_on, "unflatten": tree_unflatten,
         "write_lock": WRITE_LOCK, "active_traces": active_traces, "owned": _owned,
         "made_like": made_like, "made_in_mode": made_in_mode, "inference_mode": torch.is_inference_mode_enabled,
-        "bump": torch._C._increment_version,
+        "bump": torch._C._increment_version, "torch_equal": torch.equal,
     }
     lines: list[str] = []
 
@@ -663,6 +717,12 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     if plan.modules:  # one comparison for all: a module that died reads as None
         modes = ", ".join(f"getattr({const(ref)}(), 'training', None)" for ref, _ in plan.modules)
         emit(f"if ({modes},) != {const(tuple(training for _, training in plan.modules))}: return FAILED")
+    for ref, version, kept in plan.cpu_constants:  # Note [CPU constants]
+        emit(f"t = {const(ref)}()")
+        if kept is None:
+            emit(f"if t is None or t._version != {version!r}: return FAILED")
+        else:
+            emit(f"if t is None or not torch_equal(t, {const(kept)}): return FAILED")
     for ref, guard in plan.grad_guards:
         emit(f"t = {const(ref)}()")
         if guard is None:
@@ -891,6 +951,7 @@ _FINGERPRINT_PARTS = (
     "the .grad of the tensors it reads", "the .grad it sets", "the hyperparameters of the optimizers it steps",
     "the modules it calls (a module made in the call with a different class or training flag)", "grad mode",
     "inference mode", "the version counters it bumps", "which of the tensors it reads require grad",
+    "the CPU tensors it reads (or their version counters: written between calls)",
 )
 _SEGMENT_PARTS = (
     "the graph it records", "where its graph inputs come from (a tensor made in the call from Python values "
