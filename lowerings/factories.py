@@ -62,6 +62,10 @@ def lower_fill_Scalar(self, value):
     return filled(self.shape, value, self.dtype)
 
 
+def lower_fill_Tensor(self, value):
+    return filled(self.shape, value, self.dtype)
+
+
 def lower_zero(self):
     return jnp.zeros_like(self)
 

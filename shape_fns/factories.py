@@ -65,6 +65,13 @@ def fill_Scalar_output_shape(self, value):
     return self
 
 
+def fill_Tensor_output_shape(self, value):
+    if len(value.shape) != 0:
+        raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with {len(value.shape)} "
+                           "dimensions.")
+    return self
+
+
 def zero_output_shape(self):
     return self
 

@@ -271,6 +271,10 @@ OPS = [
     ("angle_complex", aten.angle.default, (T(4, dtype=torch.complex64),), {}),
     ("conj_physical", aten._conj_physical.default, (T(4, dtype=torch.complex128),), {}),
     ("frexp", aten.frexp.Tensor, (torch.tensor([0.0, -3.5, 1e-310, 1024.0, float("inf")], dtype=torch.float64),), {}),
+    ("fill_tensor", aten.fill.Tensor, (f34, torch.tensor(2.5, dtype=torch.float64)), {}),
+    ("fill_tensor_truncates", aten.fill.Tensor, (ints(3, 4), torch.tensor(-2.7)), {}),
+    ("fill_tensor_wraps", aten.fill.Tensor, (torch.zeros(3, dtype=torch.uint8), torch.tensor(-1.0)), {}),
+    ("fill_tensor_bool", aten.fill.Tensor, (torch.zeros(3, dtype=torch.bool), torch.tensor(0.5)), {}),
 ]
 
 
@@ -342,6 +346,7 @@ def test_grad_through_rot90_and_pixel_shuffle():
         (aten.view_copy.default, (T(2, 3), [4, -1])),
         (aten.permute_copy.default, (T(2, 3), [0, 0])),
         (aten.unfold_copy.default, (T(3), 0, 4, 1)),
+        (aten.fill.Tensor, (T(3), T(2))),
     ],
 )
 def test_errors_like_cpu(op, args):
@@ -419,3 +424,11 @@ def test_complex_rotary_embedding_grads_match_cpu():
     (g,) = torch.autograd.grad((ours * ours).sum(), xo)
     torch.testing.assert_close(xnf.to_torch(ours), ref.detach())
     torch.testing.assert_close(xnf.to_torch(g), gref)
+
+
+def test_fill_in_place_from_a_cpu_scalar_tensor():
+    """What a learning-rate scheduler does to a tensor learning rate: fill_ with a
+    0-dim tensor, here one on the CPU."""
+    ours = xnf.to_xla(torch.zeros(2, 3))
+    assert ours.fill_(torch.tensor(0.25)) is ours
+    torch.testing.assert_close(xnf.to_torch(ours), torch.full((2, 3), 0.25))
