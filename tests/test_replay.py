@@ -118,6 +118,44 @@ def test_learning_rate_change_is_seen():
     assert metrics.replays > 0
 
 
+def test_learning_rate_changed_every_call_is_traced_and_the_note_gives_the_fix():
+    ref, ref_opt, ours, opt = _pair(lambda ps, ours: torch.optim.SGD(ps, lr=0.1, momentum=0.9))
+    ref_sched = torch.optim.lr_scheduler.CosineAnnealingLR(ref_opt, T_max=20)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=20)
+    ref_step, step = _train_step(ref, ref_opt), xnf.compile(_train_step(ours, opt))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for x, y in _batches(10):
+            torch.testing.assert_close(cpu(step(xnf.to_xla(x), xnf.to_xla(y))), ref_step(x, y), atol=1e-5, rtol=1e-5)
+            sched.step()
+            ref_sched.step()
+    _assert_same_weights(ours, ref)
+    assert metrics.replays == 0
+    (note,) = metrics.replay_notes
+    assert "learning-rate scheduler" in note and "lr=torch.tensor(1e-3, device='jax'), capturable=True" in note, note
+
+
+def test_tensor_learning_rate_on_our_device_replays_under_a_scheduler():
+    """The fix the note gives: a scheduler updates a tensor learning rate in place
+    (fill_ with a 0-dim tensor), which the replay reads like any other tensor."""
+
+    def adamw(ps, ours):
+        lr = torch.tensor(0.01, device="jax") if ours else 0.01  # the same schedule either way
+        return torch.optim.AdamW(ps, lr=lr, capturable=ours)
+
+    ref, ref_opt, ours, opt = _pair(adamw)
+    ref_sched = torch.optim.lr_scheduler.CosineAnnealingLR(ref_opt, T_max=20)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=20)
+    ref_step, step = _train_step(ref, ref_opt), xnf.compile(_train_step(ours, opt))
+    for x, y in _batches(10):
+        torch.testing.assert_close(cpu(step(xnf.to_xla(x), xnf.to_xla(y))), ref_step(x, y), atol=1e-5, rtol=1e-5)
+        sched.step()
+        ref_sched.step()
+        torch.testing.assert_close(cpu(opt.param_groups[0]["lr"]), torch.tensor(ref_opt.param_groups[0]["lr"]))
+    _assert_same_weights(ours, ref)
+    assert metrics.replays == 7, xnf.metrics_report()
+
+
 def test_train_and_eval_modes_are_guarded():
     ref, ours = _mlp(dropout=0.5), xnf.to_xla(_mlp(dropout=0.5))
 

@@ -940,7 +940,7 @@ class _Signature:
         self.candidate: Plan | None = None  # the previous trace's
         self.probes = 0
         self.known: list = []
-        self.changed: str | None = None  # what differed between the last two plans
+        self.changed: str | None = None  # what differed between the last two plans, in words
         # non-tensor arguments are keyed by id: hold them so the id is not reused
         self.holds = [x for x in leaves if not isinstance(x, (torch.Tensor, *_SIMPLE))]
 
@@ -958,6 +958,21 @@ _SEGMENT_PARTS = (
     "holds different values each call, or a different tensor is read)", "the Python numbers its ops receive",
     "the values it reads on the host", "the values it reads on the host",
 )
+
+
+# The note of a step whose optimizer's hyperparameters change every call.
+_SCHEDULED_HYPERPARAMETERS = (
+    "an optimizer's hyperparameters changed between consecutive calls (a learning-rate scheduler), and its "
+    "step reads them as Python numbers, which a replay holds fixed: give Adam or AdamW a tensor learning rate "
+    "on our device, AdamW(params, lr=torch.tensor(1e-3, device='jax'), capturable=True), which the scheduler "
+    "updates in place, and call scheduler.step() outside the compiled step (SGD reads a tensor learning rate "
+    "with .item(), and stays traced)")
+
+
+def _hyper_changed(before: Plan, after: Plan) -> bool:
+    """Whether an optimizer both plans stepped has other hyperparameters in the second."""
+    hypers = {id(ref()): hyper for ref, hyper in before.optimizers}
+    return any(id(ref()) in hypers and hypers[id(ref())][0] != hyper[0] for ref, hyper in after.optimizers)
 
 
 def _what_changed(before: tuple, after: tuple) -> str | None:
@@ -1038,9 +1053,11 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
             entry.candidate, entry.probes = None, 0
         else:
             if previous is not None and plan.complete:
-                entry.changed = _what_changed(previous.fingerprint, plan.fingerprint)
+                part = _what_changed(previous.fingerprint, plan.fingerprint)
+                entry.changed = (_SCHEDULED_HYPERPARAMETERS if _hyper_changed(previous, plan) else
+                                 f"{part or 'what it records'} changed between consecutive calls")
             if entry.probes >= MAX_PROBES:
-                _note(fn, f"{entry.changed or 'what it records'} changed between consecutive calls")
+                _note(fn, entry.changed or "what it records changed between consecutive calls")
     return result
 
 
