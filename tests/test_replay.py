@@ -208,6 +208,20 @@ def test_host_read_becomes_a_guard():
     assert metrics.replays > 0
 
 
+def test_value_read_inside_the_step_that_changes_every_call_is_traced_and_says_why():
+    @xnf.compile
+    def step(x):
+        return (x * 2).sum().item()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in range(8):
+            assert step(xnf.to_xla(torch.full((3,), float(k)))) == 6.0 * k
+    assert metrics.replays == 0
+    (note,) = metrics.replay_notes
+    assert "values it reads on the host changed" in note and "call .item() after the call" in note, note
+
+
 def test_each_path_of_host_reads_keeps_its_plan():
     """A loop whose trip count a host read decides (a generation loop's stopping check):
     each path confirmed by two consecutive traces keeps its plan, and calls alternating

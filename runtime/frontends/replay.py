@@ -946,8 +946,9 @@ class _Signature:
 
 
 # What each part of a plan's fingerprint is, for the note of a call whose plan keeps changing.
+_HOST_READS = "the values it reads on the host"
 _FINGERPRINT_PARTS = (
-    None, "the values it reads on the host", "which tensors it writes", "what it returns", "the structure it returns",
+    None, _HOST_READS, "which tensors it writes", "what it returns", "the structure it returns",
     "the .grad of the tensors it reads", "the .grad it sets", "the hyperparameters of the optimizers it steps",
     "the modules it calls (a module made in the call with a different class or training flag)", "grad mode",
     "inference mode", "the version counters it bumps", "which of the tensors it reads require grad",
@@ -956,7 +957,7 @@ _FINGERPRINT_PARTS = (
 _SEGMENT_PARTS = (
     "the graph it records", "where its graph inputs come from (a tensor made in the call from Python values "
     "holds different values each call, or a different tensor is read)", "the Python numbers its ops receive",
-    "the values it reads on the host", "the values it reads on the host",
+    _HOST_READS, _HOST_READS,
 )
 
 
@@ -1056,6 +1057,9 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
                 part = _what_changed(previous.fingerprint, plan.fingerprint)
                 entry.changed = (_SCHEDULED_HYPERPARAMETERS if _hyper_changed(previous, plan) else
                                  f"{part or 'what it records'} changed between consecutive calls")
+                if part == _HOST_READS:
+                    entry.changed += (" (a replay checks each value read inside the step against the traced one: "
+                                      "return the tensor, a loss say, and call .item() after the call)")
             if entry.probes >= MAX_PROBES:
                 _note(fn, entry.changed or "what it records changed between consecutive calls")
     return result
