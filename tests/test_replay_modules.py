@@ -184,3 +184,36 @@ def test_parameter_read_only_inside_a_custom_op_is_replayed():
     x = torch.randn(8, 5)
     torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(x))), expected(x))
     assert metrics.replays == CALLS - 1
+
+
+@pytest.mark.parametrize("detached", [False, True])
+def test_loss_whose_autograd_graph_keeps_tensors_replays_when_returned_detached(detached):
+    """LinearCrossEntropyLoss with allow_retain_graph keeps tensors of the call in its
+    autograd node: returned with its graph after backward(), the loss holds them, which
+    a replay cannot rebuild (module_db's samples with these options); returned detached,
+    it replays."""
+    torch.manual_seed(0)
+    options = torch.nn.LinearCrossEntropyOptions(allow_retain_graph=True)
+    ref = torch.nn.LinearCrossEntropyLoss(6, 4, options=options)
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    x, target = torch.randn(5, 6), torch.randint(0, 4, (5,))
+
+    def step_of(module):
+        def step(x, target):
+            module.zero_grad(set_to_none=True)
+            loss = module(x, target)
+            loss.backward()
+            return loss.detach() if detached else loss
+        return step
+
+    ref_step, step = step_of(ref), xnf.compile(step_of(ours))
+    for _ in range(replay.MAX_PROBES + 1):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", replay.ReplayWarning)
+            loss = step(xnf.to_xla(x), xnf.to_xla(target))
+        torch.testing.assert_close(xnf.to_torch(loss.detach()), ref_step(x, target).detach())
+        torch.testing.assert_close(xnf.to_torch(ours.linear.weight.grad), ref.linear.weight.grad)
+    if detached:  # the first call traced, the second confirms
+        assert metrics.replays == replay.MAX_PROBES + 1 - 2, xnf.metrics_report()
+    else:
+        assert metrics.replays == 0 and metrics.replay_notes

@@ -614,7 +614,8 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
     after = x = None  # drop this frame's references before counting
     if _escaped(alive, accounted, probe.views):
         return ("it keeps a tensor it made outside its return value and .grad (a module attribute, "
-                "a list, new optimizer state), which a replay would not update")
+                "a list, new optimizer state, or the autograd graph of a tensor it returns after backward(), "
+                "which returning it detached drops), which a replay would not update")
     alive.clear()
 
     # Tensors read through OBJ sources must still hold the traced storages, and argument
