@@ -135,6 +135,34 @@ def test_learning_rate_changed_every_call_is_traced_and_the_note_gives_the_fix()
     assert "learning-rate scheduler" in note and "lr=torch.tensor(1e-3, device='jax'), capturable=True" in note, note
 
 
+def test_step_that_settles_after_its_probes_ran_out_is_replayed_later():
+    """A learning rate warmed up over the first 10 calls, then held: the probes run out
+    during the warmup, and a later pair of probes confirms the settled step (Note
+    [Probing again])."""
+    from xla_native_functions.runtime.frontends import replay
+
+    ref, ref_opt, ours, opt = _pair(lambda ps, ours: torch.optim.SGD(ps, lr=0.1))
+    warmup = 10
+
+    def set_lr(o, k):
+        for g in o.param_groups:
+            g["lr"] = 0.1 * min(k + 1, warmup) / warmup
+
+    ref_step, step = _train_step(ref, ref_opt), xnf.compile(_train_step(ours, opt))
+    calls = warmup + replay.MAX_PROBES + replay.PROBE_AGAIN_AFTER + 8
+    replayed = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k, (x, y) in enumerate(_batches(calls)):
+            set_lr(opt, k)
+            set_lr(ref_opt, k)
+            before = metrics.replays
+            torch.testing.assert_close(cpu(step(xnf.to_xla(x), xnf.to_xla(y))), ref_step(x, y), atol=1e-5, rtol=1e-5)
+            replayed.append(metrics.replays > before)
+    _assert_same_weights(ours, ref)
+    assert not any(replayed[:warmup + replay.MAX_PROBES]) and all(replayed[-6:]), replayed
+
+
 def test_tensor_learning_rate_on_our_device_replays_under_a_scheduler():
     """The fix the note gives: a scheduler updates a tensor learning rate in place
     (fill_ with a 0-dim tensor), which the replay reads like any other tensor."""

@@ -35,6 +35,15 @@ guard traces the call again, with nothing written. Python state beyond these (a
 global counter, an attribute read by the function) is taken as constant, as jax.jit
 does; `compile(fn, replay=False)` traces every call instead.
 
+Note [Probing again]
+A probe (a trace watched for what a replay needs) costs about 1.5x a plain trace, so a
+signature whose traces keep differing stops being probed after MAX_PROBES. Some steps
+settle later: a learning rate warmed up for a few hundred steps, then held. So after
+PROBE_AGAIN_AFTER calls traced without probing, two consecutive calls are probed again
+(a plan still needs two agreeing traces), and the interval doubles up to
+MAX_PROBE_INTERVAL: a step that never settles spends at most about one call in eight
+probing, then one in 500.
+
 Note [Paths of a call]
 Host reads can send one signature's calls down several paths: a generation loop stops
 after as many tokens as its stopping check reads, a training step skips its update on
@@ -114,9 +123,12 @@ from ..platform.config import config
 from ..platform.metrics import ReplayedOps, metrics
 
 ARG, OBJ, KEY, CONST, SEG = "arg", "obj", "key", "const", "seg"
-# Traces of one signature without a plan confirmed, after which it is traced on every
-# call without probing.
+# Traces of one signature without a plan confirmed, after which it is traced without
+# probing, probed again after PROBE_AGAIN_AFTER such calls, twice as many each time up to
+# MAX_PROBE_INTERVAL (Note [Probing again]).
 MAX_PROBES = 6
+PROBE_AGAIN_AFTER = 16
+MAX_PROBE_INTERVAL = 1024
 # Plans kept per signature, one per path its host reads take (Note [Paths of a call]).
 MAX_PLANS = 8
 # Call signatures remembered per compiled function.
@@ -948,12 +960,14 @@ def _structure(x: Any, leaves: list) -> Any:
 class _Signature:
     """What compile() knows about one call signature."""
 
-    __slots__ = ("plans", "candidate", "probes", "known", "holds", "changed")
+    __slots__ = ("plans", "candidate", "probes", "known", "holds", "changed", "unprobed", "probe_interval")
 
     def __init__(self, leaves):
         self.plans: list[Plan] = []  # one per path (Note [Paths of a call]), the last replayed first
         self.candidate: Plan | None = None  # the previous trace's
         self.probes = 0
+        self.unprobed = 0  # calls traced without probing since the last probe
+        self.probe_interval = PROBE_AGAIN_AFTER
         self.known: list = []
         self.changed: str | None = None  # what differed between the last two plans, in words
         # non-tensor arguments are keyed by id: hold them so the id is not reused
@@ -1138,7 +1152,12 @@ def compile(fn: Callable, *, replay: bool = True) -> Callable:
                     plans.insert(0, plans.pop(k))
                 return out
         if entry.probes >= MAX_PROBES:
-            return traced(*args, **kwargs)
+            entry.unprobed += 1
+            if entry.unprobed <= entry.probe_interval:
+                return traced(*args, **kwargs)
+            # Note [Probing again]: two more probes, which must agree with each other
+            entry.unprobed, entry.candidate, entry.probes = 0, None, MAX_PROBES - 2
+            entry.probe_interval = min(2 * entry.probe_interval, MAX_PROBE_INTERVAL)
         return _probe(fn, args, kwargs, leaves, entry)
 
     compiled.signatures = signatures
