@@ -1094,6 +1094,14 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
     return result
 
 
+def _move_to_front(plans: list, plan: Plan) -> None:
+    try:
+        plans.remove(plan)
+    except ValueError:  # another thread dropped it
+        return
+    plans.insert(0, plan)
+
+
 class ReplayWarning(UserWarning):
     """A compile()d function will be traced on every call: correct, but each call runs
     its Python and records every op again, several times slower than a replay."""
@@ -1144,12 +1152,11 @@ def compile(fn: Callable, *, replay: bool = True) -> Callable:
                 _note(fn, f"it was called with more than {MAX_SIGNATURES} argument signatures", stacklevel=3)
                 return traced(*args, **kwargs)
             entry = signatures[key] = _Signature(leaves)
-        plans = entry.plans
-        for k, plan in enumerate(plans):
+        for k, plan in enumerate(tuple(entry.plans)):  # a copy: another thread may reorder them
             out = plan.run(leaves)
             if out is not _GUARD_FAILED:
                 if k:  # the path taken last is tried first next time
-                    plans.insert(0, plans.pop(k))
+                    _move_to_front(entry.plans, plan)
                 return out
         if entry.probes >= MAX_PROBES:
             entry.unprobed += 1
