@@ -320,3 +320,37 @@ def test_inference_cpu_tensor_read_by_the_call_is_guarded_by_its_values():
                 index[0] = 3  # bumps no version counter
         torch.testing.assert_close(xnf.to_torch(compiled(ours)), step(table))
     assert metrics.replays == 5, xnf.metrics_report()  # calls 2-4 and 7-8
+
+
+def _gpt2(transformers):
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=32, n_embd=16, n_layer=1, n_head=2,
+                                                                n_positions=32))
+
+
+def _t5(transformers):
+    return transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=32, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2, decoder_start_token_id=0))
+
+
+@pytest.mark.parametrize("build", [_gpt2, _t5], ids=["gpt2", "t5-encoder-decoder"])
+def test_generate_call_replays_with_pytorch_tokens(build):
+    """The whole generate() call compiled, default dynamic cache: replayed from the
+    fourth call (the first trace differs in the .grad state it meets), new prompts of
+    the same shape give PyTorch's tokens."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    ref = build(transformers).eval()
+    ref.generation_config.eos_token_id = None
+    ours = xnf.to_xla(copy.deepcopy(ref))
+
+    def generate_of(model):
+        def generate(ids):
+            with torch.no_grad():
+                return model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+        return generate
+
+    compiled = xnf.compile(generate_of(ours))
+    for _ in range(5):
+        ids = torch.randint(1, 32, (2, 5))
+        torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(ids))), generate_of(ref)(ids))
+    assert metrics.replays == 2, xnf.metrics_report()
