@@ -302,13 +302,21 @@ def test_every_part_of_a_plan_has_a_name_for_the_note():
     assert len(entry.plans[0].fingerprint[0][0]) == len(replay._SEGMENT_PARTS)
 
 
-def test_inference_cpu_tensor_read_by_the_call_is_guarded_by_its_values():
-    """An inference tensor has no version counter: the plan compares its values."""
-    with torch.inference_mode():
-        index = torch.tensor([2, 0, 1])
+@pytest.mark.parametrize("writer", ["numpy", "inference_mode"])
+def test_cpu_constant_written_without_a_version_bump_is_seen(writer):
+    """Writes through NumPy sharing the memory, or to an inference tensor, bump no
+    version counter: the replay compares the values (Note [CPU constants])."""
+    import numpy as np
+
+    if writer == "numpy":
+        values = np.array([2, 0, 1])
+        index = torch.from_numpy(values)
+    else:
+        with torch.inference_mode():
+            index = torch.tensor([2, 0, 1])
 
     def step(table):
-        with torch.inference_mode():
+        with torch.inference_mode(writer == "inference_mode"):
             return table[index] * 2
 
     compiled = xnf.compile(step)
@@ -316,10 +324,32 @@ def test_inference_cpu_tensor_read_by_the_call_is_guarded_by_its_values():
     ours = xnf.to_xla(table)
     for k in range(9):
         if k == 5:
-            with torch.inference_mode():
-                index[0] = 3  # bumps no version counter
+            if writer == "numpy":
+                values[0] = 3
+            else:
+                with torch.inference_mode():
+                    index[0] = 3
         torch.testing.assert_close(xnf.to_torch(compiled(ours)), step(table))
     assert metrics.replays == 5, xnf.metrics_report()  # calls 2-4 and 7-8
+
+
+def test_large_cpu_tensor_read_by_the_call_is_traced_and_says_why():
+    from xla_native_functions.runtime.frontends import replay
+
+    big = torch.zeros(replay.CPU_CONSTANT_BYTES // 4 + 1)  # float32, one element over
+
+    def step(x):
+        return x + big[:4].to(x.device)
+
+    compiled = xnf.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k, x in enumerate(_inputs(8, shape=(4,))):
+            big[0] = float(k)
+            torch.testing.assert_close(xnf.to_torch(compiled(xnf.to_xla(x))), step(x))
+    assert metrics.replays == 0
+    (note,) = [n for n in metrics.replay_notes if "step" in n]
+    assert "larger than 64 KiB" in note and "to_xla" in note, note
 
 
 def _gpt2(transformers):

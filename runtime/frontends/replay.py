@@ -59,12 +59,13 @@ Note [CPU constants]
 A CPU tensor made before the call and only read by it (transformers' BEiT caches its
 relative position index, a CPU tensor, with functools.lru_cache, and indexes with it on
 every call) enters the graph as a constant, as a NumPy array closed over by a jax.jit
-function does. The plan holds it by weak reference with its version counter, which
-every in-place op bumps, views included: a replay whose tensor died or was written since
-the trace traces again. An inference tensor has no version counter: the plan keeps a
-copy of its values and compares them. An op that writes such a tensor in the call (default AdamW's
-step counter) fails the probe, since a replay would skip the write. Writes that bump no
-version counter (through `.data`, or NumPy sharing the memory) are not seen.
+function does. The plan keeps a copy of its values and the replay compares them with
+the tensor's (a microsecond or two at these sizes): a tensor that died or holds other
+values traces the call again. Values, not the version counter, because writes through
+NumPy sharing the memory, or through `.data`, bump no counter. A tensor over
+CPU_CONSTANT_BYTES (a staging buffer the step copies from) fails the probe instead, as
+does an op that writes such a tensor in the call (default AdamW's step counter): a
+replay would skip the write.
 
 Note [Modules made by the call]
 What a step reads from a module is its tensors (guarded through their storages like
@@ -129,6 +130,9 @@ ARG, OBJ, KEY, CONST, SEG = "arg", "obj", "key", "const", "seg"
 MAX_PROBES = 6
 PROBE_AGAIN_AFTER = 16
 MAX_PROBE_INTERVAL = 1024
+# CPU tensors made before the call up to this size that it reads are constants of its
+# replay, compared by value (Note [CPU constants]).
+CPU_CONSTANT_BYTES = 64 * 1024
 # Plans kept per signature, one per path its host reads take (Note [Paths of a call]).
 MAX_PLANS = 8
 # Call signatures remembered per compiled function.
@@ -168,7 +172,7 @@ class Probe:
         # every tensor a view op of the call returned (Note [Views kept by views])
         self.views: list[weakref.ref] = []
         # CPU tensors made before the call that it only reads (Note [CPU constants]):
-        # id -> (weakref, version counter)
+        # id -> (weakref, a copy of its values)
         self.cpu_constants: dict[int, tuple] = {}
 
     def note_owner(self, store: Storage, t: XlaTensor, v: Any) -> None:
@@ -219,9 +223,9 @@ class Probe:
 class _HostOpWatch(TorchDispatchMode):
     """Watches the call's ops on CPU tensors. CPU tensors the call makes from Python
     values (`torch.triu_indices`) are constants, compared between traces like any other;
-    one made before the call that it only reads is a constant guarded by identity and
-    version counter (Note [CPU constants]); an op that writes one (default AdamW's step
-    counter) fails the probe: a replay would skip it."""
+    one made before the call that it only reads is a constant whose values the replay
+    compares (Note [CPU constants]); an op that writes one (default AdamW's step counter)
+    fails the probe: a replay would skip it."""
 
     def __init__(self, probe: Probe):
         super().__init__()
@@ -249,13 +253,14 @@ class _HostOpWatch(TorchDispatchMode):
                 if self._known(self.made, x):
                     continue
                 if id(x) in written:
-                    self.probe.fail(self._host_op_reason(func, x))
+                    self.probe.fail(self._host_op_reason(func, x, "writes"))
+                    return out
+                if x.numel() * x.element_size() > CPU_CONSTANT_BYTES:
+                    self.probe.fail(self._host_op_reason(func, x, "reads"))
                     return out
                 before_call = True
                 if not self._known(self.aliases, x) and id(x) not in self.probe.cpu_constants:
-                    version = version_of(x)  # an inference tensor has none: its values are kept
-                    kept = x.detach().clone() if version is None else None
-                    self.probe.cpu_constants[id(x)] = (weakref.ref(x), version, kept)
+                    self.probe.cpu_constants[id(x)] = (weakref.ref(x), x.detach().clone())
             for x in _cpu_tensors((out,)):
                 if before_call and getattr(func, "is_view", False):
                     self.aliases[id(x)] = weakref.ref(x)
@@ -263,14 +268,16 @@ class _HostOpWatch(TorchDispatchMode):
                     self.made[id(x)] = weakref.ref(x)
         return out
 
-    def _host_op_reason(self, func: Any, x: torch.Tensor) -> str:
+    def _host_op_reason(self, func: Any, x: torch.Tensor, does: str) -> str:
         what = f"a CPU tensor made before the call (shape {tuple(x.shape)}, {x.dtype})"
+        if does == "reads":
+            what += f" larger than {CPU_CONSTANT_BYTES // 1024} KiB, whose values a replay would hold fixed,"
         if self.probe.optimizers:  # inside an optimizer's step: its state is on the CPU
             fix = ("default AdamW and Adam keep their step counters on the CPU: "
                    "AdamW(..., capturable=True) keeps them on our device")
         else:
             fix = "move it to our device before the call (xla_native_functions.to_xla), or make it inside the call"
-        return f"it writes {what} with {func}, which a replay would skip ({fix})"
+        return f"it {does} {what} with {func}, which a replay would skip ({fix})"
 
     @staticmethod
     def _known(table: dict[int, weakref.ref], x: torch.Tensor) -> bool:
@@ -689,7 +696,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         inference_mode,
         tuple((_fp_source(src) if src[0] != "out" else src, n) for src, n in plan.bumps),
         plan.requires_grad,
-        tuple((id(r()), v, None if kept is None else _fp_cpu(kept)) for r, v, kept in plan.cpu_constants),
+        tuple((id(r()), _fp_cpu(kept)) for r, kept in plan.cpu_constants),
     )
     for seg in plan.segments:
         seg.scalars = [scalar_operand(v) for v in seg.scalars]
@@ -744,12 +751,9 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     if plan.modules:  # one comparison for all: a module that died reads as None
         modes = ", ".join(f"getattr({const(ref)}(), 'training', None)" for ref, _ in plan.modules)
         emit(f"if ({modes},) != {const(tuple(training for _, training in plan.modules))}: return FAILED")
-    for ref, version, kept in plan.cpu_constants:  # Note [CPU constants]
+    for ref, kept in plan.cpu_constants:  # Note [CPU constants]
         emit(f"t = {const(ref)}()")
-        if kept is None:
-            emit(f"if t is None or t._version != {version!r}: return FAILED")
-        else:
-            emit(f"if t is None or not torch_equal(t, {const(kept)}): return FAILED")
+        emit(f"if t is None or not torch_equal(t, {const(kept)}): return FAILED")
     for ref, guard in plan.grad_guards:
         emit(f"t = {const(ref)}()")
         if guard is None:
@@ -981,7 +985,7 @@ _FINGERPRINT_PARTS = (
     "the .grad of the tensors it reads", "the .grad it sets", "the hyperparameters of the optimizers it steps",
     "the modules it calls (a module made in the call with a different class or training flag)", "grad mode",
     "inference mode", "the version counters it bumps", "which of the tensors it reads require grad",
-    "the CPU tensors it reads (or their version counters: written between calls)",
+    "the CPU tensors it reads (or their values: written between calls)",
 )
 _SEGMENT_PARTS = (
     "the graph it records", "where its graph inputs come from (a tensor made in the call from Python values "
