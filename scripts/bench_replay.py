@@ -11,7 +11,8 @@ configs (no downloads): DistilBERT (sequence classification with labels: `nn.ReL
 in its head and a loss module built in forward), RoBERTa, BART (with labels), Whisper,
 Mistral with a sliding window, and Mistral's `generate()` with a static cache (eight new
 tokens per call), compiled two ways: the model's forward (`mistral-generate`, as Hugging
-Face compiles generation) and the whole `generate()` call (`mistral-generate-call`).
+Face compiles generation) and the whole `generate()` call (`mistral-generate-call`); and
+GPT-2's and T5's `generate()` calls compiled whole, with the default dynamic cache.
 
 For each row: how many timed calls of `compile(step)` replayed, and the median over turns
 of its time over PyTorch CPU eager's, measured in the same turn; next to it the same
@@ -183,31 +184,49 @@ def hf_row(name: str) -> tuple[Callable, Callable, Callable]:
 
 
 NEW_TOKENS = 8
-# the row names of Mistral's generate(): the unit compile() gets
-GENERATE_ROWS = {"mistral-generate": "forward", "mistral-generate-call": "call"}
+# generate() rows: (model, the unit compile() gets)
+GENERATE_ROWS = {"mistral-generate": ("mistral", "forward"), "mistral-generate-call": ("mistral", "call"),
+                 "gpt2-generate-call": ("gpt2", "call"), "t5-generate-call": ("t5", "call")}
 
 
-def generate_row(unit: str) -> tuple[Callable, Callable, Callable]:
-    """Mistral's generate() with a static cache (each token's forward the same shape) and
-    a fixed number of new tokens. unit "forward": the model's forward compiled, called
-    once per token, as Hugging Face does with torch.compile; the rest of generate()
-    (masks, logits processing, stopping checks) runs op by op. unit "call": the whole
-    generate() call compiled; its stopping checks are host reads, each one a graph
-    boundary, so a replay runs one graph per token."""
+def _generator(name: str):
+    import transformers as tr
+
+    if name == "mistral":
+        return tr.MistralForCausalLM(_mistral_config(eos_token_id=None))
+    if name == "gpt2":
+        return tr.GPT2LMHeadModel(tr.GPT2Config(vocab_size=VOCAB, n_embd=16, n_layer=2, n_head=2, n_positions=64,
+                                                bos_token_id=1, eos_token_id=2))
+    return tr.T5ForConditionalGeneration(tr.T5Config(vocab_size=VOCAB, d_model=16, d_kv=8, d_ff=32, num_layers=2,
+                                                     num_heads=2, decoder_start_token_id=0))
+
+
+def generate_row(name: str, unit: str) -> tuple[Callable, Callable, Callable]:
+    """A model's generate() with a fixed number of new tokens. Mistral's uses a static
+    cache (each token's forward the same shape); GPT-2's and T5's the default dynamic
+    one. unit "forward": the model's forward compiled, called once per token, as Hugging
+    Face does with torch.compile; the rest of generate() (masks, logits processing,
+    stopping checks) runs op by op. unit "call": the whole generate() call compiled; its
+    stopping checks are host reads, each one a graph boundary, so a replay runs one
+    graph per token."""
     torch.manual_seed(0)
-    model = __import__("transformers").MistralForCausalLM(_mistral_config(eos_token_id=None)).eval()
+    model = _generator(name).eval()
+    model.generation_config.eos_token_id = None
     prompt = torch.randint(1, VOCAB, (1, 6))
 
     def gen_of(m, ids):
         # one cache for every call, as Hugging Face advises for compiled generation,
         # cleared in place before each: each token's forward reads the same tensors
-        cache = StaticCache(config=m.config, max_cache_len=ids.shape[1] + NEW_TOKENS)
+        cache = StaticCache(config=m.config, max_cache_len=ids.shape[1] + NEW_TOKENS) if name == "mistral" else None
 
         def gen():
             with torch.no_grad():
-                cache.reset()
+                kwargs = {}
+                if cache is not None:
+                    cache.reset()
+                    kwargs["past_key_values"] = cache
                 return m.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                                  past_key_values=cache)
+                                  pad_token_id=0, **kwargs)
         return gen
 
     from transformers import StaticCache
@@ -229,9 +248,9 @@ def all_rows() -> list[str]:
 
 
 def run_row(row: str) -> dict:
-    unit = GENERATE_ROWS.get(row)
+    name, unit = GENERATE_ROWS.get(row, (None, None))
     if unit is not None:
-        ref, ours, traced = generate_row(unit)
+        ref, ours, traced = generate_row(name, unit)
     elif "/" in row:
         ref, ours, traced = zoo_row(*row.split("/"))
     else:
