@@ -74,6 +74,14 @@ def lower_any_dims(self, dim=None, keepdim=False):
     return _logical(jnp.any, self, axes, keepdim)
 
 
+def lower__is_all_true(self):
+    return jnp.all(self)
+
+
+def lower__is_any_true(self):
+    return jnp.any(self)
+
+
 def lower_all(self):
     return _logical(jnp.all, self, None, False)
 

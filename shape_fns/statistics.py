@@ -118,6 +118,21 @@ def all_dims_output_shape(self, dim=None, keepdim=False):
     return any_dims_output_shape(self, dim, keepdim)
 
 
+def _is_all_true_output_shape(self):
+    return _bool_test("_is_all_true", self)
+
+
+def _is_any_true_output_shape(self):
+    return _bool_test("_is_any_true", self)
+
+
+def _bool_test(op, self):
+    """torch.distributions' argument validation: whether a bool tensor is all (any) True."""
+    if self.dtype != torch.bool:
+        raise RuntimeError(f"{op}(): expected a bool tensor, got {scalar_type_name(self.dtype)}")
+    return TensorMeta((), torch.bool)
+
+
 def prod_output_shape(self, *, dtype=None):
     return TensorMeta((), sum_dtype(self.dtype, dtype))
 
