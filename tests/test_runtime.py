@@ -109,6 +109,20 @@ def test_metadata_and_host_reads():
     assert x.cpu().device.type == "cpu"
 
 
+@pytest.mark.parametrize("value", [torch.tensor(3), torch.tensor(2.5), torch.tensor(True), torch.tensor([1, 2])])
+@pytest.mark.parametrize("spec", ["", ">4", ".2f"])
+def test_format_matches_torch(value, spec):
+    # a 0-dim tensor formats as its number (f"expert_{idx[0]}"), others as on the CPU
+    try:
+        expected = format(value, spec)
+    except (TypeError, ValueError) as e:
+        with pytest.raises(type(e)):
+            format(xnf.to_xla(value), spec)
+        return
+    ours = format(xnf.to_xla(value), spec)
+    assert ours == expected if value.dim() == 0 else ours == repr(xnf.to_xla(value))
+
+
 @pytest.mark.parametrize(
     "dtype", [torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16, torch.complex64]
 )

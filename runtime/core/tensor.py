@@ -248,6 +248,14 @@ class XlaTensor(torch.Tensor):
             text = text[:-1] + suffix + grad + ")"
         return text
 
+    # PyTorch formats a 0-dim tensor as its number only when its class is torch.Tensor
+    # itself; code that builds names from indices (f"expert_{idx[0]}" in Switch
+    # Transformers' routing) expects that on every device.
+    def __format__(self, format_spec: str) -> str:
+        if self.dim() == 0 and not isinstance(self._store.array, jax.core.Tracer):
+            return self.detach().item().__format__(format_spec)
+        return object.__format__(self, format_spec)
+
     def _host_copy(self) -> torch.Tensor:
         """A PyTorch CPU copy of the values (`_to_copy` to the CPU, through dispatch)."""
         return self.detach().to("cpu")
