@@ -45,3 +45,16 @@ def compiled_first_calls():
     xnf.wait_for_background_compiles()  # earlier tests' compiles must not land (or evict) during this one
     yield
     xnf.config.first_calls_on_cpu = before
+
+
+@pytest.fixture
+def fresh_graph_cache(monkeypatch):
+    """An empty graph cache and zeroed metrics, so counts of traces, compiles and
+    replays start from this test (the replay tests opt in with `pytestmark`)."""
+    import xla_native_functions as xnf
+    from xla_native_functions.runtime.exec import graph
+
+    monkeypatch.setattr(graph, "_GRAPH_CACHE", {})
+    monkeypatch.setattr(graph, "_LAST_KEYS", {})
+    monkeypatch.setattr(graph, "_TRANSPOSED_COPIES", {})
+    xnf.reset_metrics()

@@ -13,19 +13,13 @@ import pytest
 import torch
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime.exec import graph
 from xla_native_functions.runtime.frontends import replay
 from xla_native_functions.runtime.platform.metrics import metrics
 
 CALLS = 5  # three traced calls, then replays
 
 
-@pytest.fixture(autouse=True)
-def fresh_state(monkeypatch):
-    monkeypatch.setattr(graph, "_GRAPH_CACHE", {})
-    monkeypatch.setattr(graph, "_LAST_KEYS", {})
-    monkeypatch.setattr(graph, "_TRANSPOSED_COPIES", {})
-    xnf.reset_metrics()
+pytestmark = pytest.mark.usefixtures("fresh_graph_cache")
 
 
 def _step(setting):

@@ -15,8 +15,10 @@ A plan is only made when the trace shows nothing a replay would get wrong:
     counter on the CPU and computes its step size from `.item()`; one the call only
     reads is a guarded constant, Note [CPU constants]), no CPU fallback op, no explicit
     torch.Generator;
-  - no tensor created by the call kept anywhere except the returned value and
-    `.grad` (a module attribute, a list, new optimizer state), counted by references;
+  - no tensor created by the call kept anywhere except the returned value, `.grad`
+    and the attributes of the modules it calls (a list, new optimizer state), counted
+    by references (Note [Module attributes the call sets]); no argument kept either
+    (Note [Arguments kept by the call]);
   - no returned tensor that requires grad unless the call ran backward itself (a replay
     builds no autograd graph; the loss of a training step comes back detached).
 A value read on the host (`.item()`, a data-dependent shape) cuts the trace into
@@ -74,6 +76,30 @@ any other) and its `training` flag. A module the call made and dropped (DistilBE
 in forward) is part of the Python a replay skips: its flag is fixed by that Python, so
 the plan keys it by class and flag, not by its id (which a new one never shares), and
 guards only the modules still alive after the call.
+
+Note [Module attributes the call sets]
+A module may keep a tensor of the call in an attribute: RecurrentGemma's recurrent
+block stores its final state, a model its last input or attention map. A replay that
+skipped the assignment would leave the traced call's tensor there. So after a probe the
+attributes and buffers of every module the call ran are scanned, and each that holds a
+tensor the call made, an argument, or a view of an argument is an effect of the plan:
+every replay sets it again to the new call's tensor (the same object where the call
+also returns it), directly in the module's `__dict__` or `_buffers`, as
+`nn.Module.__setattr__` would. One that requires grad is accepted as a returned tensor
+is, only when the call ran backward itself, and it is set detached. A tensor a module
+held when called that the call reads and then replaces (state carried from call to
+call: `self.mean = 0.9 * self.mean + ...`) keeps the call traced: the tensor read dies
+in the call, and a replay would have read its values as a constant.
+
+Note [Arguments kept by the call]
+An argument, or a view of it, that the call keeps where a replay does not look (a list,
+a dict, an object other than a module it calls) would still hold the traced call's
+argument after a replay. A probe counts the references to each argument tensor and to
+its storage before and after the call; more than the result, the plan's module
+attributes, the probe itself and PyTorch's view metadata hold (a live view's base gets
+one reference from C++, however many views; Note [Views kept by views]) means the call
+kept it, and its signature stays traced from then on: a call given the same tensor
+again finds it already where it puts it, which counting cannot see.
 
 Note [Views kept by views]
 A view of a view keeps the view it was made from alive: PyTorch's view metadata
@@ -166,6 +192,9 @@ class Probe:
         # module made by the call and dropped is part of the Python a replay skips
         self.modules: list[tuple] = []
         self.module_refs: dict[int, weakref.ref] = {}
+        # storages of the tensors each called module held when it was called (Note
+        # [Module attributes the call sets])
+        self.module_state: set[int] = set()
         # id(tensor) -> its version counter before the call wrote through it (None: an
         # inference tensor, which has none): for the arguments and the owners of storages
         self.versions: dict[int, int | None] = {}
@@ -328,7 +357,7 @@ class Plan:
     __slots__ = ("segments", "writebacks", "outputs", "out_spec", "grad_guards", "grad_effects", "optimizers",
                  "modules", "grad_enabled", "inference_mode", "bumps", "fingerprint", "complete", "objects",
                  "object_stores", "args", "whole_args", "requires_grad", "late_reads", "run", "op_counts",
-                 "cpu_constants")
+                 "cpu_constants", "attributes")
 
 
 def _hyperparameters(opt: Any) -> tuple:
@@ -398,6 +427,9 @@ def _source_of(sid: int, probe: Probe, arg_stores: dict[int, int], orphans: set[
         return (OBJ, ref)
     if sid in orphans:
         return "a tensor it reads or writes is reachable only through a view made inside the call"
+    if sid in probe.module_state:
+        return ("it reads a tensor a module held before the call and replaces it (state carried from call to "
+                "call), which a replay would read as a constant")
     return (CONST, None)  # a temporary made on the host during the call
 
 
@@ -448,6 +480,57 @@ def _kept_by_views(store: Storage, accounted: set[int], views: list[weakref.ref]
         if sys.getrefcount(t) == 3 and all(id(r) in frames for r in gc.get_referrers(t)):
             kept += 1
     return kept
+
+
+def _argument_references(leaves: Any) -> tuple[list, list]:
+    """Each argument tensor with its storage, and how many references each has."""
+    pairs = [(x, x._store) for x in {id(x): x for x in leaves if x.__class__ is XlaTensor}.values()]
+    return pairs, _reference_counts(pairs)
+
+
+def _reference_counts(pairs: list[tuple]) -> list[tuple[int, int]]:
+    return [(sys.getrefcount(x), sys.getrefcount(store)) for x, store in pairs]
+
+
+def _grown(before: tuple[list, list], now: list[tuple[int, int]], result: Any) -> list[tuple]:
+    """The arguments that gained references during the call (`now`: their counts just
+    after it, with `result` held once), themselves or through their storages, beyond
+    the result's own (Note [Arguments kept by the call])."""
+    pairs, counts = before
+    if all(n <= b and m <= c for (n, m), (b, c) in zip(now, counts)):
+        return []
+    in_result = [x for x in tree_flatten(result)[0] if x.__class__ is XlaTensor]
+    grown = []
+    for (n, m), (refs, store_refs), (x, store) in zip(now, counts, pairs):
+        n -= sum(y is x for y in in_result)
+        m -= sum(y._store is store and y is not x for y in in_result)
+        if n > refs or m > store_refs:
+            grown.append((x, n - refs, m - store_refs))
+    return grown
+
+
+def _keeps_argument(grown: list[tuple], plan: Plan, probe: Probe) -> bool:
+    """Whether references an argument gained in the call (`_grown`) are more than the
+    module attributes the plan sets again (Note [Module attributes the call sets]), the
+    storage references the probe holds and the views only PyTorch holds (Note [Views
+    kept by views])."""
+    attributes = []
+    for ref, table, name, effect in plan.attributes:
+        m = ref()
+        if m is not None:
+            attributes.append((m._buffers if table else vars(m)).get(name))
+    m = None
+    for x, refs, store_refs in grown:
+        store = x._store
+        refs -= sum(a is x for a in attributes)
+        # a live view holds its base in C++, which keeps one reference to the base's
+        # Python object however many views there are
+        refs -= any(v() is not None and v()._base is x for v in probe.views)
+        store_refs -= sum(a is not x and a is not None and a._store is store for a in attributes)
+        store_refs -= id(store) in probe.held
+        if refs > 0 or store_refs > _kept_by_views(store, {id(x)}, probe.views):
+            return True
+    return False
 
 
 def _fp_array(a: np.ndarray) -> tuple:
@@ -637,11 +720,38 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
             _account(accounted, sid, after)
             plan.grad_effects.append((ref, (new_roots[sid], _layout(after))))
 
+    # Note [Module attributes the call sets]
+    plan.attributes = []
+    for ref, _, _ in probe.modules:
+        m = ref()
+        if m is None:
+            continue
+        for table, name, x in [(False, k, v) for k, v in vars(m).items()] + [(True, k, v) for k, v in
+                                                                             m._buffers.items()]:
+            if x.__class__ is not XlaTensor:
+                continue
+            sid = id(x._store)
+            if id(x) in out_pos:
+                effect = ("dup", out_pos[id(x)])
+            elif id(x) in leaf_pos:
+                effect = (ARG, leaf_pos[id(x)])
+            elif sid in new_roots:
+                _account(accounted, sid, x)
+                returns_grad_fn = returns_grad_fn or x.requires_grad
+                effect = ("new", new_roots[sid], _layout(x), x.is_inference())
+            elif sid in arg_stores:
+                effect = ("view", (ARG, arg_stores[sid]), _layout(x))
+            else:
+                continue  # a tensor that outlives calls (a parameter, a buffer written in place)
+            plan.attributes.append((ref, table, name, effect))
+    m = x = None
+
     # A replay builds no autograd graph. A result that requires grad (the loss) is still
     # fine when the call ran backward itself, and it comes back detached.
     if returns_grad_fn and not (plan.grad_effects or any(isinstance(g, tuple) for _, g in plan.grad_guards)):
-        return ("it returns a tensor that requires grad without running backward itself, and a replay "
-                "builds no autograd graph (return .detach(), or run under torch.no_grad())")
+        return ("it returns (or stores in a module attribute) a tensor that requires grad without running "
+                "backward itself, and a replay builds no autograd graph (return .detach(), or run under "
+                "torch.no_grad())")
 
     # Tensors the call made must be held only by what a replay rebuilds.
     after = x = None  # drop this frame's references before counting
@@ -697,6 +807,7 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
         tuple((_fp_source(src) if src[0] != "out" else src, n) for src, n in plan.bumps),
         plan.requires_grad,
         tuple((id(r()), _fp_cpu(kept)) for r, kept in plan.cpu_constants),
+        tuple((id(r()), table, name, effect) for r, table, name, effect in plan.attributes),
     )
     for seg in plan.segments:
         seg.scalars = [scalar_operand(v) for v in seg.scalars]
@@ -884,6 +995,17 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         else:  # "py", "fixed"
             value = const(o[1])
         emit(f"out{i} = {value}")
+    for ref, table, name, effect in plan.attributes:  # Note [Module attributes the call sets]
+        kind = effect[0]
+        if kind == "dup":
+            value = f"out{effect[1]}"
+        elif kind is ARG:
+            value = f"leaves[{effect[1]}]"
+        elif kind == "new":
+            value = on(new_store(effect[1]), effect[2], inference=effect[3])
+        else:  # a view of an argument
+            value = on(f"{tensor(effect[1])}._store", effect[2], like=tensor(effect[1]))
+        emit(f"{const(ref)}().{'_buffers' if table else '__dict__'}[{name!r}] = {value}")
     if plan.bumps:
         bumped = [tensor(src) if src[0] != "out" else f"out{src[1]}" for src, n in plan.bumps for _ in range(n)]
         emit(f"bump(({', '.join(bumped)},))")
@@ -964,7 +1086,8 @@ def _structure(x: Any, leaves: list) -> Any:
 class _Signature:
     """What compile() knows about one call signature."""
 
-    __slots__ = ("plans", "candidate", "probes", "known", "holds", "changed", "unprobed", "probe_interval")
+    __slots__ = ("plans", "candidate", "probes", "known", "holds", "changed", "unprobed", "probe_interval",
+                 "keeps_arguments")
 
     def __init__(self, leaves):
         self.plans: list[Plan] = []  # one per path (Note [Paths of a call]), the last replayed first
@@ -974,6 +1097,8 @@ class _Signature:
         self.probe_interval = PROBE_AGAIN_AFTER
         self.known: list = []
         self.changed: str | None = None  # what differed between the last two plans, in words
+        # a probe saw the call keep an argument (Note [Arguments kept by the call])
+        self.keeps_arguments = False
         # non-tensor arguments are keyed by id: hold them so the id is not reused
         self.holds = [x for x in leaves if not isinstance(x, (torch.Tensor, *_SIMPLE))]
 
@@ -986,6 +1111,7 @@ _FINGERPRINT_PARTS = (
     "the modules it calls (a module made in the call with a different class or training flag)", "grad mode",
     "inference mode", "the version counters it bumps", "which of the tensors it reads require grad",
     "the CPU tensors it reads (or their values: written between calls)",
+    "the tensors it stores in module attributes",
 )
 _SEGMENT_PARTS = (
     "the graph it records", "where its graph inputs come from (a tensor made in the call from Python values "
@@ -1047,6 +1173,10 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
             if ref is None or ref() is not module:
                 ref = probe.module_refs[id(module)] = weakref.ref(module)
                 probe.modules.append((ref, module.__class__, module.training))
+            for table in (vars(module), module._buffers, module._parameters):
+                for x in table.values():
+                    if isinstance(x, XlaTensor):
+                        probe.module_state.add(id(x._store))
 
     hooks = [register_optimizer_step_pre_hook(on_step),
              torch.nn.modules.module.register_module_forward_pre_hook(on_forward)]
@@ -1057,6 +1187,7 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
             probe.versions[id(x)] = version_of(x)
     calls = metrics.calls_by_id
     calls_before = dict(calls)
+    before = _argument_references(leaves)
     try:
         with tracing(observer=probe):
             with _HostOpWatch(probe):
@@ -1064,9 +1195,16 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
     finally:
         for h in hooks:
             h.remove()
+    grown = _grown(before, _reference_counts(before[0]), result)
+    before = None
     leaves = list(leaves)
     known = grad_holders(probe, leaves)
     plan = build_plan(probe, leaves, result, known, pre_grads, grad_enabled, inference_mode)
+    if not isinstance(plan, str) and (entry.keeps_arguments or grown and _keeps_argument(grown, plan, probe)):
+        entry.keeps_arguments = True
+        plan = ("it keeps an argument, or a view of one, after the call (in a list, a dict or an object other "
+                "than a module it calls), where a replay would leave the traced call's argument")
+    grown = None
     if not isinstance(plan, str):  # what a replay of this call counts (Note [Counting replayed ops])
         plan.op_counts = tuple((k, n - calls_before.get(k, 0)) for k, n in calls.items() if n > calls_before.get(k, 0))
     entry.known = [weakref.ref(t) for t in known.values()]
