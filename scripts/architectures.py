@@ -112,6 +112,11 @@ SPEECH_SEQ2SEQ = Kind(
     lambda: {"input_features": torch.randn(2, 8, 32), "decoder_input_ids": _ids()},
     dict(vocab_size=VOCAB),
 )
+# T5's config names.
+SEQ2SEQ_T5 = Kind("AutoModelForSeq2SeqLM", SEQ2SEQ.inputs, dict(
+    vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+    dropout_rate=0.0, use_cache=False, decoder_start_token_id=0, pad_token_id=0,
+))
 IMAGE_CLASSIFIER = Kind("AutoModelForImageClassification", _images(32), dict(num_labels=5))
 SEGMENTER = Kind("AutoModelForSemanticSegmentation", _images(32), {})
 TEXT_AND_IMAGE = Kind("AutoModel", lambda: {"input_ids": _ids(), "pixel_values": torch.randn(2, 3, 16, 16)}, {})
@@ -130,6 +135,10 @@ _MOE = dict(num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, moe_int
 _MAMBA = dict(hidden_size=32, num_hidden_layers=2, state_size=4, expand=2, conv_kernel=4, use_cache=False)
 _VIT = dict(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0)
+_TEXT_TOWER = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                   max_position_embeddings=64)
+_VISION_TOWER = dict(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64)
 
 # model_type -> (kind, its config entries). Grouped by kind; the zoo has BERT, GPT-2, Llama, T5, ViT.
 TABLE: dict[str, tuple[Kind, dict]] = {
@@ -161,6 +170,23 @@ TABLE: dict[str, tuple[Kind, dict]] = {
     "bloom": (CAUSAL_LM, dict(hidden_size=32, n_layer=2, n_head=4, hidden_dropout=0.0, attention_dropout=0.0,
                               use_cache=False)),
     "xlnet": (CAUSAL_LM, dict(d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0, use_mems_train=False)),
+    "olmo": (DECODER, dict(num_key_value_heads=2)),
+    "helium": (DECODER, dict(num_key_value_heads=2, head_dim=8)),
+    "glm4": (DECODER, dict(num_key_value_heads=2, head_dim=8, pad_token_id=0)),
+    "smollm3": (DECODER, dict(num_key_value_heads=2, pad_token_id=0)),
+    "nemotron": (DECODER, dict(num_key_value_heads=2, head_dim=8)),
+    "persimmon": (DECODER, dict(hidden_dropout=0.0, attention_dropout=0.0)),
+    "exaone4": (DECODER, dict(num_key_value_heads=2, head_dim=8, sliding_window=4)),
+    "apertus": (DECODER, dict(num_key_value_heads=2, head_dim=8)),
+    "biogpt": (DECODER, dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, activation_dropout=0.0,
+                             layerdrop=0.0)),
+    "codegen": (CAUSAL_LM, dict(_GPT2_NAMES, rotary_dim=4, n_ctx=64)),
+    "ctrl": (CAUSAL_LM, dict(n_embd=32, n_layer=2, n_head=4, dff=64, n_positions=64, resid_pdrop=0.0,
+                             embd_pdrop=0.0, use_cache=False)),
+    "xglm": (CAUSAL_LM, dict(d_model=32, num_layers=2, attention_heads=4, ffn_dim=64, max_position_embeddings=64,
+                             dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, layerdrop=0.0,
+                             use_cache=False)),
+    "mpt": (CAUSAL_LM, dict(d_model=32, n_layers=2, n_heads=4, max_seq_len=64, use_cache=False)),
     # mixtures of experts
     "mixtral": (DECODER, dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
     "qwen2_moe": (DECODER, dict(_MOE, shared_expert_intermediate_size=32)),
@@ -174,9 +200,17 @@ TABLE: dict[str, tuple[Kind, dict]] = {
         n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=4,
         v_head_dim=8, qk_nope_head_dim=4, n_group=2, topk_group=1,
     )),
-    # state-space models
+    "qwen3_moe": (DECODER, dict(_MOE, head_dim=8)),
+    "granitemoe": (DECODER, dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)),
+    "phimoe": (DECODER, dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+                             router_jitter_noise=0.0)),
+    "jetmoe": (DECODER, dict(num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, kv_channels=8)),
+    # state-space and recurrent models
     "mamba": (CAUSAL_LM, _MAMBA),
     "mamba2": (CAUSAL_LM, dict(_MAMBA, num_heads=8, head_dim=8, n_groups=1, chunk_size=4)),
+    "falcon_mamba": (CAUSAL_LM, _MAMBA),
+    "recurrent_gemma": (DECODER, dict(num_key_value_heads=2, head_dim=8, lru_width=32, attention_window_size=4,
+                                      block_types=["recurrent", "attention"], conv1d_width=4)),
     # encoders
     "distilbert": (MASKED_LM, dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, dropout=0.0,
                                    attention_dropout=0.0)),
@@ -189,10 +223,29 @@ TABLE: dict[str, tuple[Kind, dict]] = {
     "big_bird": (ENCODER, dict(attention_type="original_full")),
     "funnel": (MASKED_LM, dict(d_model=32, n_head=4, d_head=8, d_inner=64, block_sizes=[1, 1], hidden_dropout=0.0,
                                attention_dropout=0.0, activation_dropout=0.0)),
+    "roformer": (ENCODER, {}),
+    "rembert": (ENCODER, dict(input_embedding_size=16, output_embedding_size=16)),
+    "squeezebert": (ENCODER, dict(embedding_size=32)),
+    "mobilebert": (ENCODER, dict(embedding_size=16, intra_bottleneck_size=16, num_feedforward_networks=2)),
+    "convbert": (ENCODER, dict(embedding_size=32)),
+    "esm": (ENCODER, dict(pad_token_id=1, mask_token_id=2)),
+    "modernbert": (ENCODER, dict(global_attn_every_n_layers=2, local_attention=4, pad_token_id=0)),
+    "deberta": (ENCODER, {}),
+    "xlm": (MASKED_LM, dict(emb_dim=32, n_layers=2, n_heads=4, dropout=0.0, attention_dropout=0.0)),
     # encoder-decoders
     "bart": (SEQ2SEQ, {}),
     "pegasus": (SEQ2SEQ, {}),
     "marian": (SEQ2SEQ, {}),
+    "mbart": (SEQ2SEQ, {}),
+    "led": (SEQ2SEQ, dict(attention_window=4, max_encoder_position_embeddings=64, max_decoder_position_embeddings=64)),
+    "bigbird_pegasus": (SEQ2SEQ, dict(attention_type="original_full")),
+    "nllb-moe": (SEQ2SEQ, dict(num_experts=4, expert_capacity=8, router_dtype="float32", encoder_sparse_step=2,
+                               decoder_sparse_step=2, moe_token_dropout=0.0, encoder_layerdrop=0.0,
+                               decoder_layerdrop=0.0)),
+    "mt5": (SEQ2SEQ_T5, {}),
+    "longt5": (SEQ2SEQ_T5, dict(local_radius=2)),
+    "switch_transformers": (SEQ2SEQ_T5, dict(num_experts=4, expert_capacity=8, num_sparse_encoder_layers=1,
+                                             num_sparse_decoder_layers=1, router_jitter_noise=0.0)),
     "whisper": (SPEECH_SEQ2SEQ, dict(
         num_mel_bins=8, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=16,
@@ -215,6 +268,26 @@ TABLE: dict[str, tuple[Kind, dict]] = {
         strides=[2, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2], decoder_hidden_size=16, num_labels=3,
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0, drop_path_rate=0.0,
     )),
+    "regnet": (IMAGE_CLASSIFIER, dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], groups_width=8)),
+    "resnet": (IMAGE_CLASSIFIER, dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1])),
+    "bit": (IMAGE_CLASSIFIER, dict(embedding_size=32, hidden_sizes=[32, 64], depths=[1, 1], num_groups=8)),
+    "convnextv2": (IMAGE_CLASSIFIER, dict(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, image_size=32)),
+    "mobilevit": (IMAGE_CLASSIFIER, dict(
+        image_size=32, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0,
+    )),
+    "poolformer": (IMAGE_CLASSIFIER, dict(hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1])),
+    "pvt_v2": (IMAGE_CLASSIFIER, dict(hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1],
+                                      num_attention_heads=[1, 2, 2, 4])),
+    "cvt": (IMAGE_CLASSIFIER, dict(embed_dim=[8, 16, 24], depth=[1, 2, 3], num_heads=[1, 2, 2],
+                                   drop_path_rate=[0.0, 0.0, 0.0])),
+    "focalnet": (IMAGE_CLASSIFIER, dict(embed_dim=8, depths=[1, 1], hidden_sizes=[8, 16], image_size=32,
+                                        drop_path_rate=0.0)),
+    "swinv2": (IMAGE_CLASSIFIER, dict(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+                                      window_size=4, drop_path_rate=0.0)),
+    "data2vec-vision": (IMAGE_CLASSIFIER._replace(inputs=_images(16)), dict(_VIT, use_mean_pooling=True)),
+    "siglip": (TEXT_AND_IMAGE, dict(text_config=_TEXT_TOWER, vision_config=_VISION_TOWER)),
+    "owlvit": (TEXT_AND_IMAGE, dict(text_config=_TEXT_TOWER, vision_config=_VISION_TOWER)),
     "clip": (TEXT_AND_IMAGE, dict(
         text_config=dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                          intermediate_size=64, max_position_embeddings=16, bos_token_id=0, eos_token_id=1),
@@ -224,6 +297,9 @@ TABLE: dict[str, tuple[Kind, dict]] = {
     # speech
     "wav2vec2": (SPEECH_CTC, {}),
     "hubert": (SPEECH_CTC, {}),
+    "wavlm": (SPEECH_CTC, {}),
+    "sew-d": (SPEECH_CTC, {}),
+    "wav2vec2-conformer": (SPEECH_CTC, dict(conformer_conv_dropout=0.0)),
 }
 
 

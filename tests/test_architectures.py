@@ -1,8 +1,10 @@
 """A representative part of the architecture sweep (scripts/architectures.py) against
 PyTorch CPU: a mixture of experts (grouped products, integer histc), a speech encoder
-(weight-normalised convolution), a state-space model, an audio encoder-decoder and a
-windowed vision transformer, in every mode, inference and training (compiled: the
-last call a replay). The whole sweep writes docs/reports/architectures.md."""
+(weight-normalised convolution), a state-space model, a recurrent model that keeps its
+final state in a module attribute (which every replay sets again), an audio
+encoder-decoder and a windowed vision transformer, in every mode, inference and
+training (compiled: the last call a replay). The whole sweep writes
+docs/reports/architectures.md."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import torch
 
 import architectures
 
-REPRESENTATIVE = ("mixtral", "wav2vec2", "mamba", "whisper", "swin")
+REPRESENTATIVE = ("mixtral", "wav2vec2", "mamba", "recurrent_gemma", "whisper", "swin")
 
 
 @pytest.mark.parametrize("task", ["inference", "train-sgd"])
