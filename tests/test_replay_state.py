@@ -204,3 +204,111 @@ def test_returned_argument_or_view_of_it_is_replayed(returned):
         else:
             torch.testing.assert_close(cpu(out), x[1] if returned == "a row of it" else x.view(2, 2, 2).transpose(0, 1))
     assert metrics.replays == CALLS - 3
+
+
+@pytest.mark.parametrize("where", ["list", "dict", "list on a module", "row in a list", "training loss in a list"])
+def test_returned_tensor_kept_elsewhere_keeps_the_call_traced(where):
+    # A replay returns a new tensor; the one the traced call kept would stay where it is
+    # (Note [Results kept by the call]).
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(4, 4)
+    lin = xnf.to_xla(copy.deepcopy(ref))
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    kept = {} if where == "dict" else []
+
+    def f(x):
+        if where == "training loss in a list":
+            opt.zero_grad()
+            loss = lin(x).square().mean()
+            loss.backward()
+            opt.step()
+            kept.append(loss)
+            return loss
+        with torch.no_grad():
+            y = lin(x)
+        if where == "list":
+            kept.append(y)
+        elif where == "dict":
+            kept["y"] = y
+        elif where == "list on a module":
+            lin.history = getattr(lin, "history", []) + [y]
+        else:
+            row = y[0]
+            kept.append(row)
+            return row
+        return y
+
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    step = xnf.compile(f)
+    for _ in range(CALLS):
+        x = torch.randn(2, 4)
+        out = step(xnf.to_xla(x))
+        if where == "training loss in a list":
+            ref_opt.zero_grad()
+            want = ref(x).square().mean()
+            want.backward()
+            ref_opt.step()
+        else:
+            want = ref(x)[0] if where == "row in a list" else ref(x)
+        last = {"dict": lambda: kept["y"], "list on a module": lambda: lin.history[-1]}.get(where, lambda: kept[-1])()
+        assert last is out
+        torch.testing.assert_close(cpu(last), want.detach())
+    assert metrics.replays == 0
+    assert any("keeps a tensor it returns" in n for n in metrics.replay_notes), metrics.replay_notes
+
+
+@pytest.mark.parametrize("returned", ["a result and a row of it", "the same result twice", "nested containers"])
+def test_returned_tensors_held_only_by_the_result_are_replayed(returned):
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(4, 4)
+    lin = xnf.to_xla(copy.deepcopy(ref))
+
+    def f(x, lin):
+        with torch.no_grad():
+            y = lin(x)
+        if returned == "a result and a row of it":
+            return y, y[0]
+        if returned == "the same result twice":
+            return y, y
+        return {"y": y, "rest": [(y * 2,)]}
+
+    step = xnf.compile(f)
+    for _ in range(CALLS):
+        x = torch.randn(2, 4)
+        got = f(x, ref)
+        out = step(xnf.to_xla(x), lin)
+        torch.testing.assert_close(xnf.to_torch(out), got)
+        if returned == "the same result twice":
+            assert out[0] is out[1]
+    assert metrics.replays == CALLS - 3
+
+
+@pytest.mark.parametrize("kept", ["a .grad", "a module attribute"])
+def test_gradient_or_attribute_also_kept_in_a_list_keeps_the_call_traced(kept):
+    torch.manual_seed(0)
+    lin = xnf.to_xla(torch.nn.Linear(4, 4))
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    history = []
+
+    def f(x):
+        opt.zero_grad()
+        loss = lin(x).square().mean()
+        loss.backward()
+        if kept == "a .grad":
+            history.append(lin.weight.grad)
+        else:
+            lin.stat = (2 * loss).detach()
+            history.append(lin.stat)
+        opt.step()
+        return loss.detach()
+
+    step = xnf.compile(f)
+    for _ in range(CALLS):
+        loss = step(xnf.to_xla(torch.randn(2, 4)))
+        if kept == "a .grad":
+            assert history[-1] is lin.weight.grad
+        else:
+            assert history[-1] is lin.stat
+            torch.testing.assert_close(cpu(history[-1]), 2 * cpu(loss))
+    assert metrics.replays == 0
+    assert any("keeps a tensor it returns or sets" in n for n in metrics.replay_notes), metrics.replay_notes

@@ -17,8 +17,8 @@ A plan is only made when the trace shows nothing a replay would get wrong:
     torch.Generator;
   - no tensor created by the call kept anywhere except the returned value, `.grad`
     and the attributes of the modules it calls (a list, new optimizer state), counted
-    by references (Note [Module attributes the call sets]); no argument kept either
-    (Note [Arguments kept by the call]);
+    by references (Note [Module attributes the call sets]); no argument or returned
+    tensor kept either (Note [Arguments kept by the call], Note [Results kept by the call]);
   - no returned tensor that requires grad unless the call ran backward itself (a replay
     builds no autograd graph; the loss of a training step comes back detached).
 A value read on the host (`.item()`, a data-dependent shape) cuts the trace into
@@ -101,6 +101,17 @@ one reference from C++, however many views; Note [Views kept by views]) means th
 kept it, and its signature stays traced from then on: a call given the same tensor
 again finds it already where it puts it, which counting cannot see.
 
+Note [Results kept by the call]
+A returned tensor is one object in the result and in any list, dict or object that the
+call also put it in (`losses.append(loss)`, a hook storing its output); a replay returns
+a new tensor and leaves the traced one there. The same holds for a new `.grad` or module
+attribute the call also keeps elsewhere. Storage counts cannot see this (it is the same
+tensor), so a probe counts the references to each tensor a replay makes anew: those
+beyond the result's own containers, the module attributes the plan sets and a `.grad`'s
+slot mean kept. One more can be PyTorch's own while C++ shares the tensor (a live view's
+base); then the tensor's referrers decide (a walk of the heap, about 40 ms with
+transformers loaded, paid only then; the zoo's steps never need it).
+
 Note [Views kept by views]
 A view of a view keeps the view it was made from alive: PyTorch's view metadata
 (ADInplaceOrView's `as_view`) stores, for a tensor like ours that does not support
@@ -122,6 +133,7 @@ inference_mode.
 
 from __future__ import annotations
 
+import collections
 import functools
 import gc
 import sys
@@ -135,6 +147,7 @@ import numpy as np
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils import _pytree
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..core.context import context
@@ -531,6 +544,60 @@ def _keeps_argument(grown: list[tuple], plan: Plan, probe: Probe) -> bool:
         if refs > 0 or store_refs > _kept_by_views(store, {id(x)}, probe.views):
             return True
     return False
+
+
+def _result_containers(x: Any, out: list) -> list:
+    """The containers of a returned pytree (tuples, lists, dicts, registered nodes such
+    as transformers' ModelOutput), outermost first."""
+    if not _pytree.tree_is_leaf(x):
+        out.append(x)
+        for child in _pytree.SUPPORTED_NODES[_pytree._get_node_type(x)].flatten_fn(x)[0]:
+            _result_containers(child, out)
+    return out
+
+
+def _keeps_result(result: Any, plan: Plan) -> bool:
+    """Whether a tensor a replay makes anew (a returned tensor the call made or viewed,
+    an attribute or a .grad it set) is also held somewhere a replay does not update
+    (Note [Results kept by the call])."""
+    out_leaves = [result] if result.__class__ is XlaTensor else tree_flatten(result)[0]
+    # id -> the tensor, and the references PyTorch holds to it (a .grad's slot: one)
+    rebuilt = {id(x): (x, 0) for x, o in zip(out_leaves, plan.outputs) if o[0] in ("new", "view")}
+    for ref, effect in plan.grad_effects:
+        if effect is not None:
+            x = ref().grad
+            rebuilt[id(x)] = (x, 1)
+    tables = []
+    for ref, table, name, effect in plan.attributes:
+        m = ref()
+        if m is not None:
+            tables.append(m._buffers if table else vars(m))
+            if effect[0] in ("new", "view"):
+                x = tables[-1][name]
+                rebuilt.setdefault(id(x), (x, 0))
+    if not rebuilt:
+        return False
+    containers = _result_containers(result, [])
+    holders = containers + [vars(c) for c in containers if hasattr(c, "__dict__")] + tables
+    counted = collections.Counter(id(r) for h in holders for r in gc.get_referents(h))
+    m = x = out_leaves = None
+    over = []
+    for i, (x, pytorch_refs) in rebuilt.items():
+        # beyond those: `rebuilt`'s tuple, `x`, getrefcount's argument, and for a result
+        # that is the tensor, `result` here and in the caller
+        if sys.getrefcount(x) - 3 - 2 * (x is result) - pytorch_refs - counted[i] > 0:
+            over.append(x)
+    x = None
+    if not over:
+        return False
+    # One more can be PyTorch's while C++ shares the tensor (a live view's base, a tensor
+    # saved for backward): only what refers to it from Python decides.
+    allowed = {id(h) for h in holders} | {id(over)} | {id(entry) for entry in rebuilt.values()}
+    f = sys._getframe()
+    while f is not None:
+        allowed.add(id(f))
+        f = f.f_back
+    return any(id(r) not in allowed for r in gc.get_referrers(*over))
 
 
 def _fp_array(a: np.ndarray) -> tuple:
@@ -1205,6 +1272,10 @@ def _probe(fn: Callable, args: tuple, kwargs: dict, leaves: list, entry: _Signat
         plan = ("it keeps an argument, or a view of one, after the call (in a list, a dict or an object other "
                 "than a module it calls), where a replay would leave the traced call's argument")
     grown = None
+    if not isinstance(plan, str) and _keeps_result(result, plan):
+        plan = ("it keeps a tensor it returns or sets (a module attribute, a .grad), or a view of one, also in "
+                "a list, a dict or an object other than a module it calls, where a replay would leave the traced "
+                "call's tensor")
     if not isinstance(plan, str):  # what a replay of this call counts (Note [Counting replayed ops])
         plan.op_counts = tuple((k, n - calls_before.get(k, 0)) for k, n in calls.items() if n > calls_before.get(k, 0))
     entry.known = [weakref.ref(t) for t in known.values()]
