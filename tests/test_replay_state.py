@@ -312,3 +312,54 @@ def test_gradient_or_attribute_also_kept_in_a_list_keeps_the_call_traced(kept):
             torch.testing.assert_close(cpu(history[-1]), 2 * cpu(loss))
     assert metrics.replays == 0
     assert any("keeps a tensor it returns or sets" in n for n in metrics.replay_notes), metrics.replay_notes
+
+
+class Head(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(4, 4)
+        self.head = torch.nn.Linear(4, 2)
+        self.register_buffer("shift", torch.zeros(2))
+        self.scale = torch.tensor(2.0)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x))) * self.scale + self.shift
+
+
+@pytest.mark.parametrize("replaced", ["submodule", "parameter", "buffer", "plain tensor attribute"])
+def test_module_state_rebound_between_calls_is_read_by_the_next_call(replaced):
+    # The old object stays alive (an optimizer or a user's variable holds it): a replay
+    # must not read it through the plan's reference (Note [Modules rebound between calls]).
+    torch.manual_seed(0)
+    ref = Head()
+    ours = xnf.to_xla(copy.deepcopy(ref))
+    ours.scale = xnf.to_xla(ref.scale)
+
+    def f(m, x):
+        with torch.no_grad():
+            return m(x)
+
+    step = xnf.compile(f)
+    x = torch.randn(3, 4)
+    for _ in range(CALLS):
+        torch.testing.assert_close(cpu(step(ours, xnf.to_xla(x))), f(ref, x))
+    replays = metrics.replays
+    assert replays == CALLS - 3
+    old = {"submodule": ours.head, "parameter": ours.head.weight, "buffer": ours.shift,
+           "plain tensor attribute": ours.scale}[replaced]
+    if replaced == "submodule":
+        ref.head = torch.nn.Linear(4, 2)
+        ours.head = xnf.to_xla(copy.deepcopy(ref.head))
+    elif replaced == "parameter":
+        ref.head.weight = torch.nn.Parameter(torch.randn(2, 4))
+        ours.head.weight = torch.nn.Parameter(xnf.to_xla(ref.head.weight.detach()))
+    elif replaced == "buffer":
+        ref.shift = torch.ones(2)
+        ours.shift = xnf.to_xla(ref.shift)
+    else:
+        ref.scale = torch.tensor(5.0)
+        ours.scale = xnf.to_xla(ref.scale)
+    for _ in range(CALLS):
+        torch.testing.assert_close(cpu(step(ours, xnf.to_xla(x))), f(ref, x))
+    assert replays < metrics.replays < replays + CALLS  # traced again, then replayed again
+    del old

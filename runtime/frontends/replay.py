@@ -112,6 +112,17 @@ slot mean kept. One more can be PyTorch's own while C++ shares the tensor (a liv
 base); then the tensor's referrers decide (a walk of the heap, about 40 ms with
 transformers loaded, paid only then; the zoo's steps never need it).
 
+Note [Modules rebound between calls]
+A step reaches its parameters, buffers and submodules through Python attributes, which a
+replay does not run: a head replaced between calls (`model.classifier = nn.Linear(...)`,
+a parameter or buffer assigned anew) while the old one stays alive (an optimizer, a
+user's variable holds it) would be read through the plan's reference to the old one.
+nn.Module's global registration hooks see every such assignment; one that replaces a
+module or tensor some plan reads counts as a rebinding, and a plan made before the last
+rebinding traces again (one integer compared per replay). A plain tensor attribute of a
+module the call runs (not a parameter or buffer: `self.scale = torch.tensor(2.0)`) has no
+hook, so the replay checks that each one the plan reads is still the module's attribute.
+
 Note [Views kept by views]
 A view of a view keeps the view it was made from alive: PyTorch's view metadata
 (ADInplaceOrView's `as_view`) stores, for a tensor like ours that does not support
@@ -883,6 +894,39 @@ def build_plan(probe: Probe, leaves: list, result: Any, known: dict[int, XlaTens
 
 _GUARD_FAILED = object()
 
+# Note [Modules rebound between calls]: rebindings so far (a list, so that generated
+# replays read it live), and id -> weakref of the modules and tensors plans read.
+_REBINDINGS = [0]
+_WATCHED: dict[int, weakref.ref] = {}
+_rebinding_hooks: list = []
+
+
+def _watch_rebindings() -> None:
+    """Count assignments that replace a watched module, parameter or buffer."""
+    if _rebinding_hooks:
+        return
+
+    def hook_on(table: str) -> Callable:
+        def on_registration(module: torch.nn.Module, name: str, value: Any) -> None:
+            old = module.__dict__.get(table, {}).get(name)
+            if old is not None and old is not value:
+                ref = _WATCHED.get(id(old))
+                if ref is not None and ref() is old:
+                    _REBINDINGS[0] += 1
+        return on_registration
+
+    module_hooks = torch.nn.modules.module
+    _rebinding_hooks.extend([
+        module_hooks.register_module_parameter_registration_hook(hook_on("_parameters")),
+        module_hooks.register_module_buffer_registration_hook(hook_on("_buffers")),
+        module_hooks.register_module_module_registration_hook(hook_on("_modules")),
+    ])
+
+
+def _watch(x: Any) -> None:
+    if x is not None:
+        _WATCHED[id(x)] = weakref.ref(x, lambda _, i=id(x): _WATCHED.pop(i, None))
+
 
 def _owned(tensors: tuple) -> bool:
     """Whether a trace (of another thread) holds one of these tensors' storages."""
@@ -921,6 +965,14 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     def emit(text: str, indent: int = 1) -> None:
         lines.append("    " * indent + text)
 
+    # Note [Modules rebound between calls]
+    _watch_rebindings()
+    for ref, _ in plan.modules:
+        _watch(ref())
+    for ref, _ in plan.objects:
+        _watch(ref())
+    env["rebindings"] = _REBINDINGS
+    emit(f"if rebindings[0] != {_REBINDINGS[0]}: return FAILED")
     emit(f"if grad_enabled() is not {plan.grad_enabled} or inference_mode() is not {plan.inference_mode}:")
     emit("return FAILED", 2)
     for ref, hyper in plan.optimizers:
@@ -945,6 +997,12 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         objects[id(ref)] = f"o{i}"
         emit(f"o{i} = {const(ref)}()")
         emit(f"if o{i} is None or o{i}._store is not {const(store_ref)}(): return FAILED")
+    read = {id(ref()): f"o{i}" for i, (ref, _) in enumerate(plan.objects)}
+    for ref, _ in plan.modules:  # plain tensor attributes: no hook sees them rebound
+        table = vars(ref())
+        for name, x in table.items():
+            if id(x) in read and x.__class__ is XlaTensor:
+                emit(f"if {const(table)}.get({name!r}) is not {read[id(x)]}: return FAILED")
     if plan.object_stores:
         stores = const(plan.object_stores)
         for i in plan.args:  # an argument that is now one of the tensors the call reads itself
