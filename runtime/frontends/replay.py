@@ -999,10 +999,9 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         emit(f"if o{i} is None or o{i}._store is not {const(store_ref)}(): return FAILED")
     read = {id(ref()): f"o{i}" for i, (ref, _) in enumerate(plan.objects)}
     for ref, _ in plan.modules:  # plain tensor attributes: no hook sees them rebound
-        table = vars(ref())
-        for name, x in table.items():
+        for name, x in vars(ref()).items():  # (alive: the `training` guard above)
             if id(x) in read and x.__class__ is XlaTensor:
-                emit(f"if {const(table)}.get({name!r}) is not {read[id(x)]}: return FAILED")
+                emit(f"if {const(ref)}().__dict__.get({name!r}) is not {read[id(x)]}: return FAILED")
     if plan.object_stores:
         stores = const(plan.object_stores)
         for i in plan.args:  # an argument that is now one of the tensors the call reads itself
