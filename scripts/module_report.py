@@ -7,7 +7,8 @@ docs/reports/modules.{md,json}.
     python scripts/module_report.py --report-only           # rebuild the docs from results
 
 Every ModuleInfo of module_db, in float32 and float64, in four settings (train, eval,
-no_grad, inference_mode) and two modes (eager, compiled): each sample's module is built
+no_grad, inference_mode) and two modes (eager, compiled; `--modes dynamo` adds
+torch.compile with the backend, on the CPU module): each sample's module is built
 on the CPU under a fixed seed, a deep copy moved with xnf.to_xla, and the same step
 (forward; in train and eval also the backward of a fixed random projection of the
 outputs) run on both sides; outputs, parameter and input gradients and buffers are
@@ -63,6 +64,8 @@ import sweeps  # noqa: E402  (sys.path[0] is this directory)
 
 COUNT_KEYS = ("passed", "failed", "errored", "skipped", "duplicate", "not_found")
 REPORT_COMMAND = "python scripts/module_report.py --report-only"
+# `dynamo` (torch.compile with the backend) runs when asked for with --modes
+ALL_MODES = mh.MODES + mh.EXTRA_MODES
 
 
 def _default_results_dir() -> str:
@@ -85,7 +88,7 @@ def _parse_args(argv=None):
     p.add_argument("--modules", default="", help="comma-separated ModuleInfo names (nn.Linear,...)")
     p.add_argument("--dtypes", default=",".join(mh.DTYPES), help=f"from {','.join(mh.DTYPES)}")
     p.add_argument("--settings", default=",".join(mh.SETTINGS), help=f"from {','.join(mh.SETTINGS)}")
-    p.add_argument("--modes", default=",".join(mh.MODES), help=f"from {','.join(mh.MODES)}")
+    p.add_argument("--modes", default=",".join(mh.MODES), help=f"from {','.join(ALL_MODES)}")
     p.add_argument(
         "--time-limit",
         type=float,
@@ -118,13 +121,13 @@ def run_sweep(args) -> None:
     names = _split(args.modules, list(infos), "ModuleInfo") if args.modules else list(infos)
     dtypes = _split(args.dtypes, mh.DTYPES, "dtype")
     settings = _split(args.settings, mh.SETTINGS, "setting")
-    modes = _split(args.modes, mh.MODES, "mode")
+    modes = _split(args.modes, ALL_MODES, "mode")
     i, n = sweeps.shard(args.shard)
     names = names[i::n]
     results = sweeps.ShardResults(args.results_dir, args.shard)
     units = mh.plan_units(names, dtypes, settings, modes)
     # eager first within each (module, dtype, setting), so compiled can be inferred
-    units.sort(key=lambda u: (names.index(u[0]), mh.DTYPES.index(u[1]), mh.SETTINGS.index(u[2]), mh.MODES.index(u[3])))
+    units.sort(key=lambda u: (names.index(u[0]), mh.DTYPES.index(u[1]), mh.SETTINGS.index(u[2]), ALL_MODES.index(u[3])))
     todo = [u for u in units if args.rerun or mh.unit_id(*u) not in results.units]
     results.start(len(units), len(todo))
     pool = (
@@ -139,7 +142,7 @@ def run_sweep(args) -> None:
         for u in todo:
             name, dt, setting, mode = u
             base = results.units.get(mh.unit_id(name, dt, setting, "eager"))
-            if mode != "eager" and sweeps.stopped_at_missing_operators(base):
+            if mode == "compiled" and sweeps.stopped_at_missing_operators(base):
                 res = {k: base[k] for k in COUNT_KEYS}
                 res.update(
                     total=base["total"],
@@ -199,7 +202,7 @@ def _settings_phrase(units: list[tuple[str, str, str]]) -> str:
     class shows up in."""
     dts = sorted({u[0] for u in units}, key=mh.DTYPES.index)
     sts = sorted({u[1] for u in units}, key=mh.SETTINGS.index)
-    mds = sorted({u[2] for u in units}, key=mh.MODES.index)
+    mds = sorted({u[2] for u in units}, key=ALL_MODES.index)
     return "; ".join(
         [
             "+".join(dts),
@@ -212,7 +215,8 @@ def _settings_phrase(units: list[tuple[str, str, str]]) -> str:
 def build_report(results_dir: str, out_dir: str) -> dict:
     units, runs = sweeps.read_all(results_dir, every_run=True)
     infos = mh.module_infos()
-    planned = mh.plan_units(list(infos))
+    modes = [m for m in ALL_MODES if any(uid.endswith(f"|{m}") for uid in units)] or list(mh.MODES)
+    planned = mh.plan_units(list(infos), modes=modes)
     planned_ids = {mh.unit_id(*u) for u in planned}
     units = {uid: res for uid, res in units.items() if uid in planned_ids}
 
@@ -294,7 +298,7 @@ def build_report(results_dir: str, out_dir: str) -> dict:
     # per (dtype, mode): modules all of whose samples pass in every setting
     every_setting = {}
     for dt in mh.DTYPES:
-        for mode in mh.MODES:
+        for mode in modes:
             ids = {m: [mh.unit_id(m, dt, st, mode) for st in mh.SETTINGS] for m in by_module_units}
             if any(uid in units for v in ids.values() for uid in v):
                 every_setting[f"{dt}|{mode}"] = sorted(
@@ -302,6 +306,7 @@ def build_report(results_dir: str, out_dir: str) -> dict:
                 )
 
     summary = {
+        "modes": modes,
         "units": len(units),
         "units_planned": len(planned),
         "modules": len(modules_seen),
@@ -310,7 +315,7 @@ def build_report(results_dir: str, out_dir: str) -> dict:
             "|".join(k): {**dict(c), "pass_rate": _rate(c), "modules_all_passing": len(passing_by_key.get(k, []))}
             for k, c in sorted(
                 totals.items(),
-                key=lambda kv: (mh.DTYPES.index(kv[0][0]), mh.MODES.index(kv[0][2]), mh.SETTINGS.index(kv[0][1])),
+                key=lambda kv: (mh.DTYPES.index(kv[0][0]), ALL_MODES.index(kv[0][2]), mh.SETTINGS.index(kv[0][1])),
             )
         },
         "modules_passing_everywhere": everywhere,
@@ -381,7 +386,14 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
     L.append(
         f"- modes: `eager` (the step called once) and `compiled` (the step, backward included, wrapped in "
         f"`xnf.compile` and called {mh.CALLS['compiled']} times: it is traced three times and replayed on the fourth; "
-        "the last call is compared; PyTorch CPU runs as many calls);"
+        "the last call is compared; PyTorch CPU runs as many calls)"
+        + (
+            f"; `dynamo`: the CPU module compiled by `torch.compile(module, backend=\"xla_native\")`, the step "
+            f"called {mh.CALLS['dynamo']} times (a first call that compiles, a second that runs the cached graphs), "
+            "the last call compared;"
+            if "dynamo" in s["modes"]
+            else ";"
+        )
     )
     L.append(
         "- tolerances: the ModuleInfo's `test_cpu_gpu_parity` overrides, else assert_close's defaults (float32 rtol "
@@ -526,7 +538,7 @@ def _markdown(doc, per_module, modules_seen, passing_by_key) -> str:
         "sample stopped at a missing operator. First problem: the first failing sample of the module's first failing "
         "unit.\n"
     )
-    cols = [(st, md) for md in mh.MODES for st in mh.SETTINGS]
+    cols = [(st, md) for md in doc["summary"]["modes"] for st in mh.SETTINGS]
     L.append("| module | dtype | " + " | ".join(f"{st} {md}" for st, md in cols) + " | first problem |")
     L.append("|---|---|" + "---|" * len(cols) + "---|")
     for name in modules_seen:

@@ -21,7 +21,9 @@ Both sides then run the same `step`:
   `xnf.compile`, called CALLS["compiled"] times -- a step is replayed from its fourth
   call, after three traces -- the backward inside the compiled step; the last call's
   results are compared). PyTorch CPU runs the step as many times, so buffers that
-  every call updates (BatchNorm's running statistics) compare too.
+  every call updates (BatchNorm's running statistics) compare too. On request,
+  `dynamo`: the CPU module (not moved) compiled by `torch.compile(module,
+  backend="xla_native")`, RNN modules traced (`allow_rnn`), the step called twice.
 
 Outcomes: passed (every compared tensor equal within the tolerance, dtype and shape
 included), failed (we returned something else), errored (we raised; `not_found`
@@ -78,10 +80,14 @@ import opinfo_harness as h
 
 SETTINGS = ("train", "eval", "no_grad", "inference_mode")
 MODES = ("eager", "compiled")
+# `dynamo`: the CPU module compiled by `torch.compile(module, backend="xla_native")`,
+# called twice (a first call that compiles, a second that runs the cached graphs); not
+# in the default sweep
+EXTRA_MODES = ("dynamo",)
 DTYPES = ("float32", "float64")
 # calls of the step per sample: a compile()d step traces its first three calls and
 # replays from the fourth (two equal consecutive plans after a first trace)
-CALLS = {"eager": 1, "compiled": 4}
+CALLS = {"eager": 1, "compiled": 4, "dynamo": 2}
 SEED = 0
 PROJECTION_SEED = 0
 BACKWARD_SETTINGS = ("train", "eval")
@@ -620,9 +626,13 @@ def run_sample(
 
     # --- ours
     replays = [None]
+    on_cpu = mode == "dynamo"  # the backend takes the CPU module and inputs as they are
     try:
-        ours_mod = xnf.to_xla(ours_src)
-        _, oargs, okw = h.to_ours((None, *inputs_src))
+        if on_cpu:
+            ours_mod, oargs, okw = ours_src, *inputs_src
+        else:
+            ours_mod = xnf.to_xla(ours_src)
+            _, oargs, okw = h.to_ours((None, *inputs_src))
         if action == "lazy":
             with torch.no_grad():
                 ours_mod(*oargs, **okw)
@@ -635,16 +645,26 @@ def run_sample(
                             f"expected {tuple(value.shape)} {value.dtype}",
                             "values differ: materialized parameters",
                         )
-                    state[name].copy_(xnf.to_xla(value))
-        oweights = None if weights is None else xnf.to_xla(weights)
-        fn = step if mode == "eager" else xnf.compile(step)
+                    state[name].copy_(value if on_cpu else xnf.to_xla(value))
+        oweights = weights if weights is None or on_cpu else xnf.to_xla(weights)
+        if mode == "eager":
+            fn = step
+        elif mode == "compiled":
+            fn = xnf.compile(step)
+        else:
+            torch._dynamo.reset()  # every sample compiles afresh: no recompile limit across samples
+            compiled_mod = torch.compile(ours_mod, backend="xla_native")
+
+            def fn(module, args, kwargs, weights):
+                with torch._dynamo.config.patch(allow_rnn=True):  # Dynamo leaves RNN modules to eager otherwise
+                    return step(compiled_mod, args, kwargs, weights)
 
         def before_last():
             replays[0] = _replays()
 
         got_live = _run(fn, ours_mod, oargs, okw, oweights, setting, calls, on_last=before_last)
-        placement = h._check_placement(got_live["output"])
-        got = xnf.to_torch(got_live)
+        placement = None if on_cpu else h._check_placement(got_live["output"])
+        got = got_live if on_cpu else xnf.to_torch(got_live)
     except DifferentiableOutputs as e:
         return Outcome("failed", str(e), "values differ: outputs that require grad")
     except Exception as e:

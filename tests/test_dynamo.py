@@ -399,6 +399,24 @@ def test_unaligned_input_memory_is_read_at_each_call():
     torch.testing.assert_close(f(v), torch.full((16,), 2.0))
 
 
+def test_transposed_inputs_read_right_at_every_call():
+    # From the second call inputs go in as arrays sharing the tensor's memory; a
+    # transposed tensor would be an array in another layout, which an uncommitted
+    # argument loses (nn.TransformerDecoderLayer with batch_first=False and module_db's
+    # transposed samples gave values off by up to 17 from the second call).
+    f = torch.compile(lambda a, b: a @ b + a.sum(1, keepdim=True), backend=BACKEND_NAME)
+    a, b = torch.randn(5, 4).t(), torch.randn(3, 2, 5).transpose(0, 1)[0]
+    for _ in range(3):
+        torch.testing.assert_close(f(a, b.t()), a @ b.t() + a.sum(1, keepdim=True))
+    x, mem = torch.randn(2, 3, 4).transpose(0, 1), torch.randn(2, 3, 4).transpose(0, 1)
+    torch.manual_seed(0)
+    layer = nn.TransformerDecoderLayer(4, 2, 8, dropout=0.0, norm_first=True).eval()
+    compiled = torch.compile(layer, backend=BACKEND_NAME)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x, mem), layer(x, mem))
+
+
 def test_inputs_numpy_cannot_show_are_copied_at_each_call():
     f = torch.compile(lambda t: t * 2, backend=BACKEND_NAME)
     x = torch.tensor([1, 2, 3, 4], dtype=torch.uint32)  # no NumPy view through torch

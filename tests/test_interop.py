@@ -66,6 +66,21 @@ def test_cpu_conversion_is_zero_copy_where_dlpack_allows():
     assert a.unsafe_buffer_pointer() == t.data_ptr()
 
 
+def test_transposed_cpu_tensors_and_arrays_in_other_layouts():
+    from xla_native_functions.runtime.core import convert, placement
+
+    t = torch.arange(24.0).reshape(2, 3, 4).transpose(0, 1)
+    np.testing.assert_array_equal(np.asarray(xnf.to_jax(t)), t.numpy())
+    # DLPack gives a transposed tensor as an array in another layout; passed on not
+    # committed to its device, it must not be read as row-major
+    permuted = jax.dlpack.from_dlpack(t)
+    plus_one = jax.jit(lambda a: a + 1)
+    for uncommitted in (convert.uncommitted, placement.uncommitted):
+        np.testing.assert_array_equal(np.asarray(plus_one(uncommitted(permuted))), t.numpy() + 1)
+    ours = xnf.to_torch_tensor(permuted)
+    assert torch.equal(xnf.to_torch(ours.sum(0)), t.sum(0))
+
+
 def test_our_tensors_convert_without_copy_and_views_read_correctly():
     x = xnf.to_xla(torch.arange(12.0).reshape(3, 4))
     assert xnf.to_jax(x) is x._store.array

@@ -1,6 +1,7 @@
 """A representative, fast part of the module_db sweep (scripts/module_report.py runs all
 of it): the first sample of every ModuleInfo in float32, eager, in the `train` setting
 (forward, backward, outputs and gradients compared) and the `inference_mode` setting,
+and through `torch.compile(module, backend="xla_native")` in the `train` setting,
 compared with PyTorch CPU by tests/module_harness.py.
 
 A unit that fails today is a strict expected failure with the reason from
@@ -21,6 +22,7 @@ import opinfo_harness as h
 
 SETTINGS = ("train", "inference_mode")
 DTYPE, MODE = "float32", "eager"
+DYNAMO_SETTINGS = ("train",)
 TIME_LIMIT = 120.0
 
 
@@ -28,11 +30,11 @@ class KnownFailure(AssertionError):
     """The unit failed as its xfail entry says."""
 
 
-def _params():
+def _params(settings=SETTINGS, mode=MODE):
     out = []
     for name in mh.module_infos():
-        for setting in SETTINGS:
-            reason = skips.xfail_reason(name, DTYPE, setting, MODE)
+        for setting in settings:
+            reason = skips.xfail_reason(name, DTYPE, setting, mode)
             marks = [pytest.mark.xfail(strict=True, raises=KnownFailure, reason=reason)] if reason else []
             out.append(pytest.param(name, setting, marks=marks, id=f"{name}-{setting}"))
     return out
@@ -47,20 +49,29 @@ def pool():
 
 @pytest.mark.parametrize("name,setting", _params())
 def test_first_sample(pool, name, setting):
-    entry = skips.treatment(name, DTYPE, setting, MODE)
+    _check_first_sample(pool, name, setting, MODE)
+
+
+@pytest.mark.parametrize("name,setting", _params(DYNAMO_SETTINGS, "dynamo"))
+def test_first_sample_through_torch_compile(pool, name, setting):
+    _check_first_sample(pool, name, setting, "dynamo")
+
+
+def _check_first_sample(pool, name: str, setting: str, mode: str) -> None:
+    entry = skips.treatment(name, DTYPE, setting, mode)
     if entry and entry[0] == "skip":
         pytest.skip(entry[1])
-    res = pool.call((name, DTYPE, setting, MODE, TIME_LIMIT, [0]), TIME_LIMIT)
+    res = pool.call((name, DTYPE, setting, mode, TIME_LIMIT, [0]), TIME_LIMIT)
     problem = res.get("first_problem")
     if res["status"] == "done" and res["passed"] == 1:
         return
     detail = (
-        f"{name} {DTYPE} {setting} {MODE}: {res['status']}, {res['passed']} passed, {res['failed']} failed, "
+        f"{name} {DTYPE} {setting} {mode}: {res['status']}, {res['passed']} passed, {res['failed']} failed, "
         f"{res['errored']} errored, {res['skipped']} skipped by PyTorch CPU"
         + (f" -- {problem['class']}: {problem['message']}" if problem else "")
         + ("".join(f" -- {m}" for m in res.get("messages", [])[:2]))
     )
-    reason = skips.xfail_reason(name, DTYPE, setting, MODE)
+    reason = skips.xfail_reason(name, DTYPE, setting, mode)
     if reason and problem and skips.known_failure(reason, problem):
         raise KnownFailure(detail)
     raise AssertionError(detail)

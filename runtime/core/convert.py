@@ -140,8 +140,10 @@ def numpy_view(t: torch.Tensor) -> np.ndarray | None:
 
 def shared_array(t: torch.Tensor) -> jax.Array | None:
     """A JAX array on the CPU tensor's own memory (DLPack), or None where XLA would copy
-    it (DLPack copies a buffer XLA cannot use in place, an unaligned one, say)."""
-    if t.is_conj() or t.is_neg():
+    it (DLPack copies a buffer XLA cannot use in place, an unaligned one, say) or where
+    the tensor is not contiguous: DLPack would give a permuted tensor (a transpose) as
+    an array in another layout than row-major, which `uncommitted` cannot pass on."""
+    if t.is_conj() or t.is_neg() or not t.is_contiguous():
         return None
     try:
         with X64:
@@ -155,7 +157,13 @@ def uncommitted(arr: jax.Array) -> jax.Array:
     """`arr` on the same buffer, not committed to its device. `jax.jit` keys its
     executables on which arguments are committed, and a NumPy argument is not: a
     function called with NumPy views and later with DLPack arrays of the same tensors
-    (committed) would be lowered and compiled twice."""
+    (committed) would be lowered and compiled twice.
+
+    An array in another layout than row-major (what DLPack makes of a transposed
+    tensor) is copied to row-major first: `jax.jit` honours the layout of a committed
+    array only, and reads an uncommitted one's buffer as row-major."""
+    if arr.ndim > 1 and arr.format.layout.major_to_minor != tuple(range(arr.ndim)):
+        arr = jnp.array(arr, copy=True)
     return ArrayImpl(arr.aval, arr.sharding, arr._arrays, committed=False)
 
 

@@ -39,7 +39,7 @@ import torch
 from jax._src.array import ArrayImpl as _ArrayImpl  # the concrete array class: a cheaper test than jax.Array's
 from jax.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
-from . import tensor as tensor_module
+from . import convert, tensor as tensor_module
 from .tensor import DEVICE, DEVICE_NAME, Storage, XlaTensor, register_dispatcher, register_placed_storage
 
 _DEVICES: list[Any] = []  # jax.local_devices(), read once JAX's backend is up
@@ -106,8 +106,7 @@ def uncommitted(array: Any) -> Any:
         return array
     if array.sharding != SingleDeviceSharding(device):
         array = jax.device_put(array, device)
-    # JAX's own constructor, told the array is not committed: no copy
-    return _ArrayImpl(array.aval, array.sharding, array._arrays, committed=False)
+    return convert.uncommitted(array)  # JAX's own constructor, told the array is not committed
 
 
 def lay_out(array: Any, layout: Sharding) -> Any:
