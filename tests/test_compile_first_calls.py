@@ -275,6 +275,27 @@ def test_host_read_splits_the_step_into_two_interpreted_graphs(fresh, monkeypatc
         torch.testing.assert_close(xnf.to_torch(p), q.detach(), rtol=1e-5, atol=1e-6)
 
 
+def test_the_background_compile_starts_when_the_compiled_call_returns(fresh, monkeypatch):
+    # compile() learns its replay plan after the graph ran, in Python that the compile's
+    # tracing would slow down by taking the GIL (Note [First calls of compiled graphs])
+    _setting(monkeypatch, True)
+    torch.manual_seed(7)
+    model = xnf.to_xla(_MLP())
+    x = xnf.to_xla(torch.randn(3, 12))
+    step = xnf.compile(lambda: model(x).sum())
+    probes_at_submit = []
+    submit = graph_first_call._worker.submit
+
+    def watched(*args):
+        entry = next(iter(step.signatures.values()))
+        probes_at_submit.append(entry.probes)  # counted at the end of the call's probe
+        return submit(*args)
+
+    monkeypatch.setattr(graph_first_call._worker, "submit", watched)
+    torch.testing.assert_close(xnf.to_torch(step()), xnf.to_torch(model(x).sum()))
+    assert probes_at_submit == [1]
+
+
 def test_setting_off_compiles_the_graph_at_its_first_call(fresh, monkeypatch):
     _setting(monkeypatch, False)
     torch.manual_seed(6)

@@ -29,8 +29,9 @@ Linear(4096, 4096) layers under momentum SGD peaked at 2.65 GB in their interpre
 calls while every intermediate was held to the end, 2.02-2.13 GB since (the compiled
 step: 1.51 GB; compile() keeps the inputs of the calls it learns its replay plan from).
 
-When the first call's interpretation is done, the graph's executable is handed to one
-daemon thread at the lowest CPU priority (a forked child starts without it and hands
+When the first call's interpretation is done (inside a compile()d call, when that call
+returns: `compiles_held`), the graph's executable is handed to one daemon thread at the
+lowest CPU priority (a forked child starts without it and hands
 its graphs in flight over again), which lowers and compiles it for the call's abstract inputs (shapes,
 dtypes, weak types and the shardings of committed arrays, as the call passes them:
 donated buffers, transposed weights, scalars) without running it. JAX keeps the trace,
@@ -72,6 +73,7 @@ test_compile_first_calls.py).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import queue
 import threading
@@ -146,7 +148,9 @@ class FirstCalls:
             # from it at every kernel that releases the GIL
             self.state = _PENDING
             _in_flight.add(self)
-            if not _worker.submit(self, specs, scalar_specs):
+            if _held.depth:
+                _held.graphs.append((self, specs, scalar_specs))
+            elif not _worker.submit(self, specs, scalar_specs):
                 self.state = None
         return out
 
@@ -154,6 +158,36 @@ class FirstCalls:
         with first_call.quiet(), X64:
             program = [(_executable(cls), refs) for cls, refs in self.program]
             return run_program(program, self.outputs, arrays, scalar_values, self.release)
+
+
+class _Held(threading.local):
+    def __init__(self):
+        self.depth = 0
+        self.graphs: list = []
+
+
+_held = _Held()
+
+
+@contextlib.contextmanager
+def compiles_held():
+    """Graphs this thread interprets for the first time inside the block are handed to
+    the background thread when the outermost block ends, not at once: a compile()d call
+    still runs Python after its graph (its replay plan), which the compile's tracing
+    and lowering would slow down by taking the GIL. The EfficientNet-sized step's first
+    call took 2.4 s with the compile started inside it, 0.9 s with it started after
+    (scripts/bench_first_call.py's step, one process each, load about 1)."""
+    depth = _held.depth
+    _held.depth = depth + 1
+    try:
+        yield
+    finally:
+        _held.depth = depth
+        if not depth:
+            graphs, _held.graphs = _held.graphs, []
+            for first, specs, scalar_specs in graphs:
+                if not _worker.submit(first, specs, scalar_specs):
+                    first.state = None
 
 
 def _specs(values: list) -> list | None:

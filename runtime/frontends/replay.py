@@ -168,6 +168,7 @@ from ..core.sharing import WRITE_LOCK
 from ..core.tensor import DEVICE, Storage, XlaTensor, real_view_on, storage_of, tensor_on
 from ..exec.eager import scalar_operand
 from ..exec.graph import copy_array
+from ..exec.graph_first_call import compiles_held
 from ..exec.keys import key_array
 from ..exec.trace import active_traces, tracing
 from ..platform.config import config
@@ -1435,7 +1436,8 @@ def compile(fn: Callable, *, replay: bool = True) -> Callable:
             # Note [Probing again]: two more probes, which must agree with each other
             entry.unprobed, entry.candidate, entry.probes = 0, None, MAX_PROBES - 2
             entry.probe_interval = min(2 * entry.probe_interval, MAX_PROBE_INTERVAL)
-        return _probe(fn, args, kwargs, leaves, entry)
+        with compiles_held():
+            return _probe(fn, args, kwargs, leaves, entry)
 
     compiled.signatures = signatures
     return compiled
