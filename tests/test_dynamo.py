@@ -415,6 +415,13 @@ def test_transposed_inputs_read_right_at_every_call():
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(compiled(x, mem), layer(x, mem))
+    # channels-last weights and images (off by up to 0.67 from the second call)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 3)).to(memory_format=torch.channels_last)
+    images = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last)
+    compiled = torch.compile(net, backend=BACKEND_NAME)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(images), net(images))
 
 
 def test_inputs_numpy_cannot_show_are_copied_at_each_call():
