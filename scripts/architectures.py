@@ -45,6 +45,10 @@ import xla_native_functions as xnf
 from xla_native_functions.runtime.frontends import dynamo
 from xla_native_functions.runtime.platform.metrics import metrics
 
+# The comparisons test our lowerings: no first call is answered by PyTorch's own kernel
+# (config.first_calls_on_cpu; Note [First calls on PyTorch CPU] in runtime/exec/first_call.py).
+xnf.config.first_calls_on_cpu = False
+
 REPORTS = Path(__file__).resolve().parent.parent / "docs" / "reports"
 MODES = ("eager", "compiled", "dynamo")
 DYNAMO_BACKEND = "xla_native"

@@ -48,6 +48,10 @@ from xla_native_functions.runtime.platform.metrics import fold_replayed_ops, met
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from zoo import ADAMW_LR, MODELS, SGD_LR, SIZES  # noqa: E402
 
+# The comparisons test our lowerings: no first call is answered by PyTorch's own kernel
+# (config.first_calls_on_cpu; Note [First calls on PyTorch CPU] in runtime/exec/first_call.py).
+xnf.config.first_calls_on_cpu = False
+
 # The torch.compile backend this project registers (an entry point: needs the package installed); runs in
 # --mode dynamo report "backend not available" until torch._dynamo lists it.
 DYNAMO_BACKEND = "xla_native"

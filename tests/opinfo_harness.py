@@ -392,6 +392,9 @@ def _setup_worker() -> None:
     import xla_native_functions as xnf
 
     _xnf = xnf
+    # The comparisons test our lowerings: no first call is answered by PyTorch's own kernel
+    # (config.first_calls_on_cpu; Note [First calls on PyTorch CPU] in runtime/exec/first_call.py).
+    xnf.config.first_calls_on_cpu = False
     # The runtime registers its device as a Python backend without RNG-state hooks, and
     # torch.testing's freeze_rng_state (used by every random OpInfo through
     # wrapper_set_seed) asks the current accelerator for them. Our generator is not

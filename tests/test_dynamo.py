@@ -424,6 +424,38 @@ def test_transposed_inputs_read_right_at_every_call():
             torch.testing.assert_close(compiled(images), net(images))
 
 
+def test_random_state_saved_and_restored_inside_a_compiled_function():
+    # torch.testing's freeze_rng_state (around every OpInfo's random op) asks the
+    # accelerator, our device, for its random state under no_dispatch(): Dynamo must
+    # run that call, not trace it
+    from torch.testing._utils import freeze_rng_state
+
+    def f(x):
+        with freeze_rng_state():
+            return torch.softmax(x, dim=-1) * 2
+
+    x = torch.randn(3, 5)
+    compiled = torch.compile(f, backend=BACKEND_NAME)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), torch.softmax(x, dim=-1) * 2)
+
+
+def test_cholesky_factors_in_the_graph_and_raises_pytorchs_error():
+    # eager mode's torch.cholesky reads its error code on the host, which a jitted graph
+    # cannot: the backend splits it into the factorization and a check run on PyTorch CPU
+    a = torch.randn(4, 4, dtype=torch.float64)
+    a = a @ a.T + 4 * torch.eye(4, dtype=torch.float64)
+    f = torch.compile(lambda t: torch.cholesky(t) * 2, backend=BACKEND_NAME)
+    for _ in range(2):
+        torch.testing.assert_close(f(a), torch.cholesky(a) * 2)
+    assert dynamo.stats.split_ops.get("_linalg_check_errors") == 1
+    with pytest.raises(torch.linalg.LinAlgError, match="not positive-definite") as ours:
+        f(-a)
+    with pytest.raises(torch.linalg.LinAlgError) as theirs:
+        torch.cholesky(-a)
+    assert str(ours.value) == str(theirs.value)
+
+
 def test_inputs_numpy_cannot_show_are_copied_at_each_call():
     f = torch.compile(lambda t: t * 2, backend=BACKEND_NAME)
     x = torch.tensor([1, 2, 3, 4], dtype=torch.uint32)  # no NumPy view through torch

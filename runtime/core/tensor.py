@@ -65,9 +65,15 @@ class _DeviceModule(StreamsOfOneQueue, _DummyBackendModule):
     def device(self, index: Any) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
+    # Dynamo runs these rather than tracing them: code it compiles may save and restore
+    # the accelerator's random state around a call, as torch.testing's freeze_rng_state
+    # does under no_dispatch(), where Dynamo cannot make the state tensor a fake one.
+    # (torch._disable_dynamo imports Dynamo at the first call, not here.)
+    @torch._disable_dynamo
     def get_rng_state(self, device: Any = None) -> torch.Tensor:
         return torch.empty(0, dtype=torch.uint8)
 
+    @torch._disable_dynamo
     def set_rng_state(self, new_state: torch.Tensor, device: Any = None) -> None:
         pass
 

@@ -215,7 +215,22 @@ def decompositions() -> dict[Any, Callable]:
 
     # Composite operators in the registry (nn.LSTM's and nn.GRU's, which eager mode runs
     # as whole layers: runtime/supported/rnn.py) keep PyTorch's decompositions here.
-    return {op: fn for op, fn in core_aten_decompositions().items() if op not in REGISTRY or composite_implicit(op)}
+    table = {op: fn for op, fn in core_aten_decompositions().items() if op not in REGISTRY or composite_implicit(op)}
+    return {**table, **_DECOMPOSITIONS}
+
+
+def _cholesky(self: torch.Tensor, upper: bool = False) -> torch.Tensor:
+    # Eager mode's cholesky reads its error code on the host (runtime/supported/linalg.py),
+    # which a jitted graph cannot: here the check is its own node, which runs between the
+    # jitted partitions and raises PyTorch's error for a matrix that is not
+    # positive-definite, as linalg.cholesky's does.
+    factor, info = torch.ops.aten.linalg_cholesky_ex.default(self, upper=upper)
+    torch.ops.aten._linalg_check_errors.default(info, "cholesky", is_matrix=self.dim() == 2)
+    return factor
+
+
+# Ops whose eager implementation reads the host, as ops the graphs can hold.
+_DECOMPOSITIONS: dict[Any, Callable] = {torch.ops.aten.cholesky.default: _cholesky}
 
 
 class _InputCache:
