@@ -388,21 +388,12 @@ def _setup_worker() -> None:
     if cache:
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
-    import torch
     import xla_native_functions as xnf
 
     _xnf = xnf
     # The comparisons test our lowerings: no first call is answered by PyTorch's own kernel
     # (config.first_calls_on_cpu; Note [First calls on PyTorch CPU] in runtime/exec/first_call.py).
     xnf.config.first_calls_on_cpu = False
-    # The runtime registers its device as a Python backend without RNG-state hooks, and
-    # torch.testing's freeze_rng_state (used by every random OpInfo through
-    # wrapper_set_seed) asks the current accelerator for them. Our generator is not
-    # frozen by this: the random checks reseed explicitly instead.
-    mod = torch.get_device_module(xnf.runtime.core.tensor.DEVICE.type)
-    if not hasattr(mod, "get_rng_state"):
-        mod.get_rng_state = lambda *a, **k: torch.empty(0, dtype=torch.uint8)
-        mod.set_rng_state = lambda *a, **k: None
 
 
 def run_unit(

@@ -275,14 +275,19 @@ def test_host_read_splits_the_step_into_two_interpreted_graphs(fresh, monkeypatc
         torch.testing.assert_close(xnf.to_torch(p), q.detach(), rtol=1e-5, atol=1e-6)
 
 
+def _summed_mlp(monkeypatch, first_calls_on_cpu: bool):
+    """(model, input, compile()d sum of the model's output), no graph compiled yet."""
+    _setting(monkeypatch, first_calls_on_cpu)
+    torch.manual_seed(6)
+    model = xnf.to_xla(_MLP())
+    x = xnf.to_xla(torch.randn(3, 12))
+    return model, x, xnf.compile(lambda: model(x).sum())
+
+
 def test_the_background_compile_starts_when_the_compiled_call_returns(fresh, monkeypatch):
     # compile() learns its replay plan after the graph ran, in Python that the compile's
     # tracing would slow down by taking the GIL (Note [First calls of compiled graphs])
-    _setting(monkeypatch, True)
-    torch.manual_seed(7)
-    model = xnf.to_xla(_MLP())
-    x = xnf.to_xla(torch.randn(3, 12))
-    step = xnf.compile(lambda: model(x).sum())
+    model, x, step = _summed_mlp(monkeypatch, True)
     probes_at_submit = []
     submit = graph_first_call._worker.submit
 
@@ -297,11 +302,7 @@ def test_the_background_compile_starts_when_the_compiled_call_returns(fresh, mon
 
 
 def test_setting_off_compiles_the_graph_at_its_first_call(fresh, monkeypatch):
-    _setting(monkeypatch, False)
-    torch.manual_seed(6)
-    model = xnf.to_xla(_MLP())
-    x = xnf.to_xla(torch.randn(3, 12))
-    step = xnf.compile(lambda: model(x).sum())
+    _, _, step = _summed_mlp(monkeypatch, False)
     before = (stats.graphs_interpreted, stats.graph_background_compiles)
     compiles = _compiles_here()
     step()
