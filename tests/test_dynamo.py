@@ -456,6 +456,78 @@ def test_cholesky_factors_in_the_graph_and_raises_pytorchs_error():
     assert str(ours.value) == str(theirs.value)
 
 
+def _mask_select_twice(x):
+    return x[x > 0] * 2
+
+
+def _nonzero_rows(x):
+    return x.index_select(0, torch.nonzero(x.sum(1) > 0).flatten()).exp()
+
+
+def _unique_counts(x):
+    values, counts = torch.unique((x * 2).round(), return_counts=True)
+    return values * counts
+
+
+@pytest.mark.parametrize("fn", [_mask_select_twice, _nonzero_rows, _unique_counts])
+def test_data_dependent_shapes_in_the_graph_run_between_partitions(fn):
+    # With capture_dynamic_output_shape_ops, Dynamo keeps ops whose result's shape
+    # depends on values in its graph (they bind unbacked sizes); a jitted graph cannot
+    # know that shape, so those nodes run on PyTorch CPU and the ops after them in JAX.
+    compiled = torch.compile(fn, backend=BACKEND_NAME)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        for seed in range(3):  # a new number of selected elements at each call
+            x = torch.randn(6, 5, generator=torch.Generator().manual_seed(seed))
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert dynamo.stats.split_ops
+    assert dynamo.stats.jax_partitions > 0
+
+
+def test_gradient_through_a_data_dependent_selection():
+    def loss(w, x):
+        return ((x @ w)[x.sum(1) > 0] ** 2).sum()
+
+    w = torch.randn(5, 3, requires_grad=True)
+    x = torch.randn(8, 5)
+    compiled = torch.compile(loss, backend=BACKEND_NAME)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        ours = torch.autograd.grad(compiled(w, x), w)[0]
+    torch.testing.assert_close(ours, torch.autograd.grad(loss(w, x), w)[0])
+
+
+def test_compiled_autograd_training_steps_match_torch():
+    # Compiled autograd traces a backward run inside a compiled function into a graph of
+    # its own, whose inputs include the forward's saved activations: those reach it as
+    # PyTorch CPU tensors.
+    model = TinyTransformer()
+    ours = copy.deepcopy(model)
+    tokens = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    targets = torch.randn(2, 6, 50, generator=torch.Generator().manual_seed(1))
+    expected, expected_grads = train_steps(model, tokens, targets)
+    opt = torch.optim.SGD(ours.parameters(), lr=0.1)
+
+    def step():
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(ours(tokens), targets)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    captures = torch._dynamo.utils.counters["compiled_autograd"]["captures"]
+    with torch._dynamo.config.patch(compiled_autograd=True):  # read by torch.compile itself
+        compiled = torch.compile(step, backend=BACKEND_NAME)
+        losses = [compiled() for _ in range(3)]
+    assert torch._dynamo.utils.counters["compiled_autograd"]["captures"] > captures
+    torch.testing.assert_close(losses, expected)
+    torch.testing.assert_close(grads(ours), expected_grads, rtol=1e-4, atol=1e-5)
+
+
+def test_backend_options_are_refused_by_name():
+    compiled = torch.compile(nn.Linear(4, 2), backend=BACKEND_NAME, options={"max_autotune": True})
+    with pytest.raises(Exception, match=r"takes no options \(got \['max_autotune'\]\).*xla_native_functions.config"):
+        compiled(torch.randn(3, 4))
+
+
 def test_inputs_numpy_cannot_show_are_copied_at_each_call():
     f = torch.compile(lambda t: t * 2, backend=BACKEND_NAME)
     x = torch.tensor([1, 2, 3, 4], dtype=torch.uint32)  # no NumPy view through torch

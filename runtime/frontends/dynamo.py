@@ -204,6 +204,12 @@ def _host_runner(node: torch.fx.Node) -> Callable | None:
 
 
 def _runs_in_jax(node: torch.fx.Node) -> bool:
+    # A node that binds new unbacked sizes (`x[mask]`, `nonzero`, `unique` where Dynamo
+    # captures ops with data-dependent output shapes) needs its inputs' values to know
+    # its result's shape, which a jitted graph cannot give it: it runs between the
+    # partitions, and the ops after it in a partition traced per concrete shape.
+    if node.meta.get("unbacked_bindings"):
+        return False
     return is_supported(node.target) and (not HOST_NODES or _host_runner(node) is None)
 
 
@@ -729,7 +735,10 @@ def _compile_forward_graph(gm: torch.fx.GraphModule, example_inputs: Any = None)
     keep: frozenset[int] = frozenset()
     context = torch._guards.TracingContext.try_get()
     saved = getattr(getattr(context, "fw_metadata", None), "tensors_saved_for_backwards_slice", None)
-    if isinstance(saved, slice) and all(_runs_in_jax(n) for n in gm.graph.nodes if n.op == "call_function"):
+    # Compiled autograd traces the backward into a graph of its own, which Dynamo hands
+    # us with the saved activations as inputs: they must be PyTorch CPU tensors there.
+    if (isinstance(saved, slice) and not torch._dynamo.config.compiled_autograd
+            and all(_runs_in_jax(n) for n in gm.graph.nodes if n.op == "call_function")):
         n_outputs = len(tree_flatten([n for n in gm.graph.nodes if n.op == "output"][0].args[0])[0])
         keep = frozenset(range(*saved.indices(n_outputs)))
         stats.graphs += 1
@@ -807,8 +816,11 @@ def _lstm_layers_whole() -> Any:
         decomps.select_one_layer_lstm_function = select
 
 
-def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, options: dict | None = None) -> Callable:
     """The `torch.compile` backend function (registered as "xla_native")."""
+    if options:
+        raise ValueError(f"the {BACKEND_NAME} backend takes no options (got {sorted(options)}): its settings are "
+                         "xla_native_functions.config's (docs/configuration.md), set before the first call")
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
