@@ -28,7 +28,9 @@ which another thread may be about to use. So:
     None) is unchanged.
 A trace claims a storage (Note [Per-thread trace] in context.py) under WRITE_LOCK, so it
 reads a value no write is replacing, and from then on eager writes and replays of
-other threads refuse that storage until the trace has run.
+other threads refuse that storage until the trace has run; another thread's trace
+reads it without claiming it, and refuses to write it (Note [Reads of another thread's
+storages] in exec/trace.py).
 """
 
 from __future__ import annotations

@@ -92,6 +92,15 @@ def record_strided_read(base: Value, dtype: torch.dtype, size, stride, offset) -
     return _emit(node("strided_read")((base, size, stride, offset)), TensorMeta(tuple(size), dtype))
 
 
+# Note [Reads of another thread's storages]
+# Threads may run traced calls over the same tensors: a compile()d model serving
+# requests from a thread pool reads its parameters in every call. A storage belongs to
+# at most one trace (its `pending` value is a value of that trace's graph), so a trace
+# that meets a storage held by another thread's trace reads it as an eager read in this
+# thread does (`current_array`: the array from before that trace, or, while that trace
+# runs, the array it writes) without claiming it. The value read is a graph input,
+# which later reads before this trace's next run reuse. Writing it is refused: the
+# other trace's run would overwrite the write, or has read the value the write replaces.
 _SHARED_MESSAGE = (
     "a tensor is used by two traced calls at once (compile() or lazy_mode() in two threads): its value is pending "
     "in the other thread's trace; synchronize the threads or give each its own tensors"
@@ -114,6 +123,10 @@ class Trace:
         self.overwritten: dict[int, Value] = {}
         # called after each sync, when the values kept with `keep` are concrete
         self.after_sync: list[Any] = []
+        # storages another thread's trace holds, read by this one: id -> (weakref, the
+        # graph input of the value read), one input per storage (Note [Reads of another
+        # thread's storages])
+        self.read_elsewhere: dict[int, tuple] = {}
 
     # -- values
 
@@ -121,20 +134,32 @@ class Trace:
         """A graph input holding a concrete array (or a Python scalar)."""
         return Value(None, 0, _meta_of(array), data=array)
 
-    def _enter(self, store: Storage, t: XlaTensor) -> Value:
+    def _enter(self, store: Storage, t: XlaTensor, writing: bool = False) -> Value:
         """A storage this trace meets for the first time: its array becomes a graph input.
         Claimed under WRITE_LOCK: no write of another thread is replacing the array read,
-        and none lands after the claim (Note [Threads and storages])."""
+        and none lands after the claim (Note [Threads and storages]). A storage that a
+        trace of another thread holds is read, not claimed (Note [Reads of another
+        thread's storages])."""
+        if not writing:
+            seen = self.read_elsewhere.get(id(store))
+            if seen is not None and seen[0]() is store:
+                return seen[1]
         with WRITE_LOCK:
             owner = store.owner
-            if owner is not None and owner is not self and owner.active:
+            held_elsewhere = owner is not None and owner is not self and owner.active
+            if not held_elsewhere:
+                array = store.array
+                if array is None:
+                    array = current_array(store)  # raises: no value to read
+                v = store.pending = self.input(array)
+                store.owner = self
+        if held_elsewhere:
+            if writing:
                 raise RuntimeError(_SHARED_MESSAGE)
-            array = store.array
-            if array is None:
-                array = current_array(store)  # raises: no value to read
-            v = store.pending = self.input(array)
-            store.owner = self
-        self.storages.append(weakref.ref(store))
+            v = self.input(current_array(store))  # outside the lock: it may wait for that trace's run
+            self.read_elsewhere[id(store)] = (weakref.ref(store), v)
+        else:
+            self.storages.append(weakref.ref(store))
         if self.observer is not None:
             self.observer.note_owner(store, t, v)
         return v
@@ -210,7 +235,7 @@ class Trace:
                 self._enter_written(store)
             store.pending = new
         else:
-            base = old if mine else self._enter(store, t)
+            base = old if mine else self._enter(store, t, writing=True)
             old = base
             layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
             if t._real:  # through the complex storage's reals (Note [Views and mutation])
@@ -297,6 +322,7 @@ class Trace:
     def _run_graph(self) -> None:
         stores = self._live_storages()
         self.storages = []
+        self.read_elsewhere = {}
         overwritten, self.overwritten = self.overwritten, {}
         pending = [s for s in stores if s.pending.node is not None]
         read_only: set[int] = set()  # ids of the input values no root replaces
@@ -365,6 +391,7 @@ class Trace:
         for s in self._live_storages():
             s.pending = s.owner = None
         self.storages = []
+        self.read_elsewhere = {}
         self.overwritten = {}
 
 

@@ -1013,7 +1013,7 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         flags = ", ".join(f"o{i}.requires_grad" for i in range(len(plan.objects)))
         emit(f"if ({flags},) != {const(plan.requires_grad)}: return FAILED")
     used = [f"o{i}" for i in range(len(plan.objects))] + [f"leaves[{i}]" for i in plan.args]
-    if used:  # a tensor another thread's trace holds: tracing again raises the clear error
+    if used:  # a tensor another thread's trace holds: the call is traced (Note [Reads of another thread's storages])
         emit(f"if active_traces and owned(({', '.join(used)},)): return FAILED")
 
     def tensor(src: tuple) -> str:

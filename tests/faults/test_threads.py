@@ -1,8 +1,9 @@
 """Threads and traces (Note [Per-thread trace] in runtime/core/context.py): a thread inside
 compile() or lazy_mode() records only its own ops, another thread's ops run eagerly and
 stay readable whatever happens to the trace, two threads' compiled steps on their own
-models compute what each computes alone, and a tensor two threads' traces would share
-is refused with a clear error. Interleavings are forced with events; every wait has a
+models compute what each computes alone, a trace reads a tensor another thread's trace
+holds as it was before that trace (so threads can serve one compiled model), and a
+write to it is refused with a clear error. Interleavings are forced with events; every wait has a
 timeout, so a deadlock fails the test instead of hanging it."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 import xla_native_functions as xnf
 from training_steps import batchnorm_mlp, training_step
 from xla_native_functions.runtime.core.context import context
+from xla_native_functions.runtime.platform.metrics import metrics
 
 TIMEOUT = 120
 
@@ -144,8 +146,19 @@ def test_reading_a_tensor_another_threads_trace_writes_gives_its_value_from_befo
     assert torch.equal(cpu(seen["out"]), torch.arange(4.0) * 10 + 1)
 
 
+def _run_b(b_mode, body, *args):
+    if b_mode == "lazy":
+        with xnf.lazy_mode():
+            out = body(*args)
+            xnf.mark_step()
+        return out
+    return xnf.compile(body)(*args)
+
+
 @pytest.mark.parametrize("b_mode", ["compile", "lazy"])
-def test_a_tensor_in_two_threads_traces_is_refused_clearly(b_mode):
+def test_a_trace_reads_a_tensor_another_threads_trace_holds_as_it_was_before(b_mode):
+    """Note [Reads of another thread's storages]: B's trace reads a tensor A's trace has
+    written and not yet run, as an eager read in B would: its value from before A's call."""
     a_inside, b_done = threading.Event(), threading.Event()
     shared = xnf.to_xla(torch.arange(4.0))
     own = xnf.to_xla(torch.ones(2))
@@ -161,26 +174,99 @@ def test_a_tensor_in_two_threads_traces_is_refused_clearly(b_mode):
         result["a"] = xnf.compile(body_a)(shared)
 
     def body_b(o, s):
-        o.mul_(5)  # B's own tensor: written before the error, so it lands
+        o.mul_(5)
         return s + o.sum()
 
     def thread_b():
         wait(a_inside)
         try:
-            with pytest.raises(RuntimeError, match="two traced calls at once"):
-                if b_mode == "lazy":
-                    with xnf.lazy_mode():
-                        body_b(own, shared)
-                else:
-                    xnf.compile(body_b)(own, shared)
+            result["b"] = cpu(_run_b(b_mode, body_b, own, shared))
             assert context.trace is None
         finally:
             b_done.set()
 
     run_threads(thread_a, thread_b)
+    assert torch.equal(result["b"], torch.arange(4.0) + 10)
     assert torch.equal(cpu(shared), torch.arange(4.0) + 1)
     assert torch.equal(cpu(result["a"]), (torch.arange(4.0) + 1) * 2)
     assert torch.equal(cpu(own), torch.full((2,), 5.0))
+
+
+@pytest.mark.parametrize("b_mode", ["compile", "lazy"])
+def test_a_write_to_a_tensor_another_threads_trace_holds_is_refused_clearly(b_mode):
+    a_inside, b_done = threading.Event(), threading.Event()
+    shared = xnf.to_xla(torch.arange(4.0))
+    own = xnf.to_xla(torch.ones(2))
+    result = {}
+
+    def body_a(t):
+        y = t * 2  # reads shared
+        a_inside.set()
+        wait(b_done)
+        return y
+
+    def thread_a():
+        result["a"] = xnf.compile(body_a)(shared)
+
+    def body_b(o, s):
+        o.mul_(5)  # B's own tensor: written before the error, so it lands
+        s[1:].add_(o.sum())
+        return s
+
+    def thread_b():
+        wait(a_inside)
+        try:
+            with pytest.raises(RuntimeError, match="two traced calls at once"):
+                _run_b(b_mode, body_b, own, shared)
+            assert context.trace is None
+        finally:
+            b_done.set()
+
+    run_threads(thread_a, thread_b)
+    assert torch.equal(cpu(shared), torch.arange(4.0))
+    assert torch.equal(cpu(result["a"]), torch.arange(4.0) * 2)
+    assert torch.equal(cpu(own), torch.full((2,), 5.0))
+
+
+def test_threads_serving_one_model_while_another_threads_trace_holds_its_parameters():
+    """A compile()d model called by several threads, as a server's thread pool does: B's
+    calls, traced and then replayed, read the parameters A's trace holds."""
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).eval()
+    model = xnf.to_xla(copy.deepcopy(ref))
+    a_inside, b_done = threading.Event(), threading.Event()
+    xs = [torch.randn(4, 6, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    out = {}
+
+    def body_a(x):
+        y = model(x)
+        a_inside.set()
+        wait(b_done)
+        return y
+
+    def thread_a():
+        with torch.no_grad():
+            out["a"] = cpu(xnf.compile(body_a)(xnf.to_xla(xs[0])))
+
+    serve = xnf.compile(model)
+
+    def thread_b():
+        wait(a_inside)
+        try:
+            with torch.no_grad():
+                out["b"] = [cpu(serve(xnf.to_xla(x))) for x in xs]
+        finally:
+            b_done.set()
+
+    run_threads(thread_a, thread_b)
+    replays = metrics.replays
+    with torch.no_grad():
+        later = [cpu(serve(xnf.to_xla(x))) for x in xs]  # replays of a plan B's traces made
+        assert metrics.replays > replays
+        torch.testing.assert_close(out["a"], ref(xs[0]))
+        for ours, again, x in zip(out["b"], later, xs):
+            torch.testing.assert_close(ours, ref(x))
+            torch.testing.assert_close(again, ref(x))
 
 
 def test_eager_write_to_a_tensor_another_threads_trace_uses_is_refused_clearly():
