@@ -16,6 +16,7 @@ import torch.nn as nn
 import xla_native_functions as xnf
 from xla_native_functions.runtime.frontends import dynamo
 from xla_native_functions.runtime.frontends.dynamo import BACKEND_NAME, stats
+from xla_native_functions.runtime.platform.metrics import metrics
 
 
 @pytest.fixture(autouse=True)
@@ -495,10 +496,26 @@ def test_gradient_through_a_data_dependent_selection():
     torch.testing.assert_close(ours, torch.autograd.grad(loss(w, x), w)[0])
 
 
-def test_compiled_autograd_training_steps_match_torch():
+def _replay_a_compiled_call():
+    """A compile() replay, which installs nn.Module's global registration hooks
+    (Note [Modules rebound between calls])."""
+    layer = xnf.to_xla(nn.Linear(3, 3))
+    step = xnf.compile(layer)
+    replays = metrics.replays
+    with torch.no_grad():
+        for _ in range(4):
+            step(xnf.to_xla(torch.randn(2, 3)))
+    assert metrics.replays > replays
+
+
+@pytest.mark.parametrize("after_compile_replay", [False, True])
+def test_compiled_autograd_training_steps_match_torch(after_compile_replay, compiled_first_calls):
     # Compiled autograd traces a backward run inside a compiled function into a graph of
     # its own, whose inputs include the forward's saved activations: those reach it as
-    # PyTorch CPU tensors.
+    # PyTorch CPU tensors. It also wraps that graph in a torch.compile module, whose
+    # registration Dynamo traces through the global hooks compile() installs.
+    if after_compile_replay:
+        _replay_a_compiled_call()
     model = TinyTransformer()
     ours = copy.deepcopy(model)
     tokens = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))

@@ -326,7 +326,8 @@ class Head(torch.nn.Module):
         return self.head(torch.relu(self.body(x))) * self.scale + self.shift
 
 
-@pytest.mark.parametrize("replaced", ["submodule", "parameter", "buffer", "plain tensor attribute"])
+@pytest.mark.parametrize("replaced", ["submodule", "parameter", "buffer", "plain tensor attribute",
+                                      "submodule, by a torch.compile'd function"])
 def test_module_state_rebound_between_calls_is_read_by_the_next_call(replaced):
     # The old object stays alive (an optimizer or a user's variable holds it): a replay
     # must not read it through the plan's reference (Note [Modules rebound between calls]).
@@ -345,9 +346,20 @@ def test_module_state_rebound_between_calls_is_read_by_the_next_call(replaced):
         torch.testing.assert_close(cpu(step(ours, xnf.to_xla(x))), f(ref, x))
     replays = metrics.replays
     assert replays == CALLS - 3
-    old = {"submodule": ours.head, "parameter": ours.head.weight, "buffer": ours.shift,
-           "plain tensor attribute": ours.scale}[replaced]
-    if replaced == "submodule":
+    old = {"parameter": ours.head.weight, "buffer": ours.shift, "plain tensor attribute": ours.scale}.get(replaced,
+                                                                                                        ours.head)
+    if replaced == "submodule, by a torch.compile'd function":  # Dynamo traces the registration hooks
+        ref.head = torch.nn.Linear(4, 2)
+        new_head = xnf.to_xla(copy.deepcopy(ref.head))
+
+        def rebind(t):
+            ours.head = new_head
+            return t * 2
+
+        torch._dynamo.reset()
+        torch.compile(rebind, backend="aot_eager")(torch.randn(2))
+        assert ours.head is new_head
+    elif replaced == "submodule":
         ref.head = torch.nn.Linear(4, 2)
         ours.head = xnf.to_xla(copy.deepcopy(ref.head))
     elif replaced == "parameter":

@@ -909,6 +909,14 @@ def _watch_rebindings() -> None:
 
     def hook_on(table: str) -> Callable:
         def on_registration(module: torch.nn.Module, name: str, value: Any) -> None:
+            if torch.compiler.is_compiling():
+                # The hooks are global, so Dynamo traces them where code it compiles
+                # assigns to a module, and fails on a half-built one (the torch.compile
+                # wrapper compiled autograd makes, with any backend). Without looking at
+                # the module, the assignment counts as a rebinding: at worst, one traced
+                # call for each plan.
+                _REBINDINGS[0] += 1
+                return
             old = module.__dict__.get(table, {}).get(name)
             if old is not None and old is not value:
                 ref = _WATCHED.get(id(old))
