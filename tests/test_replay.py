@@ -99,6 +99,18 @@ def test_default_adamw_is_traced_every_call_and_matches_cpu():
     assert replay_warnings[0].filename == __file__
 
 
+def test_model_left_on_the_cpu_says_so_and_how_to_move_it():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    step = xnf.compile(model)
+    x = torch.randn(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(step(x), model(x))
+    message = str(next(w for w in caught if issubclass(w.category, ReplayWarning)).message)
+    assert "a tensor on cpu" in message and "to_xla(tensor)" in message and "to_xla(model)" in message, message
+
+
 def test_learning_rate_change_is_seen():
     ref, ref_opt, ours, opt = _pair(lambda ps, ours: torch.optim.SGD(ps, lr=0.1))
     ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=5, gamma=0.1)

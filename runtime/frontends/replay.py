@@ -1399,6 +1399,13 @@ def _note(fn: Callable, why: str, stacklevel: int = 4) -> None:
                       "metrics_report() lists the reasons", ReplayWarning, stacklevel=stacklevel)
 
 
+def _foreign_argument(args: tuple, kwargs: dict) -> str:
+    """Why `signature` refused a call: its first tensor argument not on our device."""
+    t = next(x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor) and x.__class__ is not XlaTensor)
+    return (f"an argument is a tensor on {t.device}, whose ops run there, one by one: move it with "
+            "xla_native_functions.to_xla(tensor), and the model with to_xla(model)")
+
+
 def compile(fn: Callable, *, replay: bool = True) -> Callable:
     """Run `fn` (forward, backward, optimizer step, any torch code on XlaTensors) as one
     XLA program per call: its ops are traced, lowered together and cached by the graph's
@@ -1420,7 +1427,7 @@ def compile(fn: Callable, *, replay: bool = True) -> Callable:
             return traced(*args, **kwargs)
         sig = signature(args, kwargs)
         if sig is None:
-            _note(fn, "an argument is a tensor that is not on our device", stacklevel=3)
+            _note(fn, _foreign_argument(args, kwargs), stacklevel=3)
             return traced(*args, **kwargs)
         key, leaves = sig
         if torch.is_autocast_enabled(DEVICE.type):  # autocast entered around the call: its casts are traced
