@@ -1401,8 +1401,9 @@ def _note(fn: Callable, why: str, stacklevel: int = 4) -> None:
 
 def _foreign_argument(args: tuple, kwargs: dict) -> str:
     """Why `signature` refused a call: its first tensor argument not on our device."""
-    t = next(x for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor) and x.__class__ is not XlaTensor)
-    return (f"an argument is a tensor on {t.device}, whose ops run there, one by one: move it with "
+    leaves = tree_flatten((args, kwargs))[0]
+    device = next((x.device for x in leaves if isinstance(x, torch.Tensor) and x.__class__ is not XlaTensor), "cpu")
+    return (f"an argument is a tensor on {device}, whose ops run there, one by one: move it with "
             "xla_native_functions.to_xla(tensor), and the model with to_xla(model)")
 
 
