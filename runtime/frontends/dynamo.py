@@ -251,35 +251,34 @@ class _InputCache:
     call, in inference and in training alike. Like the NumPy view, the shared array is
     not committed to its device, so the executable compiled at the first call serves
     the later ones (`convert.uncommitted`). Tensors NumPy cannot show are copied on
-    every call."""
+    every call. A slot is one tuple (tensor reference, key, what was passed), replaced
+    whole, so threads calling the graph at once never pair one tensor's key with
+    another's array."""
 
-    __slots__ = ("refs", "keys", "arrays")
+    __slots__ = ("slots",)
 
     def __init__(self, n: int):
-        self.refs: list[Any] = [None] * n
-        self.keys: list[Any] = [None] * n
-        self.arrays: list[Any] = [None] * n
+        self.slots: list[tuple | None] = [None] * n
 
     def get(self, i: int, t: torch.Tensor) -> Any:
         if isinstance(t, XlaTensor):
             return value(t)
-        ref = self.refs[i]
+        slot = self.slots[i]
         key = (t.data_ptr(), t.shape, t.stride(), t.dtype)
-        if ref is not None and ref() is t and self.keys[i] == key:
+        if slot is not None and slot[0]() is t and slot[1] == key:
             stats.input_cache_hits += 1
-            arr = self.arrays[i]
+            arr = slot[2]
             if type(arr) is np.ndarray:  # seen twice: share it, once
                 shared = shared_array(t)
-                arr = self.arrays[i] = _Unshareable(arr) if shared is None else uncommitted(shared)
+                arr = _Unshareable(arr) if shared is None else uncommitted(shared)
+                self.slots[i] = (slot[0], key, arr)
             return arr.view if type(arr) is _Unshareable else arr
         stats.input_conversions += 1
         arr = numpy_view(t)
         if arr is None:
-            self.refs[i] = None
+            self.slots[i] = None
             return cpu_to_jax(t)
-        self.refs[i] = weakref.ref(t)
-        self.keys[i] = key
-        self.arrays[i] = arr
+        self.slots[i] = (weakref.ref(t), key, arr)
         return arr
 
 
