@@ -265,14 +265,15 @@ class _InputCache:
             return value(t)
         slot = self.slots[i]
         key = (t.data_ptr(), t.shape, t.stride(), t.dtype)
-        if slot is not None and slot[0]() is t and slot[1] == key:
-            stats.input_cache_hits += 1
-            arr = slot[2]
-            if type(arr) is np.ndarray:  # seen twice: share it, once
-                shared = shared_array(t)
-                arr = _Unshareable(arr) if shared is None else uncommitted(shared)
-                self.slots[i] = (slot[0], key, arr)
-            return arr.view if type(arr) is _Unshareable else arr
+        if slot is not None:
+            ref, seen_key, arr = slot
+            if ref() is t and seen_key == key:
+                stats.input_cache_hits += 1
+                if type(arr) is np.ndarray:  # seen twice: share it, once
+                    shared = shared_array(t)
+                    arr = _Unshareable(arr) if shared is None else uncommitted(shared)
+                    self.slots[i] = (ref, key, arr)
+                return arr.view if type(arr) is _Unshareable else arr
         stats.input_conversions += 1
         arr = numpy_view(t)
         if arr is None:

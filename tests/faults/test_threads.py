@@ -3,8 +3,8 @@ compile() or lazy_mode() records only its own ops, another thread's ops run eage
 stay readable whatever happens to the trace, two threads' compiled steps on their own
 models compute what each computes alone, a trace reads a tensor another thread's trace
 holds as it was before that trace (so threads can serve one compiled model), and a
-write to it is refused with a clear error. Interleavings are forced with events; every wait has a
-timeout, so a deadlock fails the test instead of hanging it."""
+write to it is refused with a clear error. Interleavings are forced with events; every
+wait has a timeout, so a deadlock fails the test instead of hanging it."""
 
 from __future__ import annotations
 
