@@ -104,3 +104,37 @@ def lower_random_multinomial(probs, num_samples, replacement, *, ctx):
         g = jax.random.gumbel(key, rows.shape, rows.dtype)
         _, draws = jax.lax.top_k(logits + g, num_samples)
     return draws.reshape(probs.shape[:-1] + (num_samples,)).astype(jnp.int64)
+
+
+def _gamma(key, alpha):
+    """Gamma(alpha, 1) draws, at least the dtype's smallest normal number, as PyTorch
+    CPU clamps them (where alpha <= 0 too). Float32 draws are made in float64 and
+    rounded, so that a small alpha's tiny draws keep their relative sizes."""
+    tiny = jnp.finfo(alpha.dtype).tiny
+    draws = jax.random.gamma(key, alpha.astype(jnp.float64))
+    return jnp.where(draws >= tiny, draws, tiny).astype(alpha.dtype)
+
+
+def lower_random_per_element(kind, param, other, *, ctx):
+    key = ctx.key
+    if kind == "gamma":
+        return _gamma(key, param)
+    if kind == "dirichlet":
+        draws = _gamma(key, param).astype(jnp.float64)
+        return (draws / jnp.sum(draws, axis=-1 if draws.ndim else None, keepdims=True)).astype(param.dtype)
+    if kind == "poisson":
+        rate = param.astype(jnp.float64)
+        return jax.random.poisson(key, rate, dtype=jnp.int64).astype(param.dtype)
+    if kind == "binomial":
+        count, prob = jnp.broadcast_arrays(param.astype(jnp.float64), other.astype(jnp.float64))
+        count = jnp.floor(count)
+        draws = jax.random.binomial(key, count, prob)
+        return jnp.where(jnp.isnan(prob), jnp.nan, draws).astype(param.dtype)
+    raise ValueError(kind)
+
+
+def lower__standard_gamma_grad(self, output):
+    """d output / d alpha of a Gamma(alpha, 1) draw `output` whose CDF is held fixed
+    (the pathwise gradient of _standard_gamma)."""
+    alpha, draws = jnp.broadcast_arrays(self, output)
+    return jax.lax.random_gamma_grad(alpha, draws)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes
+from .common import TensorMeta, broadcast_shapes, scalar_type_name
 
 
 def random_normal_output_shape(size, dtype):
@@ -43,3 +43,17 @@ def random_normal_affine_output_shape(mean, std, shape, dtype):
 
 def random_multinomial_output_shape(probs, num_samples, replacement):
     return TensorMeta(tuple(probs.shape[:-1]) + (num_samples,), torch.int64)
+
+
+def random_per_element_output_shape(kind, param, other):
+    if other is None:
+        return TensorMeta(tuple(param.shape), param.dtype)
+    if other.dtype != param.dtype:
+        raise RuntimeError(f"Found dtype {scalar_type_name(other.dtype)} but expected {scalar_type_name(param.dtype)}")
+    return TensorMeta(broadcast_shapes(tuple(param.shape), tuple(other.shape)), param.dtype)
+
+
+def _standard_gamma_grad_output_shape(self, output):
+    if output.dtype != self.dtype:
+        raise RuntimeError(f"Found dtype {scalar_type_name(output.dtype)} but expected {scalar_type_name(self.dtype)}")
+    return TensorMeta(broadcast_shapes(tuple(self.shape), tuple(output.shape)), self.dtype)

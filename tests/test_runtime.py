@@ -981,6 +981,25 @@ def test_allow_cpu_fallback_runs_missing_op(monkeypatch, bessel_j0_unlisted):
     torch.testing.assert_close(cpu(out), torch.special.bessel_j0(t))
 
 
+@pytest.mark.parametrize("allow_cpu_fallback", [False, True])
+def test_sparse_tensors_are_refused_with_the_dense_alternative(monkeypatch, allow_cpu_fallback):
+    """A sparse layout is not a missing lowering: the message names the dense way, not
+    the manifest, and the CPU fallback does not try it either."""
+    monkeypatch.setattr(xnf.config, "allow_cpu_fallback", allow_cpu_fallback)
+    embedding = xnf.to_xla(torch.nn.Embedding(10, 3, sparse=True))
+    out = embedding(xnf.to_xla(torch.tensor([1, 2, 1])))
+    with pytest.raises(xnf.OperatorNotFound, match="makes or reads a sparse tensor.*sparse=False") as info:
+        out.sum().backward()
+    assert "native_functions.yaml" not in str(info.value)
+    coo = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]), (2, 2))
+    with pytest.raises(xnf.OperatorNotFound, match=r"x\.to_dense\(\) before moving x"):
+        coo.to(embedding.weight.device)
+    assert torch.equal(cpu(xnf.to_xla(coo.to_dense())), coo.to_dense())
+    embedding.sparse = False  # the dense gradient PyTorch computes without sparse=True
+    embedding(xnf.to_xla(torch.tensor([1, 2, 1]))).sum().backward()
+    assert torch.equal(cpu(embedding.weight.grad)[:3, 0], torch.tensor([0.0, 2.0, 1.0]))
+
+
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_error_during_backward_raises_from_backward(monkeypatch, mode):
     """Note [Errors during backward]: the process survives and backward() raises."""
@@ -1364,14 +1383,20 @@ x = xnf.to_xla(ref.detach()).requires_grad_()
 torch.testing.assert_close(xnf.to_torch(x.grad), ref.grad)
 print(len(calls))
 print([l for l in xnf.metrics_report().splitlines() if 'device guard' in l][0])
+try:
+    print(torch.Generator(device="jax").device)
+except Exception as error:
+    print(type(error).__name__, [l for l in xnf.metrics_report().splitlines() if 'Generator' in l][0])
 """
 
 
-def _guard_after_import(env: dict) -> tuple[int, str]:
+def _guard_after_import(env: dict) -> tuple[int, str, str]:
+    """(Python guard calls of a backward pass, metrics_report()'s guard line, what
+    torch.Generator(device="jax") gave)."""
     env = {k: v for k, v in os.environ.items() if k not in (PYTHON_GUARD_ENV, "CXX")} | env
     out = subprocess.run([sys.executable, "-c", _GUARD_CALLS_OF_A_BACKWARD], env=env, capture_output=True, text=True,
                          check=True).stdout.splitlines()
-    return int(out[0]), out[1]
+    return int(out[0]), out[1], out[2]
 
 
 @pytest.mark.skipif(
@@ -1380,19 +1405,22 @@ def _guard_after_import(env: dict) -> tuple[int, str]:
 def test_native_device_guard_replaces_python_calls(tmp_path):
     # Note [Native device guard]: built into an empty cache, then PyTorch never asks the
     # Python guard during a backward pass; without it, it does, and the answer is the same.
-    calls, line = _guard_after_import({CACHE_DIR_ENV: str(tmp_path)})
-    assert calls == 0 and line == "  device guard: C++ (Note [Native device guard])"
+    # The same library makes the device's generators (Note [Generators of our device]).
+    calls, line, generator = _guard_after_import({CACHE_DIR_ENV: str(tmp_path)})
+    assert calls == 0 and line == "  device guard: C++ (Note [Native device guard])" and generator == "jax:0"
     built = [p.suffix for p in tmp_path.iterdir() if p.name != "jax-compilation-cache"]
     assert built == [".so"]  # no partial file left behind
-    calls, line = _guard_after_import({PYTHON_GUARD_ENV: "1", CACHE_DIR_ENV: str(tmp_path)})
+    calls, line, generator = _guard_after_import({PYTHON_GUARD_ENV: "1", CACHE_DIR_ENV: str(tmp_path)})
     assert calls > 0 and f"Python ({PYTHON_GUARD_ENV} is set)" in line
+    assert generator == f"NotImplementedError   torch.Generator(device='jax'): unavailable: {PYTHON_GUARD_ENV} is set"
 
 
 def test_python_device_guard_stays_when_the_native_one_cannot_be_built(tmp_path):
     missing = str(tmp_path / "no-such-compiler")
-    calls, line = _guard_after_import({"CXX": missing, CACHE_DIR_ENV: str(tmp_path / "cache")})
+    calls, line, generator = _guard_after_import({"CXX": missing, CACHE_DIR_ENV: str(tmp_path / "cache")})
     assert calls > 0
     assert "device guard: Python: the C++ guard was not built" in line and "no-such-compiler" in line
+    assert "unavailable: the C++ library was not built" in generator
 
 
 _CACHE_HITS_OF_A_FORWARD = """

@@ -40,11 +40,11 @@ from typing import Any
 
 import jax
 import torch
-from torch.utils.backend_registration import _DummyBackendModule, _setup_privateuseone_for_python_backend
+from torch.utils.backend_registration import _DummyBackendModule, _DummyDeviceGuard, _DummyPrivateUse1Hook
 
 from ...shape_fns.common import NUMPY_TO_TORCH
 from ..platform import hook_errors
-from ..platform.device_guard import install_native_device_guard
+from ..platform.device_guard import install_native_device
 from .autocast import install_autocast_fallthrough, install_autocast_kernels
 from .device_storage import DeviceStorage, pickled_form, storage_address
 from .inference import made_in_mode
@@ -88,8 +88,14 @@ def _register_device() -> torch.device:
     # autograd aborts the process on backward() ("PyTorch is not linked with support for
     # jax devices").
     if torch._C._get_privateuse1_backend_name() != DEVICE_NAME:
-        _setup_privateuseone_for_python_backend(DEVICE_NAME, backend_module=_DeviceModule())
-        install_native_device_guard()  # Note [Native device guard]
+        # The steps of torch.utils.backend_registration's setup for a Python backend, in
+        # its order, with C++ hooks and guard where they can be built.
+        torch.utils.rename_privateuse1_backend(DEVICE_NAME)
+        torch.utils.generate_methods_for_privateuse1_backend()
+        torch._register_device_module(DEVICE_NAME, _DeviceModule())
+        if not install_native_device():  # Note [Native device guard]
+            torch._C._acc.register_python_privateuseone_hook(_DummyPrivateUse1Hook())
+            torch._C._acc.register_python_privateuseone_device_guard(_DummyDeviceGuard())
         install_autocast_fallthrough()  # Note [Autocast] in core/autocast.py
     return torch.device(DEVICE_NAME, 0)
 

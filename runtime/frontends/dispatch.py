@@ -61,6 +61,15 @@ def missing_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return python_impl(*args, **kwargs)
     name = str(func.name()) if hasattr(func, "name") else str(func)
     name = name.removeprefix("aten::")
+    if "sparse" in name.partition(".")[0]:
+        # Not a missing lowering: no manifest entry or CPU round trip gives our tensors
+        # a sparse layout.
+        raise OperatorNotFound(
+            f"aten operator '{name}', called from {user_call_site()}, makes or reads a sparse tensor "
+            "(torch.sparse_coo or a compressed layout), which the jax device does not have. Use dense tensors: "
+            "nn.Embedding and nn.EmbeddingBag with sparse=False (and an optimizer for dense gradients in place "
+            "of SparseAdam), or x.to_dense() before moving x."
+        )
     if config.allow_cpu_fallback:
         if name not in _warned_fallback:
             _warned_fallback.add(name)

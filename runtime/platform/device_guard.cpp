@@ -1,7 +1,11 @@
 // The device guard of the "jax" device (PyTorch's PrivateUse1), in C++: Note [Native
 // device guard] in device_guard.py. One device, index 0, with one stream; JAX orders
-// our computations itself, so there is nothing to switch, record or wait for.
+// our computations itself, so there is nothing to switch, record or wait for. And the
+// device's random generator, `torch.Generator(device="jax")`: Note [Generators of our
+// device] in device_guard.py.
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 namespace {
@@ -32,7 +36,56 @@ struct JaxDeviceGuard final : c10::impl::DeviceGuardImplInterface {
   void synchronizeStream(const Stream&) const override {}
 };
 
+// PyTorch's CPU generator (its seed, state and stream), on our device: its draws
+// seed JAX keys, as the default CPU generator's do for ops given no generator. It
+// keeps the CPU dispatch key, so that a CPU op given it reaches the CPU kernel, which
+// refuses a generator of another device with PyTorch's message.
+struct JaxGenerator final : at::CPUGeneratorImpl {
+  explicit JaxGenerator(DeviceIndex index) {
+    device_ = Device(DeviceType::PrivateUse1, index < 0 ? 0 : index);
+  }
+
+  // Philox offsets are CUDA's; pickling asks every non-CPU generator for one.
+  uint64_t get_offset() const override { return 0; }
+  void set_offset(uint64_t offset) override {
+    TORCH_CHECK(offset == 0, "a generator of the jax device has no offset (it is PyTorch's CPU generator)");
+  }
+
+ private:
+  JaxGenerator* clone_impl() const override {
+    auto copy = new JaxGenerator(device_.index());
+    copy->set_state(*get_state());
+    return copy;
+  }
+};
+
+// PyTorch asks a device's hooks for its generators. A device registered from Python
+// has Python's hooks, which make none; these answer as those do (built, available,
+// with a context) and make ours.
+struct JaxHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(DeviceIndex) const override { return true; }
+  at::Generator getNewGenerator(DeviceIndex index) const override { return at::make_generator<JaxGenerator>(index); }
+  const at::Generator& getDefaultGenerator(DeviceIndex) const override {
+    static at::Generator generator = at::make_generator<JaxGenerator>(0);
+    return generator;
+  }
+};
+
 }  // namespace
+
+// Registered once, before anything asks for the device's hooks (runtime/core/tensor.py):
+// 0, or 1 if PyTorch refused (hooks were registered already).
+extern "C" int xnf_register_hooks() {
+  static JaxHooks hooks;
+  try {
+    at::RegisterPrivateUse1HooksInterface(&hooks);
+    return 0;
+  } catch (...) {
+    return 1;
+  }
+}
 
 extern "C" void xnf_register_device_guard() {
   static JaxDeviceGuard guard;

@@ -14,11 +14,12 @@ within this machine's noise).
 So importing xla_native_functions compiles `device_guard.cpp` (about 2 s, once per
 torch installation; the library is kept in the cache directory, Note [Trusted cache
 directory]) with the C++ compiler in $CXX (a command, which may carry arguments), or
-c++ or g++ from PATH, and registers it in place of the Python guard. Without a
-compiler, or if the build fails, the Python guard stays: everything works as before,
-only slower, and `metrics_report()` says why. XLA_NATIVE_FUNCTIONS_PYTHON_DEVICE_GUARD=1
-keeps the Python guard. With the Python guard, hooks are wrapped (Note [Hook errors
-during backward]).
+c++ or g++ from PATH, and registers it in place of the Python guard (and the device's
+hooks in place of Python's: Note [Generators of our device]). Without a compiler, or if
+the build fails, the Python guard and hooks stay: everything works as before, only
+slower and without generators of our device, and `metrics_report()` says why.
+XLA_NATIVE_FUNCTIONS_PYTHON_DEVICE_GUARD=1 keeps the Python guard and hooks. With the
+Python guard, hooks are wrapped (Note [Hook errors during backward]).
 
 Loading a damaged library can kill the process (a truncated one faults with SIGBUS
 inside dlopen), so a library is only loaded after it proved whole: the build appends
@@ -26,6 +27,20 @@ a trailer (a marker and the SHA-256 of the library's bytes, past the end of the 
 data, where the loader never looks) and a cached file whose trailer does not match is
 removed and built again, once; the build writes a private temporary file and renames
 it into place, so processes building at once never see each other's partial files.
+
+Note [Generators of our device]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+`torch.Generator(device="jax")` (as diffusers' pipelines and sampling code make one for
+the model's device) asks the PrivateUse1 hooks for a new generator, which a backend
+registered from Python cannot provide: its hooks are Python's, which make none. The
+same library registers C++ hooks in their place (answering what Python's answer), whose
+generator is PyTorch's CPU generator placed on our device, with its seeding, state and
+stream. Random ops given
+it draw the seed of their JAX key from it (runtime/supported/random.py), as ops given
+no generator draw from the default CPU generator, so `manual_seed` on it makes their
+numbers reproducible. CPU kernels refuse it, as they refuse a CUDA generator. Without the
+library (no C++ compiler, or XLA_NATIVE_FUNCTIONS_PYTHON_DEVICE_GUARD=1) there is no
+such generator, and `metrics_report()` says why; random ops still take CPU generators.
 """
 
 from __future__ import annotations
@@ -51,26 +66,42 @@ TRAILER_MARK = b"xnf-device-guard-sha256:"
 _TRAILER_SIZE = len(TRAILER_MARK) + 32
 
 _description = ["Python (PyTorch's guard for a Python-registered device)"]
-_loaded: list[ctypes.CDLL] = []  # the registered guard lives in this library
+_loaded: list[ctypes.CDLL] = []  # the registered guard and generator live in this library
+_generator_missing: list[str | None] = ["the C++ library was not loaded"]
 
 
 class GuardBuildError(RuntimeError):
     """The C++ device guard could not be built."""
 
 
-def install_native_device_guard() -> None:
-    """Register the C++ guard for our device (Note [Native device guard])."""
+def install_native_device() -> bool:
+    """Register the C++ hooks (which make the device's generators) and guard of our
+    device (Note [Native device guard], Note [Generators of our device]). False, with
+    nothing registered, where the library is not available."""
     if env_flag(PYTHON_GUARD_ENV):
         _use_python_guard(f"Python ({PYTHON_GUARD_ENV} is set)")
-        return
+        _generator_missing[0] = f"{PYTHON_GUARD_ENV} is set"
+        return False
     try:
         library = load_library()
     except (OSError, GuardBuildError, subprocess.SubprocessError) as error:
         _use_python_guard(f"Python: the C++ guard was not built ({error})")
-        return
-    library.xnf_register_device_guard()
+        _generator_missing[0] = f"the C++ library was not built ({error})"
+        return False
+    if library.xnf_register_hooks():
+        _use_python_guard("Python: PyTorch refused the C++ hooks (another library registered hooks for PrivateUse1)")
+        _generator_missing[0] = "another library registered hooks for PrivateUse1"
+        return False
     _loaded.append(library)
+    library.xnf_register_device_guard()
     _description[0] = "C++ (Note [Native device guard])"
+    _generator_missing[0] = None
+    return True
+
+
+def generator_missing() -> str | None:
+    """Why `torch.Generator(device="jax")` is not available, or None."""
+    return _generator_missing[0]
 
 
 def _use_python_guard(description: str) -> None:
@@ -119,6 +150,7 @@ def load_library() -> ctypes.CDLL:
         build(target)
     library = ctypes.CDLL(str(target))
     library.xnf_register_device_guard  # noqa: B018 (raises AttributeError if missing)
+    library.xnf_register_hooks  # noqa: B018
     return library
 
 
@@ -156,7 +188,7 @@ def build(target: Path) -> None:
     os.close(fd)
     command = [*compiler, "-O2", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
                f"-I{torch_dir / 'include'}", str(SOURCE), "-o", partial,
-               f"-L{torch_dir / 'lib'}", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}"]
+               f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch_dir / 'lib'}"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if done.returncode:

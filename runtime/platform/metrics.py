@@ -15,7 +15,7 @@ from .backend import (
     schedule_description,
 )
 from .config import config
-from .device_guard import guard_description
+from .device_guard import generator_missing, guard_description
 from .executable_cache import EXECUTABLE_BYTES, eager_executables
 
 
@@ -117,6 +117,11 @@ REPORT_SECTIONS: list[Any] = []
 REPORT_RESETS: list[Any] = []  # and what reset_metrics() clears of theirs
 
 
+def _generator_description() -> str:
+    missing = generator_missing()
+    return "available (Note [Generators of our device])" if missing is None else f"unavailable: {missing}"
+
+
 def metrics_report() -> str:
     m = metrics
     lines = [
@@ -130,6 +135,7 @@ def metrics_report() -> str:
         f"  XLA CPU schedule: {schedule_description()}",
         f"  host allocator: {allocator_description()}",
         f"  device guard: {guard_description()}",
+        f"  torch.Generator(device='jax'): {_generator_description()}",
         f"  persistent compilation cache: {compilation_cache_description()}",
     ]
     cache = eager_executables

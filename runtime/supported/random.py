@@ -41,7 +41,13 @@ def _key(generator=None):
     if context.trace is not None:
         context.trace.refuse_replay("it draws random numbers from an explicit torch.Generator")
     with torch._C._DisableTorchDispatch():
-        seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
+        if generator.device.type == "cpu":
+            seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator))
+        else:  # our device's generator, a CPU generator placed there (Note [Generators of our device])
+            cpu = torch.Generator()
+            cpu.set_state(generator.get_state())
+            seed = int(torch.empty((), dtype=torch.int64).random_(generator=cpu))
+            generator.set_state(cpu.get_state())
     with X64:
         key = jax.random.PRNGKey(seed)
     return from_array(key)
@@ -153,6 +159,13 @@ def impl_normal_float_float(mean, std, size, *, generator=None, dtype=None, layo
     return _sample("normal", size, dtype or torch.get_default_dtype(), (float(mean), float(std)), generator)
 
 
+def _check_bounds(dtype, low, high):
+    """random_'s checks of the tensor's dtype and of its bounds."""
+    if dtype.is_complex:
+        raise RuntimeError("check_random_bounds handles only integral, floating-point and boolean types")
+    _check_range(low, high)
+
+
 def _check_range(low, high):
     if low >= high:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={low} >= to={high}")
@@ -185,8 +198,21 @@ def impl_random(self, *, generator=None):
     return _integers(self.shape, self.dtype, 0, high + 1, generator)
 
 
+def impl_random_from(self, from_, to, *, generator=None):
+    """Integers in [from_, to), or from `from_` to random_()'s largest value without `to`
+    (torch.randint given a generator comes here)."""
+    if to is not None:
+        _check_bounds(self.dtype, from_, to)
+        return _integers(self.shape, self.dtype, from_, to, generator)
+    high = _RANDOM_HIGH.get(self.dtype)
+    if high is None:
+        raise NotImplementedError(f'"random_from_to" not implemented for \'{scalar_type_name(self.dtype)}\'')
+    _check_bounds(self.dtype, from_, high + 1)
+    return _integers(self.shape, self.dtype, from_, high + 1, generator)
+
+
 def impl_random_to(self, to, *, generator=None):
-    _check_range(0, to)
+    _check_bounds(self.dtype, 0, to)
     return _integers(self.shape, self.dtype, 0, to, generator)
 
 
@@ -199,9 +225,13 @@ def impl_randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=No
 
 
 def impl_randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
+    return impl_randperm_generator(n, generator=None, dtype=dtype)
+
+
+def impl_randperm_generator(n, *, generator, dtype=torch.int64, layout=None, device=None, pin_memory=None):
     if n < 0:
         raise RuntimeError(f"n must be non-negative, got{n}")
-    return run_node(node("random_permutation"), (int(n), dtype or torch.int64))
+    return run_node(node("random_permutation"), (int(n), dtype or torch.int64), _key(generator))
 
 
 @jax.jit
@@ -285,3 +315,48 @@ def impl_rrelu_with_noise_(self, noise, lower=0.125, upper=0.3333333333333333, t
     if new_noise is not None:
         write_inplace(noise, new_noise)
     return write_inplace(self, result)
+
+
+# torch.distributions' samplers: Gamma (and Chi2, StudentT), Dirichlet (and Beta),
+# Poisson and Binomial. Each draws with a parameter per element (`random_per_element`).
+
+
+def _check_dtype(op, dtype, allowed):
+    if dtype not in allowed:
+        raise NotImplementedError(f'"{op}" not implemented for \'{scalar_type_name(dtype)}\'')
+
+
+_FLOAT = (torch.float32, torch.float64)
+
+
+def impl__standard_gamma(self, generator=None):
+    _check_dtype("gamma_cpu", self.dtype, _FLOAT)
+    return run_node(node("random_per_element"), ("gamma", self, None), _key(generator))
+
+
+def impl__sample_dirichlet(self, generator=None):
+    _check_dtype("dirichlet", self.dtype, _FLOAT)
+    return run_node(node("random_per_element"), ("dirichlet", self, None), _key(generator))
+
+
+@jax.jit
+def _any_invalid_rate(rate):
+    return jnp.any(~(rate >= 0))  # negative or NaN
+
+
+def impl_poisson(self, generator=None):
+    _check_dtype("poisson_cpu", self.dtype, _FLOAT + (torch.float16, torch.bfloat16))
+    if context.trace is None:  # eager only, as _check_probabilities
+        with X64:
+            invalid = bool(_any_invalid_rate(value(self)))
+        if invalid:
+            raise RuntimeError("invalid Poisson rate, expected rate to be non-negative")
+    return run_node(node("random_per_element"), ("poisson", self, None), _key(generator))
+
+
+def impl_binomial(count, prob, generator=None):
+    if not count.dtype.is_floating_point:
+        dtype = scalar_type_name(count.dtype)
+        raise ValueError(f"binomial only supports floating-point dtypes for count, got: {dtype}")
+    _check_dtype("binomial_cpu", count.dtype, _FLOAT)
+    return run_node(node("random_per_element"), ("binomial", count, prob), _key(generator))
