@@ -204,6 +204,8 @@ def resolve(manifest: Manifest, db: SchemaDatabase) -> list[OpSpec]:
             )
             if variant.kind == "out" and len(vspec.outs) != len(spec.returns):
                 continue
+            if variant.kind == "inplace" and vspec.writes_also and 1 + len(vspec.writes_also) != len(spec.returns):
+                continue  # the functional form does not return every written argument's value
             if variant.kind == "inplace" and not rec.is_view:
                 vspec = dataclasses.replace(vspec, overlap_check=_overlap_check(rec, manifest))
             names, vnames = {a.name for a in spec.inputs}, {a.name for a in vspec.inputs}

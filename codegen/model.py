@@ -196,6 +196,10 @@ class OpSpec:
     # rejects an out tensor that is one of the inputs (the manifest's policy)
     out_exact_dtype: bool = False
     out_distinct_from_inputs: bool = False
+    # an in-place form that writes arguments besides its first (GradScaler's
+    # _amp_update_scale_ writes the scale and its growth tracker): their names, in schema
+    # order; the functional form returns their new values after the first's
+    writes_also: tuple[str, ...] = ()
 
     @property
     def node_arg_names(self) -> tuple[str, ...]:
@@ -333,6 +337,8 @@ def make_op_spec(
     schema = FunctionSchema.parse(torchgen_schema_text(schema_text) if "::" in op else schema_text)
     kwarg_only = {id(a) for a in schema.arguments.flat_kwarg_only}
     outs = {id(a) for a in schema.arguments.out}
+    written = [python_name(a.name) for a in schema.arguments.flat_all
+               if id(a) not in outs and a.annotation is not None and a.annotation.is_write]
     args = []
     for a in schema.arguments.flat_all:
         args.append(
@@ -358,4 +364,5 @@ def make_op_spec(
         is_view=is_view,
         kind=kind,
         functional=functional,
+        writes_also=tuple(written[1:]) if kind == "inplace" else (),
     )

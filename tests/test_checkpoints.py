@@ -190,3 +190,35 @@ def test_deepcopy_of_a_view_copies_its_values():
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_torch_load_to_our_device_loads_to_the_cpu_with_a_warning():
+    """Note [Loading to our device]: map_location="jax" crashed the process."""
+    cpu, _ = _pair()
+    buffer = io.BytesIO()
+    torch.save({"model": cpu.state_dict(), "step": torch.tensor(7)}, buffer)
+    for location in ("jax", "jax:0", torch.device("jax", 0)):
+        with pytest.warns(UserWarning, match="loads tensors to the CPU"):
+            loaded = torch.load(io.BytesIO(buffer.getvalue()), map_location=location)
+        assert all(v.device.type == "cpu" for v in loaded["model"].values()) and loaded["step"].item() == 7
+    target = xnf.to_xla(Net())
+    target.load_state_dict(loaded["model"])
+    for name, value in cpu.state_dict().items():
+        assert target.state_dict()[name].device.type == "jax"
+        torch.testing.assert_close(xnf.to_torch(target.state_dict()[name]), value, rtol=0, atol=0)
+
+
+def test_a_storage_on_our_device_is_refused_not_a_crash():
+    code = textwrap.dedent("""
+        import torch, xla_native_functions as xnf
+        from xla_native_functions.runtime.platform.device_guard import hooks_missing
+        assert hooks_missing() is None, hooks_missing()
+        try:
+            torch.UntypedStorage(16, device="jax")
+        except RuntimeError as error:
+            assert "has no PyTorch storages" in str(error), error
+            print("refused")
+        assert torch.UntypedStorage(0, device="jax").nbytes() == 0
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "refused", (done.returncode, done.stderr[-2000:])

@@ -1037,6 +1037,27 @@ def _foreach_mul__ScalarList(self, scalars):
 """,
         )
 
+    def test_derived_inplace_writing_two_arguments(self):
+        # GradScaler's kernels write the scale and its growth tracker, the gradients and
+        # the non-finite flag: the functional form returns both new values, in the order
+        # of the arguments it writes. Their out= forms write an argument that is not an
+        # out tensor and are not derived.
+        self.assertExpectedInline(
+            self.stub("_amp_update_scale_"),
+            """\
+def _amp_update_scale_(self, growth_tracker, found_inf, scale_growth_factor, scale_backoff_factor, growth_interval):
+    return _rt_write_each_inplace((self, growth_tracker,), _amp_update_scale(self, growth_tracker, found_inf, scale_growth_factor, scale_backoff_factor, growth_interval))
+""",
+        )
+        self.assertExpectedInline(
+            self.stub("_amp_foreach_non_finite_check_and_unscale_"),
+            """\
+def _amp_foreach_non_finite_check_and_unscale_(self, found_inf, inv_scale):
+    return _rt_write_each_inplace((self, found_inf,), _amp_foreach_non_finite_check_and_unscale(self, found_inf, inv_scale))
+""",
+        )
+        assert "def _amp_update_scale_out(" not in self.files["dispatch.py"]
+
     def test_derived_out(self):
         self.assertExpectedInline(
             self.stub("max_dim_max"),

@@ -16,7 +16,7 @@ import scipy.special
 import torch
 
 import xla_native_functions as xnf
-from xla_native_functions.runtime.platform.device_guard import generator_missing
+from xla_native_functions.runtime.platform.device_guard import hooks_missing
 from xla_native_functions.runtime.platform.metrics import metrics
 
 dist = torch.distributions
@@ -257,7 +257,7 @@ def test_compiled_step_replays_with_new_draws():
 
 
 needs_device_generators = pytest.mark.skipif(
-    generator_missing() is not None, reason=f"no generators of our device: {generator_missing()}"
+    hooks_missing() is not None, reason=f"no generators of our device: {hooks_missing()}"
 )
 
 # (name, draw(generator)): random ops that take a generator, on our device

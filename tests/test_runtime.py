@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
@@ -26,7 +27,7 @@ from xla_native_functions.runtime.platform.backend import (
     SCHEDULER_FLAG,
 )
 from xla_native_functions.runtime.platform.cache_trust import CACHE_DIR_ENV
-from xla_native_functions.runtime.platform.device_guard import PYTHON_GUARD_ENV
+from xla_native_functions.runtime.platform.device_guard import PYTHON_GUARD_ENV, hooks_missing
 from xla_native_functions.runtime.platform.metrics import metrics
 from xla_native_functions.runtime.core.tensor import DEVICE, XlaTensor
 
@@ -107,6 +108,54 @@ def test_metadata_and_host_reads():
     assert "device='jax:0'" in repr(x)
     assert torch.equal(x.cpu(), t)
     assert x.cpu().device.type == "cpu"
+
+
+def test_device_events_time_what_runs_between_their_records():
+    """Timing code written for torch.cuda.Event, on `torch.jax`'s events."""
+    start, end = torch.jax.Event(enable_timing=True), torch.jax.Event(enable_timing=True)
+    x = xnf.to_xla(torch.randn(32, 32))
+    start.record()
+    began = time.perf_counter()
+    for _ in range(3):
+        x = x @ x
+        time.sleep(0.005)
+    end.record()
+    took = (time.perf_counter() - began) * 1000
+    torch.jax.synchronize()
+    assert 15 <= start.elapsed_time(end) <= took + 1
+    with pytest.raises(RuntimeError, match="enable_timing=True"):
+        torch.jax.Event().elapsed_time(end)
+    with pytest.raises(RuntimeError, match="must be recorded"):
+        start.elapsed_time(torch.jax.Event(enable_timing=True))
+
+
+@pytest.mark.skipif(hooks_missing() is not None, reason=f"no pinned memory for our device: {hooks_missing()}")
+def test_data_loader_pins_batches_for_our_device():
+    dataset = torch.utils.data.TensorDataset(torch.arange(24.0).reshape(8, 3), torch.arange(8))
+    loader = torch.utils.data.DataLoader(dataset, batch_size=4, pin_memory=True)
+    batches = [(x.is_pinned(), y.is_pinned(), x.to("jax", non_blocking=True)) for x, y in loader]
+    assert [(a, b) for a, b, _ in batches] == [(True, True)] * 2
+    assert torch.equal(torch.cat([cpu(x) for _, _, x in batches]), torch.arange(24.0).reshape(8, 3))
+    pinned = torch.ones(3).pin_memory()
+    assert pinned.is_pinned() and pinned[1:].is_pinned() and not torch.ones(3).is_pinned()
+    ours = xnf.to_xla(torch.ones(3))
+    assert not ours.is_pinned()
+    with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
+        ours.pin_memory()
+
+
+def test_numpy_is_a_copy_and_refuses_a_tensor_that_requires_grad_as_pytorch_does():
+    x = xnf.to_xla(torch.arange(3.0))
+    array = x.numpy()
+    array[0] = 100.0  # the tensor has no host memory to share (docs/semantics.md)
+    assert torch.equal(cpu(x), torch.arange(3.0))
+    needs_grad = xnf.to_xla(torch.ones(2)).requires_grad_()
+    with pytest.raises(RuntimeError) as expected:
+        torch.ones(2).requires_grad_().numpy()
+    with pytest.raises(RuntimeError) as got:
+        needs_grad.numpy()
+    assert str(got.value) == str(expected.value)
+    assert (needs_grad.numpy(force=True) == 1).all()
 
 
 @pytest.mark.parametrize("value", [torch.tensor(3), torch.tensor(2.5), torch.tensor(True), torch.tensor([1, 2])])
@@ -1386,7 +1435,7 @@ print([l for l in xnf.metrics_report().splitlines() if 'device guard' in l][0])
 try:
     print(torch.Generator(device="jax").device)
 except Exception as error:
-    print(type(error).__name__, [l for l in xnf.metrics_report().splitlines() if 'Generator' in l][0])
+    print(type(error).__name__, [l for l in xnf.metrics_report().splitlines() if 'generators' in l][0])
 """
 
 
@@ -1412,7 +1461,9 @@ def test_native_device_guard_replaces_python_calls(tmp_path):
     assert built == [".so"]  # no partial file left behind
     calls, line, generator = _guard_after_import({PYTHON_GUARD_ENV: "1", CACHE_DIR_ENV: str(tmp_path)})
     assert calls > 0 and f"Python ({PYTHON_GUARD_ENV} is set)" in line
-    assert generator == f"NotImplementedError   torch.Generator(device='jax'): unavailable: {PYTHON_GUARD_ENV} is set"
+    assert generator == (
+        f"NotImplementedError   device generators and pinned memory: unavailable: {PYTHON_GUARD_ENV} is set"
+    )
 
 
 def test_python_device_guard_stays_when_the_native_one_cannot_be_built(tmp_path):

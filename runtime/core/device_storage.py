@@ -19,10 +19,19 @@ Pickling (torch.save) stores CPU copies, and keeps sharing as it is: the tensors
 storage pickled while its CPU copy is alive (during one torch.save) become views of that
 one copy, so a state dict with tied weights or views saves each storage once and loads
 with the same sharing, as the CPU model's does.
+
+Note [Loading to our device]
+torch.load(f, map_location="jax") (device-agnostic scripts pass their device) moves
+each loaded storage to the device, and there are no PyTorch storages on ours: PyTorch's
+attempt to make one crashed the process. The storages stay on the CPU instead, with a
+warning, so the loaded tensors are CPU tensors. The usual next steps move them:
+`model.load_state_dict(...)` copies into a moved model's parameters, an optimizer's
+`load_state_dict` casts its state to its parameters' device, and `to_xla` moves the rest.
 """
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any
 
@@ -112,3 +121,22 @@ def pickled_form(t: Any, protocol: int, whole_storage: Any) -> Any:
     if t.requires_grad and t.is_leaf:
         host.requires_grad_(True)
     return host.__reduce_ex__(protocol)
+
+
+def load_to_cpu_for(device_name: str):
+    """torch.serialization's deserializer for `device_name` locations (Note [Loading to
+    our device])."""
+
+    def deserialize(storage: Any, location: str) -> Any:
+        if location != device_name and not location.startswith(device_name + ":"):
+            return None
+        # shown once under Python's default filter: every storage warns from the same line of torch
+        warnings.warn(
+            f"torch.load(..., map_location={location!r}) loads tensors to the CPU: the {device_name} device keeps "
+            "no PyTorch storages. model.load_state_dict(...) and optimizer.load_state_dict(...) move the values "
+            "to the parameters' device; move other tensors with xla_native_functions.to_xla or .to(device).",
+            stacklevel=2,
+        )
+        return storage
+
+    return deserialize

@@ -20,6 +20,7 @@ whose device is jax:0).
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 import jax
@@ -49,13 +50,26 @@ class Stream:
 
 
 class Event:
-    """An event of our device (Note [One queue]): recorded and reached at once."""
+    """An event of our device (Note [One queue]): recorded and reached at once. A timing
+    event keeps the host's clock when it is recorded: executions on JAX's CPU device
+    run inline (Note [Inline CPU execution]), so the time between two records is the
+    time of the ops issued between them."""
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
-        pass
+        self.enable_timing = enable_timing
+        self.recorded_at: float | None = None
 
     def record(self, stream: Any = None) -> Event:
+        self.recorded_at = time.perf_counter()
         return self
+
+    def elapsed_time(self, end_event: Event) -> float:
+        """Milliseconds from this event's record to `end_event`'s, as torch.cuda.Event's."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self.recorded_at is None or end_event.recorded_at is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event.recorded_at - self.recorded_at) * 1000.0
 
     def wait(self, stream: Any = None) -> None:
         pass

@@ -46,7 +46,7 @@ from ...shape_fns.common import NUMPY_TO_TORCH
 from ..platform import hook_errors
 from ..platform.device_guard import install_native_device
 from .autocast import install_autocast_fallthrough, install_autocast_kernels
-from .device_storage import DeviceStorage, pickled_form, storage_address
+from .device_storage import DeviceStorage, load_to_cpu_for, pickled_form, storage_address
 from .inference import made_in_mode
 from .sharing import wait_for_write
 from .streams import StreamsOfOneQueue
@@ -97,6 +97,8 @@ def _register_device() -> torch.device:
             torch._C._acc.register_python_privateuseone_hook(_DummyPrivateUse1Hook())
             torch._C._acc.register_python_privateuseone_device_guard(_DummyDeviceGuard())
         install_autocast_fallthrough()  # Note [Autocast] in core/autocast.py
+        # before PyTorch's own PrivateUse1 deserializer (priority 23): Note [Loading to our device]
+        torch.serialization.register_package(19, lambda storage: None, load_to_cpu_for(DEVICE_NAME))
     return torch.device(DEVICE_NAME, 0)
 
 
@@ -284,6 +286,10 @@ class XlaTensor(torch.Tensor):
         return self._host_copy().tolist()
 
     def numpy(self, *, force: bool = False):
+        # A copy of the values: this tensor has no host memory to share with the array
+        # (docs/semantics.md). PyTorch's refusals of a tensor that requires grad stay.
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return self._host_copy().numpy()
 
     def __reduce_ex__(self, protocol):

@@ -275,6 +275,14 @@ def mixed_dtypes(self: list) -> bool:
     return len({t.dtype for t in self}) > 1
 
 
+def write_each_inplace(written: tuple, result: tuple) -> Any:
+    """An in-place op that writes several arguments (`written`, in schema order): each
+    takes its new value from the functional form's results, in the same order."""
+    for target, new in zip(written[1:], result[1:]):
+        write_inplace(target, new)
+    return write_inplace(written[0], result[0])
+
+
 def write_list_inplace(self: list, compute: Callable[[], Any]) -> None:
     """An in-place foreach op: `compute()` runs its functional form, which may write
     tensors of `self` in place itself, donating their buffers (Note [Foreach ops])."""

@@ -6,7 +6,12 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <mutex>
+#include <unordered_set>
 
 namespace {
 
@@ -34,6 +39,7 @@ struct JaxDeviceGuard final : c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void*, const DeviceIndex) const noexcept override {}
   bool queryStream(const Stream&) const override { return true; }
   void synchronizeStream(const Stream&) const override {}
+  void synchronizeDevice(const DeviceIndex) const override {}
 };
 
 // PyTorch's CPU generator (its seed, state and stream), on our device: its draws
@@ -59,9 +65,52 @@ struct JaxGenerator final : at::CPUGeneratorImpl {
   }
 };
 
-// PyTorch asks a device's hooks for its generators. A device registered from Python
-// has Python's hooks, which make none; these answer as those do (built, available,
-// with a context) and make ours.
+// PyTorch storages on our device: there are none, as values live in JAX arrays. With
+// no allocator registered, PyTorch dereferenced a null one and the process crashed
+// (torch.UntypedStorage(n, device="jax")); this one raises instead.
+struct NoStorageAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    TORCH_CHECK(n == 0, "the jax device has no PyTorch storages (its values are JAX arrays): make tensors there with "
+                "tensor.to(\"jax\") or xla_native_functions.to_xla");
+    return {nullptr, nullptr, nullptr, Device(DeviceType::PrivateUse1, 0)};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+// Pinned memory for our device (DataLoader(pin_memory=True), tensor.pin_memory()):
+// plain host memory, since JAX's CPU device reads host memory and there is no transfer
+// to speed up; remembered, so that is_pinned() answers true for it.
+std::mutex pinned_mutex;
+std::unordered_set<const void*> pinned;
+
+void free_pinned(void* data) {
+  {
+    std::lock_guard<std::mutex> lock(pinned_mutex);
+    pinned.erase(data);
+  }
+  c10::free_cpu(data);
+}
+
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    void* data = n ? c10::alloc_cpu(n) : nullptr;
+    if (data) {
+      std::lock_guard<std::mutex> lock(pinned_mutex);
+      pinned.insert(data);
+    }
+    return {data, data, &free_pinned, Device(DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+// PyTorch asks a device's hooks for its generators and pinned memory. A device
+// registered from Python has Python's hooks, which have neither; these answer as those
+// do (built, available, with a context) and have both.
 struct JaxHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
@@ -71,16 +120,26 @@ struct JaxHooks final : at::PrivateUse1HooksInterface {
     static at::Generator generator = at::make_generator<JaxGenerator>(0);
     return generator;
   }
+  at::Allocator* getPinnedMemoryAllocator() const override {
+    static PinnedAllocator allocator;
+    return &allocator;
+  }
+  bool isPinnedPtr(const void* data) const override {
+    std::lock_guard<std::mutex> lock(pinned_mutex);
+    return pinned.count(data) > 0;
+  }
 };
 
 }  // namespace
 
-// Registered once, before anything asks for the device's hooks (runtime/core/tensor.py):
-// 0, or 1 if PyTorch refused (hooks were registered already).
+// Registered once, before anything asks for the device's hooks (runtime/core/tensor.py),
+// with the storage allocator: 0, or 1 if PyTorch refused (hooks were registered already).
 extern "C" int xnf_register_hooks() {
   static JaxHooks hooks;
+  static NoStorageAllocator no_storage;
   try {
     at::RegisterPrivateUse1HooksInterface(&hooks);
+    c10::SetAllocator(DeviceType::PrivateUse1, &no_storage);
     return 0;
   } catch (...) {
     return 1;

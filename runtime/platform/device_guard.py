@@ -67,7 +67,7 @@ _TRAILER_SIZE = len(TRAILER_MARK) + 32
 
 _description = ["Python (PyTorch's guard for a Python-registered device)"]
 _loaded: list[ctypes.CDLL] = []  # the registered guard and generator live in this library
-_generator_missing: list[str | None] = ["the C++ library was not loaded"]
+_hooks_missing: list[str | None] = ["the C++ library was not loaded"]
 
 
 class GuardBuildError(RuntimeError):
@@ -80,28 +80,28 @@ def install_native_device() -> bool:
     nothing registered, where the library is not available."""
     if env_flag(PYTHON_GUARD_ENV):
         _use_python_guard(f"Python ({PYTHON_GUARD_ENV} is set)")
-        _generator_missing[0] = f"{PYTHON_GUARD_ENV} is set"
+        _hooks_missing[0] = f"{PYTHON_GUARD_ENV} is set"
         return False
     try:
         library = load_library()
     except (OSError, GuardBuildError, subprocess.SubprocessError) as error:
         _use_python_guard(f"Python: the C++ guard was not built ({error})")
-        _generator_missing[0] = f"the C++ library was not built ({error})"
+        _hooks_missing[0] = f"the C++ library was not built ({error})"
         return False
     if library.xnf_register_hooks():
         _use_python_guard("Python: PyTorch refused the C++ hooks (another library registered hooks for PrivateUse1)")
-        _generator_missing[0] = "another library registered hooks for PrivateUse1"
+        _hooks_missing[0] = "another library registered hooks for PrivateUse1"
         return False
     _loaded.append(library)
     library.xnf_register_device_guard()
     _description[0] = "C++ (Note [Native device guard])"
-    _generator_missing[0] = None
+    _hooks_missing[0] = None
     return True
 
 
-def generator_missing() -> str | None:
-    """Why `torch.Generator(device="jax")` is not available, or None."""
-    return _generator_missing[0]
+def hooks_missing() -> str | None:
+    """Why the C++ hooks (generators of our device, pinned memory) are not registered, or None."""
+    return _hooks_missing[0]
 
 
 def _use_python_guard(description: str) -> None:

@@ -15,7 +15,7 @@ from .backend import (
     schedule_description,
 )
 from .config import config
-from .device_guard import generator_missing, guard_description
+from .device_guard import guard_description, hooks_missing
 from .executable_cache import EXECUTABLE_BYTES, eager_executables
 
 
@@ -117,8 +117,8 @@ REPORT_SECTIONS: list[Any] = []
 REPORT_RESETS: list[Any] = []  # and what reset_metrics() clears of theirs
 
 
-def _generator_description() -> str:
-    missing = generator_missing()
+def _hooks_description() -> str:
+    missing = hooks_missing()
     return "available (Note [Generators of our device])" if missing is None else f"unavailable: {missing}"
 
 
@@ -135,7 +135,7 @@ def metrics_report() -> str:
         f"  XLA CPU schedule: {schedule_description()}",
         f"  host allocator: {allocator_description()}",
         f"  device guard: {guard_description()}",
-        f"  torch.Generator(device='jax'): {_generator_description()}",
+        f"  device generators and pinned memory: {_hooks_description()}",
         f"  persistent compilation cache: {compilation_cache_description()}",
     ]
     cache = eager_executables

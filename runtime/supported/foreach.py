@@ -110,7 +110,7 @@ def _layout(cls: Any) -> tuple:
     return layout
 
 
-def _each(name: str, per_element: list[tuple]) -> list[Any]:
+def each(name: str, per_element: list[tuple]) -> list[Any]:
     """The element op `name` (its unambiguous name) on each argument tuple: one executable per 8 elements
     eagerly, one node per element while tracing. Inside an in-place foreach op on these
     tensors (context.foreach_into), the results are written into each element's `self`
@@ -193,22 +193,22 @@ def _binary(list_op: str, scalar_op: str):
     def on_list(self, other, alpha=None):
         _check_lists(self, other)
         extra = () if alpha is None else (alpha,)
-        return _each(list_op, [(a, b, *extra) for a, b in zip(self, other)])
+        return each(list_op, [(a, b, *extra) for a, b in zip(self, other)])
 
     def on_scalar(self, scalar, alpha=None):
         _check_lists(self)
         extra = () if alpha is None else (alpha,)
-        return _each(scalar_op, [(a, scalar, *extra) for a in self])
+        return each(scalar_op, [(a, scalar, *extra) for a in self])
 
     def on_scalars(self, scalars, alpha=None):
         _check_scalars(self, scalars)
         extra = () if alpha is None else (alpha,)
-        return _each(scalar_op, [(a, s, *extra) for a, s in zip(self, scalars)])
+        return each(scalar_op, [(a, s, *extra) for a, s in zip(self, scalars)])
 
     def on_tensor(self, other, alpha=None):
         _check_lists(self)
         extra = () if alpha is None else (alpha,)
-        return _each(list_op, [(a, other, *extra) for a in self])
+        return each(list_op, [(a, other, *extra) for a in self])
 
     return on_list, on_scalar, on_scalars, on_tensor
 
@@ -281,75 +281,75 @@ def impl__foreach_div_Tensor(self, other):
 
 def impl__foreach_maximum_List(self, other):
     _check_lists(self, other)
-    return _each("maximum", list(zip(self, other)))
+    return each("maximum", list(zip(self, other)))
 
 
 def impl__foreach_minimum_List(self, other):
     _check_lists(self, other)
-    return _each("minimum", list(zip(self, other)))
+    return each("minimum", list(zip(self, other)))
 
 
 def impl__foreach_addcmul_Scalar(self, tensor1, tensor2, value=1):
     _check_lists(self, tensor1, tensor2)
-    return _each("addcmul", [(a, b, c, value) for a, b, c in zip(self, tensor1, tensor2)])
+    return each("addcmul", [(a, b, c, value) for a, b, c in zip(self, tensor1, tensor2)])
 
 
 def impl__foreach_addcmul_ScalarList(self, tensor1, tensor2, scalars):
     _check_lists(self, tensor1, tensor2)
     _check_scalars(self, scalars)
-    return _each("addcmul", [(a, b, c, s) for a, b, c, s in zip(self, tensor1, tensor2, scalars)])
+    return each("addcmul", [(a, b, c, s) for a, b, c, s in zip(self, tensor1, tensor2, scalars)])
 
 
 def impl__foreach_addcdiv_Scalar(self, tensor1, tensor2, value=1):
     _check_lists(self, tensor1, tensor2)
-    return _each("addcdiv", [(a, b, c, value) for a, b, c in zip(self, tensor1, tensor2)])
+    return each("addcdiv", [(a, b, c, value) for a, b, c in zip(self, tensor1, tensor2)])
 
 
 def impl__foreach_addcdiv_ScalarList(self, tensor1, tensor2, scalars):
     _check_lists(self, tensor1, tensor2)
     _check_scalars(self, scalars)
-    return _each("addcdiv", [(a, b, c, s) for a, b, c, s in zip(self, tensor1, tensor2, scalars)])
+    return each("addcdiv", [(a, b, c, s) for a, b, c, s in zip(self, tensor1, tensor2, scalars)])
 
 
 def impl__foreach_lerp_Scalar(self, tensors1, weight):
     _check_lists(self, tensors1)
-    return _each("lerp_Scalar", [(a, b, weight) for a, b in zip(self, tensors1)])
+    return each("lerp_Scalar", [(a, b, weight) for a, b in zip(self, tensors1)])
 
 
 def impl__foreach_lerp_ScalarList(self, tensors1, weight):
     _check_lists(self, tensors1)
     _check_scalars(self, weight)
-    return _each("lerp_Scalar", [(a, b, w) for a, b, w in zip(self, tensors1, weight)])
+    return each("lerp_Scalar", [(a, b, w) for a, b, w in zip(self, tensors1, weight)])
 
 
 def impl__foreach_lerp_List(self, tensors1, weights):
     _check_lists(self, tensors1, weights)
-    return _each("lerp_Tensor", list(zip(self, tensors1, weights)))
+    return each("lerp_Tensor", list(zip(self, tensors1, weights)))
 
 
 def impl__foreach_pow_List(self, exponent):
     _check_lists(self, exponent)
-    return _each("pow_Tensor_Tensor", list(zip(self, exponent)))
+    return each("pow_Tensor_Tensor", list(zip(self, exponent)))
 
 
 def impl__foreach_pow_Scalar(self, exponent):
     _check_lists(self)
-    return _each("pow_Tensor_Scalar", [(a, exponent) for a in self])
+    return each("pow_Tensor_Scalar", [(a, exponent) for a in self])
 
 
 def impl__foreach_pow_ScalarAndTensor(self, exponent):
     _check_lists(exponent)
-    return _each("pow_Scalar", [(self, e) for e in exponent])
+    return each("pow_Scalar", [(self, e) for e in exponent])
 
 
 def impl__foreach_norm_Scalar(self, ord=2, dtype=None):
     _check_lists(self)
-    return _each("linalg_vector_norm", [(a, ord, None, False, dtype) for a in self])
+    return each("linalg_vector_norm", [(a, ord, None, False, dtype) for a in self])
 
 
 def _unary(name: str, self: Any) -> list[Any]:
     _check_lists(self)
-    return _each(name, [(a,) for a in self])
+    return each(name, [(a,) for a in self])
 
 
 def impl__foreach_abs(self):

@@ -157,6 +157,14 @@ def impl_triu_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, dev
     return _triangle_indices(row, col, offset, dtype or torch.int64, upper=True)
 
 
+def impl_is_pinned(self, device=None):
+    return False  # as for any tensor not in host memory
+
+
+def impl__pin_memory(self, device=None):
+    raise RuntimeError(f"cannot pin '{self.type()}' only dense CPU tensors can be pinned")
+
+
 def impl_lift_fresh(self):
     # torch.tensor(data, device=...) marks its fresh result; nothing to do for a value.
     return self
