@@ -654,6 +654,42 @@ def test_dropout_is_random_per_call_and_keeps_scale():
     assert torch.equal(c, compiled(x))
 
 
+# (name, draw from x, expected mean): random ops that reach the backend's graphs as they
+# are (not as rand/randn), each drawing its key from the graph's seed operand
+RANDOM_DRAWS = [
+    ("rand_like", lambda x: torch.rand_like(x), 0.5),
+    ("randn_like", lambda x: torch.randn_like(x), 0.0),
+    ("randint", lambda x: torch.randint(0, 11, x.shape).float(), 5.0),
+    ("randperm", lambda x: torch.randperm(x.numel()).float()[:100], None),
+    ("bernoulli", lambda x: torch.bernoulli(torch.full_like(x, 0.25)), 0.25),
+    ("bernoulli_", lambda x: x.clone().bernoulli_(0.75), 0.75),
+    ("uniform_", lambda x: x.clone().uniform_(2.0, 4.0), 3.0),
+    ("normal_", lambda x: x.clone().normal_(1.0, 2.0), 1.0),
+    ("exponential_", lambda x: x.clone().exponential_(2.0), 0.5),
+    ("normal", lambda x: torch.normal(x, 1.0), 0.0),
+    ("multinomial", lambda x: torch.multinomial(torch.ones(4), 4000, replacement=True).float(), 1.5),
+    ("poisson", lambda x: torch.poisson(torch.full_like(x, 3.0)), 3.0),
+    ("gamma", lambda x: torch._standard_gamma(torch.full_like(x, 2.0)), 2.0),
+    ("binomial", lambda x: torch.binomial(torch.full_like(x, 10.0), torch.full_like(x, 0.3)), 3.0),
+]
+
+
+@pytest.mark.parametrize("draw, mean", [d[1:] for d in RANDOM_DRAWS], ids=[d[0] for d in RANDOM_DRAWS])
+def test_random_ops_draw_new_numbers_every_call(draw, mean):
+    """Random ops drew their keys on the host while JAX traced the graph, so every call
+    of a compiled graph repeated its first numbers."""
+    torch._dynamo.reset()
+    compiled = torch.compile(draw, backend=BACKEND_NAME)
+    x = torch.zeros(4000)
+    torch.manual_seed(5)
+    first, second = compiled(x), compiled(x)
+    assert not torch.equal(first, second)
+    if mean is not None:
+        assert abs(first.mean().item() - mean) < 0.15 * max(1.0, abs(mean))
+    torch.manual_seed(5)  # the graph's seed operand comes from PyTorch's generator
+    assert torch.equal(compiled(x), first) and torch.equal(compiled(x), second)
+
+
 def test_dropout_backward_uses_the_forward_mask():
     torch.manual_seed(0)
     lin = nn.Linear(10, 10)

@@ -144,6 +144,15 @@ def test_data_loader_pins_batches_for_our_device():
         ours.pin_memory()
 
 
+@pytest.mark.skipif(hooks_missing() is not None, reason=f"no storage allocator for our device: {hooks_missing()}")
+def test_accelerator_memory_functions_answer_or_refuse_clearly():
+    torch.accelerator.empty_cache()
+    for read in (torch.accelerator.memory_allocated, torch.accelerator.max_memory_allocated,
+                 torch.accelerator.memory_stats, torch.accelerator.reset_peak_memory_stats):
+        with pytest.raises(NotImplementedError, match=r"not kept for the jax device; jax\.live_arrays\(\)"):
+            read()
+
+
 def test_numpy_is_a_copy_and_refuses_a_tensor_that_requires_grad_as_pytorch_does():
     x = xnf.to_xla(torch.arange(3.0))
     array = x.numpy()

@@ -22,6 +22,11 @@ class _ThreadContext(threading.local):
     # The tensors an in-place foreach op writes, while its functional form computes
     # (Note [Foreach ops] in runtime/supported/foreach.py).
     foreach_into: Any = None
+    # While JAX traces torch code whose graph takes a random key as an operand (the
+    # torch.compile backend's graphs): a function giving each random op its key, derived
+    # from that operand, so that every call draws new numbers. None: random ops draw
+    # their keys on the host (exec/keys.py).
+    keys: Any = None
 
 
 context = _ThreadContext()

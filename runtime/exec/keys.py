@@ -22,8 +22,12 @@ def key_array() -> jax.Array:
 
 
 def next_key() -> XlaTensor:
-    """A new key tensor (see key_array); a trace's observer learns which storage holds it,
-    so that a replay draws a new one there."""
+    """A new key tensor (see key_array), or the next key of the graph JAX is tracing
+    (`context.keys`); a trace's observer learns which storage holds it, so that a replay
+    draws a new one there."""
+    source = context.keys
+    if source is not None:
+        return from_array(source())
     t = from_array(key_array())
     trace = context.trace
     if trace is not None:

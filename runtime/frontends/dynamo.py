@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import operator
 import time
 import weakref
@@ -36,11 +37,8 @@ import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from ...lowerings.common import LoweringContext
-from ...lowerings.random import lower_random_dropout, lower_random_normal, lower_random_uniform
-from ...shape_fns.common import NUMPY_TO_TORCH
 from ...shape_fns.rnn import lstm_runs_whole_layers
-from ..core.context import untraced
+from ..core.context import context, untraced
 from ..core.convert import (X64, cpu_to_jax, handover_copies, jax_to_cpu_handover, numpy_view, shared_array,
                             uncommitted)
 from ..core.inference import composite_implicit
@@ -66,7 +64,12 @@ _aten = torch.ops.aten
 # Random ops draw from a per-call seed operand, so each replay gets new numbers
 # without recompiling (runtime/supported/random.py draws its key on the host, which
 # inside a trace would freeze one key into the executable).
-_RANDOM = {_aten.native_dropout.default, _aten.rand.default, _aten.randn.default}
+
+
+def _draws_random(target: Any) -> bool:
+    """Whether an op draws random numbers: their keys come from the graph's seed operand
+    (`context.keys`), so that every call of the graph draws new ones."""
+    return isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
 
 # Ops run as other ops inside our graphs. AOT graphs are functionalized, so a view's
 # aliasing is never observed: `view` may run as a reshape. It has to where the graph
@@ -178,7 +181,7 @@ def _op_name(target: Any) -> str:
 def is_supported(target: Any) -> bool:
     """Whether an FX node's target can run inside a jitted graph."""
     if isinstance(target, torch._ops.OpOverload):
-        if target in _RANDOM or target in _SIZE_OPS or target in _SUBSTITUTES:
+        if target in _SIZE_OPS or target in _SUBSTITUTES:
             return True
         if target._schema.name in _LIBRARY_OPS:
             return True
@@ -323,7 +326,7 @@ class JaxGraph:
         self.gm = gm
         self.graph = gm.graph
         self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        self.has_random = any(n.op == "call_function" and n.target in _RANDOM for n in gm.graph.nodes)
+        self.has_random = any(n.op == "call_function" and _draws_random(n.target) for n in gm.graph.nodes)
         self.constants = {}
         # AOTAutograd calls its compilers under its fake-tensor mode; constants are real.
         # They are copied (nothing outside the graph writes them), in x64 mode.
@@ -387,47 +390,13 @@ class JaxGraph:
             env[node] = v
             inputs.append(v)
         versions = [x._store.version if isinstance(x, XlaTensor) else None for x in inputs]
-        random_index = 0
-        out_node = None
-        for node in self.graph.nodes:
-            op = node.op
-            if op == "placeholder":
-                continue
-            if op == "output":
-                out_node = node
-                break
-            if op == "get_attr":
-                c = self.constants[node.target]
-                env[node] = from_array(c) if isinstance(c, jax.Array) else c
-                continue
-            if op != "call_function":
-                raise NotImplementedError(
-                    f"{op} nodes are not supported by the {BACKEND_NAME} backend ({node.format_node()})"
-                )
-            args = torch.fx.node.map_arg(node.args, env.__getitem__)
-            kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
-            target = node.target
-            target = _SUBSTITUTES.get(target, target)
-            if target in _RANDOM:
-                with jax.named_scope(target.name()):  # Note [Op names in programs] in exec/eager.py
-                    env[node] = _random(
-                        target, jax.random.fold_in(jax.random.PRNGKey(seed), random_index), args, kwargs
-                    )
-                random_index += 1
-            elif target in _STORAGE_ADDRESSED:
-                env[node] = _with_pytorch_layout(target, node, args, kwargs)
-            elif isinstance(target, torch._ops.OpOverload) and target._schema.name in _LIBRARY_OPS:
-                env[node] = _LIBRARY_OPS[target._schema.name](*args, **kwargs)
-            elif isinstance(target, torch._ops.OpOverload):
-                if "device" in kwargs and kwargs["device"] is not None:
-                    kwargs = dict(kwargs, device=DEVICE)  # AOT graphs name the CPU device of the fake inputs
-                if target in _SIZE_OPS:
-                    env[node] = target(*args, **kwargs)
-                else:
-                    env[node] = dispatch(target, args, kwargs)
-            else:
-                env[node] = target(*args, **kwargs)
-
+        if seed is not None:
+            base, drawn = jax.random.PRNGKey(seed), itertools.count()
+            context.keys = lambda: jax.random.fold_in(base, next(drawn))
+        try:
+            out_node = self._run_nodes(env)
+        finally:
+            context.keys = None
         flat, spec = tree_flatten(out_node.args[0])
         flat = [env[x] if isinstance(x, torch.fx.Node) else x for x in flat]
         arrays: list[Any] = []
@@ -463,6 +432,41 @@ class JaxGraph:
         unnested = spec.type in (list, tuple) and all(c.is_leaf() for c in spec.children())
         self.layout[statics] = (tuple(plan), spec.type if unnested else spec, tuple(mutated))
         return arrays
+
+    def _run_nodes(self, env: dict) -> torch.fx.Node:
+        """Run the graph's nodes after its placeholders, in `env`; its output node."""
+        for node in self.graph.nodes:
+            op = node.op
+            if op == "placeholder":
+                continue
+            if op == "output":
+                return node
+            if op == "get_attr":
+                c = self.constants[node.target]
+                env[node] = from_array(c) if isinstance(c, jax.Array) else c
+                continue
+            if op != "call_function":
+                raise NotImplementedError(
+                    f"{op} nodes are not supported by the {BACKEND_NAME} backend ({node.format_node()})"
+                )
+            args = torch.fx.node.map_arg(node.args, env.__getitem__)
+            kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+            target = node.target
+            target = _SUBSTITUTES.get(target, target)
+            if target in _STORAGE_ADDRESSED:
+                env[node] = _with_pytorch_layout(target, node, args, kwargs)
+            elif isinstance(target, torch._ops.OpOverload) and target._schema.name in _LIBRARY_OPS:
+                env[node] = _LIBRARY_OPS[target._schema.name](*args, **kwargs)
+            elif isinstance(target, torch._ops.OpOverload):
+                if "device" in kwargs and kwargs["device"] is not None:
+                    kwargs = dict(kwargs, device=DEVICE)  # AOT graphs name the CPU device of the fake inputs
+                if target in _SIZE_OPS:
+                    env[node] = target(*args, **kwargs)
+                else:
+                    env[node] = dispatch(target, args, kwargs)
+            else:
+                env[node] = target(*args, **kwargs)
+        raise AssertionError("an FX graph ends with its output node")
 
     # -- call time
 
@@ -625,22 +629,6 @@ def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def _random(target: Any, key: jax.Array, args: tuple, kwargs: dict) -> Any:
-    if target is _aten.native_dropout.default:
-        x, p = args[0], args[1]
-        train = args[2] if len(args) > 2 else kwargs.get("train")
-        if train is False:
-            return dispatch(target, (x, p, train), {})
-        out, mask = lower_random_dropout(value(x), float(p), ctx=LoweringContext(key))
-        return from_array(out), from_array(mask)
-    size = tuple(args[0])
-    dtype = kwargs.get("dtype") or torch.get_default_dtype()
-    sample = lower_random_normal if target is _aten.randn.default else lower_random_uniform
-    out = sample(size, dtype, ctx=LoweringContext(key))
-    assert NUMPY_TO_TORCH[out.dtype] == dtype
-    return from_array(out)
 
 
 # ---------------------------------------------------------------- partitioning

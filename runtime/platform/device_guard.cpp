@@ -7,6 +7,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 
@@ -67,8 +68,10 @@ struct JaxGenerator final : at::CPUGeneratorImpl {
 
 // PyTorch storages on our device: there are none, as values live in JAX arrays. With
 // no allocator registered, PyTorch dereferenced a null one and the process crashed
-// (torch.UntypedStorage(n, device="jax")); this one raises instead.
-struct NoStorageAllocator final : c10::Allocator {
+// (torch.UntypedStorage(n, device="jax")); this one raises instead. It is a device
+// allocator, which torch.accelerator's memory functions ask for: there is no cache to
+// empty, and no statistics are kept.
+struct NoStorageAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t n) override {
     TORCH_CHECK(n == 0, "the jax device has no PyTorch storages (its values are JAX arrays): make tensors there with "
                 "tensor.to(\"jax\") or xla_native_functions.to_xla");
@@ -76,6 +79,18 @@ struct NoStorageAllocator final : c10::Allocator {
   }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
+  }
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(DeviceIndex) override { no_statistics(); }
+  void resetAccumulatedStats(DeviceIndex) override { no_statistics(); }
+  void resetPeakStats(DeviceIndex) override { no_statistics(); }
+
+ private:
+  [[noreturn]] static void no_statistics() {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "memory statistics are not kept for the jax device; jax.live_arrays() lists "
+                                "the arrays alive, and their nbytes add up to what they hold");
   }
 };
 

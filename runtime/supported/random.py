@@ -265,7 +265,7 @@ def impl_multinomial(self, num_samples, replacement=False, *, generator=None):
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
     if n > 2**24:
         raise RuntimeError("number of categories cannot exceed 2^24")
-    if context.trace is None:
+    if context.trace is None and not isinstance(value(self), jax.core.Tracer):  # eager: compiled programs cannot raise
         _check_probabilities(value(self))
     return run_node(node("random_multinomial"), (self, int(num_samples), bool(replacement)), _key(generator))
 
@@ -346,7 +346,7 @@ def _any_invalid_rate(rate):
 
 def impl_poisson(self, generator=None):
     _check_dtype("poisson_cpu", self.dtype, _FLOAT + (torch.float16, torch.bfloat16))
-    if context.trace is None:  # eager only, as _check_probabilities
+    if context.trace is None and not isinstance(value(self), jax.core.Tracer):  # eager only, as _check_probabilities
         with X64:
             invalid = bool(_any_invalid_rate(value(self)))
         if invalid:
