@@ -257,6 +257,40 @@ def test_jax_jit_writes_back_in_place_updates():
     torch.testing.assert_close(out, torch.tensor([2.0, 4.0, 6.0]))
 
 
+@pytest.mark.parametrize("ours", [False, True], ids=["cpu", "jax"])
+def test_jax_jit_draws_new_random_numbers_every_call(ours):
+    """Random ops drew their keys while JAX traced the function, so every later call
+    repeated the first call's numbers."""
+    dropout = nn.Dropout(0.5)
+
+    @xnf.jax_jit
+    def noisy(module, x):
+        return module(x) + torch.rand_like(x)
+
+    x = torch.ones(2000)
+    x = xnf.to_xla(x) if ours else x
+    torch.manual_seed(7)
+    first, second = xnf.to_torch(noisy(dropout, x)), xnf.to_torch(noisy(dropout, x))
+    assert not torch.equal(first, second)
+    kept = first >= 1.0  # dropout keeps (and doubles) about half; rand adds [0, 1)
+    assert abs(kept.float().mean().item() - 0.5) < 0.05 and (first[kept] >= 2.0).all()
+    torch.manual_seed(7)
+    assert torch.equal(xnf.to_torch(noisy(dropout, x)), first)
+
+
+def test_jax_jit_of_a_function_without_random_ops_leaves_the_generator_alone():
+    @xnf.jax_jit
+    def double(x):
+        return x * 2
+
+    torch.manual_seed(3)
+    double(torch.ones(3))  # the first call: not yet known whether it draws
+    double(torch.ones(3))
+    after = torch.rand(4)
+    torch.manual_seed(3)
+    assert torch.equal(torch.rand(4), after)
+
+
 # ---------------------------------------------------------------- JAX from torch
 
 

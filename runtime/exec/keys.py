@@ -4,6 +4,10 @@ operand, so a traced loop gets new numbers every step without recompiling."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+from typing import Any, Callable, Iterator
+
 import jax
 import torch
 
@@ -33,3 +37,30 @@ def next_key() -> XlaTensor:
     if trace is not None:
         trace.note_key(t._store)
     return t
+
+
+def graph_seed() -> int:
+    """The seed operand of a call of a jitted graph that draws random numbers, from
+    PyTorch's default CPU generator (as key_array)."""
+    with torch._C._DisableTorchDispatch():
+        return int(torch.empty((), dtype=torch.int64).random_(0, 2**31 - 1))
+
+
+@contextlib.contextmanager
+def keys_from(seed: Any, on_draw: Callable[[], None] | None = None) -> Iterator[None]:
+    """While JAX traces torch code inside the block, each random op takes a key derived
+    from `seed`, the graph's (traced) seed operand, so that every call of the graph
+    draws new numbers (`context.keys`). `on_draw` learns that the graph drew one."""
+    base, drawn = jax.random.PRNGKey(seed), itertools.count()
+
+    def next_key_array() -> jax.Array:
+        if on_draw is not None:
+            on_draw()
+        return jax.random.fold_in(base, next(drawn))
+
+    outer = context.keys
+    context.keys = next_key_array
+    try:
+        yield
+    finally:
+        context.keys = outer

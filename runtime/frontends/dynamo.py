@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import itertools
 import operator
 import time
 import weakref
@@ -38,7 +37,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ...shape_fns.rnn import lstm_runs_whole_layers
-from ..core.context import context, untraced
+from ..core.context import untraced
 from ..core.convert import (X64, cpu_to_jax, handover_copies, jax_to_cpu_handover, numpy_view, shared_array,
                             uncommitted)
 from ..core.inference import composite_implicit
@@ -48,6 +47,7 @@ from ..exec.custom_ops import register_loaded_library_ops
 from ..exec import channels_last
 from ..exec.eager import value
 from ..exec.graph import dump_graph
+from ..exec.keys import graph_seed, keys_from
 from ..exec.registry import REGISTRY, SECTIONS, policy
 from ..exec.sharding import InputLayouts, constrain_array, input_layouts, place_input
 from ..platform.backend import executions_run_inline, graph_compiler_options
@@ -390,13 +390,8 @@ class JaxGraph:
             env[node] = v
             inputs.append(v)
         versions = [x._store.version if isinstance(x, XlaTensor) else None for x in inputs]
-        if seed is not None:
-            base, drawn = jax.random.PRNGKey(seed), itertools.count()
-            context.keys = lambda: jax.random.fold_in(base, next(drawn))
-        try:
+        with keys_from(seed) if seed is not None else contextlib.nullcontext():
             out_node = self._run_nodes(env)
-        finally:
-            context.keys = None
         flat, spec = tree_flatten(out_node.args[0])
         flat = [env[x] if isinstance(x, torch.fx.Node) else x for x in flat]
         arrays: list[Any] = []
@@ -500,8 +495,7 @@ class JaxGraph:
         dynamic: list[Any] = []
         statics: list[Any] = []
         if self.has_random:
-            with torch._C._DisableTorchDispatch():
-                dynamic.append(int(torch.empty((), dtype=torch.int64).random_(0, 2**31 - 1)))
+            dynamic.append(graph_seed())
         cache = self.cache
         layouts = input_layouts(args)  # Note [Layouts of CPU tensors] in exec/sharding.py
         with X64:

@@ -30,6 +30,7 @@ from ..core.context import context, untraced
 from ..core.convert import X64, cpu_to_jax, jax_to_cpu, shared_array
 from ..core.tensor import XlaTensor, from_array
 from ..exec.eager import value
+from ..exec.keys import graph_seed, keys_from
 from ..exec.sharding import argument_shardings, constrain_outputs, place_argument
 
 __all__ = ["call_jax", "jax_function", "jax_jit", "to_jax", "to_torch_tensor", "x64"]
@@ -166,11 +167,15 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
     values are static (a new value compiles again). Results are this package's
     tensors, or CPU tensors when every tensor argument was a CPU tensor. Tensors the
     function captures from outside its arguments are baked in as constants; input
-    tensors it mutates in place get their new values written back."""
+    tensors it mutates in place get their new values written back. Random ops draw new
+    numbers at every call, from a seed operand drawn from PyTorch's CPU generator
+    (`torch.manual_seed` reproduces them); a function that draws none leaves the
+    generator as it was."""
     if fn is None:
         return functools.partial(jax_jit, **jit_kwargs)
+    draws: dict[_StaticKey, bool] = {}  # whether the function traced for these statics drew random numbers
 
-    def pure(arrays: list, key: _StaticKey):
+    def pure(arrays: list, key: _StaticKey, seed: Any):
         def call():
             leaves = []
             it = iter(arrays)
@@ -202,7 +207,10 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
             out_arrays = tree_map(lambda t: value(t) if isinstance(t, XlaTensor) else t, out)
             return out_arrays, {i: value(tensors[i]) for i in mutated}
 
-        with untraced():
+        def drew() -> None:
+            draws[key] = True
+
+        with untraced(), keys_from(seed, drew):
             return call()
 
     # Layouts over devices (docs/distributed.md): inputs are put in theirs before the
@@ -212,8 +220,8 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
     if out_shardings is not None:
         body = pure
 
-        def pure(arrays: list, key: _StaticKey):
-            out, mutated = body(arrays, key)
+        def pure(arrays: list, key: _StaticKey, seed: Any):
+            out, mutated = body(arrays, key, seed)
             return constrain_outputs(out, out_shardings), mutated
 
     jitted = jax.jit(pure, static_argnums=(1,), **jit_kwargs)
@@ -248,8 +256,16 @@ def jax_jit(fn: Callable | None = None, **jit_kwargs: Any) -> Callable:
             else:
                 static.append(leaf)
         to_cpu = all_cpu and not any_ours
+        key = _StaticKey(spec, tuple(static))
+        first = key not in draws
+        # Before the first call it is not known whether the function draws: a seed is
+        # drawn, and PyTorch's generator put back if it does not.
+        state = torch.default_generator.get_state() if first else None
+        seed = graph_seed() if draws.get(key, True) else 0
         with X64:
-            out, mutated = jitted(arrays + module_arrays, _StaticKey(spec, tuple(static)))
+            out, mutated = jitted(arrays + module_arrays, key, seed)
+        if first and not draws.setdefault(key, False):  # its trace set True if it drew
+            torch.default_generator.set_state(state)
         for i, new in mutated.items():
             with torch.no_grad():
                 tensor_leaves[i].copy_(
