@@ -217,7 +217,7 @@ model = nn.Linear(4, 2).to(device)
 for i in range(5):
     x = torch.ones(3, 4).to(device)
     y = model(x).cpu()
-    print(type(y.numpy()).__name__)
+    print(type(y.detach().numpy()).__name__)
 '''
 
 LSTM = '''\

@@ -339,3 +339,39 @@ def test_random_from_takes_pytorchs_ranges_and_errors():
         with pytest.raises(RuntimeError) as got:
             bad(ours(torch.zeros(3)))
         assert str(got.value) == str(expected.value)
+
+
+@pytest.mark.parametrize("distribution", ["student_t", "negative_binomial"])
+def test_time_series_transformer_generates_from_its_distribution_head(distribution):
+    """Hugging Face's probabilistic forecasters sample their predictions from a
+    StudentT (gamma draws) or NegativeBinomial (gamma, then Poisson) head."""
+    import transformers
+
+    config = transformers.TimeSeriesTransformerConfig(
+        prediction_length=4, context_length=16, lags_sequence=[1, 2, 3], num_time_features=2, d_model=16,
+        encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+        encoder_ffn_dim=16, decoder_ffn_dim=16, distribution_output=distribution, num_parallel_samples=64)
+    torch.manual_seed(0)
+    model = transformers.TimeSeriesTransformerForPrediction(config).eval()
+    counts = torch.randint(0, 9, (2, 23)).float()  # whole numbers: the negative binomial's support
+    past = dict(past_values=counts[:, :19], past_time_features=torch.randn(2, 19, 2),
+                past_observed_mask=torch.ones(2, 19))
+    future = dict(future_values=counts[:, 19:], future_time_features=torch.randn(2, 4, 2))
+    with torch.no_grad():
+        expected_loss = model(**past, **future).loss
+        moved = xnf.to_xla(copy.deepcopy(model))
+        loss = moved(**ours_tree(past), **ours_tree(future)).loss
+        sequences = cpu(moved.generate(**ours_tree(past), future_time_features=ours(future["future_time_features"]))
+                        .sequences)
+        expected = model.generate(**past, future_time_features=future["future_time_features"]).sequences
+    torch.testing.assert_close(cpu(loss), expected_loss, rtol=1e-5, atol=1e-6)
+    assert sequences.shape == expected.shape == (2, 64, 4) and torch.isfinite(sequences).all()
+    if distribution == "negative_binomial":
+        assert torch.equal(sequences, sequences.round()) and (sequences >= 0).all()
+    # 64 samples per series: their medians agree with PyTorch's to within the spread
+    spread = expected.std(1).mean()
+    assert (sequences.median(1).values - expected.median(1).values).abs().max() < spread
+
+
+def ours_tree(tensors):
+    return {k: ours(v) for k, v in tensors.items()}
