@@ -212,6 +212,25 @@ def test_train_and_eval_modes_are_guarded():
     assert metrics.replays > 0
 
 
+def test_default_dtype_is_part_of_the_signature():
+    """The call's factories and Python floats take the default dtype when traced: a
+    replay after torch.set_default_dtype(torch.float64) returned float32."""
+    x = xnf.to_xla(torch.ones(3))
+    step = xnf.compile(lambda a: torch.ones(3, device=a.device) * a + torch.arange(3.0, device=a.device) / 3)
+    try:
+        for _ in range(4):  # alternating: each default replays its own program
+            torch.set_default_dtype(torch.float64)
+            expected = torch.ones(3) * torch.ones(3) + torch.arange(3.0) / 3
+            got = step(x)
+            assert got.dtype == expected.dtype == torch.float64
+            torch.testing.assert_close(cpu(got), expected, rtol=0, atol=0)
+            torch.set_default_dtype(torch.float32)
+            assert step(x).dtype == torch.float32
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert metrics.replays > 0
+
+
 def test_random_numbers_are_fresh_every_replay_and_seeded():
     model = xnf.to_xla(_mlp(dropout=0.5))
 

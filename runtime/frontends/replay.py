@@ -1433,6 +1433,9 @@ def compile(fn: Callable, *, replay: bool = True) -> Callable:
         key, leaves = sig
         if torch.is_autocast_enabled(DEVICE.type):  # autocast entered around the call: its casts are traced
             key = (key, torch.get_autocast_dtype(DEVICE.type))
+        default_dtype = torch.get_default_dtype()
+        if default_dtype is not torch.float32:  # the dtype of the call's factories and Python floats is traced
+            key = (key, default_dtype)
         entry = signatures.get(key)
         if entry is None:
             if len(signatures) >= MAX_SIGNATURES:
