@@ -278,6 +278,23 @@ def test_jax_jit_draws_new_random_numbers_every_call(ours):
     assert torch.equal(xnf.to_torch(noisy(dropout, x)), first)
 
 
+def test_jax_jit_keys_its_programs_by_the_default_dtype():
+    @xnf.jax_jit
+    def ramp(x):
+        return x + torch.arange(3.0, device=x.device) / 3
+
+    x = torch.zeros(3)
+    try:
+        for dtype in (torch.float32, torch.float64, torch.float32):
+            torch.set_default_dtype(dtype)
+            expected = torch.zeros(3) + torch.arange(3.0) / 3
+            got = ramp(x)
+            assert got.dtype == expected.dtype == dtype
+            torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    finally:
+        torch.set_default_dtype(torch.float32)
+
+
 def test_jax_jit_of_a_function_without_random_ops_leaves_the_generator_alone():
     @xnf.jax_jit
     def double(x):

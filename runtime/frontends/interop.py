@@ -140,20 +140,23 @@ def jax_function(obj: torch.nn.Module | Callable) -> tuple[Callable, dict[str, j
 
 
 class _StaticKey:
-    """The non-array part of a call (tree structure and Python values): a jit static argument."""
+    """The non-array part of a call (tree structure and Python values), and the default
+    dtype the call's factories take: a jit static argument."""
 
-    __slots__ = ("spec", "leaves", "_hash")
+    __slots__ = ("spec", "leaves", "default_dtype", "_hash")
 
     def __init__(self, spec: Any, leaves: tuple):
         self.spec = spec
         self.leaves = leaves
-        self._hash = hash((str(spec), leaves))
+        self.default_dtype = torch.get_default_dtype()
+        self._hash = hash((str(spec), leaves, self.default_dtype))
 
     def __hash__(self) -> int:
         return self._hash
 
     def __eq__(self, other: Any) -> bool:
-        return isinstance(other, _StaticKey) and self.leaves == other.leaves and self.spec == other.spec
+        return (isinstance(other, _StaticKey) and self.leaves == other.leaves and self.spec == other.spec
+                and self.default_dtype == other.default_dtype)
 
 
 _ARRAY = object()
