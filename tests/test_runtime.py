@@ -153,6 +153,18 @@ def test_accelerator_memory_functions_answer_or_refuse_clearly():
             read()
 
 
+@pytest.mark.parametrize(
+    "pair",
+    [lambda t: (t, t), lambda t: (t, t.view(3, 4)), lambda t: (t, t.view(12)), lambda t: (t, t[1:]),
+     lambda t: (t[1:], t[1:]), lambda t: (t, t.clone()), lambda t: (t.t(), t.t()), lambda t: (t, t.t())],
+)
+def test_is_set_to_is_pytorchs(pair):
+    t = torch.arange(12.0).reshape(3, 4)
+    ours, expected = pair(xnf.to_xla(t)), pair(t)
+    assert ours[0].is_set_to(ours[1]) is expected[0].is_set_to(expected[1])
+    assert not pair(xnf.to_xla(t))[0].is_set_to(pair(xnf.to_xla(t))[1])  # two moves: two storages
+
+
 def test_numpy_is_a_copy_and_refuses_a_tensor_that_requires_grad_as_pytorch_does():
     x = xnf.to_xla(torch.arange(3.0))
     array = x.numpy()

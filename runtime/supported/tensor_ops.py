@@ -157,6 +157,16 @@ def impl_triu_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, dev
     return _triangle_indices(row, col, offset, dtype or torch.int64, upper=True)
 
 
+def impl_is_set_to(self, tensor):
+    """Whether both tensors view the same memory the same way (PyTorch compares storage,
+    offset, sizes and strides)."""
+    return (
+        isinstance(tensor, XlaTensor) and tensor._store is self._store
+        and tensor.storage_offset() == self.storage_offset()
+        and tuple(tensor.shape) == tuple(self.shape) and tuple(tensor.stride()) == tuple(self.stride())
+    )
+
+
 def impl_is_pinned(self, device=None):
     return False  # as for any tensor not in host memory
 
