@@ -47,6 +47,34 @@ def test_first_call_runs_on_pytorch_and_matches_it(on):
     torch.testing.assert_close(_cpu(got), want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("call", [
+    lambda t: torch.linalg.pinv(t),  # its CPU kernel multiplies by U.mH(), a conjugate view
+    lambda t: torch.linalg.pinv(t, hermitian=True) if t.shape[-1] == t.shape[-2] else torch.linalg.pinv(t.mH),
+    lambda t: t.pinverse(),
+])
+def test_complex_kernels_that_make_conjugate_views_inside_match_pytorch(on, call):
+    """Note [PyTorch kernels inside dispatch]: inside __torch_dispatch__ PyTorch excludes
+    its conjugate fallback, and complex pinv's first call came back as if U were real."""
+    torch.manual_seed(1)
+    a = torch.randn(2, 5, 3, dtype=torch.complex64)
+    before = on.on_cpu
+    got = call(_x(a))
+    assert on.on_cpu > before  # answered on PyTorch
+    want = call(a)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(_cpu(got), want, rtol=0, atol=0)
+
+
+def test_a_cpu_fallback_resolves_conjugate_views_too(monkeypatch):
+    from xla_native_functions.runtime.exec import fallback, registry
+
+    op = torch.ops.aten.linalg_pinv.atol_rtol_tensor
+    monkeypatch.setitem(registry.REGISTRY, op, lambda *args, **kwargs: fallback.fallback(op, args, kwargs))
+    torch.manual_seed(2)
+    a = torch.randn(4, 6, dtype=torch.complex128)
+    torch.testing.assert_close(_cpu(torch.linalg.pinv(_x(a))), torch.linalg.pinv(a), rtol=0, atol=0)
+
+
 def test_switches_to_the_compiled_executable(on):
     a = _x(torch.randn(5, 13, 3))
     before = on.on_cpu

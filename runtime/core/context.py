@@ -15,6 +15,8 @@ import contextlib
 import threading
 from typing import Any, Iterator
 
+import torch
+
 
 class _ThreadContext(threading.local):
     # The exec.trace.Trace recording this thread's ops; None: ops run eagerly.
@@ -43,3 +45,29 @@ def untraced() -> Iterator[None]:
         yield
     finally:
         context.trace = outer
+
+
+# Note [PyTorch kernels inside dispatch]
+# While __torch_dispatch__ runs, PyTorch excludes the dispatch keys it passed on the way
+# to the Python key, Conjugate and Negative among them: their fallbacks are what turns
+# a conjugate or negative view into its values. A PyTorch CPU kernel run there (a first
+# call answered on PyTorch, a CPU fallback, the debug reference) that makes such a view
+# internally then reads it as the plain tensor: complex linalg.pinv, whose CPU kernel
+# multiplies by U.mH(), came back wrong. Such kernels run inside pytorch_kernels(),
+# with those keys included again.
+_VIEW_BIT_KEYS = (torch._C.DispatchKey.Conjugate, torch._C.DispatchKey.Negative, torch._C.DispatchKey.ZeroTensor)
+
+
+@contextlib.contextmanager
+def pytorch_kernels() -> Iterator[None]:
+    """Run PyTorch CPU kernels inside the block as they run outside a dispatch: with
+    the conjugate, negative and zero-tensor fallbacks (Note [PyTorch kernels inside
+    dispatch])."""
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    if not any(excluded.has(k) for k in _VIEW_BIT_KEYS):
+        yield
+        return
+    for key in _VIEW_BIT_KEYS:
+        excluded = excluded.remove(key)
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), excluded):
+        yield

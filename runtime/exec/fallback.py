@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..core.context import context
+from ..core.context import context, pytorch_kernels
 from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from ..core.tensor import XlaTensor, from_array
 from ..platform.metrics import metrics
@@ -35,7 +35,7 @@ def fallback(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     cpu_kwargs = {k: _to_cpu_arg(v) for k, v in kwargs.items()}
     if "device" in cpu_kwargs and cpu_kwargs["device"] is not None:
         cpu_kwargs["device"] = torch.device("cpu")
-    with torch._C._DisableTorchDispatch():
+    with torch._C._DisableTorchDispatch(), pytorch_kernels():
         out = op(*cpu_args, **cpu_kwargs)
     # Arguments the op writes into (self of an in-place op, out=, running stats) got
     # the new values on the CPU copies: write them back, and return our tensors.

@@ -79,7 +79,7 @@ import torch
 
 from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY, TensorMeta
 from ...shape_fns.storage_size import check_result_sizes, check_storage_size
-from ..core.context import context
+from ..core.context import context, pytorch_kernels
 from ..core.convert import X64
 from ..core.ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node
 from ..core.placement import local_devices
@@ -530,7 +530,7 @@ def _on_torch(cls: type[Node], in_place: bool, args: tuple) -> Any:
     if threads > 1:
         torch.set_num_threads(1)  # Note [One thread for first calls]
     try:
-        with torch._C._DisableTorchDispatch():
+        with torch._C._DisableTorchDispatch(), pytorch_kernels():
             out = op(*positional, **keywords)
     finally:
         if threads > 1:

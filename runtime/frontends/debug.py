@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from ..core.context import context
+from ..core.context import context, pytorch_kernels
 from ..core.convert import X64, host_array, jax_to_cpu
 from ..core.tensor import DEVICE, Storage, XlaTensor
 from ..platform.call_site import user_call_site
@@ -123,7 +123,7 @@ def _reference(func: Any, args: Any, kwargs: Any) -> Any:
     device = kwargs.get("device")
     if device is not None and torch.device(device).type == DEVICE.type:  # a factory: made on the CPU
         kwargs = {**kwargs, "device": torch.device("cpu")}
-    with torch._C._DisableTorchDispatch():
+    with torch._C._DisableTorchDispatch(), pytorch_kernels():
         try:
             return func(*args, **kwargs)
         except Exception:  # the op itself will raise, or has no CPU meaning
