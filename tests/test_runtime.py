@@ -165,6 +165,15 @@ def test_is_set_to_is_pytorchs(pair):
     assert not pair(xnf.to_xla(t))[0].is_set_to(pair(xnf.to_xla(t))[1])  # two moves: two storages
 
 
+def test_layout_queries_of_a_dense_tensor_are_pytorchs():
+    t = torch.randn(2, 3, 4)
+    x = xnf.to_xla(t)
+    assert (x.sparse_dim(), x.dense_dim()) == (t.sparse_dim(), t.dense_dim()) == (0, 3)
+    # const_data_ptr is data_ptr's device address (Note [Device addresses]), views included
+    assert x.const_data_ptr() == x.data_ptr() != 0
+    assert x[1].const_data_ptr() - x.const_data_ptr() == t[1].const_data_ptr() - t.const_data_ptr()
+
+
 def test_numpy_is_a_copy_and_refuses_a_tensor_that_requires_grad_as_pytorch_does():
     x = xnf.to_xla(torch.arange(3.0))
     array = x.numpy()

@@ -303,6 +303,8 @@ class XlaTensor(torch.Tensor):
             return 0
         return storage_address(self._store) + self.storage_offset() * self.element_size()
 
+    const_data_ptr = data_ptr  # the same device address (PyTorch's would read the placeholder storage: 0)
+
     def storage(self) -> DeviceStorage:
         return DeviceStorage(self)
 

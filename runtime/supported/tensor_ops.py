@@ -157,6 +157,14 @@ def impl_triu_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, dev
     return _triangle_indices(row, col, offset, dtype or torch.int64, upper=True)
 
 
+def impl_sparse_dim(self):
+    return 0  # a strided tensor's, as PyTorch answers (the jax device has no sparse layouts)
+
+
+def impl_dense_dim(self):
+    return self.dim()
+
+
 def impl_is_set_to(self, tensor):
     """Whether both tensors view the same memory the same way (PyTorch compares storage,
     offset, sizes and strides)."""
