@@ -54,6 +54,7 @@ i23, i234 = ints(2, 3), ints(2, 3, 4)
 b23 = T(2, 3, dtype=torch.bool)
 u8 = ints(2, 3, low=0, high=3, dtype=torch.uint8)
 nan = float("nan")
+inf = float("inf")
 nan_rows = torch.tensor([[1.0, nan, 3.0, 2.0, 0.5], [4.0, 1.0, 4.0, 0.0, 2.0], [nan, nan, nan, nan, nan]])
 ties = torch.tensor([[1.0, 3.0, 3.0, 1.0, 2.0], [5.0, 5.0, 2.0, 2.0, 1.0]])
 int_ties = torch.tensor([[2, 1, 2, 1, 3, 3], [0, 0, 0, 7, 7, 7]])
@@ -230,6 +231,10 @@ CASES = [
     Case("logcumsumexp_infs", aten.logcumsumexp.default, (infs, 1)),
     Case("logcumsumexp_f64", aten.logcumsumexp.default, (f64, 0)),
     Case("logcumsumexp_0d", aten.logcumsumexp.default, (f0d, 0)),
+    # PyTorch accumulates complex values one by one: imaginary parts are not wrapped
+    Case("logcumsumexp_complex", aten.logcumsumexp.default, (T(4, 6, 5, dtype=torch.complex64) * 3, 1)),
+    Case("logcumsumexp_complex_ties_infs_nan", aten.logcumsumexp.default, (torch.tensor(
+        [-inf + 1j, 1 + 2j, 1 - 2j, inf, inf + 1j, nan, 2], dtype=torch.complex128), 0)),
     # rearranging
     Case("flip", aten.flip.default, (f234, [0, 2])),
     Case("flip_neg", aten.flip.default, (i23, [-1])),
