@@ -23,8 +23,18 @@ def lower_random_normal(size, dtype, *, ctx):
     return jax.random.normal(ctx.key, size, to_numpy_dtype(dtype))
 
 
+def _uniform(key, shape, dtype, low=0.0, high=1.0):
+    """U(low, high) draws; a complex dtype draws its real and imaginary parts each so, as
+    PyTorch CPU does."""
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        part = jnp.finfo(dtype).dtype
+        pairs = jax.random.uniform(key, tuple(shape) + (2,), part, low, high)
+        return jax.lax.complex(pairs[..., 0], pairs[..., 1]).astype(dtype)
+    return jax.random.uniform(key, shape, dtype, low, high)
+
+
 def lower_random_uniform(size, dtype, *, ctx):
-    return jax.random.uniform(ctx.key, size, to_numpy_dtype(dtype))
+    return _uniform(ctx.key, size, to_numpy_dtype(dtype))
 
 
 def lower_random_dropout(input, p, *, ctx):
@@ -41,7 +51,7 @@ def lower_random_sample(kind, shape, dtype, params, *, ctx):
     compute, out = _compute_dtype(dtype)
     if kind == "uniform":
         low, high = params
-        return jax.random.uniform(key, shape, compute, low, high).astype(out)
+        return _uniform(key, shape, compute, low, high).astype(out)
     if kind == "normal":
         mean, std = params
         return (mean + std * jax.random.normal(key, shape, compute)).astype(out)

@@ -375,3 +375,24 @@ def test_time_series_transformer_generates_from_its_distribution_head(distributi
 
 def ours_tree(tensors):
     return {k: ours(v) for k, v in tensors.items()}
+
+
+@pytest.mark.parametrize(
+    "draw, low, high",
+    [
+        (lambda device: torch.rand(N, dtype=torch.complex64, device=device), 0.0, 1.0),
+        (lambda device: torch.zeros(N, dtype=torch.complex128, device=device).uniform_(2.0, 4.0), 2.0, 4.0),
+        (lambda device: torch.rand_like(torch.zeros(N, dtype=torch.complex64, device=device)), 0.0, 1.0),
+    ],
+    ids=["rand", "uniform_", "rand_like"],
+)
+def test_complex_uniform_draws_each_part(draw, low, high):
+    """PyTorch CPU draws a complex tensor's real and imaginary parts each from U(from, to);
+    ours raised JAX's "must be a float dtype"."""
+    torch.manual_seed(0)
+    expected = draw("cpu")
+    got = draw(ours(torch.zeros(1)).device)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    for part in (cpu(got).real, cpu(got).imag):
+        assert part.min() >= low and part.max() < high
+        _assert_moments(part, (low + high) / 2, (high - low) ** 2 / 12)

@@ -79,7 +79,8 @@ def _check_float(op, dtype):
 
 
 def impl_uniform(self, from_=0, to=1, *, generator=None):
-    _check_float("check_uniform_bounds", self.dtype)
+    if not self.dtype.is_complex:  # complex: real and imaginary parts each drawn
+        _check_float("check_uniform_bounds", self.dtype)
     if from_ > to:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
     return _sample("uniform", self.shape, self.dtype, (float(from_), float(to)), generator)
