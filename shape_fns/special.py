@@ -78,8 +78,7 @@ def special_entr_output_shape(self):
 
 
 def sinc_output_shape(self):
-    # PyTorch CPU also has a complex sinc; it is not lowered here.
-    return _float("sinc", self)
+    return checked_meta("sinc", self, kernel="sinc_cpu", categories="float complex", reduced=True)
 
 
 def special_spherical_bessel_j0_output_shape(x):

@@ -427,6 +427,9 @@ def _specific_cases():
         Case("digamma_zeros", aten.digamma.default, (torch.tensor([0.0, -0.0, -1.0, -2.0, 1e-30]),)),
         Case("ne_complex", aten.ne.Tensor, (T(3, dtype=torch.complex64), T(3, dtype=torch.complex64))),
         Case("ge_complex", aten.ge.Tensor, (T(3, dtype=torch.complex64), T(3, dtype=torch.complex64))),
+        Case("sinc_complex", aten.sinc.default, (torch.tensor([0j, 0.5 + 1j, -2.3 + 0.1j, 1e-8j, 3, 4 + 3j]),),
+             tol=_tol(torch.float32)),
+        Case("sinc_complex128", aten.sinc.default, (T(2, 3, low=-3, high=3, dtype=torch.complex128),)),
     ]
 
 
