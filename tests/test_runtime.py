@@ -174,6 +174,15 @@ def test_layout_queries_of_a_dense_tensor_are_pytorchs():
     assert x[1].const_data_ptr() - x.const_data_ptr() == t[1].const_data_ptr() - t.const_data_ptr()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_dequantize_of_a_tensor_that_is_not_quantized_is_pytorchs(dtype):
+    t = torch.arange(6).to(dtype)
+    x = xnf.to_xla(t)
+    got, expected = x.dequantize(), t.dequantize()
+    assert got.dtype == expected.dtype == torch.float32 and (got is x) == (expected is t)
+    assert torch.equal(cpu(got), expected)
+
+
 def test_numpy_is_a_copy_and_refuses_a_tensor_that_requires_grad_as_pytorch_does():
     x = xnf.to_xla(torch.arange(3.0))
     array = x.numpy()

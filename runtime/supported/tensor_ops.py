@@ -12,7 +12,7 @@ from ..core.tensor import XlaTensor, from_array
 from ..core.views import as_complex_layout, as_real_layout
 from ..exec.eager import run_node
 from ..exec.mutation import alias, of_kind, write_inplace
-from ..exec.registry import node
+from ..exec.registry import handler, node
 
 
 def _on_device(t):
@@ -155,6 +155,14 @@ def impl_tril_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, dev
 
 def impl_triu_indices(row, col, offset=0, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
     return _triangle_indices(row, col, offset, dtype or torch.int64, upper=True)
+
+
+def impl_dequantize_self(self):
+    """A tensor that is not quantized (ours never are) in float32: itself if it is one,
+    as PyTorch's `self.to(torch.float)`."""
+    if self.dtype == torch.float32:
+        return self
+    return handler(torch.ops.aten._to_copy.default)(self, dtype=torch.float32)
 
 
 def impl_sparse_dim(self):
