@@ -40,7 +40,10 @@ def lower_random_uniform(size, dtype, *, ctx):
 def lower_random_dropout(input, p, *, ctx):
     """(input with elements zeroed with probability p and the rest scaled by 1 / (1 - p),
     the mask of kept elements)."""
-    keep = jax.random.bernoulli(ctx.key, 1.0 - p, input.shape)
+    # The keep probability in float32: as a Python float under x64 it would draw float64
+    # uniforms, twice the random bits, and types that fail to lower when a user's
+    # jax.jit around jax_function's function is lowered outside x64.
+    keep = jax.random.bernoulli(ctx.key, jnp.float32(1.0 - p), input.shape)
     scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
     return jnp.where(keep, input * jnp.asarray(scale, input.dtype), jnp.zeros((), input.dtype)), keep
 
@@ -72,7 +75,8 @@ def lower_random_sample(kind, shape, dtype, params, *, ctx):
         return draws.astype(out)
     if kind == "bernoulli":
         (p,) = params
-        return jax.random.bernoulli(key, p, shape).astype(out)
+        # float32 probabilities, as dropout's (lower_random_dropout)
+        return jax.random.bernoulli(key, jnp.float32(p), shape).astype(out)
     raise ValueError(kind)
 
 

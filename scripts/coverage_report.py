@@ -34,9 +34,15 @@ import sweeps  # noqa: E402  (sys.path[0] is this directory)
 
 COUNT_KEYS = ("passed", "failed", "errored", "not_found", "skipped")
 # the dtypes the pass-rate targets count (error_inputs run once, under "any"), and the
-# half-precision ones reported on their own
+# half-precision and complex ones reported on their own
 DEFAULT_GROUP = (*h.DEFAULT_DTYPES, h.ANY_DTYPE)
 LOW_PRECISION = ("bfloat16", "float16")
+COMPLEX = ("complex64", "complex128")
+GROUPS = (
+    ("", DEFAULT_GROUP, "float32, float64, int64 and bool (error_inputs once, under `any`)"),
+    ("_low_precision", LOW_PRECISION, "bfloat16 and float16, reported separately"),
+    ("_complex", COMPLEX, "complex64 and complex128, reported separately"),
+)
 
 
 def _default_results_dir() -> str:
@@ -239,8 +245,9 @@ def build_report(results_dir: str, out_dir: str) -> dict:
     summary["planned_units_full_sweep"] = dict(planned)
     summary["opinfos_total"] = len(h.opinfos())
     summary["mean_seconds_per_unit"] = {m: round(sum(v) / len(v), 2) for m, v in measured.items() if v}
-    # bfloat16 and float16 are reported on their own, as the target counts the default dtypes
-    for name, group in (("", DEFAULT_GROUP), ("_low_precision", LOW_PRECISION)):
+    # the half-precision and complex dtypes are reported on their own, as the target
+    # counts the default dtypes
+    for name, group, _ in GROUPS:
         for suffix, tots in (("", totals), ("_fully_lowered", totals_fully)):
             c = Counter()
             for (dt, _), cc in tots.items():
@@ -319,10 +326,7 @@ def _markdown(doc, per_op, lowered, missing_by_op) -> str:
         + ".\n"
     )
     L.append("## Totals\n")
-    for name, group, title in (
-        ("", DEFAULT_GROUP, "float32, float64, int64 and bool (error_inputs once, under `any`)"),
-        ("_low_precision", LOW_PRECISION, "bfloat16 and float16, reported separately"),
-    ):
+    for name, group, title in GROUPS:
         if not s[f"by_mode{name}"]:
             continue
         L.append(f"### {title}\n")

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable
 
 MODES = ("eager", "compiled", "inplace", "grad", "error_inputs")
 EXTRA_MODES = ("operator",)
-DTYPE_NAMES = ("float32", "float64", "int64", "bool", "bfloat16", "float16")
+DTYPE_NAMES = ("float32", "float64", "int64", "bool", "bfloat16", "float16", "complex64", "complex128")
 DEFAULT_DTYPES = ("float32", "float64", "int64", "bool")
 ANY_DTYPE = "any"  # error_inputs do not depend on a dtype
 
@@ -48,6 +48,8 @@ _DEFAULT_TOL = {
     "bfloat16": (1.6e-2, 1e-5),
     "float32": (1.3e-6, 1e-5),
     "float64": (1e-7, 1e-7),
+    "complex64": (1.3e-6, 1e-5),
+    "complex128": (1e-7, 1e-7),
 }
 # Overrides an OpInfo declares for the tests that compare a device with CPU (or for
 # every test) apply here; others (jit, inductor, reference numerics) do not.

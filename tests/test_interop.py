@@ -209,6 +209,58 @@ def test_vmap_over_a_torch_function():
     np.testing.assert_allclose(np.asarray(per_example), a_t.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
+class StochasticDepth(nn.Module):
+    """Dropout and a per-sample bernoulli_ draw (timm's drop_path), in float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear, self.dropout = nn.Linear(6, 512), nn.Dropout(0.5)
+
+    def forward(self, x):
+        keep = x.new_empty(x.shape[0], 1).bernoulli_(0.75)
+        return self.dropout(self.linear(x)) * keep
+
+
+def test_random_ops_under_a_users_jax_jit():
+    """Outside x64, a jitted function with dropout failed to lower (its keys and keep
+    probabilities were staged with 64-bit types under the runtime's x64 scope)."""
+    torch.manual_seed(0)
+    model = StochasticDepth()
+    x = torch.randn(64, 6)
+    dense = model.linear(x).detach().numpy()
+    fn, params = xnf.jax_function(model)
+    out = np.asarray(jax.jit(fn)(params, xnf.to_jax(x)))
+    assert out.dtype == np.float32
+    kept = out != 0
+    np.testing.assert_allclose(out[kept], 2 * dense[kept], rtol=1e-5, atol=1e-6)  # dropout's scale
+    assert 0.3 < kept.mean() < 0.45  # about 0.5 * 0.75
+    rows = kept.any(1)
+    assert 0.55 < rows.mean() < 0.95  # whole rows dropped by the per-sample draw
+
+
+def test_jax_function_with_key_draws_from_the_key():
+    torch.manual_seed(0)
+    model = StochasticDepth()
+    x = xnf.to_jax(torch.randn(64, 6))
+    fn, params = xnf.jax_function(model, with_key=True)
+    step = jax.jit(fn)
+    first = np.asarray(step(params, jax.random.key(0), x))
+    assert (np.asarray(step(params, jax.random.key(0), x)) == first).all()  # same key, same numbers
+    assert (np.asarray(step(params, jax.random.PRNGKey(0), x)) == first).all()  # a raw key: the same
+    other = np.asarray(step(params, jax.random.key(1), x))
+    assert ((other != 0) != (first != 0)).mean() > 0.2
+    # without the key, the jitted function repeats what it drew when traced
+    plain = jax.jit(xnf.jax_function(model)[0])
+    assert (np.asarray(plain(params, x)) == np.asarray(plain(params, x))).all()
+    # a key per example under vmap, gradients through the kept elements
+    batched = jax.vmap(fn, in_axes=(None, 0, None))(params, jax.random.split(jax.random.key(2), 3), x)
+    assert len({np.asarray(b != 0).tobytes() for b in batched}) == 3
+    grads = jax.grad(lambda p, k: fn(p, k, x).sum())(params, jax.random.key(3))
+    assert grads["linear.weight"].shape == (512, 6)
+    with pytest.raises(TypeError, match=r"takes a JAX PRNG key after the parameters, fn\(params, key, \*inputs\)"):
+        fn(params, x)
+
+
 def test_jax_jit_decorator_on_cpu_and_our_tensors():
     calls = []
 

@@ -151,6 +151,37 @@ def test_accelerator_memory_functions_answer_or_refuse_clearly():
                  torch.accelerator.memory_stats, torch.accelerator.reset_peak_memory_stats):
         with pytest.raises(NotImplementedError, match=r"not kept for the jax device; jax\.live_arrays\(\)"):
             read()
+    device_module = torch.get_device_module("jax")  # device-agnostic code's `torch.cuda`
+    device_module.empty_cache()
+    for read in (device_module.memory_allocated, device_module.max_memory_allocated,
+                 device_module.memory_reserved, device_module.reset_peak_memory_stats):
+        with pytest.raises(NotImplementedError, match=r"not kept for the jax device; jax\.live_arrays\(\)"):
+            read()
+
+
+def test_device_module_seeds_what_the_device_draws():
+    # torch.cuda's seeding functions, as device-agnostic code calls them
+    # (`torch.get_device_module(device).manual_seed(s)`): our numbers follow them.
+    device_module = torch.get_device_module("jax")
+    device_module.manual_seed(5)
+    first = torch.randn(4, device="jax").cpu()
+    assert device_module.initial_seed() == 5 == torch.initial_seed()
+    torch.randn(4, device="jax")
+    device_module.manual_seed_all(5)
+    assert torch.equal(torch.randn(4, device="jax").cpu(), first)
+    torch.manual_seed(5)  # seeds every device, ours through manual_seed_all
+    assert torch.equal(torch.randn(4, device="jax").cpu(), first)
+    device_module.seed()
+    assert device_module.initial_seed() == torch.initial_seed() != 5
+    before = torch.get_rng_state()
+    with torch.random.fork_rng(device_type="jax"):  # restores what the device draws from
+        torch.randn(4, device="jax")
+    after = torch.randn(4, device="jax").cpu()
+    torch.set_rng_state(before)
+    assert torch.equal(torch.randn(4, device="jax").cpu(), after)
+    assert len(device_module.get_rng_state_all()) == device_module.device_count()
+    assert device_module.is_bf16_supported()
+    assert device_module.get_device_name().startswith("jax")
 
 
 @pytest.mark.parametrize(

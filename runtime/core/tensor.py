@@ -77,6 +77,53 @@ class _DeviceModule(StreamsOfOneQueue, _DummyBackendModule):
     def set_rng_state(self, new_state: torch.Tensor, device: Any = None) -> None:
         pass
 
+    # Seeding, as device-agnostic code calls it through `torch.get_device_module(device)`:
+    # the device draws from PyTorch's CPU generator, so these seed and read that one
+    # (torch.manual_seed calls manual_seed_all with the seed it just set: no change).
+    def manual_seed(self, seed: int) -> None:
+        torch.default_generator.manual_seed(int(seed))
+
+    manual_seed_all = manual_seed
+
+    def seed(self) -> None:
+        torch.default_generator.seed()
+
+    seed_all = seed
+
+    def initial_seed(self) -> int:
+        return torch.default_generator.initial_seed()
+
+    def get_rng_state_all(self) -> list[torch.Tensor]:
+        return [self.get_rng_state()]
+
+    def set_rng_state_all(self, new_states: list[torch.Tensor]) -> None:
+        for state in new_states:
+            self.set_rng_state(state)
+
+    # Memory, as torch.accelerator answers for the device (Note [Generators of our
+    # device] in platform/device_guard.cpp registers its hooks): nothing to free,
+    # statistics not kept.
+    def empty_cache(self) -> None:
+        torch.accelerator.empty_cache()
+
+    def memory_allocated(self, device: Any = None) -> int:
+        return torch.accelerator.memory_allocated(device)
+
+    def max_memory_allocated(self, device: Any = None) -> int:
+        return torch.accelerator.max_memory_allocated(device)
+
+    def memory_reserved(self, device: Any = None) -> int:
+        return torch.accelerator.memory_reserved(device)
+
+    def reset_peak_memory_stats(self, device: Any = None) -> None:
+        torch.accelerator.reset_peak_memory_stats(device)
+
+    def is_bf16_supported(self, including_emulation: bool = True) -> bool:
+        return True
+
+    def get_device_name(self, device: Any = None) -> str:
+        return f"jax {jax.devices()[0].device_kind}"
+
     def get_amp_supported_dtype(self) -> list[torch.dtype]:
         # torch.autocast("jax", ...) asks this first: the kernels are registered then.
         install_autocast_kernels()

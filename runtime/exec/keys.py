@@ -9,10 +9,10 @@ import itertools
 from typing import Any, Callable, Iterator
 
 import jax
+import numpy as np
 import torch
 
 from ..core.context import context
-from ..core.convert import X64
 from ..core.tensor import XlaTensor, from_array
 
 
@@ -21,8 +21,10 @@ def key_array() -> jax.Array:
     fork_rng and get/set_rng_state govern our numbers too."""
     with torch._C._DisableTorchDispatch():
         seed = int(torch.empty((), dtype=torch.int64).random_())
-    with X64:
-        return jax.random.PRNGKey(seed)
+    # jax.random.PRNGKey(seed)'s value, made on the host: PRNGKey is an op, which under
+    # a user's jax.jit around jax_function's function would be staged with x64 types
+    # and fail to lower after x64 is left.
+    return jax.device_put(np.array([seed >> 32, seed & 0xFFFFFFFF], dtype=np.uint32))
 
 
 def next_key() -> XlaTensor:
@@ -47,11 +49,18 @@ def graph_seed() -> int:
 
 
 @contextlib.contextmanager
-def keys_from(seed: Any, on_draw: Callable[[], None] | None = None) -> Iterator[None]:
+def keys_from(seed: Any, on_draw: Callable[[], None] | None = None, *, key: Any = None) -> Iterator[None]:
     """While JAX traces torch code inside the block, each random op takes a key derived
-    from `seed`, the graph's (traced) seed operand, so that every call of the graph
-    draws new numbers (`context.keys`). `on_draw` learns that the graph drew one."""
-    base, drawn = jax.random.PRNGKey(seed), itertools.count()
+    from `seed`, the graph's (traced) seed operand, or from a JAX `key` given instead,
+    so that every call of the graph draws new numbers (`context.keys`). `on_draw`
+    learns that the graph drew one."""
+    if key is None:
+        base = jax.random.PRNGKey(seed)
+    elif jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        base = jax.random.key_data(key)  # a typed key (jax.random.key): our lowerings take raw ones
+    else:
+        base = key
+    drawn = itertools.count()
 
     def next_key_array() -> jax.Array:
         if on_draw is not None:

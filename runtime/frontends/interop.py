@@ -17,6 +17,7 @@ inside `with xla_native_functions.x64():` too (float32 code need not).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any, Callable
 
@@ -99,16 +100,17 @@ def _named_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------- torch code as JAX
 
 
-def _run_on_arrays(fn: Callable, args: Any, kwargs: Any) -> Any:
+def _run_on_arrays(fn: Callable, args: Any, kwargs: Any, key: Any = None) -> Any:
     """Run torch code on tensors wrapping the given arrays (concrete or tracers) and
-    return its outputs as arrays."""
-    with untraced(), X64:
+    return its outputs as arrays; with a JAX `key`, random ops derive theirs from it."""
+    keys = contextlib.nullcontext() if key is None else keys_from(None, key=key)
+    with untraced(), X64, keys:
         targs, tkwargs = tree_map(lambda x: from_array(jnp.asarray(x)) if _is_array(x) else x, (args, kwargs))
         out = fn(*targs, **tkwargs)
         return tree_map(lambda t: value(t) if isinstance(t, XlaTensor) else t, out)
 
 
-def jax_function(obj: torch.nn.Module | Callable) -> tuple[Callable, dict[str, jax.Array]]:
+def jax_function(obj: torch.nn.Module | Callable, *, with_key: bool = False) -> tuple[Callable, dict[str, jax.Array]]:
     """A torch module or function as a pure JAX function of (parameters, inputs).
 
     Returns `(fn, params)`: `params` maps parameter and buffer names to `jax.Array`s
@@ -117,26 +119,50 @@ def jax_function(obj: torch.nn.Module | Callable) -> tuple[Callable, dict[str, j
     outputs with every tensor replaced by a `jax.Array`. `fn` is pure JAX:
     `jax.jit(fn)`, `jax.grad(loss_of(fn))` and `jax.vmap(fn, ...)` work on it.
 
+    Random ops (dropout, `rand_like`): with `with_key=True`, `fn(params, key, *inputs,
+    **kwargs)` takes a JAX PRNG key (`jax.random.key(0)` or `jax.random.PRNGKey(0)`)
+    and derives every random op's key from it, as JAX code does, so a jitted `fn`
+    draws new numbers for each new key. Without it each op draws its key from
+    PyTorch's CPU generator when the op runs, which under `jax.jit` is once, at
+    tracing: the compiled function then repeats its numbers.
+
     Contract: outputs keep PyTorch's dtypes (see Note [x64 in interop]); in-place
     updates of buffers (BatchNorm running statistics in training mode) are not
-    returned; random ops draw their key when traced, so under `jax.jit` each
-    compiled function repeats its numbers (use eval mode, no dropout)."""
+    returned."""
     if isinstance(obj, torch.nn.Module):
         module = obj
         params = to_jax(module)
 
-        def fn(params, *args, **kwargs):
-            def call(state_tensors, *a, **k):
-                return torch.func.functional_call(module, state_tensors, a, k)
+        def call(state_tensors, *a, **k):
+            return torch.func.functional_call(module, state_tensors, a, k)
 
+        def fn(params, *args, **kwargs):
             return _run_on_arrays(call, (params,) + args, kwargs)
 
-        return fn, params
+        fn_with_key = functools.wraps(fn)(lambda params, key, *args, **kwargs: _run_on_arrays(
+            call, (params,) + args, kwargs, key=_checked_key(key)))
+        return (fn_with_key if with_key else fn), params
 
     def pure(params, *args, **kwargs):
         return _run_on_arrays(obj, args, kwargs)
 
-    return functools.wraps(obj)(pure), {}
+    def pure_with_key(params, key, *args, **kwargs):
+        return _run_on_arrays(obj, args, kwargs, key=_checked_key(key))
+
+    return functools.wraps(obj)(pure_with_key if with_key else pure), {}
+
+
+def _checked_key(key: Any) -> Any:
+    if isinstance(key, (jax.Array, jax.core.Tracer)) and (
+        jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) or (key.dtype == jnp.uint32 and key.shape == (2,))
+    ):
+        return key
+    raise TypeError(
+        f"a function from jax_function(..., with_key=True) takes a JAX PRNG key after the parameters, "
+        f"fn(params, key, *inputs); got {type(key).__name__}"
+        + (f" of dtype {key.dtype} and shape {tuple(key.shape)}" if hasattr(key, "dtype") else "")
+        + ": pass jax.random.key(seed) or jax.random.PRNGKey(seed) (or jax.random.split of one)"
+    )
 
 
 class _StaticKey:
