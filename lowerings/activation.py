@@ -286,7 +286,8 @@ def lower_dist(self, other, p=2):
 
     (x, y), out = promote_operands("dist", self, other)
     diff = x - y
-    return lower_linalg_vector_norm(diff, p).astype(out)
+    norm = lower_linalg_vector_norm(diff, p)  # real for complex operands, as PyTorch's
+    return norm.astype(jnp.finfo(out).dtype if jnp.issubdtype(out, jnp.complexfloating) else out)
 
 
 def lower_native_dropout_backward(grad_output, mask, scale):

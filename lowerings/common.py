@@ -60,8 +60,11 @@ def cast(x: Any, dtype: Any) -> Any:
     CPU truncates as x86 does: NaN and values out of range become the smallest int32
     (int64 for 64- and unsigned 32-bit targets), and narrower integers wrap from int32
     (-5.3 -> 251 as uint8, 300.7 -> 44). float64 reaches float16 through float32, as
-    c10::Half's only conversion is from float: 1 + 2**-11 + 2**-40 is 1.0, not 1.001."""
+    c10::Half's only conversion is from float: 1 + 2**-11 + 2**-40 is 1.0, not 1.001.
+    A complex value converts its real part (to an integer by the same rule)."""
     dtype = np.dtype(dtype)
+    if jnp.iscomplexobj(x) and jnp.issubdtype(dtype, jnp.integer):
+        x = jnp.real(x)
     if x.dtype == jnp.float64 and dtype == np.float16:
         return x.astype(jnp.float32).astype(dtype)
     if not jnp.issubdtype(x.dtype, jnp.floating) or not jnp.issubdtype(dtype, jnp.integer):

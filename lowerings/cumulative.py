@@ -7,6 +7,7 @@ from jax import lax
 
 from ..shape_fns.common import normalize_dim, sum_dtype, to_numpy_dtype, to_torch_dtype
 from .common import opmath
+from .pointwise_binary import complex_logaddexp
 
 
 def _axis(dim, ndim):
@@ -68,21 +69,6 @@ def lower_logcumsumexp(self, dim):
     return lax.associative_scan(jnp.logaddexp, x, axis=_axis(dim, self.ndim)).astype(self.dtype)
 
 
-def _complex_log_add_exp(new, acc):
-    """log(exp(new) + exp(acc)) as PyTorch CPU's scan computes it: the operand with the
-    smaller real part (`acc` on a tie) goes into log1p(exp(lo - hi)) + hi, so the result
-    keeps hi's imaginary part unwrapped; NaNs spread, two infinities of one sign are
-    handled apart."""
-    new_is_lo = jnp.real(new) < jnp.real(acc)
-    lo, hi = jnp.where(new_is_lo, new, acc), jnp.where(new_is_lo, acc, new)
-    lo_re, hi_re = jnp.real(lo), jnp.real(hi)
-    same_infinity = ~jnp.isfinite(lo_re) & (lo_re == hi_re)
-    out = jnp.where(same_infinity, jnp.where(lo_re < 0, lo, jnp.log(jnp.exp(lo) + jnp.exp(hi))),
-                    jnp.log1p(jnp.exp(lo - hi)) + hi)
-    nan = jnp.isnan(new) | jnp.isnan(acc)
-    return jnp.where(nan, jnp.asarray(complex(jnp.nan, jnp.nan), out.dtype), out)
-
-
 def _complex_logcumsumexp(x, axis):
     """A sequential scan in complex128 (PyTorch CPU's accumulation type): a parallel one
     combines in another order, and its imaginary parts can differ from PyTorch's by
@@ -90,7 +76,7 @@ def _complex_logcumsumexp(x, axis):
     moved = jnp.moveaxis(x.astype(jnp.complex128), axis, 0)
 
     def step(acc, value):
-        acc = _complex_log_add_exp(value, acc)
+        acc = complex_logaddexp(value, acc)
         return acc, acc
 
     start = jnp.full(moved.shape[1:], complex(-jnp.inf, 0), jnp.complex128)

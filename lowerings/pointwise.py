@@ -13,6 +13,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
+from . import complex_ops
 from .common import opmath, promote_operands, promote_scalar_other, switch_on_scalar
 
 
@@ -22,7 +23,7 @@ def _unary(op, fn, self):
 
 
 def lower_abs(self):
-    return _unary("abs", jnp.abs, self)
+    return _unary("abs", complex_ops.abs_value, self)
 
 
 def lower_neg(self):
@@ -30,7 +31,7 @@ def lower_neg(self):
 
 
 def lower_exp(self):
-    return _unary("exp", jnp.exp, self)
+    return _unary("exp", complex_ops.exp, self)
 
 
 def lower_log(self):
@@ -38,7 +39,7 @@ def lower_log(self):
 
 
 def lower_sqrt(self):
-    return _unary("sqrt", jnp.sqrt, self)
+    return _unary("sqrt", complex_ops.sqrt, self)
 
 
 def lower_rsqrt(self):
@@ -191,19 +192,22 @@ _POW_BY_ARITHMETIC = {
     1.0: lambda x: x,
     2.0: lambda x: x * x,
     3.0: lambda x: x * x * x,
-    0.5: jnp.sqrt,
+    0.5: complex_ops.sqrt,
     -1.0: lambda x: 1 / x,
     -2.0: lambda x: 1 / (x * x),
 }
+# and for complex bases (whose -0.5 is PyTorch's rsqrt kernel too)
+_COMPLEX_POW_BY_ARITHMETIC = {**_POW_BY_ARITHMETIC, -0.5: lax.rsqrt}
 
 
 def lower_pow_Tensor_Scalar(self, exponent):
     # PyTorch raises for an integer tensor to a negative integer Scalar power; the
     # Scalar is a runtime value here, so such a call gets int_pow's values instead.
     (x, e), out = promote_operands("pow_Tensor_Scalar", self, exponent)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
         return _pow(x, e, out)
-    cases = {v: (lambda x, f=f: f(x).astype(out)) for v, f in _POW_BY_ARITHMETIC.items()}
+    table = _COMPLEX_POW_BY_ARITHMETIC if jnp.iscomplexobj(x) else _POW_BY_ARITHMETIC
+    cases = {v: (lambda x, f=f: f(x).astype(out)) for v, f in table.items()}
     base = x if x.dtype == jnp.bfloat16 else opmath(x)
     return switch_on_scalar(e, cases, lambda x: _pow(x, e, out), base)
 

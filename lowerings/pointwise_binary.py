@@ -176,6 +176,21 @@ def logaddexp(x, y):
     return jnp.where(jnp.isinf(x) & (x == y), x, stable)
 
 
+def complex_logaddexp(x, y):
+    """log(exp(x) + exp(y)) for complex operands as PyTorch CPU computes it
+    (`_log_add_exp_helper`): the operand with the smaller real part (`y` on a tie) goes
+    into log1p(exp(lo - hi)) + hi, so the result keeps hi's imaginary part unwrapped;
+    NaNs spread, two infinities of one sign are handled apart."""
+    x_is_lo = jnp.real(x) < jnp.real(y)
+    lo, hi = jnp.where(x_is_lo, x, y), jnp.where(x_is_lo, y, x)
+    lo_re, hi_re = jnp.real(lo), jnp.real(hi)
+    same_infinity = ~jnp.isfinite(lo_re) & (lo_re == hi_re)
+    out = jnp.where(same_infinity, jnp.where(lo_re < 0, lo, jnp.log(jnp.exp(lo) + jnp.exp(hi))),
+                    jnp.log1p(jnp.exp(lo - hi)) + hi)
+    nan = jnp.isnan(x) | jnp.isnan(y)
+    return jnp.where(nan, jnp.asarray(complex(jnp.nan, jnp.nan), out.dtype), out)
+
+
 def logaddexp2(x, y):
     m = jnp.maximum(x, y)
     stable = m + jnp.log1p(jnp.exp2(-jnp.abs(x - y))) / jnp.asarray(jnp.log(2.0), x.dtype)
@@ -183,7 +198,8 @@ def logaddexp2(x, y):
 
 
 def lower_logaddexp(self, other):
-    return _binary("logaddexp", logaddexp, self, other)
+    return _binary("logaddexp", lambda x, y: (complex_logaddexp if jnp.iscomplexobj(x) else logaddexp)(x, y),
+                   self, other)
 
 
 def lower_logaddexp2(self, other):

@@ -14,6 +14,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
+from . import complex_ops
 from .common import opmath, promote_operands
 
 
@@ -37,27 +38,27 @@ def _is_int(x):
 
 
 def lower_acos(self):
-    return _unary("acos", jnp.arccos, self)
+    return _unary("acos", complex_ops.acos, self)
 
 
 def lower_acosh(self):
-    return _unary("acosh", jnp.arccosh, self)
+    return _unary("acosh", complex_ops.acosh, self)
 
 
 def lower_asin(self):
-    return _unary("asin", jnp.arcsin, self)
+    return _unary("asin", complex_ops.asin, self)
 
 
 def lower_asinh(self):
-    return _unary("asinh", jnp.arcsinh, self)
+    return _unary("asinh", complex_ops.asinh, self)
 
 
 def lower_atan(self):
-    return _unary("atan", jnp.arctan, self)
+    return _unary("atan", complex_ops.atan, self)
 
 
 def lower_atanh(self):
-    return _unary("atanh", jnp.arctanh, self)
+    return _unary("atanh", complex_ops.atanh, self)
 
 
 def lower_cosh(self):
@@ -81,7 +82,7 @@ def lower_expm1(self):
 
 
 def lower_exp2(self):
-    return _unary("exp2", _float32_in_float64(jnp.exp2), self)
+    return _unary("exp2", complex_ops.exp2 if jnp.iscomplexobj(self) else _float32_in_float64(jnp.exp2), self)
 
 
 def lower_log10(self):

@@ -214,5 +214,6 @@ def main(
     args = parse_args(argv)
     if not args.report_only:
         run_sweep(args)
-    doc = build_report(args.results_dir, args.out)
+    named = {"report": args.report_name} if getattr(args, "report_name", None) else {}
+    doc = build_report(args.results_dir, args.out, **named)
     print(summary(doc, args), file=sys.stderr)

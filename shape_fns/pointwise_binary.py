@@ -122,8 +122,7 @@ def heaviside_output_shape(self, values):
 
 
 def logaddexp_output_shape(self, other):
-    # PyTorch CPU also has a complex kernel; it is not lowered here.
-    return checked_meta("logaddexp", self, other, kernel="logaddexp_cpu", categories="float")
+    return checked_meta("logaddexp", self, other, kernel="logaddexp_cpu", categories="float complex")
 
 
 def logaddexp2_output_shape(self, other):

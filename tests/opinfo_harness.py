@@ -156,6 +156,7 @@ def tolerance(op, dtype) -> tuple[float, float] | None:
 class Tally:
     def __init__(self):
         self.passed = self.failed = self.errored = self.not_found = self.skipped = 0
+        self.arbitrated = 0  # complex64 samples passed by _closer_to_complex128, counted in passed
         self.missing: dict[str, int] = {}
         self.messages: list[str] = []  # first few failures and errors, for the report
         self.truncated = False
@@ -181,7 +182,10 @@ class Tally:
 
     def _note(self, kind: str, msg: str):
         if len(self.messages) < 3:
-            self.messages.append(f"{kind}: {msg.strip().splitlines()[0][:300] if msg.strip() else ''}")
+            # the first line and assert_close's largest difference, if it gives one
+            lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
+            detail = lines[:1] + [ln for ln in lines[1:] if ln.startswith("Greatest absolute")][:1]
+            self.messages.append(f"{kind}: {' '.join(detail)[:300]}")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -190,6 +194,7 @@ class Tally:
             "errored": self.errored,
             "not_found": self.not_found,
             "skipped": self.skipped,
+            "arbitrated": self.arbitrated,
             "missing": self.missing,
             "messages": self.messages,
             "truncated": self.truncated,
@@ -557,12 +562,58 @@ def _forward_sample(op, fn, s, t: Tally, tol, kind: str, aten_ops: set | None, r
     if msg is None:
         if kind == "value":
             msg = _compare(first, expected, tol)
+            if msg is not None and _closer_to_complex128(op, s, first, expected, reference_fn or op.op):
+                t.arbitrated += 1
+                msg = None
         else:
             msg = _compare_meta(first, expected)
             if msg is None and kind == "random":
                 d = _compare(again, first, (0.0, 0.0))
                 msg = None if d is None else "the same seed gave different values: " + d
     t.fail(msg) if msg else t.ok()
+
+
+def _closer_to_complex128(op, s, got, expected, fn) -> bool:
+    """For complex64 samples only: whether ours is at least as close as PyTorch CPU's
+    complex64 result to PyTorch CPU's complex128 result on the same inputs, in every
+    output tensor (largest absolute difference over elements both give finite values
+    for, with non-finite values required to agree). Complex products and powers round
+    differently on each backend, and PyTorch's complex64 results are not always the
+    closer ones (pow: up to 3x further). The float sweeps do not arbitrate."""
+    import torch
+
+    def widened(x):
+        return x.to(torch.complex128) if isinstance(x, torch.Tensor) and x.dtype == torch.complex64 else x
+
+    leaves = [x for x in _leaves(s) if isinstance(x, torch.Tensor)]
+    if not any(x.dtype == torch.complex64 for x in leaves):
+        return False
+    try:
+        reference = _call(fn, _tree_map(widened, s))
+    except Exception:
+        return False
+    ours, theirs, ref = _leaves(got), _leaves(expected), _leaves(reference)
+    if not (len(ours) == len(theirs) == len(ref)):
+        return False
+    for a, e, r in zip(ours, theirs, ref):
+        if not isinstance(e, torch.Tensor):
+            if a != e:
+                return False
+            continue
+        if not isinstance(a, torch.Tensor) or a.shape != e.shape or a.dtype != e.dtype or r.shape != e.shape:
+            return False
+        if not (a.is_complex() or a.is_floating_point()):
+            if not torch.equal(a, e):
+                return False
+            continue
+        a, e, r = (x.to(torch.complex128) for x in (a, e, r))
+        finite = torch.isfinite(a) & torch.isfinite(e) & torch.isfinite(r)
+        same_nonfinite = (a == e) | (torch.isnan(a) & torch.isnan(e))
+        if not bool((finite | same_nonfinite).all()):
+            return False
+        if finite.any() and (a - r)[finite].abs().max() > (e - r)[finite].abs().max():
+            return False
+    return True
 
 
 def _strided_copy(x):

@@ -1,7 +1,7 @@
 """A representative, fast part of the OpInfo sweep (scripts/coverage_report.py runs
 all of op_db): OpInfos whose aten operators are all lowered, in float32 and int64
-(eager, compiled, in-place), bfloat16 and float16 (eager), float64 gradients and
-error_inputs, every sample compared with PyTorch CPU by tests/opinfo_harness.py.
+(eager, compiled, in-place), bfloat16, float16 and complex64 (eager), float64 gradients
+and error_inputs, every sample compared with PyTorch CPU by tests/opinfo_harness.py.
 Every sample must pass unless tests/opinfo_skips.py lists the unit with a reason.
 
 Units run in one worker subprocess, so a process abort or a hang fails one test
@@ -81,6 +81,11 @@ OPINFOS = [
     "flip",
     "linalg.solve",
     "fft.rfft",
+    "logaddexp",
+    "dist",
+    "atan",
+    "acosh",
+    "byte",
 ]
 
 DTYPES = ("float32", "int64", "float64")
@@ -107,11 +112,18 @@ FLOAT16_OPINFOS = {
 }
 
 
+# Eager complex64 for these (scripts/coverage_report.py --dtypes complex64 runs all)
+COMPLEX_OPINFOS = {"abs", "mul", "exp", "sqrt", "pow", "mm", "sum", "tanh", "logaddexp", "dist", "atan", "acosh",
+                   "byte", "cumsum", "fft.rfft"}
+
+
 def _units(key: str):
     units = h.plan_units([key], DTYPES, MODES)
     # float64 only for gradients, compiled only in float32: the rest of the sweep is in
     # scripts/coverage_report.py, this keeps CI short
     units = [u for u in units if (u[1] != "float64" or u[2] == "grad") and (u[1] != "int64" or u[2] != "compiled")]
+    if key in COMPLEX_OPINFOS:
+        units += h.plan_units([key], ("complex64",), ("eager",))
     if key not in LOW_PRECISION_EXCLUDED:
         units += h.plan_units([key], ("bfloat16", "float16") if key in FLOAT16_OPINFOS else ("bfloat16",), ("eager",))
     return units

@@ -809,3 +809,68 @@ def test_floor_division_to_zero_takes_the_sign_of_the_quotient(dtype, divisor):
     ]
     for fn in forms:
         _assert_bitwise(xnf.to_torch(fn(xnf.to_xla(x), divisor)), fn(x, divisor))
+
+
+# ---------------------------------------------------------------- complex special values
+
+_SPECIAL = [0.0, -0.0, 1.0, -1.0, 100.0, -100.0, 1e30, -1e30, math.inf, -math.inf, math.nan]
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Equal values part by part, zeros matching in sign; a NaN matches a NaN, and for
+    complex values one with a NaN part matches another (torch.testing's rule: C99 leaves
+    the other part's value to the implementation in most such cases)."""
+    def same(x, y):
+        return ((x == y) & (torch.signbit(x) == torch.signbit(y))) | (x.isnan() & y.isnan())
+
+    if a.is_complex():
+        return (same(a.real, b.real) & same(a.imag, b.imag)) | (a.isnan() & b.isnan())
+    return same(a, b)
+
+
+_COMPLEX_FUNCTIONS = {
+    "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "sqrt": torch.sqrt, "asin": torch.asin,
+    "acos": torch.acos, "acosh": torch.acosh, "atan": torch.atan, "atanh": torch.atanh, "asinh": torch.asinh,
+    "log": torch.log, "pow2": lambda z: z**2, "pow3": lambda z: z**3, "pow_half": lambda z: z**0.5,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize("name", list(_COMPLEX_FUNCTIONS))
+def test_complex_special_values_are_pytorchs(name, dtype):
+    """Infinities, NaNs and signed zeros in both parts (Note [Complex special values]):
+    sqrt(-100 - 0j) was 10j (PyTorch: -10j), abs(inf + nan*j) NaN (inf), exp(-inf + inf*j)
+    NaN (0), asinh(-0 + 100j) had the opposite real part, and z**2 went through exp and log."""
+    fn = _COMPLEX_FUNCTIONS[name]
+    z = torch.tensor([complex(a, b) for a in _SPECIAL for b in _SPECIAL], dtype=dtype)
+    expected = fn(z)
+    got = fn(z.to("jax")).cpu()
+    assert got.dtype == expected.dtype
+    # atol: XLA CPU flushes subnormal results to zero (exp(-100 + 0j) in complex64)
+    tiny = torch.finfo(expected.real.dtype if expected.is_complex() else expected.dtype).tiny
+    wrong = ~(_bitwise_equal(got, expected) | torch.isclose(got, expected, rtol=2e-6, atol=tiny))
+    if name == "pow2":
+        # both parts 1e30 or more: PyTorch's fused multiply-add makes inf - inf a NaN real part
+        wrong &= ~((z.real.abs() == 1e30) & (z.imag.abs() >= 1e30))
+    assert not wrong.any(), [(z[i].item(), expected[i].item(), got[i].item()) for i in wrong.nonzero().flatten()[:5]]
+
+
+@pytest.mark.filterwarnings("ignore:Casting complex values to real discards the imaginary part")
+def test_complex_results_of_real_valued_functions():
+    a = torch.tensor([3 + 4j, -1 - 2j, 0.5j], dtype=torch.complex64)
+    b = torch.tensor([1 - 1j, 2 + 0j, -0.5j], dtype=torch.complex64)
+    # dist of complex tensors is real (it was complex64, which the shape function refused)
+    got = torch.dist(a.to("jax"), b.to("jax"), 3)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.cpu(), torch.dist(a, b, 3))
+    # complex logaddexp (refused as a kernel PyTorch lacked), ties and infinities included
+    x = torch.tensor([0j, 1 + 2j, complex(-math.inf, 1), complex(math.inf, 0), 2 + 0j], dtype=torch.complex64)
+    y = torch.tensor([-3.1415927j, 1 - 2j, complex(-math.inf, 3), complex(math.inf, 1), complex(math.nan, 0)],
+                     dtype=torch.complex64)
+    expected = torch.logaddexp(x, y)
+    got = torch.logaddexp(x.to("jax"), y.to("jax")).cpu()
+    assert _bitwise_equal(got, expected).all() | torch.isclose(got, expected).all(), (got, expected)
+    # to an integer: the real part, truncated and wrapped as PyTorch's CPU casts do
+    z = torch.tensor([-8.5 + 1j, 300.7 - 2j, 1e20 + 0j, complex(math.nan, 0)], dtype=torch.complex64)
+    for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool):
+        assert torch.equal(z.to("jax").to(dtype).cpu(), z.to(dtype)), dtype
