@@ -117,6 +117,15 @@ def exp2(x):
     return exp(lax.complex(jnp.real(x) * ln2, jnp.imag(x) * ln2))
 
 
+def power(x, e):
+    """x ** e for complex x by std::pow's formula, exp(e * log(x)), as PyTorch CPU computes
+    it: 0 ** 0 is NaN there, and a power whose exponent overflows goes to 0 or inf, not
+    NaN. complex64 computes in complex128: XLA's float32 log and exp compound errors that
+    the C library's complex64 ones do not."""
+    wide = jnp.complex128
+    return exp(jnp.asarray(e).astype(wide) * jnp.log(x.astype(wide))).astype(x.dtype)
+
+
 def sqrt(x):
     """The square root; for complex x, the imaginary part takes the sign of x's (so a -0
     imaginary part selects the lower side of the branch cut), and an infinite imaginary

@@ -181,6 +181,8 @@ def int_pow(base, exponent):
 def _pow(x, e, out):
     if jnp.issubdtype(x.dtype, jnp.integer):
         return int_pow(x, e).astype(out)
+    if jnp.iscomplexobj(x):
+        return complex_ops.power(x, e).astype(out)
     return jnp.power(opmath(x), opmath(e)).astype(out)
 
 

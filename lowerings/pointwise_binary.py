@@ -16,6 +16,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from . import complex_ops
 from .common import opmath, promote_operands
 from .pointwise import clamp_between, lower_sub_Tensor, rounded_quotient
 
@@ -185,8 +186,8 @@ def complex_logaddexp(x, y):
     lo, hi = jnp.where(x_is_lo, x, y), jnp.where(x_is_lo, y, x)
     lo_re, hi_re = jnp.real(lo), jnp.real(hi)
     same_infinity = ~jnp.isfinite(lo_re) & (lo_re == hi_re)
-    out = jnp.where(same_infinity, jnp.where(lo_re < 0, lo, jnp.log(jnp.exp(lo) + jnp.exp(hi))),
-                    jnp.log1p(jnp.exp(lo - hi)) + hi)
+    exp = complex_ops.exp  # std::exp's values at infinities (Note [Complex special values])
+    out = jnp.where(same_infinity, jnp.where(lo_re < 0, lo, jnp.log(exp(lo) + exp(hi))), jnp.log1p(exp(lo - hi)) + hi)
     nan = jnp.isnan(x) | jnp.isnan(y)
     return jnp.where(nan, jnp.asarray(complex(jnp.nan, jnp.nan), out.dtype), out)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from . import complex_ops
 from . import pointwise_binary as binary
 from .common import opmath, promote_operands, promote_scalar_other
 from .pointwise import int_pow, lower_add_Tensor, lower_sub_Tensor, quotient, rounded_quotient
@@ -115,6 +116,8 @@ def lower_pow_Scalar(self, exponent):
     (x, e), out = promote_operands("pow_Scalar", self, exponent)
     if jnp.issubdtype(x.dtype, jnp.integer):
         return int_pow(x, e).astype(out)
+    if jnp.iscomplexobj(x):
+        return complex_ops.power(x, e).astype(out)
     return jnp.power(opmath(x), opmath(e)).astype(out)
 
 

@@ -18,6 +18,7 @@ from ..shape_fns.common import (
     to_torch_dtype,
 )
 from ..shape_fns.statistics import float_result_dtype, logical_reduction_dtype, norm_result_dtype
+from . import complex_ops
 from .common import arg_reduction_axis, opmath, switch_on_scalar
 
 
@@ -149,6 +150,15 @@ def lower_logsumexp(self, dim, keepdim=False):
     out = self.dtype if jnp.issubdtype(self.dtype, jnp.inexact) else to_numpy_dtype(_default_float())
     x = opmath(self.astype(out))
     axes = reduction_dims(dim, self.ndim)
+    if jnp.iscomplexobj(x) and x.size == 0:
+        return jnp.log(jnp.sum(jnp.exp(x), axis=axes, keepdims=keepdim)).astype(out)
+    if jnp.iscomplexobj(x):
+        # PyTorch's formula: the largest real part is taken out (0 if infinite), so the
+        # imaginary part comes back from log() in (-pi, pi], not as the input's.
+        shift = jnp.max(jnp.real(x), axis=axes, keepdims=True)
+        shift = jnp.where(jnp.isinf(shift), jnp.zeros((), shift.dtype), shift)
+        total = jnp.sum(complex_ops.exp(x - shift), axis=axes, keepdims=keepdim)
+        return (jnp.log(total) + (shift if keepdim else jnp.squeeze(shift, axes))).astype(out)
     if not axes:
         return x.astype(out)
     # jax's logsumexp keeps +-inf maxima finite-safe, as PyTorch's does.

@@ -93,7 +93,8 @@ def unit_id(key: str, dtype: str, mode: str) -> str:
 
 def plan_units(keys: Iterable[str], dtypes: Iterable[str], modes: Iterable[str]) -> list[tuple[str, str, str]]:
     """The units that apply: dtypes the OpInfo supports on CPU, in-place only with an
-    in-place variant, grad only in float64 for autograd OpInfos, error_inputs once."""
+    in-place variant, grad only in float64 and complex128 for autograd OpInfos,
+    error_inputs once."""
     from opinfo_skips import NONDETERMINISTIC
 
     ops = opinfos()
@@ -110,7 +111,8 @@ def plan_units(keys: Iterable[str], dtypes: Iterable[str], modes: Iterable[str])
                     continue
                 if mode == "operator" and op.operator_variant is None:
                     continue
-                if mode == "grad" and (dt != "float64" or not op.supports_autograd or key in NONDETERMINISTIC):
+                if mode == "grad" and (dt not in ("float64", "complex128") or not op.supports_autograd
+                                       or key in NONDETERMINISTIC):
                     continue
                 if mode == "error_inputs":
                     continue
@@ -692,6 +694,11 @@ def _diff_outputs(out):
     ]
 
 
+def _real_part(x):
+    # a complex output's projection is differentiated through its real part (a real loss)
+    return x.real if x.is_complex() else x
+
+
 def _grad_sample(op, sample, t: Tally, tol) -> None:
     import torch
     import xla_native_functions as xnf
@@ -708,7 +715,7 @@ def _grad_sample(op, sample, t: Tally, tol) -> None:
             t.skipped += 1
             return
         ws = _projection(outs)
-        loss = sum((o * w).sum() for o, w in zip(outs, ws))
+        loss = sum(_real_part((o * w).sum()) for o, w in zip(outs, ws))
         leaves = [flat[i] for i in diff]
         expected = torch.autograd.grad(loss, leaves, allow_unused=True)
         expected = [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, expected)]
@@ -724,7 +731,7 @@ def _grad_sample(op, sample, t: Tally, tol) -> None:
             if len(oouts) != len(outs):
                 t.fail(f"{len(oouts)} differentiable outputs, expected {len(outs)}")
                 return
-            oloss = sum((o * xnf.to_xla(w)).sum() for o, w in zip(oouts, ws))
+            oloss = sum(_real_part((o * xnf.to_xla(w)).sum()) for o, w in zip(oouts, ws))
             got = torch.autograd.grad(oloss, oleaves, allow_unused=True)
             got = [_to_cpu(torch.zeros_like(leaf) if g is None else g) for leaf, g in zip(oleaves, got)]
     except Exception as e:

@@ -86,6 +86,7 @@ OPINFOS = [
     "atan",
     "acosh",
     "byte",
+    "logsumexp",
 ]
 
 DTYPES = ("float32", "int64", "float64")
@@ -114,7 +115,7 @@ FLOAT16_OPINFOS = {
 
 # Eager complex64 for these (scripts/coverage_report.py --dtypes complex64 runs all)
 COMPLEX_OPINFOS = {"abs", "mul", "exp", "sqrt", "pow", "mm", "sum", "tanh", "logaddexp", "dist", "atan", "acosh",
-                   "byte", "cumsum", "fft.rfft"}
+                   "byte", "cumsum", "fft.rfft", "logsumexp"}
 
 
 def _units(key: str):

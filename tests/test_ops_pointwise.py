@@ -870,6 +870,18 @@ def test_complex_results_of_real_valued_functions():
     expected = torch.logaddexp(x, y)
     got = torch.logaddexp(x.to("jax"), y.to("jax")).cpu()
     assert _bitwise_equal(got, expected).all() | torch.isclose(got, expected).all(), (got, expected)
+    # complex powers as std::pow computes them, exp(e * log(x)): 0j ** 0j is NaN, a power
+    # whose exponent's real part overflows is 0 (jnp.power gave 1 and NaN); complex64
+    # within float32 rounding of the complex128 value (jnp.power and PyTorch's complex64
+    # were up to 2e-6 off it, relative)
+    base = torch.tensor([0j, -501 - 501j, 8.6986 + 6.6595j, 2 - 3j], dtype=torch.complex64)
+    exponent = torch.tensor([0j, -501 + 501j, 5.8045 + 6.5018j, 0.5 + 0.25j], dtype=torch.complex64)
+    got = torch.pow(base.to("jax"), exponent.to("jax")).cpu()
+    assert got[0].isnan() and got[1] == 0
+    wide = torch.pow(base.to(torch.complex128), exponent.to(torch.complex128))[2:]
+    assert ((got[2:].to(torch.complex128) - wide).abs() <= 4e-7 * wide.abs()).all(), (got, wide)
+    scalar_base = torch.pow(2 + 1j, exponent[2:].to("jax")).cpu()
+    torch.testing.assert_close(scalar_base, torch.pow(2 + 1j, exponent[2:].to(torch.complex128)).to(torch.complex64))
     # to an integer: the real part, truncated and wrapped as PyTorch's CPU casts do
     z = torch.tensor([-8.5 + 1j, 300.7 - 2j, 1e20 + 0j, complex(math.nan, 0)], dtype=torch.complex64)
     for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool):
