@@ -139,8 +139,9 @@ def jax_function(obj: torch.nn.Module | Callable, *, with_key: bool = False) -> 
         def fn(params, *args, **kwargs):
             return _run_on_arrays(call, (params,) + args, kwargs)
 
-        fn_with_key = functools.wraps(fn)(lambda params, key, *args, **kwargs: _run_on_arrays(
-            call, (params,) + args, kwargs, key=_checked_key(key)))
+        def fn_with_key(params, key, *args, **kwargs):
+            return _run_on_arrays(call, (params,) + args, kwargs, key=_checked_key(key))
+
         return (fn_with_key if with_key else fn), params
 
     def pure(params, *args, **kwargs):
