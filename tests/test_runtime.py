@@ -4,6 +4,7 @@ autograd, compiled mode, fallback, missing ops and metrics."""
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 import shutil
@@ -691,6 +692,25 @@ def test_in_range_index_values_pass_the_checks():
     target = torch.tensor([0, -100, 3])
     torch.testing.assert_close(
         cpu(torch.nn.functional.nll_loss(x, xnf.to_xla(target))), torch.nn.functional.nll_loss(_X, target)
+    )
+
+
+@pytest.mark.parametrize("input_value, target_value", [(1.5, 1.0), (-0.1, 0.0), (math.nan, 1.0), (0.5, 2.0)],
+                         ids=["above", "below", "nan", "target"])
+def test_binary_cross_entropy_outside_0_1_raises_like_torch_in_eager_mode(input_value, target_value):
+    """It returned a number (NaN or a log of a negative clamped to -100) where PyTorch
+    CPU raises; inside compiled programs it still does (docs/semantics.md)."""
+    probabilities = torch.tensor([0.25, input_value, 0.75])
+    target = torch.tensor([1.0, target_value, 0.0])
+    with pytest.raises(RuntimeError) as expected:
+        torch.nn.functional.binary_cross_entropy(probabilities, target)
+    with pytest.raises(RuntimeError, match=re.escape(str(expected.value))):
+        torch.nn.functional.binary_cross_entropy(xnf.to_xla(probabilities), xnf.to_xla(target))
+    # the values at the ends of [0, 1] pass, and give PyTorch's loss
+    ends, ends_target = torch.tensor([0.0, 1.0, 0.5]), torch.tensor([1.0, 0.0, 1.0])
+    torch.testing.assert_close(
+        cpu(torch.nn.functional.binary_cross_entropy(xnf.to_xla(ends), xnf.to_xla(ends_target))),
+        torch.nn.functional.binary_cross_entropy(ends, ends_target),
     )
 
 

@@ -1,4 +1,5 @@
-"""Bounds checks on index values, raised as PyTorch CPU raises them.
+"""Bounds checks on index values (and on binary_cross_entropy's probabilities), raised
+as PyTorch CPU raises them.
 
 JAX cannot raise from inside a compiled computation: an out-of-range index held in a
 tensor makes our gathers read a fill value and our scatters drop the update (Note
@@ -31,11 +32,12 @@ def _min_max(index):
     return jnp.min(index), jnp.max(index)
 
 
-def _extremes(index: Any, ignore: int | None = None) -> tuple[int, int] | None:
-    """Smallest and largest value of an index tensor (ignoring `ignore`), or None if
-    there is none. On the CPU NumPy reads them from the array's buffer (2.6 us for 34
-    indices, 0.16 ms for a million, against 27 us and 3.2 ms for a jitted min and max
-    and two reads of their results); elsewhere only the two results leave the device."""
+def _extremes(index: Any, ignore: int | None = None) -> tuple[Any, Any] | None:
+    """Smallest and largest value of an index tensor (ignoring `ignore`; floats for a
+    floating tensor, NaN if it holds one), or None if there is none. On the CPU NumPy
+    reads them from the array's buffer (2.6 us for 34 indices, 0.16 ms for a million,
+    against 27 us and 3.2 ms for a jitted min and max and two reads of their results);
+    elsewhere only the two results leave the device."""
     if index is None or not index.numel():
         return None
     array = index._store.array if isinstance(index, XlaTensor) else None
@@ -45,13 +47,15 @@ def _extremes(index: Any, ignore: int | None = None) -> tuple[int, int] | None:
         host = host_array(index)
         if ignore is not None:
             host = np.where(host == ignore, 0, host)
-        return int(host.min()), int(host.max())
-    v = value(index)
-    with X64:
-        if ignore is not None:
-            v = jnp.where(v == ignore, 0, v)
-        lo, hi = _min_max(v)
-    return int(lo), int(hi)
+        lo, hi = host.min(), host.max()
+    else:
+        v = value(index)
+        with X64:
+            if ignore is not None:
+                v = jnp.where(v == ignore, 0, v)
+            lo, hi = _min_max(v)
+    number = float if index.is_floating_point() else int
+    return number(lo), number(hi)
 
 
 def _on_cpu(array: jax.Array) -> bool:
@@ -193,6 +197,14 @@ def _nll_loss(self, target, ignore_index=-100, **_):
             raise IndexError(f"Target {v} is out of bounds.")
 
 
+def _binary_cross_entropy(self, target, **_):
+    # NaN fails too, as in PyTorch's kernel (its min and max are NaN)
+    for tensor, name in ((self, "input"), (target, "target")):
+        ext = _extremes(tensor) if tensor.is_floating_point() else None
+        if ext is not None and not (0 <= ext[0] and ext[1] <= 1):
+            raise RuntimeError(f"all elements of {name} should be between 0 and 1")
+
+
 _OUT_OF_BOUNDS = "index {index} is out of bounds for dimension {dim} with size {size}"
 
 # check name (the manifest's policy `eager_value_checks` gives each op its check) -> the
@@ -208,6 +220,7 @@ CHECKS: dict[str, Callable[..., None]] = {
     "embedding": _embedding,
     "embedding_bag": _embedding_bag,
     "nll_loss": _nll_loss,
+    "probabilities": _binary_cross_entropy,
 }
 
 
