@@ -157,6 +157,31 @@ def test_errors_are_pytorchs(call):
     assert str(got.value) == str(expected.value)
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: torch.bernoulli(x / 2),  # 1.5
+        lambda x: torch.bernoulli(x - 2),  # -1
+        lambda x: torch.bernoulli(x * float("nan")),
+        lambda x: torch.zeros_like(x).bernoulli_(x / 2),
+        lambda x: torch.normal(x, x - 2),  # std -1
+        lambda x: torch.normal(0.0, x * float("nan")),
+    ],
+    ids=["bernoulli-above", "bernoulli-below", "bernoulli-nan", "bernoulli_-tensor", "normal-negative-std",
+         "normal-nan-std"],
+)
+def test_parameter_values_outside_their_range_raise_in_eager_mode(call):
+    """Eager checks of tensor parameters, as PyTorch CPU makes them (they drew numbers
+    before); compiled programs cannot raise and draw from what they are given."""
+    x = torch.tensor([1.0, 3.0, 2.0])
+    with pytest.raises(RuntimeError) as expected:
+        call(x)
+    with pytest.raises(RuntimeError) as got:
+        call(ours(x))
+    assert str(got.value) in str(expected.value)  # PyTorch appends a line to bernoulli's
+    assert cpu(xnf.compile(call)(ours(x))).shape == (3,)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_standard_gamma_grad(dtype):
     """The pathwise gradient d x / d alpha at points x that are known quantiles of

@@ -5,6 +5,8 @@ numbers every step without recompiling."""
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -123,11 +125,28 @@ def impl_bernoulli_p(self, p, *, generator=None):
 
 
 def impl_bernoulli(self, *, generator=None):
+    _check_parameters(self, 0.0, 1.0, "Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
     return run_node(node("random_bernoulli"), (self, self), _key(generator))
 
 
 def impl_bernoulli_Tensor(self, p, *, generator=None):
+    _check_parameters(p, 0.0, 1.0, "Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
     return run_node(node("random_bernoulli"), (self, p), _key(generator))
+
+
+@jax.jit
+def _outside(x, low, high):
+    return jnp.any(~((x >= low) & (x <= high)))  # NaN is outside
+
+
+def _check_parameters(t, low: float, high: float, message: str) -> None:
+    """PyTorch CPU's check that a tensor of parameters lies in [low, high] (NaN does
+    not); eager only (a compiled program cannot raise), at one read back to the host."""
+    if context.trace is not None or not t.numel() or isinstance(value(t), jax.core.Tracer):
+        return
+    with X64:
+        if bool(_outside(value(t), low, high)):
+            raise RuntimeError(message)
 
 
 def _normal(mean, std, shape, dtype, generator):
@@ -144,11 +163,16 @@ def impl_normal_Tensor_float(mean, std=1, *, generator=None):
     return _normal(mean, _tensor_like(std, mean.dtype), mean.shape, mean.dtype, generator)
 
 
+_NEGATIVE_STD = "normal expects all elements of std >= 0.0"
+
+
 def impl_normal_float_Tensor(mean, std, *, generator=None):
+    _check_parameters(std, 0.0, math.inf, _NEGATIVE_STD)
     return _normal(_tensor_like(mean, std.dtype), std, std.shape, std.dtype, generator)
 
 
 def impl_normal_Tensor_Tensor(mean, std, *, generator=None):
+    _check_parameters(std, 0.0, math.inf, _NEGATIVE_STD)
     shape = broadcast_shapes(tuple(mean.shape), tuple(std.shape))
     dtype = torch.promote_types(mean.dtype, std.dtype)
     return _normal(mean, std, shape, dtype, generator)
