@@ -134,14 +134,12 @@ def sqrt(x):
         return jnp.sqrt(x)
     re, im = jnp.real(x), jnp.imag(x)
     root = jnp.sqrt(x)
-    root_im = jnp.where(jnp.signbit(im), -jnp.abs(jnp.imag(root)), jnp.abs(jnp.imag(root)))
-    root_im = jnp.where(jnp.isnan(jnp.imag(root)), jnp.imag(root), root_im)
-    root = lax.complex(jnp.real(root), root_im)
+    root = lax.complex(jnp.real(root), jnp.copysign(jnp.imag(root), im))
     return jnp.where(jnp.isinf(im), lax.complex(jnp.full_like(re, jnp.inf), im), root)
 
 
 def _signed_zero(like, sign_of):
-    return jnp.where(jnp.signbit(sign_of), -0.0, 0.0).astype(like.dtype)
+    return jnp.copysign(jnp.zeros((), like.dtype), sign_of)
 
 
 def _conjugate_symmetric(fn, odd, special=None):

@@ -32,7 +32,7 @@ def _min_max(index):
     return jnp.min(index), jnp.max(index)
 
 
-def _extremes(index: Any, ignore: int | None = None) -> tuple[Any, Any] | None:
+def value_range(index: Any, ignore: int | None = None) -> tuple[Any, Any] | None:
     """Smallest and largest value of an index tensor (ignoring `ignore`; floats for a
     floating tensor, NaN if it holds one), or None if there is none. On the CPU NumPy
     reads them from the array's buffer (2.6 us for 34 indices, 0.16 ms for a million,
@@ -86,7 +86,7 @@ def _along_dim(error: type, message: str, negative_ok: bool = False) -> Callable
 
     def check(self, dim, index, **_):
         size = _dim_size(self, dim)
-        ext = None if size is None else _extremes(index)
+        ext = None if size is None else value_range(index)
         if ext is None:
             return
         low = -size if negative_ok else 0
@@ -106,7 +106,7 @@ def _size_if_outside(self, dim, index) -> int | None:
     value to read. Raises index_select's and index_add's IndexError where `self` is 1-D
     or 0-d."""
     size = _dim_size(self, dim)
-    ext = None if size is None else _extremes(index)
+    ext = None if size is None else value_range(index)
     if ext is None or (0 <= ext[0] and ext[1] < (size if self.dim() > 1 else self.numel())):
         return None
     if self.dim() <= 1:
@@ -155,7 +155,7 @@ def _index_reduce(self, dim, index, source, reduce=None, include_self=True, **_)
     if self.dim() > 1 and not index.numel():
         return
     size = _dim_size(self, dim)
-    ext = None if size is None else _extremes(index)
+    ext = None if size is None else value_range(index)
     if ext is None:
         return
     if not include_self and not (-size <= ext[0] and ext[1] < size):
@@ -166,7 +166,7 @@ def _index_reduce(self, dim, index, source, reduce=None, include_self=True, **_)
 
 
 def _take(self, index, **_):
-    ext = _extremes(index)
+    ext = value_range(index)
     n = self.numel()
     for v in ext or ():
         if not -n <= v < n:
@@ -174,13 +174,13 @@ def _take(self, index, **_):
 
 
 def _embedding(weight, indices, **_):
-    ext = _extremes(indices) if weight.dim() == 2 else None  # else the op raises its own error
+    ext = value_range(indices) if weight.dim() == 2 else None  # else the op raises its own error
     if ext is not None and (ext[0] < 0 or ext[1] >= weight.shape[0]):
         raise IndexError("index out of range in self")
 
 
 def _embedding_bag(weight, indices, **_):
-    ext = _extremes(indices) if weight.dim() == 2 else None
+    ext = value_range(indices) if weight.dim() == 2 else None
     n = weight.shape[0]
     for v in ext or ():
         if not 0 <= v < n:
@@ -190,7 +190,7 @@ def _embedding_bag(weight, indices, **_):
 def _nll_loss(self, target, ignore_index=-100, **_):
     if self.dim() not in (1, 2, 3, 4) or target.dim() != max(self.dim() - 1, 0):
         return  # the op raises its own shape error
-    ext = _extremes(target, ignore=ignore_index)
+    ext = value_range(target, ignore=ignore_index)
     classes = self.shape[-1] if self.dim() == 1 else self.shape[1]
     for v in ext or ():
         if not 0 <= v < classes:
@@ -200,7 +200,7 @@ def _nll_loss(self, target, ignore_index=-100, **_):
 def _binary_cross_entropy(self, target, **_):
     # NaN fails too, as in PyTorch's kernel (its min and max are NaN)
     for tensor, name in ((self, "input"), (target, "target")):
-        ext = _extremes(tensor) if tensor.is_floating_point() else None
+        ext = value_range(tensor) if tensor.is_floating_point() else None
         if ext is not None and not (0 <= ext[0] and ext[1] <= 1):
             raise RuntimeError(f"all elements of {name} should be between 0 and 1")
 
