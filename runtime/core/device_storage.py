@@ -14,6 +14,9 @@ bytes. Tensors that share memory get the same storage address; tensors that do n
 different ones. The address is never memory: `XlaTensor.storage()` (PyTorch's
 deprecated TypedStorage accessor) returns a `DeviceStorage` that gives the address and
 sizes and refuses to read values, and PyTorch's own `untyped_storage()` is unchanged.
+Its size is PyTorch's placeholder's: for a view, up to the view's last element (the
+storage of `x[1:3]`, x of 4x3 float32, has 36 bytes where a CPU tensor's has 48); code
+that needs the whole storage reads the Storage's shape.
 
 Pickling (torch.save) stores CPU copies, and keeps sharing as it is: the tensors of one
 storage pickled while its CPU copy is alive (during one torch.save) become views of that

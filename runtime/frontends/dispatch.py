@@ -263,3 +263,9 @@ def _factory_kernel(op: Any) -> Any:
         return dispatch(op, args, kwargs)
 
     return kernel
+
+
+def device_kernel_codes() -> tuple:
+    """The code of the Python kernels registered at the PrivateUse1 key, which PyTorch
+    calls outside `__torch_dispatch__` (Dynamo must run them as plain Python)."""
+    return _factory_kernel(None).__code__, _copy_from_kernel.__code__, _copy_from_and_resize_kernel.__code__

@@ -53,7 +53,7 @@ from ..exec.sharding import InputLayouts, constrain_array, input_layouts, place_
 from ..platform.backend import executions_run_inline, graph_compiler_options
 from ..platform.config import config
 from ..platform.metrics import ReplayedOps, metrics
-from .dispatch import _AutogradEngine, dispatch
+from .dispatch import _AutogradEngine, device_kernel_codes, dispatch
 from .env import Environment
 from .moved_models import watch_graph_breaks
 
@@ -753,6 +753,8 @@ def _run_runtime_without_dynamo() -> None:
     skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
     for fn in (XlaTensor.__torch_dispatch__, Environment.__torch_dispatch__, _compile_backward_graph):
         set_code_exec_strategy(getattr(fn, "__func__", fn).__code__, skip)
+    for code in device_kernel_codes():  # factories on our device, copies to it (forward AD's zero tangents)
+        set_code_exec_strategy(code, skip)
     # The autograd engine's wrapper (Note [Backward on the calling thread] in
     # frontends/dispatch.py) stands where Dynamo expects PyTorch's C++ engine, at which
     # it breaks the graph: `loss.backward()` inside a compiled step made it try, and

@@ -3,6 +3,8 @@ shape depends on data."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -181,6 +183,24 @@ def impl_is_set_to(self, tensor):
         and tensor.storage_offset() == self.storage_offset()
         and tuple(tensor.shape) == tuple(self.shape) and tuple(tensor.stride()) == tuple(self.stride())
     )
+
+
+def impl__has_same_storage_numel(self, other):
+    # Forward-mode AD asks whether a tangent can take its primal's layout.
+    return _storage_numel(self) == _storage_numel(other)
+
+
+def _storage_numel(t: torch.Tensor) -> int:
+    """Elements of t's dtype in its whole storage (PyTorch's placeholder storage of a view
+    on our device ends at the view's last element: Note [Device addresses])."""
+    if not isinstance(t, XlaTensor):
+        return t.untyped_storage().nbytes() // t.element_size()
+    return math.prod(t._store.shape()) * (2 if t._real else 1)
+
+
+def impl_is_same_size(self, other):
+    # Forward-mode AD asks it of a primal and its tangent (fwAD.make_dual).
+    return tuple(self.shape) == tuple(other.shape)
 
 
 def impl_is_pinned(self, device=None):
