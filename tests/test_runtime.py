@@ -1044,6 +1044,28 @@ def test_cpu_data_copied_to_our_device_by_torch():
     assert isinstance(moved, XlaTensor) and torch.equal(cpu(moved), torch.arange(3))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool,
+                                   torch.complex64], ids=str)
+@pytest.mark.parametrize("device", [None, "jax"])
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_tensor_from_a_list_of_0_dim_tensors(dtype, device, mode):
+    """torch.tensor([loss, acc]) reads each 0-dim tensor's value with the Python
+    dispatch key excluded; the result is on the CPU unless a device is given."""
+    values = torch.tensor([3, 0, 1], dtype=dtype)
+
+    def build(xs):
+        return torch.tensor([xs[0], xs[1] * 2], device=device), torch.as_tensor([[xs[2]], [xs[0]]])
+
+    expected = build([values[i].to(device or "cpu") for i in range(3)])
+    step = xnf.compile(build) if mode == "compiled" else build
+    for _ in range(2):
+        got = step([xnf.to_xla(values)[i] for i in range(3)])
+    for g, e in zip(got, expected):
+        assert g.device.type == e.device.type and g.dtype == e.dtype
+        torch.testing.assert_close(g.cpu(), e.cpu())
+    assert got[0].device.type == (device or "cpu")
+
+
 def test_multihead_attention_forward_and_backward_match_cpu():
     """nn.MultiheadAttention and SDPA reach us as bmm, _safe_softmax, new_empty_strided..."""
     torch.manual_seed(0)

@@ -236,7 +236,14 @@ def install(registry: dict[Any, Any]) -> None:
     # device) end in a copy that reaches the dispatcher's PrivateUse1 key.
     lib.impl("_copy_from", _copy_from_kernel, "PrivateUse1")
     lib.impl("_copy_from_and_resize", _copy_from_and_resize_kernel, "PrivateUse1")
+    # torch.tensor([a, b]) of 0-dim tensors reads each one's value with the Python key
+    # excluded (so no tensor subclass takes part in building the data).
+    lib.impl("_local_scalar_dense", _local_scalar_dense_kernel, "PrivateUse1")
     _LIBRARY.append(lib)
+
+
+def _local_scalar_dense_kernel(t: Any) -> Any:
+    return dispatch(torch.ops.aten._local_scalar_dense.default, (t,), {})
 
 
 def _copy_from_kernel(src: torch.Tensor, dst: Any, non_blocking: bool = False) -> Any:
@@ -268,4 +275,5 @@ def _factory_kernel(op: Any) -> Any:
 def device_kernel_codes() -> tuple:
     """The code of the Python kernels registered at the PrivateUse1 key, which PyTorch
     calls outside `__torch_dispatch__` (Dynamo must run them as plain Python)."""
-    return _factory_kernel(None).__code__, _copy_from_kernel.__code__, _copy_from_and_resize_kernel.__code__
+    return (_factory_kernel(None).__code__, _copy_from_kernel.__code__, _copy_from_and_resize_kernel.__code__,
+            _local_scalar_dense_kernel.__code__)
