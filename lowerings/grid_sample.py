@@ -1,4 +1,5 @@
-"""Lowerings of grid sampling (grid_sampler_2d / grid_sampler_3d) and their backward ops.
+"""Lowerings of grid sampling (grid_sampler_2d / grid_sampler_3d) and their backward ops, and
+of the affine grids F.affine_grid makes for them (affine_grid_generator).
 
 Every output position reads the input at a point the grid gives in [-1, 1] coordinates
 (x indexes the last dim). The point is mapped to pixel coordinates with PyTorch's
@@ -201,3 +202,26 @@ def lower_grid_sampler_3d_backward(
     grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask
 ):
     return _backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners, output_mask)
+
+
+def _affine_base_grid(size, align_corners, dtype):
+    """(points, d + 1): each output position's normalized coordinates, x first, then a 1
+    (PyTorch's base grid, whose steps shrink by (n - 1) / n without align_corners)."""
+    axes = []
+    for n in reversed(size[2:]):  # x runs along the last dim
+        if n <= 1:
+            axes.append(jnp.zeros((max(n, 0),), dtype))
+            continue
+        steps = jnp.linspace(-1.0, 1.0, n, dtype=dtype)
+        axes.append(steps if align_corners else steps * ((n - 1) / n))
+    mesh = jnp.meshgrid(*reversed(axes), indexing="ij")  # over size[2:] in order
+    coords = [m.reshape(-1) for m in reversed(mesh)] + [jnp.ones((math.prod(size[2:]),), dtype)]
+    return jnp.stack(coords, axis=-1)
+
+
+def lower_affine_grid_generator(theta, size, align_corners):
+    """The sampling grid of an affine map (F.affine_grid): each base point times theta."""
+    base = _affine_base_grid(size, align_corners, theta.dtype)
+    grid = jnp.einsum("pk,njk->npj", opmath(base), opmath(theta))
+    return grid.astype(theta.dtype).reshape((size[0],) + tuple(size[2:]) + (len(size) - 2,))
+

@@ -82,3 +82,20 @@ def grid_sampler_3d_backward_output_shape(
     return _backward(
         grad_output, input, grid, interpolation_mode, padding_mode, output_mask, 3, "grid_sampler_3d_backward_cpu"
     )
+
+
+def _affine_dims(size) -> int:
+    if len(size) not in (4, 5):
+        raise RuntimeError("AffineGridGenerator needs 4d (spatial) or 5d (volumetric) inputs.")
+    return len(size) - 2
+
+
+def affine_grid_generator_output_shape(theta, size, align_corners):
+    d = _affine_dims(size)
+    if tuple(theta.shape) != (size[0], d, d + 1):
+        raise RuntimeError(
+            f"Expected theta of size [{size[0]}, {d}, {d + 1}] for an output of size {list(size)}, "
+            f"but got {list(theta.shape)}"
+        )
+    return TensorMeta((size[0],) + tuple(size[2:]) + (d,), theta.dtype)
+

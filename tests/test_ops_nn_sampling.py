@@ -1,4 +1,4 @@
-"""Max unpooling, grid sampling, bicubic / nearest-exact / antialiased (bilinear, bicubic) upsampling,
+"""Max unpooling, grid sampling, affine grids, bicubic / nearest-exact / antialiased (bilinear, bicubic) upsampling,
 adaptive max pooling in 3-D, _trilinear, _euclidean_dist, embedding_renorm and the fused
 weight norm against
 PyTorch CPU (values), meta or CPU (shapes, dtypes) and CPU errors; OpInfo samples on the
@@ -324,7 +324,19 @@ def weight_norm_cases():
     return cases
 
 
-CASES = unpool_cases() + grid_cases() + upsample_cases() + misc_cases()
+def affine_grid_cases():
+    cases = []
+    for size in ([2, 1, 4, 5], [3, 2, 1, 6], [2, 1, 3, 1], [2, 3, 2, 3, 4], [1, 1, 1, 1, 1]):
+        d = len(size) - 2
+        for align_corners in (False, True):
+            for dtype, tol in ((D, {}), (torch.float32, F32_TOL)):
+                cases.append(Case(f"affine_grid_{'x'.join(map(str, size))}_ac{int(align_corners)}_{str(dtype)[6:]}",
+                                  aten.affine_grid_generator.default,
+                                  (T(size[0], d, d + 1, dtype=dtype), size, align_corners), tol=tol))
+    return cases
+
+
+CASES = unpool_cases() + grid_cases() + affine_grid_cases() + upsample_cases() + misc_cases()
 assert len({c.id for c in CASES}) == len(CASES), "duplicate case ids"
 
 
@@ -388,6 +400,8 @@ ERROR_CASES = [
     ErrorCase("grid2d_batch_mismatch", aten.grid_sampler_2d.default, (_g[0], _g[1].expand(2, 5, 6, 2), 0, 0, False)),
     ErrorCase("grid2d_empty_spatial", aten.grid_sampler_2d.default, (_g[0][:, :, :0], _g[1], 0, 0, False)),
     ErrorCase("grid2d_int64", aten.grid_sampler_2d.default, (_g[0].long(), _g[1].long(), 0, 0, False)),
+    ErrorCase("affine_grid_3d_size", aten.affine_grid_generator.default, (T(2, 2, 3), [2, 1, 4], False)),
+    ErrorCase("affine_grid_theta_shape", aten.affine_grid_generator.default, (T(2, 3, 3), [2, 1, 4, 5], False)),
     ErrorCase("grid3d_bicubic", aten.grid_sampler_3d.default, (T(1, 2, 3, 4, 5), T(1, 2, 2, 2, 3), 2, 0, False)),
     ErrorCase("grid3d_last_dim", aten.grid_sampler_3d.default, (T(1, 2, 3, 4, 5), T(1, 2, 2, 2, 2), 0, 0, False)),
     ErrorCase("bicubic_int64", aten.upsample_bicubic2d.default, (T(1, 1, 3, 3, dtype=torch.int64), [4, 4], False)),
@@ -524,3 +538,26 @@ def test_weight_norm_parametrization_trains_like_cpu(dim, mode):
     expected = step(conv, x)
     got = (xnf.compile(step) if mode == "compiled" else step)(ours, xnf.to_xla(x))
     torch.testing.assert_close([xnf.to_torch(t) for t in got], expected, **F32_TOL)
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_spatial_transformer_trains_like_cpu(mode):
+    """F.affine_grid + F.grid_sample (a spatial transformer network): outputs and the
+    gradients of theta and the image."""
+
+    def transform(image, theta):
+        grid = torch.nn.functional.affine_grid(theta, list(image.shape), align_corners=False)
+        out = torch.nn.functional.grid_sample(image, grid, align_corners=False)
+        out.square().sum().backward()
+        return out.detach(), image.grad, theta.grad
+
+    g = torch.Generator().manual_seed(5)
+    image, theta = torch.randn(2, 3, 8, 8, generator=g), torch.randn(2, 2, 3, generator=g) * 0.3
+    theta[:, 0, 0] += 1
+    theta[:, 1, 1] += 1
+    expected = transform(image.clone().requires_grad_(), theta.clone().requires_grad_())
+    step = xnf.compile(transform) if mode == "compiled" else transform
+    for _ in range(3):
+        got = step(xnf.to_xla(image).requires_grad_(), xnf.to_xla(theta).requires_grad_())
+    for g_, e in zip(got, expected):  # theta's gradient sums 64 positions of 3 channels in float32
+        torch.testing.assert_close(g_.cpu(), e, rtol=1e-4, atol=1e-5)
