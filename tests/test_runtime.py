@@ -541,6 +541,36 @@ def test_out_of_the_wrong_shape_is_resized(mode, numel):
     torch.testing.assert_close(cpu(out), ref)
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("view", [lambda b: b.view(-1)[2:2], lambda b: b[1, 3:], lambda b: b.view(-1)[2:3]],
+                         ids=["empty", "empty_row_end", "one_element"])
+def test_out_view_is_resized_within_its_storage(view, mode):
+    """An out= view resized to more elements stays a view of its storage where the
+    storage holds them (PyTorch's resize_): the result lands in the base."""
+
+    def add(base, x):
+        out = view(base)
+        torch.add(x, 1, out=out)
+        return out
+
+    run = add if mode == "eager" else xnf.compile(add)
+    base, ref_base = xnf.to_xla(torch.zeros(2, 3)), torch.zeros(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the third case warns: it resizes a tensor with elements
+        out = run(base, xnf.to_xla(torch.arange(3.0)))
+        ref = add(ref_base, torch.arange(3.0))
+    assert out.shape == ref.shape and out.stride() == ref.stride()
+    torch.testing.assert_close(cpu(out), ref)
+    torch.testing.assert_close(cpu(base), ref_base)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8])
+def test_fft_frequencies_made_on_our_device(n):
+    """torch.fft.fftfreq writes its negative frequencies into an empty view of its result."""
+    torch.testing.assert_close(cpu(torch.fft.fftfreq(n, 0.1, device="jax")), torch.fft.fftfreq(n, 0.1))
+    torch.testing.assert_close(cpu(torch.fft.rfftfreq(n, device="jax", dtype=torch.float64)),
+                               torch.fft.rfftfreq(n, dtype=torch.float64))
+
 
 def _raises_like_torch(fn, cpu_args, ours_args):
     with pytest.raises(Exception) as expected:

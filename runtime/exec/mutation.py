@@ -19,7 +19,7 @@ from ..core.context import context
 from ..core.convert import X64, jax_to_cpu, current_array
 from ..core.inference import inference_mode_enabled, made_in_mode, made_like
 from ..core.ir import Node
-from ..core.tensor import Storage, XlaTensor, real_view_on, same_layout, tensor_on
+from ..core.tensor import Storage, XlaTensor, contiguous_strides, real_view_on, same_layout, tensor_on
 from ..core.views import (is_whole, non_overlapping_and_dense, overlapping, real_strided_write_jit, strided_write_jit,
                           view_meta)
 from ..platform.config import config
@@ -384,7 +384,10 @@ def write_out(outs: tuple[Any, ...], result: Any, inputs: tuple[Any, ...] = (), 
 
 def resize_out(out: XlaTensor, shape: tuple[int, ...]) -> None:
     """PyTorch resizes an out= tensor of the wrong shape (with a warning unless it was
-    empty). `out` gets a new storage, to be written whole."""
+    empty) as resize_ does: within its storage, contiguous from its offset, where the
+    storage holds that many elements (torch.fft.fftfreq writes its negative half into an
+    empty view of its result this way); else `out` gets a new storage, to be written
+    whole (PyTorch grows the storage, which other views of it share)."""
     if out.numel():
         warnings.warn(
             f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does not "
@@ -394,7 +397,11 @@ def resize_out(out: XlaTensor, shape: tuple[int, ...]) -> None:
             UserWarning,
             stacklevel=4,
         )
-    restride_inplace(out, XlaTensor(Storage(None), shape, out.dtype))
+    store, offset = out._store, out.storage_offset()
+    if not out._real and offset + math.prod(shape) <= math.prod(store.shape()):
+        restride_inplace(out, XlaTensor(store, shape, out.dtype, contiguous_strides(shape), offset))
+    else:
+        restride_inplace(out, XlaTensor(Storage(None), shape, out.dtype))
 
 
 def result_value(t: Any) -> Any:
