@@ -70,6 +70,23 @@ def lower_bitwise_left_shift_Scalar_Tensor(self, other):
     return _scalar_binary("bitwise_left_shift_Scalar_Tensor", binary.shift_left, self, other, False)
 
 
+# Python's shift operators (x << 2, x >> t) are PyTorch's bitwise shifts, same kernels.
+def lower___lshift___Scalar(self, other):
+    return lower_bitwise_left_shift_Tensor_Scalar(self, other)
+
+
+def lower___lshift___Tensor(self, other):
+    return binary.lower_bitwise_left_shift_Tensor(self, other)
+
+
+def lower___rshift___Scalar(self, other):
+    return lower_bitwise_right_shift_Tensor_Scalar(self, other)
+
+
+def lower___rshift___Tensor(self, other):
+    return binary.lower_bitwise_right_shift_Tensor(self, other)
+
+
 def lower_bitwise_and_Scalar_Tensor(self, other):
     return _scalar_binary("bitwise_and_Scalar_Tensor", jnp.bitwise_and, self, other, False)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from .common import elementwise_meta
 from .pointwise import div_Tensor_mode_output_shape, sub_Tensor_output_shape
-from .pointwise_binary import checked_meta
+from .pointwise_binary import (bitwise_left_shift_Tensor_output_shape, bitwise_right_shift_Tensor_output_shape,
+                               checked_meta)
 
 
 def mul_Scalar_output_shape(self, other):
@@ -45,6 +46,22 @@ def bitwise_or_Scalar_output_shape(self, other):
 
 def bitwise_xor_Scalar_output_shape(self, other):
     return checked_meta("bitwise_xor_Scalar", self, other, kernel="bitwise_xor_cpu", categories="bool int")
+
+
+def __lshift___Scalar_output_shape(self, other):
+    return bitwise_left_shift_Tensor_Scalar_output_shape(self, other)
+
+
+def __lshift___Tensor_output_shape(self, other):
+    return bitwise_left_shift_Tensor_output_shape(self, other)
+
+
+def __rshift___Scalar_output_shape(self, other):
+    return bitwise_right_shift_Tensor_Scalar_output_shape(self, other)
+
+
+def __rshift___Tensor_output_shape(self, other):
+    return bitwise_right_shift_Tensor_output_shape(self, other)
 
 
 def bitwise_left_shift_Tensor_Scalar_output_shape(self, other):

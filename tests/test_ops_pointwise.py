@@ -169,6 +169,8 @@ BINARY = [
     (aten.bitwise_xor.Tensor, -9, 9, False),
     (aten.bitwise_left_shift.Tensor, 0, 9, False),
     (aten.bitwise_right_shift.Tensor, -9, 9, False),
+    (aten.__lshift__.Tensor, 0, 9, False),
+    (aten.__rshift__.Tensor, -9, 9, False),
     (aten.fmod.Tensor, -9, 9, True),
     (aten.remainder.Tensor, -9, 9, True),
     (aten.floor_divide.default, -9, 9, True),
@@ -234,6 +236,8 @@ SCALAR_OPS = [
     (aten.bitwise_xor.Scalar, False),
     (aten.bitwise_left_shift.Tensor_Scalar, False),
     (aten.bitwise_right_shift.Tensor_Scalar, False),
+    (aten.__lshift__.Scalar, False),
+    (aten.__rshift__.Scalar, False),
     (aten.fmod.Scalar, True),
     (aten.remainder.Scalar, True),
     (aten.floor_divide.Scalar, True),
@@ -282,7 +286,9 @@ def _scalar_cases():
                 if op is aten.special_zeta.other_scalar and sname == "negint":
                     continue  # Not matched: zeta for q < 0 off the poles.
                 tol = _tol(x.dtype)
-                cases.append(Case(f"{name}_{tname}_{sname}", op, (x, s), tol=tol))
+                # PyTorch's meta function of the shift operators refuses a bool tensor, which its CPU kernel shifts.
+                meta_agrees = not (op in (aten.__lshift__.Scalar, aten.__rshift__.Scalar) and tname == "bool")
+                cases.append(Case(f"{name}_{tname}_{sname}", op, (x, s), tol=tol, meta_agrees=meta_agrees))
     exps = {"i64": ints(2, 3, low=-3, high=6), "f32": T(2, 3, low=0.1, high=3), "bool": T(2, 3, dtype=torch.bool)}
     for op in SCALAR_SELF_OPS:
         name = unambiguous_name(op)
@@ -545,6 +551,9 @@ def test_shape_fn_matches_meta(case):
     expected, error = cpu_result(case)
     if error is not None:
         pytest.skip("CPU rejects this input (checked in test_matches_cpu)")
+    if not case.meta_agrees:  # compared with PyTorch CPU's result instead
+        assert run_shape_fn(case.op, case.args, case.kwargs) == as_meta(expected)
+        return
     args = [to_meta_device(a) for a in case.args]
     kwargs = {k: to_meta_device(v) for k, v in case.kwargs.items()}
     meta = as_meta(case.op(*args, **kwargs))
@@ -886,3 +895,26 @@ def test_complex_results_of_real_valued_functions():
     z = torch.tensor([-8.5 + 1j, 300.7 - 2j, 1e20 + 0j, complex(math.nan, 0)], dtype=torch.complex64)
     for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool):
         assert torch.equal(z.to("jax").to(dtype).cpu(), z.to(dtype)), dtype
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_python_shift_operators(mode):
+    """x << k, x >> t, k << x and the in-place forms reach __lshift__/__rshift__ (and
+    their in-place __ilshift__/__irshift__), PyTorch's bitwise shifts."""
+
+    def shifts(x, t):
+        y = x.clone()
+        y <<= 2
+        y >>= t
+        return x << 3, x >> t, 2 << t, y
+
+    x, t = torch.tensor([1, -7, 40, 3], dtype=torch.int32), torch.tensor([0, 1, 2, 31], dtype=torch.int32)
+    expected = shifts(x, t)
+    run = xnf.compile(shifts) if mode == "compiled" else shifts
+    for _ in range(3):
+        got = run(xnf.to_xla(x), xnf.to_xla(t))
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype
+        assert torch.equal(g.cpu(), e)
+    with pytest.raises(NotImplementedError, match="lshift_cpu"):
+        xnf.to_xla(torch.ones(2)) << 1
