@@ -298,7 +298,29 @@ GENERATOR_DRAWS = [
     ("multinomial", lambda g: torch.multinomial(ours(torch.ones(64)), 64, generator=g)),
     ("poisson", lambda g: torch.poisson(ours(torch.full((64,), 30.0)), generator=g)),
     ("gamma", lambda g: torch._standard_gamma(ours(torch.full((64,), 2.0)), generator=g)),
+    ("rand_like", lambda g: torch.rand_like(ours(torch.zeros(64)), generator=g, dtype=torch.float64)),
+    ("randn_like", lambda g: torch.randn_like(ours(torch.zeros(64)), generator=g)),
+    ("randint_like", lambda g: torch.randint_like(ours(torch.zeros(64)), 1000, generator=g)),
+    ("randint_like_low", lambda g: torch.randint_like(ours(torch.zeros(64)), 5, 1000, generator=g, dtype=torch.int32)),
+    ("randint_like_tensor_high", lambda g: torch.randint_like(ours(torch.zeros(64)), ours(torch.tensor(1000)),
+                                                              generator=g)),
 ]
+
+
+@pytest.mark.parametrize("dtype", [None, torch.int32, torch.float64], ids=str)
+def test_like_draws_take_pytorchs_dtype_and_range(dtype):
+    """The *_like draws (with or without a generator, a tensor `high`): shape, dtype and
+    support as PyTorch CPU's."""
+    x = torch.zeros(3, 40)
+    for low, high in ((0, 7), (-3, 4)):
+        draws = [torch.randint_like(ours(x), low, high, dtype=dtype, generator=torch.Generator().manual_seed(1))]
+        if low == 0:
+            draws.append(torch.randint_like(ours(x), ours(torch.tensor(high)), dtype=dtype))
+        expected = torch.randint_like(x, low, high, dtype=dtype)
+        for d in draws:
+            assert d.shape == expected.shape and d.dtype == expected.dtype
+            d = cpu(d)
+            assert d.min() >= low and d.max() < high and d.min() == low and d.max() == high - 1
 
 
 @needs_device_generators

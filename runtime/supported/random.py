@@ -210,6 +210,30 @@ def impl_randint_like(self, high, *, dtype=None, layout=None, device=None, pin_m
     return impl_randint_like_low_dtype(self, 0, high, dtype=dtype)
 
 
+def impl_randint_like_low_generator_dtype(
+    self, low, high, *, generator, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
+    _check_range(low, high)
+    return _integers(self.shape, dtype or self.dtype, low, high, generator)
+
+
+def impl_randint_like_generator(
+    self, high, *, generator, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
+    return impl_randint_like_low_generator_dtype(self, 0, high, generator=generator, dtype=dtype)
+
+
+def impl_randint_like_Tensor(self, high, *, dtype=None, layout=None, device=None, pin_memory=None,
+                             memory_format=None):
+    return impl_randint_like_low_dtype(self, 0, high.item(), dtype=dtype)  # PyTorch reads `high` on the host too
+
+
+def impl_randint_like_Tensor_generator(
+    self, high, *, generator, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
+):
+    return impl_randint_like_low_generator_dtype(self, 0, high.item(), generator=generator, dtype=dtype)
+
+
 def impl_random(self, *, generator=None):
     high = _RANDOM_HIGH.get(self.dtype)
     if high is None:
@@ -241,6 +265,16 @@ def impl_rand_like(self, *, dtype=None, layout=None, device=None, pin_memory=Non
 
 def impl_randn_like(self, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     return _sample("normal", self.shape, dtype or self.dtype, (0.0, 1.0))
+
+
+def impl_rand_like_generator(self, *, generator, dtype=None, layout=None, device=None, pin_memory=None,
+                             memory_format=None):
+    return _sample("uniform", self.shape, dtype or self.dtype, (0.0, 1.0), generator)
+
+
+def impl_randn_like_generator(self, *, generator, dtype=None, layout=None, device=None, pin_memory=None,
+                              memory_format=None):
+    return _sample("normal", self.shape, dtype or self.dtype, (0.0, 1.0), generator)
 
 
 def impl_randperm(n, *, dtype=torch.int64, layout=None, device=None, pin_memory=None):
