@@ -744,6 +744,32 @@ def test_binary_cross_entropy_outside_0_1_raises_like_torch_in_eager_mode(input_
     )
 
 
+@pytest.mark.parametrize("value,message", [(torch.tensor(1), None), (torch.tensor(0), None), (torch.tensor(0.0), "bad"),
+                                           (torch.tensor([1, 1]), None), (torch.tensor(True), "fine")])
+def test_assert_async_raises_like_torch_in_eager_mode_only(value, message):
+    def check(t):
+        if message is None:
+            torch._assert_async(t)
+        else:
+            torch._assert_async(t, message)
+        return t + 1
+
+    try:
+        check(value)
+        expected = None
+    except RuntimeError as e:
+        expected = str(e)
+    if expected is None:
+        check(xnf.to_xla(value))
+    else:
+        with pytest.raises(RuntimeError) as raised:
+            check(xnf.to_xla(value))
+        assert str(raised.value) == expected
+    step = xnf.compile(check)
+    for _ in range(3):  # compiled programs leave the check out, and replay
+        torch.testing.assert_close(cpu(step(xnf.to_xla(value))), value + 1)
+
+
 def test_index_value_checks_can_be_turned_off(monkeypatch):
     monkeypatch.setattr(xnf.config, "check_index_values", False)
     # the gather reads a fill value for the bad index instead of raising

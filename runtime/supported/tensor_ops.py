@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ...shape_fns.storage_size import check_strided_storage_size
+from ..core.context import context
 from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from ..core.tensor import XlaTensor, from_array
 from ..core.views import as_complex_layout, as_real_layout
@@ -27,6 +28,26 @@ def _on_device(t):
 def impl__local_scalar_dense(self):
     with X64:
         return jax_to_cpu(host_array(self)).item()
+
+
+def impl__assert_async(self):
+    _assert_nonzero(self, "Expected Tensor with single nonzero value, but got zero")
+
+
+def impl__assert_async_msg(self, assert_msg):
+    _assert_nonzero(self, assert_msg)
+
+
+def _assert_nonzero(t, message):
+    """torch._assert_async: PyTorch CPU checks at once; a compiled program cannot raise,
+    so there the check is left out, as a CUDA device's assertion is asynchronous."""
+    if context.trace is not None:
+        return
+    if t.numel() != 1:
+        raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+    with X64:
+        if not host_array(t).item():
+            raise RuntimeError(message)
 
 
 def impl__to_copy(
