@@ -564,6 +564,28 @@ def test_out_view_is_resized_within_its_storage(view, mode):
     torch.testing.assert_close(cpu(base), ref_base)
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_set_makes_a_tensor_view_anothers_storage(mode):
+    """x.set_(y): x takes y's storage, sizes, strides and offset; writes through either
+    reach the other. set_() empties x."""
+
+    def step(x, y, z):
+        x.set_(y[:, 1:])
+        x.add_(100)
+        z.set_()
+        return x, y, z
+
+    expected = step(torch.zeros(2), torch.arange(6.0).view(2, 3), torch.ones(3))
+    run = xnf.compile(step) if mode == "compiled" else step
+    for _ in range(2):
+        got = run(xnf.to_xla(torch.zeros(2)), xnf.to_xla(torch.arange(6.0).view(2, 3)), xnf.to_xla(torch.ones(3)))
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and g.stride() == e.stride() and g.storage_offset() == e.storage_offset()
+        torch.testing.assert_close(cpu(g), e)
+    with pytest.raises(RuntimeError, match="Could not set tensor of type float to a tensor of type long int"):
+        xnf.to_xla(torch.zeros(2, dtype=torch.int64)).set_(xnf.to_xla(torch.ones(2)))
+
+
 @pytest.mark.parametrize("n", [1, 2, 7, 8])
 def test_fft_frequencies_made_on_our_device(n):
     """torch.fft.fftfreq writes its negative frequencies into an empty view of its result."""

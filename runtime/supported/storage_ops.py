@@ -1,4 +1,4 @@
-"""Ops that change a tensor's own sizes and storage: resize_."""
+"""Ops that change a tensor's own sizes and storage: resize_, set_."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import math
 
 import jax.numpy as jnp
 
+from ...shape_fns.common import cpp_type_name
 from ...shape_fns.storage_size import contiguous_nbytes_overflow, numel_overflows
 from ..core.convert import X64
 from ..core.tensor import Storage, XlaTensor, contiguous_strides
@@ -68,3 +69,31 @@ def impl_resize_as_(self, the_template, *, memory_format=None):
     if memory_format is torch.preserve_format:
         memory_format = suggest_memory_format(the_template)
     return impl_resize_(self, size, memory_format=memory_format)
+
+
+def _check_set_source(self, source):
+    if not isinstance(source, XlaTensor):
+        raise RuntimeError(f"Expected a tensor on the {self.device} device to set {self.device} tensor to, got one on "
+                           f"{source.device}: move it first (source.to(\"{self.device}\"))")
+    if source.dtype != self.dtype:
+        raise RuntimeError(f"Could not set tensor of type {cpp_type_name(source.dtype)} to a tensor of type "
+                           f"{cpp_type_name(self.dtype)}")
+    if source._real:
+        raise RuntimeError("set_ to a view of a complex tensor as reals (view_as_real, .real, .imag) is not supported: "
+                           "clone() the view first")
+
+
+def impl_set__source_Tensor(self, source):
+    """`self` becomes another view of `source`'s storage, with its sizes, strides and offset."""
+    _check_set_source(self, source)
+    view = None if source._whole else (tuple(source.stride()), source.storage_offset())
+    if view is None:
+        return restride_inplace(self, XlaTensor(source._store, tuple(source.shape), self.dtype))
+    return restride_inplace(self, XlaTensor(source._store, tuple(source.shape), self.dtype, *view))
+
+
+def impl_set_(self):
+    """`self` becomes empty, on a storage of its own."""
+    with X64:
+        store = Storage(jnp.zeros((0,), value(self).dtype))
+    return restride_inplace(self, XlaTensor(store, (0,), self.dtype))
