@@ -755,3 +755,31 @@ def test_integer_indexing_inside_the_backend():
 
     x, idx = torch.randn(5, 3), torch.tensor([4, 0, 2])
     torch.testing.assert_close(torch.compile(f, backend=BACKEND_NAME)(x, idx), f(x, idx))
+
+
+def test_dimensions_marked_dynamic_are_not_specialized():
+    """torch._dynamo.mark_dynamic forbids specializing a size: the backend keeps Dynamo's
+    graph symbolic (one graph for every batch size) and traces JAX per size."""
+    model = mlp()
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=BACKEND_NAME)
+    for n in (3, 5, 9):
+        x = torch.randn(n, 8)
+        torch._dynamo.mark_dynamic(x, 0)
+        out = compiled(x)
+        out.square().sum().backward()
+        expected = reference(x)
+        expected.square().sum().backward()
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    assert stats.graphs == 2  # forward and backward, once
+    assert stats.traces >= 6
+
+
+@pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead"])
+def test_inductor_modes_are_accepted_and_said_to_change_nothing(mode):
+    x = torch.randn(3, 4)
+    with pytest.warns(UserWarning, match="changes nothing here"):
+        out = torch.compile(lambda t: t.exp().sum(0), backend=BACKEND_NAME, mode=mode)(x)
+    torch.testing.assert_close(out, x.exp().sum(0))

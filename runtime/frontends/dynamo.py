@@ -26,6 +26,7 @@ import collections
 import contextlib
 import operator
 import time
+import warnings
 import weakref
 from typing import Any, Callable
 
@@ -600,11 +601,11 @@ def _expected_strides(gm: torch.fx.GraphModule) -> dict[int, tuple[int, ...]]:
         val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
         if not isinstance(val, torch.Tensor):
             continue
-        try:
-            stride = tuple(int(s) for s in val.stride())
-            shape = tuple(int(s) for s in val.shape)
-        except Exception:  # symbolic: the layout follows the call's sizes
+        if any(isinstance(s, torch.SymInt) for s in (*val.shape, *val.stride())):
+            # symbolic: the layout follows the call's sizes (int() of a size would
+            # specialize it, which a dimension marked dynamic forbids)
             continue
+        stride, shape = tuple(val.stride()), tuple(val.shape)
         if stride != contiguous_strides(shape) and is_non_overlapping_and_dense_or_false(val):
             strides[j] = stride
     return strides
@@ -800,11 +801,22 @@ def _lstm_layers_whole() -> Any:
         decomps.select_one_layer_lstm_function = select
 
 
-def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, options: dict | None = None) -> Callable:
+# torch.compile's modes: they choose inductor's autotuning and CUDA graphs.
+_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, options: dict | None = None,
+             mode: str | None = None) -> Callable:
     """The `torch.compile` backend function (registered as "xla_native")."""
     if options:
         raise ValueError(f"the {BACKEND_NAME} backend takes no options (got {sorted(options)}): its settings are "
                          "xla_native_functions.config's (docs/configuration.md), set before the first call")
+    if mode not in _MODES:
+        raise ValueError(f"unknown torch.compile mode {mode!r}: torch.compile's modes are "
+                         f"{', '.join(repr(m) for m in _MODES[1:])}")
+    if mode not in (None, "default"):
+        warnings.warn(f"torch.compile(mode={mode!r}) tunes inductor's kernels and CUDA graphs; the {BACKEND_NAME} "
+                      "backend compiles every graph with XLA alike, so the mode changes nothing here", stacklevel=2)
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
