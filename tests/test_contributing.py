@@ -1,8 +1,8 @@
 """CONTRIBUTING.md's worked example, run as written: in a copy of the repository, its
-shell commands in order (scaffold a missing pointwise op, regenerate, run its OpInfo
-tests, check), its code blocks put in place of the stubs, and the scaffold's report
-compared with the one the document shows. Also: the missing-op error it quotes is the
-one the runtime raises."""
+shell commands in order (scaffold a missing op, regenerate, run its OpInfo tests,
+check), its code blocks put in place of the stubs, the scaffold's report compared with
+the one the document shows, and the new op against PyTorch CPU. Also: the missing-op
+error it quotes is the one the runtime raises."""
 
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ def replace_function(path: Path, code: str) -> None:
 def test_the_worked_example_runs_as_written(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     listed = (repo / "native_functions.yaml").read_text()
-    assert "__lshift__.Tensor" not in listed, (
-        "aten::__lshift__.Tensor is in the manifest now: CONTRIBUTING.md's worked example needs another missing op")
+    assert "bucketize.Scalar" not in listed, (
+        "aten::bucketize.Scalar is in the manifest now: CONTRIBUTING.md's worked example needs another missing op")
     env = dict(os.environ)
     env.pop("PYTEST_XDIST_WORKER", None)
     last_output = ""
@@ -96,12 +96,16 @@ def test_the_worked_example_runs_as_written(tmp_path):
         from codegen.repo_import import use_repo
         use_repo(".")
         import torch, xla_native_functions as xnf
-        x = torch.tensor([1, 2, 3])
-        y = torch.tensor([0, 1, 4])
+        boundaries = torch.tensor([0.0, 1.0, 2.5, 4.0])
         xnf.metrics.reset()
-        z = xnf.to_xla(x) << xnf.to_xla(y)
-        assert torch.equal(xnf.to_torch(z), x << y)
-        assert xnf.metrics.counters(section=True)["aten::__lshift__.Tensor"].section == "full_codegen"
+        for value in (2.5, 3, -1.0, True):
+            for right in (False, True):
+                for out_int32 in (False, True):
+                    got = torch.bucketize(value, xnf.to_xla(boundaries), right=right, out_int32=out_int32)
+                    want = torch.bucketize(value, boundaries, right=right, out_int32=out_int32)
+                    assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+                    assert torch.equal(xnf.to_torch(got), want), (value, right, got, want)
+        assert xnf.metrics.counters(section=True)["aten::bucketize.Scalar"].section == "full_codegen"
         assert not xnf.metrics.executed_fallback_ops()
         print("ok")
     """)
@@ -113,16 +117,16 @@ def test_the_worked_example_runs_as_written(tmp_path):
     changed = sorted(str(p.relative_to(repo)) for p in repo.rglob("*.py")
                      if "generated" not in p.parts and "__pycache__" not in p.parts
                      and p.read_bytes() != (ROOT / p.relative_to(repo)).read_bytes())
-    assert changed == ["lowerings/pointwise_binary.py", "shape_fns/pointwise_binary.py", "tests/test_opinfo.py"]
+    assert changed == ["lowerings/distance.py", "shape_fns/distance.py", "tests/test_opinfo.py"]
 
 
 def test_the_quoted_missing_op_error_is_the_runtimes():
-    if "__lshift__.Tensor" in (ROOT / "native_functions.yaml").read_text():
-        pytest.skip("aten::__lshift__.Tensor is listed now; the example needs another op")
+    if "bucketize.Scalar" in (ROOT / "native_functions.yaml").read_text():
+        pytest.skip("aten::bucketize.Scalar is listed now; the example needs another op")
     text = DOC.read_text()
     quoted = text[text.index("xla_native_functions.OperatorNotFound: aten operator"):]
     quoted = " ".join(quoted[:quoted.index("```")].split())
     with pytest.raises(xnf.OperatorNotFound) as info:
-        xnf.to_xla(torch.tensor([1, 2])) << xnf.to_xla(torch.tensor([1, 1]))
+        torch.bucketize(2.5, xnf.to_xla(torch.tensor([0.0, 1.0, 2.5, 4.0])))
     message = re.sub(r"called from .+?\)\. To support", "called from train.py:42 (step). To support", str(info.value))
     assert quoted == "xla_native_functions.OperatorNotFound: " + " ".join(message.split())

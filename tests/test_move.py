@@ -149,7 +149,7 @@ def test_move_refusals(repo):
     original = state(repo)
     cases = [
         (["aten::abs", "--to", "full_codegen"], "aten::abs is in 'full_codegen' already"),
-        (["aten::__lshift__.Tensor", "--to", "supported"], "is not in the manifest; `python -m codegen.scaffold"),
+        (["aten::bucketize.Scalar", "--to", "supported"], "is not in the manifest; `python -m codegen.scaffold"),
         (["aten::sinh", "--to", "supported"], "cannot move to 'supported' yet; nothing was changed"),
     ]
     for args, message in cases:
