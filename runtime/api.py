@@ -12,7 +12,8 @@ from .core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from .core.ir import Node
 from .core import uninitialized
 from .core.placement import device_count
-from .core.tensor import XlaTensor, from_array
+from .core.device_storage import torchscript_refusal
+from .core.tensor import DEVICE, XlaTensor, from_array
 from .exec import custom_ops, value_checks
 from .exec.custom_ops import register_lowering
 from .exec.first_call import wait_for_background_compiles
@@ -118,6 +119,8 @@ def _tensor_to_torch(t: torch.Tensor) -> torch.Tensor:
 def to_xla(obj: Any) -> Any:
     """Move tensors, modules (parameters and buffers, in place, ties kept) or any pytree
     of them to JAX."""
+    if isinstance(obj, torch.jit.ScriptModule):  # Note [Loading to our device] in core/device_storage.py
+        raise TypeError(f"xla_native_functions.to_xla({type(obj).__name__}): " + torchscript_refusal(DEVICE.type))
     if isinstance(obj, torch.nn.Module):
         watch_graph_breaks(only_if_loaded=True)  # Note [Moved models under torch.compile]
         return _move_module(obj, _tensor_to_xla, _lazy_to_xla)

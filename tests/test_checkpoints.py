@@ -208,6 +208,39 @@ def test_torch_load_to_our_device_loads_to_the_cpu_with_a_warning():
         torch.testing.assert_close(xnf.to_torch(target.state_dict()[name]), value, rtol=0, atol=0)
 
 
+def test_torchscript_modules_are_refused_not_loaded_with_garbage():
+    """Note [Loading to our device]: torch.jit.load(f, map_location="jax") gave parameters
+    holding uninitialized memory, and to_xla mixed a ScriptModule's parameters up."""
+    cpu, _ = _pair()
+    x = torch.tensor([[0, 3, 5, 1], [2, 2, 4, 0]])
+    scripted = torch.jit.script(cpu.eval())
+    buffer = io.BytesIO()
+    torch.jit.save(scripted, buffer)
+    for location in ("jax", "jax:0", torch.device("jax", 0)):
+        with pytest.raises(RuntimeError, match="TorchScript modules cannot run on the jax device"):
+            torch.jit.load(io.BytesIO(buffer.getvalue()), map_location=location)
+    loaded = torch.jit.load(io.BytesIO(buffer.getvalue()), map_location="cpu")  # still PyTorch's own
+    torch.testing.assert_close(loaded(x), cpu(x))
+    with pytest.raises(TypeError, match="TorchScript modules cannot run on the jax device"):
+        xnf.to_xla(loaded)
+    torch.testing.assert_close(loaded(x), cpu(x))  # left as it was
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_a_saved_torch_export_program_runs_moved(mode):
+    """The alternative the TorchScript refusal names: torch.export.save/load, then move."""
+    cpu, _ = _pair()
+    x = torch.tensor([[0, 3, 5, 1], [2, 2, 4, 0]])
+    buffer = io.BytesIO()
+    torch.export.save(torch.export.export(cpu.eval(), (x,)), buffer)
+    module = xnf.to_xla(torch.export.load(io.BytesIO(buffer.getvalue())).module())
+    run = xnf.compile(module) if mode == "compiled" else module
+    for _ in range(3):
+        out = run(xnf.to_xla(x))
+    assert out.device.type == "jax"
+    torch.testing.assert_close(xnf.to_torch(out), cpu(x), rtol=1e-5, atol=1e-6)
+
+
 def test_a_storage_on_our_device_is_refused_not_a_crash():
     code = textwrap.dedent("""
         import torch, xla_native_functions as xnf

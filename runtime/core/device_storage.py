@@ -30,6 +30,12 @@ attempt to make one crashed the process. The storages stay on the CPU instead, w
 warning, so the loaded tensors are CPU tensors. The usual next steps move them:
 `model.load_state_dict(...)` copies into a moved model's parameters, an optimizer's
 `load_state_dict` casts its state to its parameters' device, and `to_xla` moves the rest.
+
+TorchScript modules cannot run on our device: the TorchScript loader moves each storage
+to the device and then rebuilds the parameters from PyTorch's storage of it, below the
+dispatcher, so `torch.jit.load(f, map_location="jax")` gave parameters holding
+uninitialized memory, silently. The device's setup wraps torch.jit.load to refuse that
+map_location, saying what to do instead; `to_xla` refuses a ScriptModule likewise.
 """
 
 from __future__ import annotations
@@ -143,3 +149,34 @@ def load_to_cpu_for(device_name: str):
         return storage
 
     return deserialize
+
+
+def torchscript_refusal(device_name: str) -> str:
+    return (
+        f"TorchScript modules cannot run on the {device_name} device (the TorchScript interpreter rebuilds "
+        f"parameters from PyTorch storages, which the {device_name} device has none of). Run the module on the CPU, "
+        "or load the model as an nn.Module (with its state dict from torch.load) or as a torch.export program "
+        "(torch.export.load(...).module()) and move that with xla_native_functions.to_xla"
+    )
+
+
+def refuse_torchscript_loads_to(device_name: str) -> None:
+    """torch.jit.load with a map_location on `device_name` raises instead of loading
+    garbage (Note [Loading to our device])."""
+    import torch.jit
+
+    load = torch.jit.load
+    if getattr(load, "_refuses_device", None) == device_name:
+        return
+
+    def refusing_load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):
+            if torch.device(map_location).type == device_name:
+                raise RuntimeError(f"torch.jit.load(..., map_location={str(map_location)!r}): "
+                                   + torchscript_refusal(device_name))
+        return load(f, map_location, *args, **kwargs)
+
+    refusing_load.__doc__ = load.__doc__
+    refusing_load.__wrapped__ = load
+    refusing_load._refuses_device = device_name
+    torch.jit.load = refusing_load

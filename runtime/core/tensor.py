@@ -46,7 +46,7 @@ from ...shape_fns.common import NUMPY_TO_TORCH
 from ..platform import hook_errors
 from ..platform.device_guard import install_native_device
 from .autocast import install_autocast_fallthrough, install_autocast_kernels
-from .device_storage import DeviceStorage, load_to_cpu_for, pickled_form, storage_address
+from .device_storage import DeviceStorage, load_to_cpu_for, pickled_form, refuse_torchscript_loads_to, storage_address
 from .inference import made_in_mode
 from .sharing import wait_for_write
 from .streams import StreamsOfOneQueue
@@ -146,6 +146,7 @@ def _register_device() -> torch.device:
         install_autocast_fallthrough()  # Note [Autocast] in core/autocast.py
         # before PyTorch's own PrivateUse1 deserializer (priority 23): Note [Loading to our device]
         torch.serialization.register_package(19, lambda storage: None, load_to_cpu_for(DEVICE_NAME))
+        refuse_torchscript_loads_to(DEVICE_NAME)
     return torch.device(DEVICE_NAME, 0)
 
 
