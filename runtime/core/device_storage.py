@@ -163,8 +163,6 @@ def torchscript_refusal(device_name: str) -> str:
 def refuse_torchscript_loads_to(device_name: str) -> None:
     """torch.jit.load with a map_location on `device_name` raises instead of loading
     garbage (Note [Loading to our device])."""
-    import torch.jit
-
     load = torch.jit.load
     if getattr(load, "_refuses_device", None) == device_name:
         return

@@ -17,7 +17,7 @@ def _learning_rate(lr):
     return (lr, 0.0) if isinstance(lr, torch.Tensor) else (None, float(lr))
 
 
-def _check_lengths(n: int, **lists) -> None:
+def _check_lengths(**lists) -> None:
     for name, (values, expected) in lists.items():
         if len(values) != expected:
             raise RuntimeError(f"Expected {name} to have {expected} tensors (one per parameter), got {len(values)}")
@@ -26,7 +26,7 @@ def _check_lengths(n: int, **lists) -> None:
 def _adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr, beta1, beta2, weight_decay, eps,
           amsgrad, maximize, grad_scale, found_inf, decoupled_weight_decay):
     n = len(params)
-    _check_lengths(n, grads=(grads, n), exp_avgs=(exp_avgs, n), exp_avg_sqs=(exp_avg_sqs, n),
+    _check_lengths(grads=(grads, n), exp_avgs=(exp_avgs, n), exp_avg_sqs=(exp_avg_sqs, n),
                    max_exp_avg_sqs=(max_exp_avg_sqs, n if amsgrad else 0), state_steps=(state_steps, n))
     lr_tensor, lr = _learning_rate(lr)
     update = node("fused_adam_update")
@@ -65,7 +65,7 @@ def impl__fused_adamw_tensor_lr(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_
 def impl__fused_sgd(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov, maximize,
                     is_first_step, grad_scale=None, found_inf=None):
     n = len(self)
-    _check_lengths(n, grads=(grads, n), momentum_buffer_list=(momentum_buffer_list, n if momentum != 0 else 0))
+    _check_lengths(grads=(grads, n), momentum_buffer_list=(momentum_buffer_list, n if momentum != 0 else 0))
     lr_tensor, lr = _learning_rate(lr)
     update = node("fused_sgd_update")
     outs = [run_node(update, (self[i], grads[i], momentum_buffer_list[i] if momentum != 0 else None, lr_tensor, lr,
@@ -84,7 +84,7 @@ def impl__fused_sgd_tensor_lr(self, grads, momentum_buffer_list, *, weight_decay
 
 def _adagrad(self, grads, state_sums, state_steps, lr, lr_decay, weight_decay, eps, maximize, grad_scale, found_inf):
     n = len(self)
-    _check_lengths(n, grads=(grads, n), state_sums=(state_sums, n), state_steps=(state_steps, n))
+    _check_lengths(grads=(grads, n), state_sums=(state_sums, n), state_steps=(state_steps, n))
     lr_tensor, lr = _learning_rate(lr)
     update = node("fused_adagrad_update")
     outs = [run_node(update, (self[i], grads[i], state_sums[i], state_steps[i], lr_tensor, lr, float(lr_decay),
