@@ -34,7 +34,8 @@ def model(dtype=torch.float32):
     return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 2)).to(dtype)
 
 
-def train(net, make_optimizer, device, compiled=False, steps=4):
+def train(net, make_optimizer, device, wrap=None, steps=4):
+    """Losses, model and optimizer after `steps` steps; `wrap` compiles the step."""
     opt = make_optimizer(net.parameters())
     x = torch.randn(8, 6, generator=torch.Generator().manual_seed(1), dtype=net[0].weight.dtype).to(device)
 
@@ -45,8 +46,8 @@ def train(net, make_optimizer, device, compiled=False, steps=4):
         opt.step()
         return loss.detach()
 
-    if compiled:
-        step = xnf.compile(step)
+    if wrap is not None:
+        step = wrap(step)
     losses = [step().cpu() for _ in range(steps)]
     return losses, net, opt
 
@@ -70,7 +71,7 @@ def assert_state_matches(net, opt, expected_net, expected_opt, **tolerance):
 def test_fused_optimizer_matches_pytorch_cpu(name, compiled):
     expected_losses, expected_net, expected_opt = train(model(), OPTIMIZERS[name], "cpu")
     replays = metrics.replays
-    losses, net, opt = train(xnf.to_xla(model()), OPTIMIZERS[name], "jax", compiled)
+    losses, net, opt = train(xnf.to_xla(model()), OPTIMIZERS[name], "jax", xnf.compile if compiled else None)
     torch.testing.assert_close(torch.stack(losses), torch.stack(expected_losses), rtol=1e-5, atol=1e-6)
     assert_state_matches(net, opt, expected_net, expected_opt, rtol=1e-5, atol=1e-6)
     if compiled and name != "AdamW_tensor_lr":
@@ -166,19 +167,7 @@ def test_grad_scaler_passes_its_scale_and_skips_non_finite_steps(name, compiled)
 def test_whole_step_under_torch_compile():
     """A torch.compile'd step with a fused optimizer: the backend runs the update."""
     expected_losses, expected_net, _ = train(model(), OPTIMIZERS["AdamW"], "cpu")
-    net = model()
-    opt = OPTIMIZERS["AdamW"](net.parameters())
-    x = torch.randn(8, 6, generator=torch.Generator().manual_seed(1))
-
-    @torch.compile(backend="xla_native")
-    def step():
-        opt.zero_grad()
-        loss = net(x).square().mean()
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    losses = [step() for _ in range(4)]
+    losses, net, _ = train(model(), OPTIMIZERS["AdamW"], "cpu", lambda step: torch.compile(step, backend="xla_native"))
     torch.testing.assert_close(torch.stack(losses), torch.stack(expected_losses), rtol=1e-5, atol=1e-6)
     for p, e in zip(net.parameters(), expected_net.parameters()):
         torch.testing.assert_close(p.detach(), e.detach(), rtol=1e-5, atol=1e-6)
