@@ -202,8 +202,7 @@ def impl_randint(high, size, *, dtype=torch.int64, layout=None, device=None, pin
 def impl_randint_like_low_dtype(
     self, low, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None
 ):
-    _check_range(low, high)
-    return _integers(self.shape, dtype or self.dtype, low, high)
+    return impl_randint_like_low_generator_dtype(self, low, high, generator=None, dtype=dtype)
 
 
 def impl_randint_like(self, high, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):

@@ -6,10 +6,10 @@ import math
 
 import jax.numpy as jnp
 
-from ...shape_fns.common import cpp_type_name
+from ...shape_fns.common import cpp_type_name, to_numpy_dtype
 from ...shape_fns.storage_size import contiguous_nbytes_overflow, numel_overflows
 from ..core.convert import X64
-from ..core.tensor import Storage, XlaTensor, contiguous_strides
+from ..core.tensor import Storage, XlaTensor, contiguous_strides, same_layout
 from ..exec.eager import value
 from ..exec.mutation import restride_inplace
 
@@ -86,14 +86,11 @@ def _check_set_source(self, source):
 def impl_set__source_Tensor(self, source):
     """`self` becomes another view of `source`'s storage, with its sizes, strides and offset."""
     _check_set_source(self, source)
-    view = None if source._whole else (tuple(source.stride()), source.storage_offset())
-    if view is None:
-        return restride_inplace(self, XlaTensor(source._store, tuple(source.shape), self.dtype))
-    return restride_inplace(self, XlaTensor(source._store, tuple(source.shape), self.dtype, *view))
+    return restride_inplace(self, same_layout(source))
 
 
 def impl_set_(self):
     """`self` becomes empty, on a storage of its own."""
     with X64:
-        store = Storage(jnp.zeros((0,), value(self).dtype))
+        store = Storage(jnp.zeros((0,), to_numpy_dtype(self.dtype)))
     return restride_inplace(self, XlaTensor(store, (0,), self.dtype))

@@ -45,9 +45,8 @@ def _assert_nonzero(t, message):
         return
     if t.numel() != 1:
         raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
-    with X64:
-        if not host_array(t).item():
-            raise RuntimeError(message)
+    if not impl__local_scalar_dense(t):
+        raise RuntimeError(message)
 
 
 def impl__to_copy(
