@@ -268,7 +268,7 @@ def lower_logspace_Scalar_Tensor(
 
 
 def lower_empty_permuted(size, physical_layout, *, dtype=None, layout=None, device=None, pin_memory=None):
-    # Uninitialized memory in PyTorch; zeros here. Values are laid out contiguously.
+    # Uninitialized memory in PyTorch; zeros here, laid out by runtime/exec/layouts.py.
     return jnp.zeros(tuple(size), _dtype(dtype))
 
 

@@ -6,7 +6,6 @@ dropped; PyTorch's gather/scatter do not wrap negative indices, so neither do th
 from __future__ import annotations
 
 import jax.numpy as jnp
-import numpy as np
 
 from .common import opmath
 from ..shape_fns.scatter import diagonal_positions, slice_bounds
@@ -143,19 +142,3 @@ def lower_diagonal_scatter(self, src, offset=0, dim1=0, dim2=1):
     moved = jnp.moveaxis(self, (d1, d2), (-2, -1))
     moved = moved.at[..., rows, cols].set(src.astype(self.dtype))
     return jnp.moveaxis(moved, (-2, -1), (d1, d2))
-
-
-def as_strided_positions(size, stride, storage_offset):
-    """Flat positions (in a contiguous tensor) of an as_strided view's elements."""
-    pos = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
-    for d, (n, st) in enumerate(zip(size, stride)):
-        shape = [1] * len(size)
-        shape[d] = n
-        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape(shape)
-    return pos
-
-
-def lower_as_strided_scatter(self, src, size, stride, storage_offset=None):
-    pos = as_strided_positions(size, stride, storage_offset)
-    flat = self.reshape(-1).at[pos.reshape(-1)].set(src.reshape(-1).astype(self.dtype))
-    return flat.reshape(self.shape)

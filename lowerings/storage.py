@@ -59,10 +59,27 @@ def lower_strided_read(base, size, stride, offset):
     return jnp.broadcast_to(picked.reshape(shape), size)
 
 
+def _dense_order(numel: int, size, stride, offset) -> tuple | None:
+    """The dims of a view covering all `numel` elements of its storage exactly once,
+    outermost first; None for any other view."""
+    if offset != 0 or math.prod(size) != numel:
+        return None
+    order = tuple(sorted(range(len(size)), key=lambda d: (-stride[d], d)))
+    step = 1
+    for d in reversed(order):
+        if size[d] != 1 and stride[d] != step:
+            return None
+        step *= size[d]
+    return order
+
+
 def lower_strided_write(base, src, size, stride, offset):
     """`base` with the view (size, stride, offset) replaced by `src` (broadcast to size)."""
     check_storage_size(size, NUMPY_TO_TORCH[base.dtype])
     src = jnp.broadcast_to(src.astype(base.dtype), size)
+    order = _dense_order(base.size, size, stride, offset)
+    if order is not None:  # the whole storage in another order (Note [Result layouts]): no scatter
+        return jnp.transpose(src, order).reshape(base.shape)
     flat = base.reshape(-1)
     index = offset + sum(
         jnp.arange(n, dtype=jnp.int64).reshape([n if j == i else 1 for j in range(len(size))]) * s

@@ -12,11 +12,6 @@ def lower_alias_copy(self):
     return jnp.copy(self)
 
 
-def lower_as_strided_copy(self, size, stride, storage_offset=None):
-    # Relative to `self` read as a contiguous buffer (see lower_as_strided).
-    return rearrange.lower_as_strided(self, size, stride, storage_offset)
-
-
 def lower_diagonal_copy(self, offset=0, dim1=0, dim2=1):
     return rearrange.lower_diagonal(self, offset, dim1, dim2)
 

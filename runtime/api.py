@@ -14,7 +14,8 @@ from .core import uninitialized
 from .core.placement import device_count
 from .core.device_storage import torchscript_refusal
 from .core.tensor import DEVICE, XlaTensor, from_array
-from .exec import custom_ops, value_checks
+from .exec import custom_ops, layouts, value_checks
+from .exec.layouts import preserved_strides, with_strides
 from .exec.custom_ops import register_lowering
 from .exec.first_call import wait_for_background_compiles
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
@@ -101,6 +102,9 @@ def _tensor_to_xla(t: torch.Tensor) -> XlaTensor:
             f"{t.layout} tensors cannot be moved to JAX (dense tensors only): convert with .to_dense() first"
         )
     out = from_array(cpu_to_jax(t.detach()))
+    strides = preserved_strides(tuple(t.shape), tuple(t.stride()))  # as t.to(device) keeps them
+    if strides is not None:
+        out = with_strides(out, strides)
     if t.requires_grad:
         out.requires_grad_(True)
     return out
@@ -111,6 +115,9 @@ def _tensor_to_torch(t: torch.Tensor) -> torch.Tensor:
         return t
     with X64:
         out = jax_to_cpu(host_array(t))
+    strides = None if t._whole else preserved_strides(tuple(t.shape), tuple(t.stride()))
+    if strides is not None:
+        out = with_strides(out, strides)
     if t.requires_grad:
         out.requires_grad_(True)
     return out
@@ -148,7 +155,7 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     (Note [Library operators] in runtime/exec/custom_ops.py)."""
     apply_debug_env(config)
     POLICY.update(policy or {})
-    REGISTRY.update(value_checks.install(registry, POLICY.get("eager_value_checks", {})))
+    REGISTRY.update(layouts.install(value_checks.install(registry, POLICY.get("eager_value_checks", {}))))
     SECTIONS.update(sections)
     NODES.update(nodes)
     check_tracer_nodes()

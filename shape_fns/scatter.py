@@ -74,21 +74,6 @@ def diagonal_scatter_output_shape(self, src, offset=0, dim1=0, dim2=1):
     _slice_mismatch(src, rest + (len(rows),))
     return TensorMeta(self.shape, self.dtype)
 
-
-def as_strided_scatter_output_shape(self, src, size, stride, storage_offset=None):
-    _slice_mismatch(src, tuple(size))
-    if len(size) != len(stride):
-        raise RuntimeError("mismatch in length of strides and shape")
-    offset = storage_offset or 0
-    if size and all(s > 0 for s in size):
-        last = offset + sum((n - 1) * st for n, st in zip(size, stride))
-        if last >= self.numel() or offset < 0:
-            raise RuntimeError(
-                f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, "
-                f"requiring a storage size beyond the tensor's {self.numel()} elements"
-            )
-    return TensorMeta(self.shape, self.dtype)
-
 def slice_bounds(size, start, end, step):
     """(start, stop, step) of aten's slice: bounds wrap once and then clamp to [0, size]."""
     start = 0 if start is None else start

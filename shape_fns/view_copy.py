@@ -10,10 +10,6 @@ def alias_copy_output_shape(self):
     return TensorMeta(self.shape, self.dtype)
 
 
-def as_strided_copy_output_shape(self, size, stride, storage_offset=None):
-    return rearrange.as_strided_output_shape(self, size, stride, storage_offset)
-
-
 def diagonal_copy_output_shape(self, offset=0, dim1=0, dim2=1):
     return rearrange.diagonal_output_shape(self, offset, dim1, dim2)
 

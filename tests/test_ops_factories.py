@@ -243,7 +243,6 @@ def test_empty_permuted():
 f234, f34 = T(2, 3, 4), T(3, 4)
 OPS = [
     ("alias_copy", aten.alias_copy.default, (f34,), {}),
-    ("as_strided_copy", aten.as_strided_copy.default, (f34, [2, 2], [1, 3], 1), {}),
     ("diagonal_copy", aten.diagonal_copy.default, (f234, 1, -1, 0), {}),
     ("permute_copy", aten.permute_copy.default, (f234, [2, 0, 1]), {}),
     ("split_copy", aten.split_copy.Tensor, (f234, 2, 2), {}),

@@ -176,7 +176,6 @@ CASES = [
     Case("diagonal_scatter", aten.diagonal_scatter.default, (f34, T(3))),
     Case("diagonal_scatter_offset", aten.diagonal_scatter.default, (f34, T(2), 2)),
     Case("diagonal_scatter_neg_offset_3d", aten.diagonal_scatter.default, (T(2, 3, 4), T(4, 2), -1, 1, 0)),
-    Case("as_strided_scatter", aten.as_strided_scatter.default, (f34, T(2, 2), [2, 2], [1, 4], 1)),
     # losses
     *(
         Case(f"nll_loss_{name}_r{red}", aten.nll_loss_forward.default, (logp, tgt, w, red, -100))

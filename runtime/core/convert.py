@@ -15,7 +15,7 @@ from jax._src.array import ArrayImpl
 import numpy as np
 import torch
 
-from ...shape_fns.common import TORCH_TO_NUMPY
+from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY
 from ..platform.executable_cache import eager_jit
 from .context import context
 from .sharing import wait_for_write
@@ -106,6 +106,8 @@ def to_host(a: jax.Array) -> np.ndarray:
 
 def jax_to_cpu(a: jax.Array) -> torch.Tensor:
     arr = to_host(a)
+    if arr.size == 0:  # NumPy gives an empty array zero strides; PyTorch's are row-major
+        return torch.empty(arr.shape, dtype=NUMPY_TO_TORCH[arr.dtype])
     if arr.dtype == _NUMPY_BFLOAT16:
         return host_tensor(arr.view(np.int16).copy()).view(torch.bfloat16)
     return host_tensor(arr.copy())

@@ -194,9 +194,10 @@ def _placing(handler: Any, like_op: bool, new_op: bool) -> Any:
 def install_device_handlers() -> None:
     """Ops with a device argument (factories, `*_like`, `_to_copy`) put their results on
     the device asked for (Note [Devices] in core/placement.py); `*_like` ops without one
-    lay their results out as their template is."""
+    lay their results out as their template is. A handler that lays its result's strides
+    out (Note [Result layouts] in exec/layouts.py) does so after the placement."""
     for op, handler in list(REGISTRY.items()):
-        if getattr(handler, "__wrapped__", None) is not None or not hasattr(op, "_schema"):
+        if getattr(handler, "places_results", False) or not hasattr(op, "_schema"):
             continue
         arguments = op._schema.arguments
         if not any(a.name == "device" for a in arguments):
@@ -204,7 +205,11 @@ def install_device_handlers() -> None:
         takes_self = bool(arguments) and arguments[0].name == "self"
         like_op = op._schema.name.endswith("_like") and takes_self
         new_op = op._schema.name.startswith("aten::new_") and takes_self
-        REGISTRY[op] = _placing(handler, like_op, new_op)
+        around = getattr(handler, "around", None)
+        placing = _placing(handler if around is None else handler.__wrapped__, like_op, new_op)
+        placing = placing if around is None else around(placing)
+        placing.places_results = True
+        REGISTRY[op] = placing
 
 
 

@@ -1,4 +1,5 @@
-"""Ops that change a tensor's own sizes and storage: resize_, set_."""
+"""Ops that address a tensor's storage (as_strided_copy, as_strided_scatter) or change
+its own sizes and storage (resize_, set_)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,37 @@ from ...shape_fns.storage_size import contiguous_nbytes_overflow, numel_overflow
 from ..core.convert import X64
 from ..core.tensor import Storage, XlaTensor, contiguous_strides, same_layout
 from ..exec.eager import value
+from ..exec.registry import handler
 from ..exec.mutation import restride_inplace
 
 
 def _channels_last_strides(size: tuple[int, ...]) -> tuple[int, ...]:
     n, c, h, w = size
     return (h * w * c, 1, w * c, c)
+
+
+def impl_as_strided_copy(self, size, stride, storage_offset=None):
+    """`self.as_strided(...)` copied: it addresses self's storage, in the layout self has
+    there (a transposed tensor's memory is its transpose), as PyTorch's does."""
+    import torch
+
+    view = handler(torch.ops.aten.as_strided.default)(self, size, stride, storage_offset)
+    return handler(torch.ops.aten.clone.default)(view, memory_format=torch.contiguous_format)
+
+
+def impl_as_strided_scatter(self, src, size, stride, storage_offset=None):
+    """A copy of `self` in self's layout (preserve_format, storage offset 0) with `src`
+    written through the as_strided view of the copy's memory, as PyTorch's does."""
+    import torch
+
+    aten = torch.ops.aten
+    out = handler(aten.clone.default)(self)
+    target = handler(aten.as_strided.default)(out, size, stride, storage_offset)
+    if tuple(target.shape) != tuple(src.shape):
+        raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = {list(src.shape)}, "
+                           f"slice size = {list(target.shape)}")
+    handler(aten.copy_.default)(target, src)
+    return out
 
 
 def impl_resize_(self, size, *, memory_format=None):

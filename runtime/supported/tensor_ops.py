@@ -155,9 +155,9 @@ def impl_range(start, end, *, dtype=None, layout=None, device=None, pin_memory=N
 
 
 def impl_empty_strided(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None):
-    # A fresh contiguous tensor: nothing can observe the requested strides before a
-    # write, and PyTorch's own users (copy, clone) only need the size. The strides
-    # still decide whether PyTorch can allocate it (Note [Overflowing sizes]).
+    # Zeros of the size; runtime/exec/layouts.py gives them the strides asked for (Note
+    # [Result layouts]). The strides decide whether PyTorch can allocate it (Note
+    # [Overflowing sizes]).
     if all(n >= 0 for n in size):  # else the zeros below raise PyTorch's error for that
         check_strided_storage_size(size, stride, dtype or torch.get_default_dtype())
     return impl_empty_memory_format(size, dtype=dtype)
