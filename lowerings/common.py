@@ -7,6 +7,7 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+import torch
 from jax import lax
 
 from ..shape_fns.common import elementwise_dtypes, normalize_dim, to_numpy_dtype
@@ -55,6 +56,11 @@ def opmath(x: Any) -> Any:
     return x
 
 
+_FLOAT8_E4M3FN = to_numpy_dtype(torch.float8_e4m3fn)
+_FLOAT8 = frozenset(to_numpy_dtype(d) for d in (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
+                                                torch.float8_e5m2fnuz))
+
+
 def cast(x: Any, dtype: Any) -> Any:
     """`x.astype(dtype)` with PyTorch CPU's float-to-integer conversion. XLA saturates; the
     CPU truncates as x86 does: NaN and values out of range become the smallest int32
@@ -65,6 +71,16 @@ def cast(x: Any, dtype: Any) -> Any:
     dtype = np.dtype(dtype)
     if jnp.iscomplexobj(x) and jnp.issubdtype(dtype, jnp.integer):
         x = jnp.real(x)
+    if dtype in _FLOAT8 and x.dtype != dtype:
+        # c10's float8 types are made from float: other types reach them through float32
+        # (float64 rounds twice, as there). PyTorch saturates to float8_e4m3fn, which has
+        # no infinity: values beyond its largest, inf included, become +-448, where XLA's
+        # conversion gives NaN.
+        if x.dtype not in (np.float32, np.float16, to_numpy_dtype(torch.bfloat16)) and x.dtype not in _FLOAT8:
+            x = jnp.real(x).astype(jnp.float32)
+        if dtype == _FLOAT8_E4M3FN:
+            x = jnp.clip(x, -448, 448)
+        return x.astype(dtype)
     if x.dtype == jnp.float64 and dtype == np.float16:
         return x.astype(jnp.float32).astype(dtype)
     if not jnp.issubdtype(x.dtype, jnp.floating) or not jnp.issubdtype(dtype, jnp.integer):

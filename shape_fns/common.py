@@ -57,6 +57,8 @@ TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {
 }
 if _BFLOAT16 is not None:
     TORCH_TO_NUMPY[torch.bfloat16] = _BFLOAT16
+    for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+        TORCH_TO_NUMPY[getattr(torch, _name)] = np.dtype(getattr(ml_dtypes, _name))
 NUMPY_TO_TORCH: dict[np.dtype, torch.dtype] = {v: k for k, v in TORCH_TO_NUMPY.items()}
 
 

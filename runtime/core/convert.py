@@ -15,7 +15,7 @@ from jax._src.array import ArrayImpl
 import numpy as np
 import torch
 
-from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY
+from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY, to_numpy_dtype
 from ..platform.executable_cache import eager_jit
 from .context import context
 from .sharing import wait_for_write
@@ -60,14 +60,25 @@ swap_x64 = _X64_SETTING.swap_local
 restore_x64 = _X64_SETTING.set_local
 
 
+# Dtypes torch does not show NumPy (bfloat16, the float8 types) pass between the two as
+# integers of their width, viewed as ml_dtypes' types on the NumPy side.
+_AS_BITS = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.float8_e5m2: torch.uint8,
+            torch.float8_e4m3fnuz: torch.uint8, torch.float8_e5m2fnuz: torch.uint8}
+_FROM_BITS = {TORCH_TO_NUMPY[d]: (d, TORCH_TO_NUMPY[bits]) for d, bits in _AS_BITS.items()}
+
+
+def numpy_of(t: torch.Tensor) -> np.ndarray:
+    """A NumPy array on a contiguous CPU tensor's memory, of its dtype."""
+    bits = _AS_BITS.get(t.dtype)
+    return t.numpy() if bits is None else t.view(bits).numpy().view(TORCH_TO_NUMPY[t.dtype])
+
+
 def cpu_to_jax(t: torch.Tensor) -> jax.Array:
     if t.dim() > 64:
         raise RuntimeError("only tensors with up to 64 dims are supported")  # NumPy's limit, and PyTorch's
-    t = t.detach().resolve_conj().resolve_neg()
-    if t.dtype == torch.bfloat16:
-        arr = t.contiguous().view(torch.int16).numpy().view(TORCH_TO_NUMPY[torch.bfloat16])
-    else:
-        arr = t.contiguous().numpy()
+    if t.dtype not in TORCH_TO_NUMPY:
+        to_numpy_dtype(t.dtype)  # raises, naming the dtype
+    arr = numpy_of(t.detach().resolve_conj().resolve_neg().contiguous())
     with X64:
         return _from_host(arr)
 
@@ -88,9 +99,6 @@ def host_tensor(arr: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(arr)
 
 
-_NUMPY_BFLOAT16 = TORCH_TO_NUMPY[torch.bfloat16]
-
-
 def to_host(a: jax.Array) -> np.ndarray:
     """An array's values on the host. An array spread over several processes' devices
     (docs/distributed.md, "Several processes") is read from this process's copy when it
@@ -108,8 +116,9 @@ def jax_to_cpu(a: jax.Array) -> torch.Tensor:
     arr = to_host(a)
     if arr.size == 0:  # NumPy gives an empty array zero strides; PyTorch's are row-major
         return torch.empty(arr.shape, dtype=NUMPY_TO_TORCH[arr.dtype])
-    if arr.dtype == _NUMPY_BFLOAT16:
-        return host_tensor(arr.view(np.int16).copy()).view(torch.bfloat16)
+    bits = _FROM_BITS.get(arr.dtype)
+    if bits is not None:
+        return host_tensor(arr.view(bits[1]).copy()).view(bits[0])
     return host_tensor(arr.copy())
 
 
@@ -133,10 +142,8 @@ def numpy_view(t: torch.Tensor) -> np.ndarray | None:
     if t.is_conj() or t.is_neg():
         return None
     t = t.detach()
-    if t.dtype in _NUMPY_SHOWN:
-        return t.numpy()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(_NUMPY_BFLOAT16)
+    if t.dtype in _NUMPY_SHOWN or t.dtype in _AS_BITS:
+        return numpy_of(t)
     return None
 
 
@@ -179,6 +186,8 @@ def jax_to_cpu_handover(a: jax.Array) -> torch.Tensor:
     copied through NumPy (1 to 3 us), larger ones handed over by DLPack without a copy."""
     if handover_copies(a.dtype, a.size):
         return torch.from_numpy(np.array(a))
+    if a.dtype.itemsize == 1 and a.dtype in _FROM_BITS:  # float8, which DLPack does not carry
+        return jax_to_cpu(a)
     return torch.from_dlpack(a)
 
 

@@ -77,10 +77,10 @@ from typing import Any
 import jax
 import torch
 
-from ...shape_fns.common import NUMPY_TO_TORCH, TORCH_TO_NUMPY, TensorMeta
+from ...shape_fns.common import NUMPY_TO_TORCH, TensorMeta
 from ...shape_fns.storage_size import check_result_sizes, check_storage_size
 from ..core.context import context, pytorch_kernels
-from ..core.convert import X64
+from ..core.convert import X64, numpy_of
 from ..core.ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node
 from ..core.placement import local_devices
 from ..platform.config import config
@@ -502,12 +502,7 @@ def _tensor_meta(a: Any) -> TensorMeta:
 
 def _to_array(t: torch.Tensor) -> Any:
     """A fresh XLA buffer holding `t`'s values (never sharing memory with an operand)."""
-    t = t.detach().resolve_conj().resolve_neg().contiguous()
-    if t.dtype == torch.bfloat16:
-        host = t.view(torch.int16).numpy().view(TORCH_TO_NUMPY[torch.bfloat16])
-    else:
-        host = t.numpy()
-    return jax.device_put(host.copy())
+    return jax.device_put(numpy_of(t.detach().resolve_conj().resolve_neg().contiguous()).copy())
 
 
 def _on_torch(cls: type[Node], in_place: bool, args: tuple) -> Any:
