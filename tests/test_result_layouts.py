@@ -359,3 +359,11 @@ def test_layout_sweep_of_representative_opinfos():
     assert len(compared) > 60
     wrong = [(r.key, r.variant, r.inputs, r.mismatches or r.detail) for r in compared if r.status != "match"]
     assert not wrong
+
+
+def test_resize_to_memory_formats():
+    for fmt, size in ((CL, (2, 3, 4, 5)), (torch.channels_last_3d, (2, 3, 4, 5, 6))):
+        expected = torch.zeros(2).resize_(size, memory_format=fmt).stride()
+        assert xnf.to_xla(torch.zeros(2)).resize_(size, memory_format=fmt).stride() == expected
+    with pytest.raises(RuntimeError, match="required rank 4 tensor to use channels_last format"):
+        xnf.to_xla(torch.zeros(2)).resize_((2, 3, 4), memory_format=CL)

@@ -12,13 +12,9 @@ from ...shape_fns.storage_size import contiguous_nbytes_overflow, numel_overflow
 from ..core.convert import X64
 from ..core.tensor import Storage, XlaTensor, contiguous_strides, same_layout
 from ..exec.eager import value
+from ..exec.layouts import memory_format_strides
 from ..exec.registry import handler
 from ..exec.mutation import restride_inplace
-
-
-def _channels_last_strides(size: tuple[int, ...]) -> tuple[int, ...]:
-    n, c, h, w = size
-    return (h * w * c, 1, w * c, c)
 
 
 def impl_as_strided_copy(self, size, stride, storage_offset=None):
@@ -59,8 +55,8 @@ def impl_resize_(self, size, *, memory_format=None):
         raise RuntimeError(f"Storage size calculation overflowed with sizes={list(size)}")
     if memory_format is None and tuple(self.shape) == size:
         return self  # as PyTorch: same sizes, no format asked for, strides kept
-    if memory_format is torch.channels_last and len(size) == 4:
-        strides = _channels_last_strides(size)
+    if memory_format in (torch.channels_last, torch.channels_last_3d):
+        strides = memory_format_strides(size, memory_format)  # PyTorch's error for another rank
     elif memory_format in (None, torch.contiguous_format, torch.preserve_format):
         strides = contiguous_strides(size)
     else:
