@@ -68,6 +68,11 @@ def _strides_in_order(size: tuple, order: tuple) -> tuple:
     return tuple(strides)
 
 
+def memory_order(strides: tuple) -> tuple:
+    """The dims of a dense layout in memory, outermost first (ties in index order)."""
+    return tuple(sorted(range(len(strides)), key=lambda d: (-strides[d], d)))
+
+
 def _is_channels_last(size: tuple, stride: tuple) -> bool:
     """c10's is_channels_last_contiguous (4-d) and is_channels_last_3d_contiguous (5-d)."""
     if len(size) not in (4, 5):
@@ -116,12 +121,7 @@ def pointwise_strides(shape: tuple, operands: list[tuple[tuple, tuple]]) -> tupl
     order = _dims_by_strides(shape, aligned)
     if order == list(range(ndim - 1, -1, -1)):
         return None
-    strides = [0] * ndim
-    step = 1
-    for d in order:
-        strides[d] = step
-        step *= shape[d]
-    return tuple(strides)
+    return _strides_in_order(shape, tuple(reversed(order)))
 
 
 def _dims_by_strides(shape: tuple, aligned: list[list[int]]) -> list[int]:
@@ -200,7 +200,7 @@ def with_strides(t: Any, strides: tuple) -> Any:
         return out
     if t.numel() < 2 or strides == tuple(t.stride()):
         return t
-    order = tuple(sorted(range(len(size)), key=lambda d: (-strides[d], d)))  # outermost first
+    order = memory_order(strides)
     physical = run_node(node("permute_copy"), (t, order))
     return tensor_on(physical._store, size, t.dtype, (strides, 0))
 
@@ -239,7 +239,7 @@ def _pointwise(handler: Callable[..., Any], swapped: bool = False) -> Callable[.
         strides = None if shape is None else pointwise_strides(shape, operands)
         if strides is None:
             return handler(*args)
-        order = tuple(sorted(range(len(shape)), key=lambda d: (-strides[d], d)))
+        order = memory_order(strides)
         out = handler(*[_in_order(a, order) for a in args])
         if not (out.__class__ is XlaTensor and out._whole and tuple(out.shape) == tuple(shape[d] for d in order)):
             raise AssertionError(f"{handler.__name__}'s result is not its operands' broadcast shape")
@@ -258,8 +258,7 @@ def _pointwise_in_place(handler: Callable[..., Any]) -> Callable[..., Any]:
     def run(self, *args, **kwargs):
         if self.__class__ is not XlaTensor or self._whole or kwargs or self._real or self.dim() < 2:
             return handler(self, *args, **kwargs)
-        stride = tuple(self.stride())
-        order = tuple(sorted(range(len(stride)), key=lambda d: (-stride[d], d)))
+        order = memory_order(tuple(self.stride()))
         physical = _in_order(self, order)
         if not physical._whole or any(a.__class__ is XlaTensor and a.dim() > self.dim() for a in args):
             return handler(self, *args)

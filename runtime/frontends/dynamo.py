@@ -49,6 +49,7 @@ from ..exec import channels_last
 from ..exec.eager import value
 from ..exec.graph import dump_graph
 from ..exec.keys import graph_seed, keys_from
+from ..exec.layouts import memory_order
 from ..exec.registry import REGISTRY, SECTIONS, policy
 from ..exec.sharding import InputLayouts, constrain_array, input_layouts, place_input
 from ..platform.backend import executions_run_inline, graph_compiler_options
@@ -563,7 +564,7 @@ def _with_pytorch_layout(target: Any, node: torch.fx.Node, args: tuple, kwargs: 
     ):
         return dispatch(target, args, kwargs)  # laid out as in PyTorch, on a storage made the same way
     shape, strides, first = tuple(meta.shape), tuple(meta.stride()), meta.storage_offset()
-    order = sorted(range(len(shape)), key=lambda d: (-strides[d], d))  # outermost dim first
+    order = memory_order(strides)
     size, stride = list(rest["size"]), list(rest["stride"])
     offset = (first if rest.get("storage_offset") is None else rest["storage_offset"]) - first
     last = offset + sum((n - 1) * st for n, st in zip(size, stride)) if all(n > 0 for n in size) else offset
