@@ -26,6 +26,7 @@ autograd thread) as `aborted`, and the worker is restarted for the next unit.
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing as mp
 import os
@@ -406,10 +407,12 @@ def _setup_worker() -> None:
 
 
 def run_unit(
-    key: str, dtype: str, mode: str, time_limit: float = 60.0, reference: bool = True, early_stop: int = 6
+    key: str, dtype: str, mode: str, time_limit: float = 60.0, reference: bool = True, early_stop: int = 6,
+    every: int = 1,
 ) -> dict[str, Any]:
     """Run one (OpInfo, dtype, mode) in this process and return its counts. With
-    `reference`, eager and compiled also run the OpInfo's reference_inputs. After
+    `reference`, eager and compiled also run the OpInfo's reference_inputs; `every`: only
+    every so many samples (the first, then one in `every`). After
     `early_stop` samples in a row that all stop at a missing operator (and nothing
     else happened), the remaining samples are counted as blocked by it without running
     them (recorded as `extrapolated`); 0 runs everything."""
@@ -443,8 +446,8 @@ def run_unit(
                 )
             except Exception:
                 ref = ()
-            return _chain(it, ref)
-        return it
+            it = _chain(it, ref)
+        return itertools.islice(it, 0, None, every)
 
     try:
         if mode in ("eager", "compiled", "operator"):
@@ -477,13 +480,13 @@ def run_unit(
                     res_extra["extrapolated"] = rest
                     break
         elif mode == "inplace":
-            for s in op.sample_inputs("cpu", tdtype):
+            for s in itertools.islice(op.sample_inputs("cpu", tdtype), 0, None, every):
                 if time.perf_counter() > deadline:
                     t.truncated = True
                     break
                 _inplace_sample(op, _sample_tuple(s), t, tol, kind)
         elif mode == "grad":
-            for s in op.sample_inputs("cpu", tdtype, requires_grad=True):
+            for s in samples(requires_grad=True):
                 if time.perf_counter() > deadline:
                     t.truncated = True
                     break
@@ -851,8 +854,9 @@ class WorkerPool:
                 self.proc.join()
             self.proc = None
 
-    def run(self, key: str, dtype: str, mode: str, time_limit: float, reference: bool = True) -> dict[str, Any]:
-        return self.call((key, dtype, mode, time_limit, reference), time_limit)
+    def run(self, key: str, dtype: str, mode: str, time_limit: float, reference: bool = True,
+            every: int = 1) -> dict[str, Any]:
+        return self.call((key, dtype, mode, time_limit, reference, 6, every), time_limit)
 
     def call(self, args: tuple, time_limit: float) -> dict[str, Any]:
         """runner(*args) in the worker; a worker that dies or gives no result within

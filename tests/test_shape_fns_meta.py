@@ -129,17 +129,9 @@ def _record(opinfo_key: str, target) -> list[tuple]:
         if dtype not in supported:
             continue
         torch.manual_seed(0)
-        try:
-            samples = list(op.sample_inputs("cpu", dtype))
-        except Exception:
-            continue
         grad = dtype.is_floating_point and op.supports_autograd
-        if grad:
-            try:
-                samples = list(op.sample_inputs("cpu", dtype, requires_grad=True))
-            except Exception:
-                pass
-        for s in samples:
+        # taken lazily: an OpInfo may have far more samples than MAX_CALLS needs
+        for s in _samples(op, dtype, grad):
             meta = _to_meta(h._sample_tuple(s))
             try:
                 with Rec():
@@ -154,6 +146,21 @@ def _record(opinfo_key: str, target) -> list[tuple]:
             if len(calls) >= MAX_CALLS:
                 return calls
     return calls
+
+
+def _samples(op, dtype, requires_grad: bool):
+    """The OpInfo's samples as they come, ending where generating them fails; without
+    requires_grad if none could be made with it."""
+    for grad in (True, False) if requires_grad else (False,):
+        made = 0
+        try:
+            for s in op.sample_inputs("cpu", dtype, requires_grad=grad):
+                made += 1
+                yield s
+        except Exception:
+            pass
+        if made:
+            return
 
 
 def _shape_fn_args(cls, func, args, kwargs) -> list:
