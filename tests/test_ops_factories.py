@@ -408,6 +408,50 @@ def test_view_as_complex_errors_like_cpu():
         torch.view_as_real(xnf.to_xla(T(3)))
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_view_as_another_dtype_aliases_where_the_storage_allows(mode):
+    """x.view(dtype): of the same dtype, and of a complex tensor as its reals and back,
+    views whose writes reach x, as on PyTorch."""
+
+    def step(x, z):
+        same = x.view(torch.float32)
+        same.mul_(2)
+        reals = z[:, 1:].view(torch.float64)  # a strided view: strides and offset in reals
+        reals.add_(1)
+        back = reals.view(torch.complex128)
+        back[0, 0] = 5
+        return same.shape, same.stride(), reals.shape, reals.stride(), reals.storage_offset(), back.stride()
+
+    x, z = T(4, 6), T(3, 4, dtype=torch.complex128)
+    xo, zo = xnf.to_xla(x), xnf.to_xla(z)
+    run = step if mode == "eager" else xnf.compile(step)
+    for _ in range(2 if mode == "compiled" else 1):
+        layouts = run(xo, zo)
+        assert layouts == step(x, z)
+        torch.testing.assert_close(xnf.to_torch(xo), x, rtol=0, atol=0)
+        torch.testing.assert_close(xnf.to_torch(zo), z, rtol=0, atol=0)
+
+
+def test_view_as_another_dtype_refuses_like_cpu_or_names_the_limit():
+    x = T(4, 6)
+    cases = [  # PyTorch's errors for layouts no such view can have
+        (lambda t: t[0, 0].view(torch.uint8), "self.dim() cannot be 0 to view Float as Byte"),
+        (lambda t: t.t().view(torch.uint8), "self.stride(-1) must be 1 to view Float as Byte"),
+        (lambda t: t[:, 1:].view(torch.float64), "self.size(-1) must be divisible by 2 to view Float as Double"),
+        (lambda t: t[:, 1:5].view(torch.float64), "self.storage_offset() must be divisible by 2"),
+        (lambda t: t[::1, :4].reshape(4, 4)[:, :2].as_strided((2, 2), (3, 1)).view(torch.float64),
+         "self.stride(0) must be divisible by 2"),
+    ]
+    for fn, message in cases:
+        with pytest.raises(RuntimeError, match=re.escape(message)):
+            fn(x)
+        with pytest.raises(RuntimeError, match=re.escape(message)):
+            fn(xnf.to_xla(x))
+    # a view PyTorch has and the device cannot: an error naming it, not a copy
+    with pytest.raises(NotImplementedError, match=r"x.view\(torch.int32\) of a torch.float32 tensor reinterprets"):
+        xnf.to_xla(x).view(torch.int32)
+
+
 def test_complex_rotary_embedding_grads_match_cpu():
     # Meta's Llama applies rotary embeddings through view_as_complex / view_as_real.
     x = T(2, 4, 8, dtype=torch.float64).requires_grad_()

@@ -286,3 +286,54 @@ def impl_view_as_complex(self):
         if layout is not None:
             return alias(self._store, self.dtype.to_complex(), *layout, base=self)
     return of_kind(self, run_node(node("pairs_as_complex"), (self,)))
+
+
+# Note [Views as another dtype]
+# x.view(dtype) reinterprets x's memory. A storage here holds an array of one dtype, so
+# the views it can have are those of its own dtype and, for a complex storage, of its
+# reals (as view_as_real: each element two reals side by side, `_real`); x.view(dtype)
+# is one of those where it can be, and otherwise raises rather than copy (a write into
+# a copy would not reach x).
+
+
+def impl_view_dtype(self, dtype):
+    if dtype == self.dtype:
+        return impl_alias(self)
+    size, stride, offset = tuple(self.shape), tuple(self.stride()), self.storage_offset()
+    ratio = self.dtype.itemsize / dtype.itemsize
+    what = f"to view {_scalar_type_name(self.dtype)} as {_scalar_type_name(dtype)}"
+    if ratio != 1:  # PyTorch's checks, in its order
+        if not size:
+            raise RuntimeError(f"self.dim() cannot be 0 {what} (different element sizes)")
+        if stride[-1] != 1:
+            raise RuntimeError(f"self.stride(-1) must be 1 {what} (different element sizes), but got {stride[-1]}")
+    if ratio < 1:
+        n = round(1 / ratio)
+        if size[-1] % n:
+            raise RuntimeError(f"self.size(-1) must be divisible by {n} {what} (different element sizes), but got "
+                               f"{size[-1]}")
+        if offset % n:
+            raise RuntimeError(f"self.storage_offset() must be divisible by {n} {what} (different element sizes), "
+                               f"but got {offset}")
+        for i, st in enumerate(stride[:-1]):
+            if st % n:
+                raise RuntimeError(f"self.stride({i}) must be divisible by {n} {what} (different element sizes), "
+                                   f"but got {st}")
+    if self.__class__ is XlaTensor:
+        if self.is_complex() and dtype == self.dtype.to_real():  # (a complex tensor is never `_real`)
+            layout = (size[:-1] + (2 * size[-1],), tuple(2 * st for st in stride[:-1]) + (1,), 2 * offset)
+            return alias(self._store, dtype, *layout, real=True, base=self)
+        if self._real and dtype.is_complex and dtype.to_real() == self.dtype:
+            layout = (size[:-1] + (size[-1] // 2,), tuple(st // 2 for st in stride[:-1]) + (1,), offset // 2)
+            return alias(self._store, dtype, *layout, base=self)
+    raise NotImplementedError(
+        f"x.view({dtype}) of a {self.dtype} tensor reinterprets its memory, which the jax device holds as an array "
+        f"of one dtype: views as another dtype are not supported (docs/semantics.md), except a complex tensor's "
+        "view as its reals and back. For the values "
+        f"alone, x.cpu().view({dtype}).to(x.device) copies them."
+    )
+
+
+def _scalar_type_name(dtype: torch.dtype) -> str:
+    """c10's name of a dtype ('Float', 'ComplexFloat'), as PyTorch's view(dtype) messages spell it."""
+    return torch.empty(0, dtype=dtype, device="meta").type().rpartition(".")[2].removesuffix("Tensor")
