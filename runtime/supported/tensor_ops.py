@@ -8,6 +8,7 @@ import math
 import numpy as np
 import torch
 
+from ...shape_fns.common import scalar_type_name
 from ...shape_fns.storage_size import check_strided_storage_size
 from ..core.context import context
 from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
@@ -301,7 +302,7 @@ def impl_view_dtype(self, dtype):
         return impl_alias(self)
     size, stride, offset = tuple(self.shape), tuple(self.stride()), self.storage_offset()
     ratio = self.dtype.itemsize / dtype.itemsize
-    what = f"to view {_scalar_type_name(self.dtype)} as {_scalar_type_name(dtype)}"
+    what = f"to view {scalar_type_name(self.dtype)} as {scalar_type_name(dtype)}"
     if ratio != 1:  # PyTorch's checks, in its order
         if not size:
             raise RuntimeError(f"self.dim() cannot be 0 {what} (different element sizes)")
@@ -332,8 +333,3 @@ def impl_view_dtype(self, dtype):
         "view as its reals and back. For the values "
         f"alone, x.cpu().view({dtype}).to(x.device) copies them."
     )
-
-
-def _scalar_type_name(dtype: torch.dtype) -> str:
-    """c10's name of a dtype ('Float', 'ComplexFloat'), as PyTorch's view(dtype) messages spell it."""
-    return torch.empty(0, dtype=dtype, device="meta").type().rpartition(".")[2].removesuffix("Tensor")
