@@ -1,4 +1,4 @@
-"""Lowerings of matrix products: mm, addmm, bmm, _grouped_mm.
+"""Lowerings of matrix products: mm, addmm, bmm, _grouped_mm, _scaled_mm.
 
 HIGHEST precision keeps float32 products in float32 on every backend (matching
 PyTorch CPU); float16/bfloat16 accumulate in float32 as PyTorch's CPU kernels do.
@@ -11,6 +11,8 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
+from ..shape_fns.common import to_numpy_dtype
+from ..shape_fns.linalg import SCALED_MM_FLOAT8, scaled_mm_rowwise
 from .common import opmath
 
 _HIGHEST = lax.Precision.HIGHEST
@@ -151,3 +153,22 @@ def lower__grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
     else:  # the contraction in groups: one product per group
         out = _grouped_contraction(a, b, offs)
     return out.astype(self.dtype)
+
+
+def lower__scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+                     use_fast_accum=False):
+    """As PyTorch CPU's oneDNN kernel: the float8 product accumulated in float32, scaled
+    (one scale each, or per row and per column), plus bias; a float8 result asked for by
+    `out_dtype` is divided by `scale_result` (which is ignored otherwise, as there), and
+    converted without saturating: beyond float8_e4m3fn's range is NaN, as there."""
+    f32 = jnp.float32
+    out = jnp.matmul(self.astype(f32), mat2.astype(f32), precision=_HIGHEST)
+    if scaled_mm_rowwise(self, mat2, scale_a, scale_b):
+        out = out * scale_a.astype(f32) * scale_b.astype(f32)
+    else:
+        out = out * (scale_a.astype(f32).reshape(()) * scale_b.astype(f32).reshape(()))
+    if bias is not None:
+        out = out + bias.astype(f32).reshape(-1)
+    if scale_result is not None and out_dtype in SCALED_MM_FLOAT8:
+        out = out / scale_result.astype(f32).reshape(())
+    return out.astype(self.dtype if out_dtype is None else to_numpy_dtype(out_dtype))

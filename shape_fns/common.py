@@ -587,6 +587,8 @@ _SCALAR_TYPE_NAMES = {
     torch.complex128: "ComplexDouble",
     torch.float8_e5m2: "Float8_e5m2",
     torch.float8_e4m3fn: "Float8_e4m3fn",
+    torch.float8_e5m2fnuz: "Float8_e5m2fnuz",
+    torch.float8_e4m3fnuz: "Float8_e4m3fnuz",
 }
 
 

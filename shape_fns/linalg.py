@@ -1,6 +1,8 @@
-"""Shape functions of matrix products: mm, addmm, bmm, _grouped_mm."""
+"""Shape functions of matrix products: mm, addmm, bmm, _grouped_mm, _scaled_mm."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -88,3 +90,47 @@ def _grouped_mm_output_shape(self, mat2, offs=None, bias=None, out_dtype=None):
             raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a} != {b}")
         raise RuntimeError(f"Expected out tensor to have dtype {b}, but got {a} instead")
     return TensorMeta(shape, self.dtype)
+
+
+SCALED_MM_FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+_SCALED_MM_RESULTS = (torch.float32, torch.bfloat16, torch.float16, *SCALED_MM_FLOAT8)
+_ONEDNN_DTYPE_ERROR = "itensor_view_from_dense expects float/bfloat16/half/int8/fp8 tensor input"
+
+
+def scaled_mm_rowwise(self, mat2, scale_a, scale_b) -> bool:
+    """Whether _scaled_mm's scales are per row of self and per column of mat2 (else one each)."""
+    return tuple(scale_a.shape) == (self.shape[0], 1) and tuple(scale_b.shape) == (1, mat2.shape[1])
+
+
+def _scaled_mm_output_shape(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
+                            use_fast_accum=False):
+    """PyTorch CPU's checks (its oneDNN kernel's), except that row-wise scales must be
+    contiguous: float8 matrices, one scale each (any dtype) or float32 scales per row of
+    self and per column of mat2."""
+    for name, m in (("mat1", self), ("mat2", mat2)):
+        if m.ndim != 2:
+            raise RuntimeError(f"{name} must be a matrix")
+    (n, k), (k2, m) = self.shape, mat2.shape
+    tensorwise = math.prod(scale_a.shape) == 1 and math.prod(scale_b.shape) == 1
+    rowwise = scaled_mm_rowwise(self, mat2, scale_a, scale_b) and scale_a.dtype == scale_b.dtype == torch.float32
+    if not (self.dtype.is_floating_point and self.dtype.itemsize == 1 and mat2.dtype.is_floating_point
+            and mat2.dtype.itemsize == 1 and (tensorwise or rowwise)):
+        raise ValueError(
+            "Invalid scaling configuration.\n- For TensorWise scaling, a and b should be float8, scales should be "
+            "float and singletons.\n- For RowWise scaling, a and b should be float8, scales should be float, scale_a "
+            f"should be ({n}, 1) and scale_b should be (1, {m}), and both should be contiguous.\nGot "
+            f"mat_a.dtype()={scalar_type_name(self.dtype)}, scale_a.dtype()={scalar_type_name(scale_a.dtype)}, "
+            f"scale_a.size()={list(scale_a.shape)}, mat_b.dtype()={scalar_type_name(mat2.dtype)}, "
+            f"scale_b.dtype()={scalar_type_name(scale_b.dtype)}, scale_b.size()={list(scale_b.shape)}"
+        )
+    if k != k2:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({n}x{k} and {k2}x{m})")
+    if scale_result is not None and math.prod(scale_result.shape) != 1:
+        raise RuntimeError("scale_result must be a float scalar")
+    out = self.dtype if out_dtype is None else out_dtype
+    for t in (self, mat2, bias, TensorMeta((), out)):
+        if t is not None and t.dtype not in _SCALED_MM_RESULTS:  # the float8 fnuz forms, integers, float64
+            raise RuntimeError(f"{_ONEDNN_DTYPE_ERROR}{scalar_type_name(t.dtype)}")
+    if bias is not None and math.prod(bias.shape) != m:
+        raise RuntimeError(f"Bias must be size {m} but got {math.prod(bias.shape)}")
+    return TensorMeta((n, m), out)

@@ -14,7 +14,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 import torch
@@ -23,6 +22,7 @@ from torch.testing import make_tensor
 import xla_native_functions as xnf
 import xla_native_functions.lowerings as lowerings_package
 import xla_native_functions.shape_fns as shape_fns_package
+from xla_native_functions.runtime.core.convert import jax_to_cpu, numpy_of
 from xla_native_functions.runtime.exec.registry import NODES
 from xla_native_functions.shape_fns.common import TensorMeta
 
@@ -108,9 +108,7 @@ def unambiguous_name(op: torch._ops.OpOverload) -> str:
 def to_jax(x: Any) -> Any:
     if not isinstance(x, torch.Tensor):
         return x  # a Python number in a Tensor position traces to a weak scalar
-    if x.dtype is torch.bfloat16:
-        return jnp.asarray(x.view(torch.int16).numpy().view(ml_dtypes.bfloat16))
-    return jnp.asarray(x.numpy())
+    return jnp.asarray(numpy_of(x))  # (bfloat16 and float8 through their bits)
 
 
 def to_torch(x: Any) -> Any:
@@ -119,8 +117,8 @@ def to_torch(x: Any) -> Any:
     if isinstance(x, (tuple, list)):
         return tuple(to_torch(v) for v in x)
     x = np.asarray(x)
-    if x.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(x.view(np.int16).copy()).view(torch.bfloat16)
+    if x.dtype.itemsize <= 2 and x.dtype.kind == "V":  # bfloat16 and float8 (ml_dtypes): through their bits
+        return jax_to_cpu(x)
     return torch.from_numpy(x.copy())
 
 

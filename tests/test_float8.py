@@ -3,6 +3,8 @@ PyTorch CPU casts (float8_e4m3fn saturating at +-448), eagerly and in compile().
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -90,3 +92,85 @@ def test_float8_tensors_through_ops_pytorch_cpu_runs():
 def test_unsupported_float8_types_name_themselves():
     with pytest.raises(TypeError, match="float8_e8m0fnu has no JAX equivalent"):
         xnf.to_xla(torch.ones(2).to(torch.float8_e8m0fnu))
+
+
+def _float8_steps_apart(got, expected):
+    """How many float8 steps each finite value of `got` is from PyTorch's (the same
+    sign's bit patterns count steps); NaN must be where PyTorch has NaN."""
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    nan = expected.float().isnan()
+    assert torch.equal(got.float().isnan(), nan)
+    assert torch.equal(got.float().sign()[~nan], expected.float().sign()[~nan])
+    bits = (got.view(torch.uint8).int() - expected.view(torch.uint8).int()).abs()
+    return bits[~nan]
+
+
+def _scaled_mm_cases():
+    torch.manual_seed(0)
+    e4, e5 = torch.float8_e4m3fn, torch.float8_e5m2
+    a, b = torch.randn(64, 96).to(e4), torch.randn(80, 96).to(e4).t()  # mat2 column-major, as cuBLAS wants
+    a5, b5 = (torch.randn(64, 96) * 8).to(e5), (torch.randn(80, 96) * 8).to(e5).t()
+    one, two = torch.tensor(0.37), torch.tensor(1.9)
+    rows, cols = torch.rand(64, 1) + 0.5, torch.rand(1, 80) + 0.5
+    bias = torch.randn(80).to(torch.bfloat16)
+    return {
+        "float8 result": ((a, b, one, two), {}),
+        "float32 result": ((a, b, one, two), {"out_dtype": torch.float32}),
+        "bfloat16 result with bias": ((a, b, one, two), {"bias": bias, "out_dtype": torch.bfloat16}),
+        "row-wise scales": ((a, b, rows, cols), {"out_dtype": torch.float32}),
+        "e5m2, e4m3fn operands": ((a5, b, one, two), {"out_dtype": torch.float16}),
+        "e5m2 result": ((a5, b5, one, two), {"out_dtype": e5}),
+        # PyTorch CPU divides by scale_result only when out_dtype names a float8 type
+        "scale_result, float8 out_dtype": ((a, b, one, two), {"scale_result": torch.tensor(4.0), "out_dtype": e4}),
+        "scale_result, default out_dtype": ((a, b, one, two), {"scale_result": torch.tensor(4.0)}),
+        # beyond float8_e4m3fn's range the product is NaN (no saturation, unlike a cast)
+        "overflowing": ((a, b, torch.tensor(50.0), torch.tensor(50.0)), {}),
+        "overflowing e5m2": ((a, b, torch.tensor(5e3), torch.tensor(5e3)), {"out_dtype": e5}),
+    }
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_scaled_mm_matches_pytorch_cpu(mode, compiled_first_calls):
+    """torch._scaled_mm, as fp8 linear layers call it: PyTorch CPU's values (float8
+    results within one float8 step where float32 sums in another order round the other
+    way), dtypes and shapes."""
+    fn = torch._scaled_mm if mode == "eager" else xnf.compile(lambda *a, **k: torch._scaled_mm(*a, **k))
+    for name, (args, kwargs) in _scaled_mm_cases().items():
+        expected = torch._scaled_mm(*args, **kwargs)
+        moved = [xnf.to_xla(a) for a in args]
+        moved_kwargs = {k: xnf.to_xla(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        got = xnf.to_torch(fn(*moved, **moved_kwargs))
+        if expected.dtype.itemsize == 1:
+            apart = _float8_steps_apart(got, expected)
+            assert apart.max() <= 1 and (apart > 0).sum() <= expected.numel() // 100, name
+        else:
+            assert got.dtype == expected.dtype, name
+            tolerance = {"rtol": 2e-5, "atol": 1e-4} if expected.dtype == torch.float32 else {}  # (else the dtype's)
+            torch.testing.assert_close(got, expected, **tolerance, msg=name)
+
+
+def test_scaled_mm_refuses_as_pytorch_cpu():
+    e4 = torch.float8_e4m3fn
+    a, b, one = torch.randn(8, 16).to(e4), torch.randn(4, 16).to(e4).t(), torch.tensor(1.0)
+    cases = {
+        "bfloat16 operand": ((a.bfloat16(), b, one, one), {}, ValueError, "Invalid scaling configuration."),
+        "two scales": ((a, b, torch.ones(2), one), {}, ValueError, "Invalid scaling configuration."),
+        "bfloat16 row-wise scales": ((a, b, torch.ones(8, 1).bfloat16(), torch.ones(1, 4).bfloat16()), {},
+                                     ValueError, "Invalid scaling configuration."),
+        "vector": ((a[0], b, one, one), {}, RuntimeError, "mat1 must be a matrix"),
+        "contraction": ((a, b[:15], one, one), {}, RuntimeError,
+                        "mat1 and mat2 shapes cannot be multiplied (8x16 and 15x4)"),
+        "bias size": ((a, b, one, one), {"bias": torch.ones(8).bfloat16(), "out_dtype": torch.bfloat16},
+                      RuntimeError, "Bias must be size 4 but got 8"),
+        "float64 result": ((a, b, one, one), {"out_dtype": torch.float64}, RuntimeError, "tensor inputDouble"),
+        "fnuz operands": ((a.to(torch.float8_e4m3fnuz), b.to(torch.float8_e4m3fnuz), one, one), {}, RuntimeError,
+                          "tensor inputFloat8_e4m3fnuz"),
+        "scale_result": ((a, b, one, one), {"scale_result": torch.ones(2), "out_dtype": e4}, RuntimeError,
+                         "scale_result must be a float scalar"),
+    }
+    for name, (args, kwargs, error, message) in cases.items():
+        with pytest.raises(error, match=re.escape(message)):
+            torch._scaled_mm(*args, **kwargs)
+        moved_kwargs = {k: xnf.to_xla(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        with pytest.raises(error, match=re.escape(message)):
+            torch._scaled_mm(*[xnf.to_xla(a) for a in args], **moved_kwargs)

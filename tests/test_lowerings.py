@@ -230,6 +230,25 @@ CASES = [
         aten._grouped_mm.default,
         (T(8, 8, dtype=torch.bfloat16), T(3, 8, 8, dtype=torch.bfloat16), _offs(3, 5, 8)),
     ),
+    # _scaled_mm: float8 products (float32 and bfloat16 results: a float8 result may round
+    # a float32 sum of another order to the next float8 value, tests/test_float8.py). Its
+    # meta kernel has CUDA's rules (mat2 column-major, sizes divisible by 16), PyTorch CPU not.
+    Case(
+        "scaled_mm_tensorwise",
+        aten._scaled_mm.default,
+        (T(8, 16).to(torch.float8_e4m3fn), T(4, 16).to(torch.float8_e4m3fn).t(), torch.tensor(0.5), torch.tensor(2.0)),
+        {"out_dtype": torch.float32},
+        tol=TOL32,
+        meta_agrees=False,
+    ),
+    Case(
+        "scaled_mm_rowwise_bias",
+        aten._scaled_mm.default,
+        (T(8, 16).to(torch.float8_e5m2), T(16, 4).to(torch.float8_e4m3fn), T(8, 1, low=0.5, high=1.5),
+         T(1, 4, low=0.5, high=1.5)),
+        {"bias": T(4, dtype=torch.bfloat16), "out_dtype": torch.bfloat16},
+        meta_agrees=False,
+    ),
     # shape ops
     Case("view_infer", aten.view.default, (T(2, 3, 4), [4, -1])),
     Case("view_to_0d", aten.view.default, (T(1, 1), [])),
