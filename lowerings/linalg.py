@@ -13,7 +13,7 @@ from jax import lax
 
 from ..shape_fns.common import to_numpy_dtype
 from ..shape_fns.linalg import SCALED_MM_FLOAT8, scaled_mm_rowwise
-from .common import opmath
+from .common import cast, opmath
 
 _HIGHEST = lax.Precision.HIGHEST
 
@@ -157,18 +157,27 @@ def lower__grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
 
 def lower__scaled_mm(self, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None,
                      use_fast_accum=False):
-    """As PyTorch CPU's oneDNN kernel: the float8 product accumulated in float32, scaled
-    (one scale each, or per row and per column), plus bias; a float8 result asked for by
-    `out_dtype` is divided by `scale_result` (which is ignored otherwise, as there), and
-    converted without saturating: beyond float8_e4m3fn's range is NaN, as there."""
+    """As PyTorch CPU: float32 sums of the float8 products, scaled, plus bias; a float8
+    result asked for by `out_dtype` is divided by `scale_result` (which is ignored
+    otherwise, as there). Operands of one float8 type with one scale each take its oneDNN
+    kernel, which scales the sums and converts without saturating (beyond
+    float8_e4m3fn's range is NaN); mixed operands or row-wise scales its fallback, which
+    scales the operands and casts (float8_e4m3fn saturates at +-448)."""
     f32 = jnp.float32
-    out = jnp.matmul(self.astype(f32), mat2.astype(f32), precision=_HIGHEST)
-    if scaled_mm_rowwise(self, mat2, scale_a, scale_b):
-        out = out * scale_a.astype(f32) * scale_b.astype(f32)
+    a, b = self.astype(f32), mat2.astype(f32)
+    rowwise = scaled_mm_rowwise(self, mat2, scale_a, scale_b)
+    fallback = rowwise or self.dtype != mat2.dtype
+    if rowwise:
+        scale_a, scale_b = scale_a.astype(f32), scale_b.astype(f32)
     else:
-        out = out * (scale_a.astype(f32).reshape(()) * scale_b.astype(f32).reshape(()))
+        scale_a, scale_b = scale_a.astype(f32).reshape(()), scale_b.astype(f32).reshape(())
+    if fallback:
+        out = jnp.matmul(a * scale_a, b * scale_b, precision=_HIGHEST)
+    else:
+        out = jnp.matmul(a, b, precision=_HIGHEST) * (scale_a * scale_b)
     if bias is not None:
         out = out + bias.astype(f32).reshape(-1)
     if scale_result is not None and out_dtype in SCALED_MM_FLOAT8:
         out = out / scale_result.astype(f32).reshape(())
-    return out.astype(self.dtype if out_dtype is None else to_numpy_dtype(out_dtype))
+    result = self.dtype if out_dtype is None else to_numpy_dtype(out_dtype)
+    return cast(out, result) if fallback else out.astype(result)

@@ -123,8 +123,11 @@ def _scaled_mm_cases():
         # PyTorch CPU divides by scale_result only when out_dtype names a float8 type
         "scale_result, float8 out_dtype": ((a, b, one, two), {"scale_result": torch.tensor(4.0), "out_dtype": e4}),
         "scale_result, default out_dtype": ((a, b, one, two), {"scale_result": torch.tensor(4.0)}),
-        # beyond float8_e4m3fn's range the product is NaN (no saturation, unlike a cast)
+        # beyond float8_e4m3fn's range the product is NaN (no saturation, unlike a cast) for
+        # operands of one type and one scale each; otherwise PyTorch's fallback saturates
         "overflowing": ((a, b, torch.tensor(50.0), torch.tensor(50.0)), {}),
+        "overflowing, mixed operands": ((a5, b, torch.tensor(50.0), torch.tensor(50.0)), {"out_dtype": e4}),
+        "overflowing, row-wise scales": ((a, b, rows * 50, cols * 50), {}),
         "overflowing e5m2": ((a, b, torch.tensor(5e3), torch.tensor(5e3)), {"out_dtype": e5}),
     }
 
