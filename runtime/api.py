@@ -34,6 +34,7 @@ from .platform.config import config
 from .platform.debug_env import apply_debug_env
 from .platform.metrics import metrics_report, reset_metrics
 from .supported.foreach import enable_foreach_optimizers
+from .supported.data_dependent import install_ctc_loss_host_lengths
 from .supported.rnn import install_whole_rnn_layers
 
 __all__ = [
@@ -164,5 +165,6 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     forked_child.install()
     enable_foreach_optimizers()
     install_whole_rnn_layers()
+    install_ctc_loss_host_lengths()
     if library_ops or unavailable:
         custom_ops.install_library_ops(library_ops or {}, unavailable or {})

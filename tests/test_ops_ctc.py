@@ -1,7 +1,7 @@
 """The CTC loss (aten._ctc_loss and its backward, both length overloads) against
 PyTorch CPU: losses, the reachable part of log_alpha, gradients (PyTorch's, taken
 with respect to log_softmax logits), impossible alignments, errors, and
-F.ctc_loss end to end, eagerly and compiled."""
+F.ctc_loss end to end, eagerly, compiled and through torch.compile."""
 
 from __future__ import annotations
 
@@ -64,8 +64,11 @@ def test_ctc_loss_errors_match_cpu():
         assert str(ours.value) == str(expected.value)
 
 
+@pytest.mark.parametrize("lengths_on", ["device", "cpu"])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_f_ctc_loss_with_tensor_lengths_eager_and_compiled(reduction):
+def test_f_ctc_loss_with_tensor_lengths_eager_and_compiled(reduction, lengths_on):
+    """Lengths as device tensors, or as CPU tensors next to device log-probs (PyTorch's
+    docs' way, which its decomposition for a tensor subclass would divide by)."""
     torch.manual_seed(0)
     logits = torch.randn(T, N, C, dtype=torch.float64, requires_grad=True)
     targets = torch.randint(1, C, (N, 4))
@@ -77,9 +80,13 @@ def test_f_ctc_loss_with_tensor_lengths_eager_and_compiled(reduction):
     expected = loss_fn(logits, targets, il, tl)
     (expected_grad,) = torch.autograd.grad(expected.sum(), logits)
     ours_logits = xnf.to_xla(logits.detach()).requires_grad_()
-    args = xnf.to_xla([targets, il, tl])
-    for run in (loss_fn, xnf.compile(loss_fn)):
+    args = [xnf.to_xla(targets), *(xnf.to_xla([il, tl]) if lengths_on == "device" else (il, tl))]
+    for run in (loss_fn, xnf.compile(loss_fn), torch.compile(loss_fn, backend="xla_native")):
         ours = run(ours_logits, *args)
         (ours_grad,) = torch.autograd.grad(ours.sum(), ours_logits)
         torch.testing.assert_close(xnf.to_torch(ours), expected)
         torch.testing.assert_close(xnf.to_torch(ours_grad), expected_grad)
+    with torch.inference_mode():
+        torch.testing.assert_close(xnf.to_torch(loss_fn(ours_logits, *args)), expected.detach())
+    with pytest.raises(RuntimeError, match="input_lengths must be integral"):
+        loss_fn(ours_logits, args[0], args[1].double(), args[2])

@@ -73,6 +73,12 @@ def policy(fact: str) -> dict[str, tuple[int | str, ...]]:
     return POLICY.get(fact, {})
 
 
+# Code of the Python kernels that ops register at our device's dispatcher keys
+# (supported/data_dependent.py): PyTorch calls them outside __torch_dispatch__, and the
+# torch.compile backend has Dynamo run them as plain Python (frontends/dynamo.py).
+DEVICE_KERNEL_CODES: list[Any] = []
+
+
 # IR class of every manifest entry by unambiguous name (`add_Tensor` -> AddTensor).
 NODES: dict[str, type[Node]] = {}
 

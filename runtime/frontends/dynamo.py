@@ -50,7 +50,7 @@ from ..exec.eager import value
 from ..exec.graph import dump_graph
 from ..exec.keys import graph_seed, keys_from
 from ..exec.layouts import memory_order
-from ..exec.registry import REGISTRY, SECTIONS, policy
+from ..exec.registry import DEVICE_KERNEL_CODES, REGISTRY, SECTIONS, policy
 from ..exec.sharding import InputLayouts, constrain_array, input_layouts, place_input
 from ..platform.backend import executions_run_inline, graph_compiler_options
 from ..platform.config import config
@@ -755,7 +755,8 @@ def _run_runtime_without_dynamo() -> None:
     skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
     for fn in (XlaTensor.__torch_dispatch__, Environment.__torch_dispatch__, _compile_backward_graph):
         set_code_exec_strategy(getattr(fn, "__func__", fn).__code__, skip)
-    for code in device_kernel_codes():  # factories on our device, copies to it (forward AD's zero tangents)
+    # factories on our device, copies to it (forward AD's zero tangents), ops' own kernels
+    for code in (*device_kernel_codes(), *DEVICE_KERNEL_CODES):
         set_code_exec_strategy(code, skip)
     # The autograd engine's wrapper (Note [Backward on the calling thread] in
     # frontends/dispatch.py) stands where Dynamo expects PyTorch's C++ engine, at which

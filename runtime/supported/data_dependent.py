@@ -15,6 +15,7 @@ import torch
 from ...shape_fns.common import broadcast_shapes, scalar_type_name
 from ..core.convert import X64, cpu_to_jax, host_array, host_tensor
 from ..core.tensor import XlaTensor, from_array
+from ..exec.registry import DEVICE_KERNEL_CODES, REGISTRY
 
 _REDUCED = (torch.float16, torch.bfloat16)
 
@@ -237,6 +238,37 @@ def impl__ctc_loss_Tensor(log_probs, targets, input_lengths, target_lengths, bla
     return torch.ops.aten._ctc_loss(
         log_probs, targets, _lengths(input_lengths), _lengths(target_lengths), blank, zero_infinity
     )
+
+
+# Note [CTC lengths on the CPU]
+# F.ctc_loss's lengths are usually CPU tensors next to device log-probs, as PyTorch's
+# docs show; its ctc_loss.Tensor reads them to the host and runs the int[] overload. For
+# a tensor subclass (ours) its decomposition keeps them tensors instead and ends in
+# `loss / target_lengths`, a device tensor divided by a CPU one, which PyTorch refuses.
+# Our device's kernel reads them to the host as PyTorch's does.
+
+_LIBRARY: list[torch.library.Library] = []
+
+
+def ctc_loss_host_lengths(log_probs, targets, input_lengths, target_lengths, blank=0, reduction=1,
+                          zero_infinity=False):
+    for name, lengths in (("input_lengths", input_lengths), ("target_lengths", target_lengths)):
+        if lengths.dtype not in _INTEGRAL:
+            raise RuntimeError(f"{name} must be integral")
+    return torch.ops.aten.ctc_loss.IntList(log_probs, targets, [int(n) for n in _np(input_lengths).reshape(-1)],
+                                           [int(n) for n in _np(target_lengths).reshape(-1)], blank, reduction,
+                                           zero_infinity)
+
+
+def install_ctc_loss_host_lengths() -> None:
+    """Note [CTC lengths on the CPU]: the kernel stands at our device's autograd key, and
+    is the handler of the op under inference mode, which skips that key."""
+    if not _LIBRARY:
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl("ctc_loss.Tensor", ctc_loss_host_lengths, "AutogradPrivateUse1")
+        REGISTRY[torch.ops.aten.ctc_loss.Tensor] = ctc_loss_host_lengths
+        DEVICE_KERNEL_CODES.append(ctc_loss_host_lengths.__code__)
+        _LIBRARY.append(lib)
 
 
 def impl__ctc_loss_backward_Tensor(
