@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, normalize_dim, scalar_type_name, sum_dtype
+from .common import TensorMeta, normalize_dim, require_kernel_dtype, scalar_type_name, sum_dtype
 
 
 def cumsum_output_shape(self, dim, *, dtype=None):
@@ -17,17 +17,18 @@ def cumprod_output_shape(self, dim, *, dtype=None):
     return TensorMeta(self.shape, sum_dtype(self.dtype, dtype))
 
 
-def _extremum(self, dim):
+def _extremum(kernel, self, dim):
     normalize_dim(dim, self.ndim)
+    require_kernel_dtype(kernel, self.dtype, "bool int float")
     return TensorMeta(self.shape, self.dtype), TensorMeta(self.shape, torch.int64)
 
 
 def cummax_output_shape(self, dim):
-    return _extremum(self, dim)
+    return _extremum("cummax_cpu", self, dim)
 
 
 def cummin_output_shape(self, dim):
-    return _extremum(self, dim)
+    return _extremum("cummin_cpu", self, dim)
 
 
 def logcumsumexp_output_shape(self, dim):

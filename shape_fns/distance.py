@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes
+from .common import TensorMeta, broadcast_shapes, require_kernel_dtype
 from .common import scalar_type_name
 
 
@@ -62,6 +62,7 @@ def _pdist_backward_output_shape(grad, self, p, pdist):
 def bucketize_Tensor_output_shape(self, boundaries, *, out_int32=False, right=False):
     if boundaries.ndim != 1:
         raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.ndim})")
+    require_kernel_dtype("searchsorted_out_cpu", self.dtype, "int float")
     return TensorMeta(self.shape, torch.int32 if out_int32 else torch.int64)
 
 
@@ -86,4 +87,5 @@ def searchsorted_Tensor_output_shape(sorted_sequence, self, *, out_int32=False, 
             f"tensor and input value tensor must match, but we got boundaries tensor {list(sorted_sequence.shape)} "
             f"and input value tensor {list(self.shape)}"
         )
+    require_kernel_dtype("searchsorted_out_cpu", self.dtype, "int float")
     return TensorMeta(self.shape, torch.int32 if out_int32 else torch.int64)

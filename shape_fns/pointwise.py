@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes, elementwise_meta, promote_dtypes
+from .common import (TensorMeta, broadcast_shapes, elementwise_dtypes, elementwise_meta, promote_dtypes,
+                     require_kernel_dtype)
 
 
 def _require_floating(kernel: str, meta: TensorMeta) -> None:
@@ -142,11 +143,25 @@ def pow_Tensor_Tensor_output_shape(self, exponent):
 
 
 def maximum_output_shape(self, other):
+    no_complex_ordering("maximum", self, other)
     return elementwise_meta("maximum", self, other)
 
 
 def minimum_output_shape(self, other):
+    no_complex_ordering("minimum", self, other)
     return elementwise_meta("minimum", self, other)
+
+
+def no_complex_ordering(op, *operands):
+    """PyTorch's error for maximum-like ops of complex operands, which have no order."""
+    if any(isinstance(x, TensorMeta) and x.dtype.is_complex for x in operands):
+        raise RuntimeError(f"{op} not implemented for complex tensors.")
+
+
+def _comparison_meta(op, kernel, self, other):
+    compute, _ = elementwise_dtypes(op, self, other)
+    require_kernel_dtype(kernel, compute, "bool int float")  # complex numbers have no order
+    return elementwise_meta(op, self, other)
 
 
 def eq_Tensor_output_shape(self, other):
@@ -162,15 +177,15 @@ def ne_Scalar_output_shape(self, other):
 
 
 def lt_Tensor_output_shape(self, other):
-    return elementwise_meta("lt_Tensor", self, other)
+    return _comparison_meta("lt_Tensor", "lt_cpu", self, other)
 
 
 def gt_Scalar_output_shape(self, other):
-    return elementwise_meta("gt_Scalar", self, other)
+    return _comparison_meta("gt_Scalar", "gt_cpu", self, other)
 
 
 def ge_Scalar_output_shape(self, other):
-    return elementwise_meta("ge_Scalar", self, other)
+    return _comparison_meta("ge_Scalar", "ge_cpu", self, other)
 
 
 def where_self_output_shape(condition, self, other):
@@ -188,6 +203,7 @@ def where_self_output_shape(condition, self, other):
 def clamp_output_shape(self, min=None, max=None):
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    no_complex_clamp(self)
     result = elementwise_meta("clamp", self, min, max)
     if result.dtype is torch.bool:
         kernel = (
@@ -211,3 +227,8 @@ def gelu_backward_output_shape(grad_output, self, *, approximate="none"):
     result = elementwise_meta("gelu_backward", grad_output, self)
     _require_floating("GeluBackwardKernelImpl", result)
     return result
+
+
+def no_complex_clamp(self):
+    if self.dtype.is_complex:
+        raise NotImplementedError("clamp is not supported for complex types")

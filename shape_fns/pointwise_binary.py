@@ -6,7 +6,7 @@ PyTorch CPU's kernels make."""
 from __future__ import annotations
 
 from .common import TensorMeta, elementwise_dtypes, elementwise_meta, require_kernel_dtype
-from .pointwise import sub_Tensor_output_shape
+from .pointwise import no_complex_clamp, no_complex_ordering, sub_Tensor_output_shape
 
 
 def checked_meta(op, *operands, kernel=None, categories="bool int float complex", reduced=True):
@@ -93,12 +93,12 @@ def atan2_output_shape(self, other):
 
 
 def fmax_output_shape(self, other):
-    _no_complex("fmax", self, other)
+    no_complex_ordering("fmax", self, other)
     return checked_meta("fmax", self, other)
 
 
 def fmin_output_shape(self, other):
-    _no_complex("fmin", self, other)
+    no_complex_ordering("fmin", self, other)
     return checked_meta("fmin", self, other)
 
 
@@ -181,15 +181,20 @@ def lerp_Tensor_output_shape(self, end, weight):
 def clamp_Tensor_output_shape(self, min=None, max=None):
     if min is None and max is None:
         raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
-    return checked_meta("clamp_Tensor", self, min, max, kernel="clamp_cpu", categories="bool int float")
+    no_complex_clamp(self)
+    if min is not None and max is not None:
+        return checked_meta("clamp_Tensor", self, min, max, kernel="clamp_cpu", categories="int float")
+    # one bound: PyTorch CPU runs clamp_min's or clamp_max's kernel, which take bool
+    kernel = "maximum_cpu" if max is None else "minimum_cpu"
+    return checked_meta("clamp_Tensor", self, min, max, kernel=kernel, categories="bool int float")
 
 
 def clamp_min_Tensor_output_shape(self, min):
-    return checked_meta("clamp_min_Tensor", self, min, kernel="clamp_min_cpu", categories="bool int float")
+    return checked_meta("clamp_min_Tensor", self, min, kernel="maximum_cpu", categories="bool int float")
 
 
 def clamp_max_Tensor_output_shape(self, max):
-    return checked_meta("clamp_max_Tensor", self, max, kernel="clamp_max_cpu", categories="bool int float")
+    return checked_meta("clamp_max_Tensor", self, max, kernel="minimum_cpu", categories="bool int float")
 
 
 

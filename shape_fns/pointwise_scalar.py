@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .common import elementwise_meta
-from .pointwise import div_Tensor_mode_output_shape, sub_Tensor_output_shape
+from .pointwise import div_Tensor_mode_output_shape, no_complex_clamp, sub_Tensor_output_shape
 from .pointwise_binary import (bitwise_left_shift_Tensor_output_shape, bitwise_right_shift_Tensor_output_shape,
                                checked_meta)
 
@@ -131,10 +131,12 @@ def xlogy_Scalar_Other_output_shape(self, other):
 
 
 def clamp_min_output_shape(self, min):
+    no_complex_clamp(self)
     return checked_meta("clamp_min", self, min, kernel="clamp_min_scalar_cpu", categories="int float")
 
 
 def clamp_max_output_shape(self, max):
+    no_complex_clamp(self)
     return checked_meta("clamp_max", self, max, kernel="clamp_max_scalar_cpu", categories="int float")
 
 

@@ -9,6 +9,7 @@ from .common import (
     elementwise_dtypes,
     mean_dtype,
     reduction_dims,
+    require_kernel_dtype,
     sum_dtype,
 )
 
@@ -57,12 +58,13 @@ def amax_output_shape(self, dim=(), keepdim=False):
     _check_dim_given("amax", self, dim)
     dims = reduction_dims(dim, self.ndim)
     _check_nonempty("amax", self.shape, dims)
+    require_kernel_dtype("max_values_cpu", self.dtype, "bool int float")
     return TensorMeta(_reduced_shape(self.shape, dims, keepdim), self.dtype)
 
 
 def argmax_output_shape(self, dim=None, keepdim=False):
-    if self.dtype is torch.bool:
-        raise RuntimeError("argmax(): does not support bool input")
+    if self.dtype is torch.bool or self.dtype.is_complex:
+        raise RuntimeError(f"argmax(): does not support {'complex' if self.dtype.is_complex else 'bool'} input")
     if dim is None:
         if self.numel() == 0:
             raise IndexError("argmax(): Expected reduction dim to be specified for input.numel() == 0.")
@@ -74,6 +76,8 @@ def argmax_output_shape(self, dim=None, keepdim=False):
 
 
 def max_dim_output_shape(self, dim, keepdim=False):
+    if self.dtype.is_complex:
+        raise RuntimeError("max(): does not support complex input")
     dims = reduction_dims(dim, self.ndim)
     _check_nonempty("max", self.shape, dims)
     shape = _reduced_shape(self.shape, dims, keepdim)

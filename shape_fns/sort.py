@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, normalize_dim
+from .common import TensorMeta, normalize_dim, require_kernel_dtype
 
 
 def _pair(shape, dtype):
@@ -20,15 +20,10 @@ def _reduce_one(self, dim, keepdim):
     return self.shape[:d] + self.shape[d + 1 :]
 
 
-def _no_complex(op, self):
-    if self.dtype.is_complex:
-        raise RuntimeError(f"{op}(): Complex inputs are not supported")
-
-
 def sort_output_shape(self, dim=-1, descending=False):
     normalize_dim(dim, self.ndim)
     if self.dtype.is_complex:
-        raise RuntimeError("Sort currently does not support complex dtypes on CPU.")
+        raise RuntimeError("Sort does not support complex dtypes on CPU")
     return _pair(self.shape, self.dtype)
 
 
@@ -37,6 +32,8 @@ def sort_stable_output_shape(self, *, stable, dim=-1, descending=False):
 
 
 def topk_output_shape(self, k, dim=-1, largest=True, sorted=True):
+    if self.dtype.is_complex or self.dtype is torch.bool:
+        raise RuntimeError(f"topk does not support {'complex' if self.dtype.is_complex else 'bool'} dtypes on CPU")
     d = normalize_dim(dim, self.ndim)
     size = self.shape[d] if self.ndim else 1
     if not 0 <= k <= size:
@@ -51,22 +48,24 @@ def kthvalue_output_shape(self, k, dim=-1, keepdim=False):
     size = self.shape[d] if self.ndim else 1
     if not 1 <= k <= size:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
-    _no_complex("kthvalue", self)
+    require_kernel_dtype("kthvalue_cpu", self.dtype, "int float")
     return _pair(_reduce_one(self, dim, keepdim), self.dtype)
 
 
 def median_output_shape(self):
+    require_kernel_dtype("median_cpu", self.dtype, "int float")
     return TensorMeta((), self.dtype)
 
 
 def nanmedian_output_shape(self):
-    return TensorMeta((), self.dtype)
+    return median_output_shape(self)
 
 
 def _median_dim(op, self, dim, keepdim):
     d = normalize_dim(dim, self.ndim)
     if self.ndim and self.shape[d] == 0:
         raise IndexError(f"{op}(): Expected reduction dim {d} to have non-zero size.")
+    require_kernel_dtype("median_out", self.dtype, "int float")
     return _pair(_reduce_one(self, dim, keepdim), self.dtype)
 
 
@@ -80,4 +79,5 @@ def nanmedian_dim_output_shape(self, dim, keepdim=False):
 
 def mode_output_shape(self, dim=-1, keepdim=False):
     normalize_dim(dim, self.ndim)
+    require_kernel_dtype("mode_cpu", self.dtype, "bool int float")
     return _pair(_reduce_one(self, dim, keepdim), self.dtype)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, reduction_dims, scalar_type_name, sum_dtype
+from .common import TensorMeta, reduction_dims, require_kernel_dtype, scalar_type_name, sum_dtype
 from .reduction import _check_dim_given, _check_nonempty, _reduced_shape
 
 
@@ -29,8 +29,8 @@ def _meta(self, dims, keepdim, dtype):
 
 
 def _arg_reduction(op, self, dim, keepdim):
-    if self.dtype is torch.bool:
-        raise RuntimeError(f"{op}(): does not support bool input")
+    if self.dtype is torch.bool or self.dtype.is_complex:
+        raise RuntimeError(f"{op}(): does not support {'complex' if self.dtype.is_complex else 'bool'} input")
     if dim is None:
         if self.numel() == 0:
             raise IndexError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0.")
@@ -44,6 +44,7 @@ def amin_output_shape(self, dim=(), keepdim=False):
     _check_dim_given("amin", self, dim)
     dims = reduction_dims(dim, self.ndim)
     _check_nonempty("amin", self.shape, dims)
+    require_kernel_dtype("min_values_cpu", self.dtype, "bool int float")
     return _meta(self, dims, keepdim, self.dtype)
 
 
@@ -52,6 +53,8 @@ def argmin_output_shape(self, dim=None, keepdim=False):
 
 
 def min_dim_output_shape(self, dim, keepdim=False):
+    if self.dtype.is_complex:
+        raise RuntimeError("min(): does not support complex input")
     dims = reduction_dims(dim, self.ndim)
     _check_nonempty("min", self.shape, dims)
     shape = _reduced_shape(self.shape, dims, keepdim)
@@ -64,6 +67,7 @@ def _full_extremum(op, self):
             f"{op}(): Expected reduction dim to be specified for input.numel() == 0. "
             "Specify the reduction dim with the 'dim' argument."
         )
+    require_kernel_dtype(f"{op}_all", self.dtype, "bool int float")
     return TensorMeta((), self.dtype)
 
 
@@ -90,6 +94,7 @@ def aminmax_output_shape(self, *, dim=None, keepdim=False):
                     "aminmax(): Expected reduction dim " + str(d) + " to have non-zero size."
                 )
         shape = _reduced_shape(self.shape, dims, keepdim)
+    require_kernel_dtype("aminmax_cpu", self.dtype, "bool int float")
     return TensorMeta(shape, self.dtype), TensorMeta(shape, self.dtype)
 
 

@@ -675,3 +675,42 @@ def test_tril_triu_indices():
 def test_view_backward_lowerings(op, args):
     assert_same(run_lowering(op, args, {}), op(*args))
     assert run_shape_fn(op, args, {}) == as_meta(op(*args))
+
+
+# Ops that order values: PyTorch CPU refuses complex inputs (they have no order), and
+# some bool ones, each with its own error; ours raise the same, eagerly and compiled.
+_aten = torch.ops.aten
+ORDERING_OPS = {
+    "max": lambda a: _aten.max(a), "min": lambda a: _aten.min(a), "max.dim": lambda a: _aten.max.dim(a, 0),
+    "min.dim": lambda a: _aten.min.dim(a, 0), "amax": lambda a: _aten.amax(a, [0]),
+    "amin": lambda a: _aten.amin(a, [0]),
+    "aminmax": lambda a: _aten.aminmax(a), "argmax": lambda a: _aten.argmax(a), "argmin": lambda a: _aten.argmin(a),
+    "topk": lambda a: _aten.topk(a, 1), "sort": lambda a: _aten.sort(a), "kthvalue": lambda a: _aten.kthvalue(a, 1),
+    "median": lambda a: _aten.median(a), "median.dim": lambda a: _aten.median.dim(a, 0),
+    "nanmedian": lambda a: _aten.nanmedian(a), "mode": lambda a: _aten.mode(a), "cummax": lambda a: _aten.cummax(a, 0),
+    "cummin": lambda a: _aten.cummin(a, 0), "maximum": lambda a: _aten.maximum(a, a),
+    "max.other": lambda a: torch.max(a, a), "fmin": lambda a: _aten.fmin(a, a), "clamp": lambda a: _aten.clamp(a, 0, 1),
+    "clamp.Tensor": lambda a: _aten.clamp.Tensor(a, a, a),
+    "clamp_min": lambda a: _aten.clamp_min(a, 0), "clamp_max.Tensor": lambda a: _aten.clamp_max.Tensor(a, a),
+    "lt": lambda a: _aten.lt.Tensor(a, a), "ge.Scalar": lambda a: _aten.ge.Scalar(a, 0),
+    "unique": lambda a: torch.unique(a), "unique_consecutive": lambda a: torch.unique_consecutive(a),
+    "unique dim": lambda a: torch.unique(a, dim=0), "searchsorted": lambda a: torch.searchsorted(a.reshape(-1), a),
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.bool], ids=str)
+def test_ordering_ops_refuse_what_pytorch_cpu_refuses(dtype, mode):
+    torch.manual_seed(0)
+    x = torch.randn(3, 3, dtype=dtype) if dtype.is_complex else torch.rand(3, 3) > 0.5
+    refused = 0
+    for name, fn in ORDERING_OPS.items():
+        try:
+            fn(x)
+        except Exception as expected:
+            refused += 1
+            run = fn if mode == "eager" else xnf.compile(fn)
+            with pytest.raises(type(expected)) as ours:
+                run(xnf.to_xla(x))
+            assert str(ours.value).strip() == str(expected).strip(), name
+    assert refused >= (25 if dtype.is_complex else 5)

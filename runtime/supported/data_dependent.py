@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...shape_fns.common import broadcast_shapes, scalar_type_name
+from ...shape_fns.common import broadcast_shapes, require_kernel_dtype, scalar_type_name
 from ..core.convert import X64, cpu_to_jax, host_array, host_tensor
 from ..core.tensor import XlaTensor, from_array
 from ..exec.registry import DEVICE_KERNEL_CODES, REGISTRY
@@ -90,6 +90,7 @@ def _lexsort_rows(rows):
 
 
 def _unique_flat(self, sort, return_inverse, return_counts):
+    require_kernel_dtype("unique", self.dtype, "bool int float")  # complex numbers have no order
     flat = _np(self).reshape(-1)
     order = _sort_order(flat) if sort else np.arange(flat.size)
     firsts, inverse, counts = _groups(flat, order)
@@ -102,6 +103,7 @@ def _unique_flat(self, sort, return_inverse, return_counts):
 def _unique_along(self, dim, sort):
     """unique over slices along `dim`; PyTorch returns inverse and counts whatever the
     flags say."""
+    require_kernel_dtype("unique_dim", self.dtype, "bool int float")
     dim = _wrap_dim(dim, self.dim())
     shape = tuple(self.shape)
     if self.numel() == 0:
