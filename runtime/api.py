@@ -33,8 +33,8 @@ from .frontends.replay import compile
 from .platform.config import config
 from .platform.debug_env import apply_debug_env
 from .platform.metrics import metrics_report, reset_metrics
-from .supported.foreach import enable_foreach_optimizers
 from .supported.data_dependent import install_ctc_loss_host_lengths
+from .supported.foreach import enable_foreach_optimizers
 from .supported.rnn import install_whole_rnn_layers
 
 __all__ = [

@@ -330,6 +330,5 @@ def impl_view_dtype(self, dtype):
     raise NotImplementedError(
         f"x.view({dtype}) of a {self.dtype} tensor reinterprets its memory, which the jax device holds as an array "
         f"of one dtype: views as another dtype are not supported (docs/semantics.md), except a complex tensor's "
-        "view as its reals and back. For the values "
-        f"alone, x.cpu().view({dtype}).to(x.device) copies them."
+        f"view as its reals and back. For the values alone, x.cpu().view({dtype}).to(x.device) copies them."
     )
