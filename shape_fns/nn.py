@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, layer_norm_stats_dtype, normalize_dim
+from .common import TensorMeta, layer_norm_stats_dtype, normalize_dim, require_kernel_dtype, scalar_type_name
 
 
-def _softmax_meta(kernel, self, dim, half_to_float):
-    normalize_dim(dim, self.ndim)
+def _softmax_kernel(op, self, dim):
+    """PyTorch CPU's kernel of a softmax: its last-dim form where it reduces the last dim."""
+    d = normalize_dim(dim, self.ndim)
+    return f"{op}_lastdim_kernel_impl" if self.ndim == 0 or d == self.ndim - 1 else f"{op}_kernel_impl"
+
+
+def _softmax_meta(op, self, dim, half_to_float):
+    kernel = _softmax_kernel(op, self, dim)
     if not self.dtype.is_floating_point:
-        raise NotImplementedError(f'"{kernel}" not implemented for {self.dtype}')
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_type_name(self.dtype)}\'')
     if half_to_float:
         # Only CUDA implements the float16 -> float32 variant (the lowering does too).
         raise RuntimeError("softmax with half to float conversion is not supported on CPU")
@@ -19,19 +25,19 @@ def _softmax_meta(kernel, self, dim, half_to_float):
 
 
 def _softmax_output_shape(self, dim, half_to_float):
-    return _softmax_meta("softmax_kernel_impl", self, dim, half_to_float)
+    return _softmax_meta("softmax", self, dim, half_to_float)
 
 
 def _safe_softmax_output_shape(self, dim, dtype=None):
-    normalize_dim(dim, self.ndim)
+    kernel = _softmax_kernel("softmax", self, dim)
     out = dtype if dtype is not None else self.dtype
     if not out.is_floating_point:
-        raise NotImplementedError(f'"softmax_kernel_impl" not implemented for {out}')
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{scalar_type_name(out)}\'')
     return TensorMeta(self.shape, out)
 
 
 def _log_softmax_output_shape(self, dim, half_to_float):
-    return _softmax_meta("log_softmax_kernel_impl", self, dim, half_to_float)
+    return _softmax_meta("log_softmax", self, dim, half_to_float)
 
 
 def _softmax_backward_meta(grad_output, output, dim, input_dtype):
@@ -74,6 +80,7 @@ def _check_layer_norm(input, normalized_shape, weight, bias):
 
 def native_layer_norm_output_shape(input, normalized_shape, weight, bias, eps):
     stats_shape = _check_layer_norm(input, normalized_shape, weight, bias)
+    require_kernel_dtype("LayerNormKernelImpl", input.dtype, "float")
     params = weight if weight is not None else bias
     stats = TensorMeta(
         stats_shape, layer_norm_stats_dtype(input.dtype, None if params is None else params.dtype)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .common import (TensorMeta, broadcast_shapes, elementwise_dtypes, elementwise_meta, promote_dtypes,
-                     require_kernel_dtype)
+                     require_kernel_dtype, scalar_type_name)
 
 
 def _require_floating(kernel: str, meta: TensorMeta) -> None:
@@ -17,7 +17,7 @@ def _require_floating(kernel: str, meta: TensorMeta) -> None:
 
 def abs_output_shape(self):
     if self.dtype is torch.bool:
-        raise NotImplementedError('"abs_cpu" not implemented for torch.bool')
+        raise NotImplementedError('"abs_cpu" not implemented for \'Bool\'')
     return elementwise_meta("abs", self)
 
 
@@ -65,6 +65,7 @@ def cos_output_shape(self):
 def relu_output_shape(self):
     if self.dtype is torch.bool:
         raise RuntimeError("Boolean inputs not supported for relu")
+    no_complex_clamp(self)  # (relu is clamp_min on PyTorch CPU)
     return elementwise_meta("relu", self)
 
 
@@ -193,7 +194,8 @@ def where_self_output_shape(condition, self, other):
     cond_dtype = promote_dtypes(condition)
     if cond_dtype not in (torch.bool, torch.uint8):
         raise RuntimeError(
-            f"where expected condition to be a boolean tensor, but got a tensor with dtype {cond_dtype}"
+            "where expected condition to be a boolean tensor, but got a tensor with dtype "
+            f"{scalar_type_name(cond_dtype)}"
         )
     values = elementwise_meta("where_self", self, other)
     cond_shape = condition.shape if isinstance(condition, TensorMeta) else ()

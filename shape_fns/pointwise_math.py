@@ -93,20 +93,26 @@ def rad2deg_output_shape(self):
     return _meta("rad2deg", self)
 
 
+def _rounding(op, self):
+    if self.dtype.is_complex:
+        raise NotImplementedError(f"{op} is not supported for complex inputs")
+    return _meta(op, self, f"{op}_vml_cpu", "int float")
+
+
 def ceil_output_shape(self):
-    return _meta("ceil", self, "ceil", "int float")
+    return _rounding("ceil", self)
 
 
 def floor_output_shape(self):
-    return _meta("floor", self, "floor", "int float")
+    return _rounding("floor", self)
 
 
 def trunc_output_shape(self):
-    return _meta("trunc", self, "trunc", "int float")
+    return _rounding("trunc", self)
 
 
 def round_output_shape(self):
-    return _meta("round", self, "round", "int float")
+    return _meta("round", self, "round_vml_cpu", "int float")
 
 
 def round_decimals_output_shape(self, *, decimals):
@@ -118,7 +124,11 @@ def frac_output_shape(self):
 
 
 def sign_output_shape(self):
-    return _meta("sign", self, "sign_cpu", "bool int float")
+    if self.dtype.is_complex:
+        raise NotImplementedError(
+            "Unlike NumPy, torch.sign is not intended to support complex numbers. Please use torch.sgn instead."
+        )
+    return _meta("sign", self)
 
 
 def sgn_output_shape(self):

@@ -918,3 +918,36 @@ def test_python_shift_operators(mode):
         assert torch.equal(g.cpu(), e)
     with pytest.raises(NotImplementedError, match="lshift_cpu"):
         xnf.to_xla(torch.ones(2)) << 1
+
+
+# Inputs PyTorch CPU refuses, each with its own error; ours raise the same type and
+# message, eagerly and compiled (found by a probe of user mistakes).
+REFUSED = {
+    "int to a negative int power": lambda i, f, z: i ** -1,
+    "in place": lambda i, f, z: i.clone().pow_(-2),
+    "complex relu": lambda i, f, z: torch.relu(z),
+    "int layer_norm": lambda i, f, z: torch.nn.functional.layer_norm(i, (2,)),
+    "complex floor": lambda i, f, z: torch.floor(z),
+    "complex ceil": lambda i, f, z: torch.ceil(z),
+    "complex trunc": lambda i, f, z: torch.trunc(z),
+    "complex round": lambda i, f, z: torch.round(z),
+    "complex sign": lambda i, f, z: torch.sign(z),
+    "bool floor": lambda i, f, z: torch.floor(i > 0),
+    "int softmax, last dim": lambda i, f, z: i.softmax(0),
+    "int log_softmax, first dim": lambda i, f, z: i.reshape(2, 1).log_softmax(0),
+    "int condition": lambda i, f, z: torch.where(i, f, f),
+    "bool abs": lambda i, f, z: torch.abs(i > 0),
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_refused_inputs_raise_pytorch_cpus_error(case, mode):
+    fn = REFUSED[case]
+    args = (torch.tensor([3, -2]), torch.tensor([1.5, -2.0]), torch.tensor([1 + 1j, 2 - 1j]))
+    with pytest.raises(Exception) as expected:
+        fn(*args)
+    run = fn if mode == "eager" else xnf.compile(fn)
+    with pytest.raises(type(expected.value)) as ours:
+        run(*xnf.to_xla(list(args)))
+    assert str(ours.value) == str(expected.value)
