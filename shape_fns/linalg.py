@@ -10,12 +10,9 @@ from .common import TensorMeta, cpp_type_name, expand_shape, scalar_type_name
 from .matmul import bmm_dims
 
 
-def _check_dtypes(a: TensorMeta, b: TensorMeta, what: str) -> None:
-    # PyTorch does not promote matmul operands.
-    if a.dtype != b.dtype:
-        raise RuntimeError(f"{what} must have the same dtype, but got {a.dtype} and {b.dtype}")
-    if a.dtype is torch.bool:
-        raise NotImplementedError('"addmm_impl_cpu_" not implemented for torch.bool')
+def _no_bool(dtype: torch.dtype, kernel: str) -> None:
+    if dtype is torch.bool:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
 
 
 def _mm_shape(mat1: TensorMeta, mat2: TensorMeta, names=("self", "mat2")) -> tuple[int, int]:
@@ -25,7 +22,10 @@ def _mm_shape(mat1: TensorMeta, mat2: TensorMeta, names=("self", "mat2")) -> tup
     (n, k), (k2, m) = mat1.shape, mat2.shape
     if k != k2:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({n}x{k} and {k2}x{m})")
-    _check_dtypes(mat1, mat2, "mat1 and mat2")
+    if mat1.dtype != mat2.dtype:  # PyTorch does not promote matmul operands
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {cpp_type_name(mat1.dtype)} != "
+                           f"{cpp_type_name(mat2.dtype)}")
+    _no_bool(mat1.dtype, "addmm_impl_cpu_")
     return n, m
 
 
@@ -34,15 +34,20 @@ def mm_output_shape(self, mat2):
 
 
 def addmm_output_shape(self, mat1, mat2, *, beta=1, alpha=1):
+    if self.dtype != mat2.dtype:
+        raise RuntimeError(f"self and mat2 must have the same dtype, but got {scalar_type_name(self.dtype)} and "
+                           f"{scalar_type_name(mat2.dtype)}")
     shape = _mm_shape(mat1, mat2, names=("mat1", "mat2"))
-    _check_dtypes(self, mat1, "self and mat1")
     expand_shape(self.shape, shape)  # self must broadcast to the product's shape
     return TensorMeta(shape, mat1.dtype)
 
 
 def bmm_output_shape(self, mat2):
     shape = bmm_dims(self, mat2)
-    _check_dtypes(self, mat2, "batch1 and batch2")
+    if self.dtype != mat2.dtype:
+        raise RuntimeError(f"expected scalar type {scalar_type_name(self.dtype)} but found "
+                           f"{scalar_type_name(mat2.dtype)}")
+    _no_bool(self.dtype, "bmm")
     return TensorMeta(shape, self.dtype)
 
 

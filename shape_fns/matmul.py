@@ -48,7 +48,8 @@ def mv_output_shape(self, vec):
         )
     if self.dtype != vec.dtype:
         raise RuntimeError(
-            f"addmv input tensors must have the same dtype, but got {scalar_type_name(self.dtype)}, "
+            # (the first is the result's, made with vec's dtype)
+            f"addmv input tensors must have the same dtype, but got {scalar_type_name(vec.dtype)}, "
             f"{scalar_type_name(self.dtype)}, and {scalar_type_name(vec.dtype)}"
         )
     _no_bool(self.dtype, "addmv_impl_cpu")

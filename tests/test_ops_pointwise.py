@@ -937,6 +937,11 @@ REFUSED = {
     "int log_softmax, first dim": lambda i, f, z: i.reshape(2, 1).log_softmax(0),
     "int condition": lambda i, f, z: torch.where(i, f, f),
     "bool abs": lambda i, f, z: torch.abs(i > 0),
+    "int @ float matrices": lambda i, f, z: i.reshape(1, 2) @ f.reshape(2, 1),
+    "addmm of other dtypes": lambda i, f, z: torch.addmm(f.reshape(1, 1), i.reshape(1, 2), i.reshape(2, 1)),
+    "bmm of other dtypes": lambda i, f, z: torch.bmm(i.reshape(1, 1, 2), f.reshape(1, 2, 1)),
+    "bool bmm": lambda i, f, z: torch.bmm((i > 0).reshape(1, 1, 2), (i > 0).reshape(1, 2, 1)),
+    "mv of other dtypes": lambda i, f, z: torch.mv(i.reshape(1, 2), f),
 }
 
 
