@@ -14,7 +14,7 @@ from .common import (
     require_kernel_dtype,
     scalar_type_name,
 )
-from .pointwise_binary import checked_meta
+from .common import checked_meta
 
 
 def _float(op, *operands, kernel, complex_ok=False):

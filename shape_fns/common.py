@@ -609,6 +609,15 @@ def cpp_type_name(dtype: torch.dtype) -> str:
     return _CPP_TYPE_NAMES.get(dtype, str(dtype))
 
 
+def checked_meta(op, *operands, kernel=None, categories="bool int float complex", reduced=True):
+    """elementwise_meta, raising the NotImplementedError of a CPU kernel that has no
+    instance for the compute dtype."""
+    if kernel is not None:
+        compute, _ = elementwise_dtypes(op, *operands)
+        require_kernel_dtype(kernel, compute, categories, reduced)
+    return elementwise_meta(op, *operands)
+
+
 def dtype_category(dtype: torch.dtype) -> str:
     """'bool', 'int', 'float' or 'complex': the kernels' dispatch categories."""
     if dtype is torch.bool:

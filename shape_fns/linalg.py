@@ -7,12 +7,7 @@ import math
 import torch
 
 from .common import TensorMeta, cpp_type_name, expand_shape, scalar_type_name
-from .matmul import bmm_dims
-
-
-def _no_bool(dtype: torch.dtype, kernel: str) -> None:
-    if dtype is torch.bool:
-        raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
+from .matmul import bmm_dims, no_bool
 
 
 def _mm_shape(mat1: TensorMeta, mat2: TensorMeta, names=("self", "mat2")) -> tuple[int, int]:
@@ -25,7 +20,7 @@ def _mm_shape(mat1: TensorMeta, mat2: TensorMeta, names=("self", "mat2")) -> tup
     if mat1.dtype != mat2.dtype:  # PyTorch does not promote matmul operands
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {cpp_type_name(mat1.dtype)} != "
                            f"{cpp_type_name(mat2.dtype)}")
-    _no_bool(mat1.dtype, "addmm_impl_cpu_")
+    no_bool(mat1.dtype, "addmm_impl_cpu_")
     return n, m
 
 
@@ -47,7 +42,7 @@ def bmm_output_shape(self, mat2):
     if self.dtype != mat2.dtype:
         raise RuntimeError(f"expected scalar type {scalar_type_name(self.dtype)} but found "
                            f"{scalar_type_name(mat2.dtype)}")
-    _no_bool(self.dtype, "bmm")
+    no_bool(self.dtype, "bmm")
     return TensorMeta(shape, self.dtype)
 
 

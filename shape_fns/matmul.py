@@ -15,7 +15,7 @@ from .common import (
 )
 
 
-def _no_bool(dtype: torch.dtype, kernel: str) -> None:
+def no_bool(dtype: torch.dtype, kernel: str) -> None:
     if dtype is torch.bool:
         raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
 
@@ -52,7 +52,7 @@ def mv_output_shape(self, vec):
             f"addmv input tensors must have the same dtype, but got {scalar_type_name(vec.dtype)}, "
             f"{scalar_type_name(self.dtype)}, and {scalar_type_name(vec.dtype)}"
         )
-    _no_bool(self.dtype, "addmv_impl_cpu")
+    no_bool(self.dtype, "addmv_impl_cpu")
     return TensorMeta((self.shape[0],), self.dtype)
 
 
@@ -70,7 +70,7 @@ def _dot(self, other, what):
             "to have the same number of elements, but got "
             f"{self.shape[0]} and {other.shape[0]} elements respectively"
         )
-    _no_bool(self.dtype, what)
+    no_bool(self.dtype, what)
     return TensorMeta((), self.dtype)
 
 
@@ -126,7 +126,7 @@ def _lower(dtype):
 def baddbmm_output_shape(self, batch1, batch2, *, beta=1, alpha=1):
     shape = bmm_dims(batch1, batch2)
     _same_dtypes(self, batch1, batch2)
-    _no_bool(batch1.dtype, "baddbmm")
+    no_bool(batch1.dtype, "baddbmm")
     expand_shape(self.shape, shape)
     return TensorMeta(shape, batch1.dtype)
 
@@ -137,7 +137,7 @@ def addbmm_output_shape(self, batch1, batch2, *, beta=1, alpha=1):
     normalize_dim(2, batch2.ndim)
     _, n, p = bmm_dims(batch1, batch2)
     _same_dtypes(self, batch1, batch2)
-    _no_bool(batch1.dtype, "addbmm")
+    no_bool(batch1.dtype, "addbmm")
     expand_shape(self.shape, (n, p))
     return TensorMeta((n, p), batch1.dtype)
 

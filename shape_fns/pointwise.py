@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import (TensorMeta, broadcast_shapes, elementwise_dtypes, elementwise_meta, promote_dtypes,
-                     require_kernel_dtype, scalar_type_name)
+from .common import TensorMeta, broadcast_shapes, checked_meta, elementwise_meta, promote_dtypes, scalar_type_name
 
 
 def _require_floating(kernel: str, meta: TensorMeta) -> None:
@@ -159,11 +158,6 @@ def no_complex_ordering(op, *operands):
         raise RuntimeError(f"{op} not implemented for complex tensors.")
 
 
-def _comparison_meta(op, kernel, self, other):
-    compute, _ = elementwise_dtypes(op, self, other)
-    require_kernel_dtype(kernel, compute, "bool int float")  # complex numbers have no order
-    return elementwise_meta(op, self, other)
-
 
 def eq_Tensor_output_shape(self, other):
     return elementwise_meta("eq_Tensor", self, other)
@@ -178,15 +172,15 @@ def ne_Scalar_output_shape(self, other):
 
 
 def lt_Tensor_output_shape(self, other):
-    return _comparison_meta("lt_Tensor", "lt_cpu", self, other)
+    return checked_meta("lt_Tensor", self, other, kernel="lt_cpu", categories="bool int float")  # complex: no order
 
 
 def gt_Scalar_output_shape(self, other):
-    return _comparison_meta("gt_Scalar", "gt_cpu", self, other)
+    return checked_meta("gt_Scalar", self, other, kernel="gt_cpu", categories="bool int float")  # complex: no order
 
 
 def ge_Scalar_output_shape(self, other):
-    return _comparison_meta("ge_Scalar", "ge_cpu", self, other)
+    return checked_meta("ge_Scalar", self, other, kernel="ge_cpu", categories="bool int float")  # complex: no order
 
 
 def where_self_output_shape(condition, self, other):

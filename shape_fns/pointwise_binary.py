@@ -5,17 +5,8 @@ PyTorch CPU's kernels make."""
 
 from __future__ import annotations
 
-from .common import TensorMeta, elementwise_dtypes, elementwise_meta, require_kernel_dtype
+from .common import TensorMeta, checked_meta
 from .pointwise import no_complex_clamp, no_complex_ordering, sub_Tensor_output_shape
-
-
-def checked_meta(op, *operands, kernel=None, categories="bool int float complex", reduced=True):
-    """elementwise_meta, raising the NotImplementedError of a CPU kernel that has no
-    instance for the compute dtype."""
-    if kernel is not None:
-        compute, _ = elementwise_dtypes(op, *operands)
-        require_kernel_dtype(kernel, compute, categories, reduced)
-    return elementwise_meta(op, *operands)
 
 
 def _dtype_name(dtype):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from .common import elementwise_meta
+from .common import checked_meta, elementwise_meta
 from .pointwise import div_Tensor_mode_output_shape, no_complex_clamp, sub_Tensor_output_shape
-from .pointwise_binary import (bitwise_left_shift_Tensor_output_shape, bitwise_right_shift_Tensor_output_shape,
-                               checked_meta)
+from .pointwise_binary import bitwise_left_shift_Tensor_output_shape, bitwise_right_shift_Tensor_output_shape
 
 
 def mul_Scalar_output_shape(self, other):

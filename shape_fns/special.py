@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .pointwise_binary import checked_meta
+from .common import checked_meta
 
 
 def _float(op, *operands, reduced=True):

@@ -4,7 +4,7 @@ checks (no float16/bfloat16)."""
 
 from __future__ import annotations
 
-from .pointwise_binary import checked_meta
+from .common import checked_meta
 
 
 def _meta(op, kernel, x, n):
