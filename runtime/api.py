@@ -19,7 +19,7 @@ from .exec.layouts import preserved_strides, with_strides
 from .exec.custom_ops import register_lowering
 from .exec.first_call import wait_for_background_compiles
 from .exec.registry import NODES, POLICY, REGISTRY, SECTIONS, OperatorNotFound, check_tracer_nodes
-from .frontends import dispatch, distributed, forked_child
+from .frontends import dispatch, distributed, forked_child, parameter_moves
 from .frontends.analyze import analyze
 from .frontends.analyze import main as analyze_main  # noqa: F401 - the generated `python -m` entry runs it
 from .frontends import op_counters as metrics
@@ -29,6 +29,7 @@ from .frontends.hlo import hlo
 from .frontends.interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x64
 from .frontends.lazy import lazy_mode, mark_step
 from .frontends.moved_models import watch_graph_breaks
+from .frontends.parameter_moves import swappable
 from .frontends.replay import compile
 from .platform.config import config
 from .platform.debug_env import apply_debug_env
@@ -68,6 +69,11 @@ def _move_module(module: torch.nn.Module, convert, convert_lazy) -> torch.nn.Mod
     # Uninitialized parameters and buffers of lazy modules stay uninitialized, on the new
     # device (Note [Lazy modules] in runtime/core/uninitialized.py).
     memo: dict[int, Any] = {}
+    # RNNs hold weak references to their weights, which forbid moving them in place:
+    # dropped and remade around the move, as RNNBase._apply does around Module.to's.
+    rnns = [m for m in module.modules() if isinstance(m, torch.nn.RNNBase)]
+    for m in rnns:
+        m._flat_weight_refs = []
     for m in module.modules():
         for name, p in list(m._parameters.items()):
             if p is None:
@@ -76,7 +82,13 @@ def _move_module(module: torch.nn.Module, convert, convert_lazy) -> torch.nn.Mod
                 if is_lazy(p):
                     memo[id(p)] = convert_lazy(p)
                 else:
-                    memo[id(p)] = torch.nn.Parameter(convert(p.detach()), requires_grad=p.requires_grad)
+                    moved = torch.nn.Parameter(convert(p.detach()), requires_grad=p.requires_grad)
+                    # the same object, as Module.to keeps it (Note [Parameters keep their identity
+                    # across devices] in runtime/frontends/parameter_moves.py)
+                    if swappable(p, moved):
+                        torch.utils.swap_tensors(p, moved)
+                        moved = p
+                    memo[id(p)] = moved
             m._parameters[name] = memo[id(p)]
         for name, b in list(m._buffers.items()):
             if b is None:
@@ -84,6 +96,8 @@ def _move_module(module: torch.nn.Module, convert, convert_lazy) -> torch.nn.Mod
             if id(b) not in memo:
                 memo[id(b)] = convert_lazy(b) if is_lazy(b) else convert(b)
             m._buffers[name] = memo[id(b)]
+    for m in rnns:
+        m._init_flat_weights()
     return module
 
 
@@ -163,6 +177,7 @@ def install(registry: dict[Any, Any], sections: dict[str, str], nodes: dict[str,
     dispatch.install(registry)
     distributed.install()
     forked_child.install()
+    parameter_moves.install()
     enable_foreach_optimizers()
     install_whole_rnn_layers()
     install_ctc_loss_host_lengths()

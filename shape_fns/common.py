@@ -513,13 +513,13 @@ def mean_dtype(dtype: torch.dtype, requested: torch.dtype | None) -> torch.dtype
         if not (requested.is_floating_point or requested.is_complex):
             raise RuntimeError(
                 "mean(): could not infer output dtype. Optional dtype must be either "
-                f"a floating point or complex dtype. Got: {requested}"
+                f"a floating point or complex dtype. Got: {scalar_type_name(requested)}"
             )
         return requested
     if not (dtype.is_floating_point or dtype.is_complex):
         raise RuntimeError(
             "mean(): could not infer output dtype. Input dtype must be either "
-            f"a floating point or complex dtype. Got: {dtype}"
+            f"a floating point or complex dtype. Got: {scalar_type_name(dtype)}"
         )
     return dtype
 

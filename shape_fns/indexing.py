@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import TensorMeta, broadcast_shapes, normalize_dim, scalar_type_name
+from .common import TensorMeta, broadcast_shapes, cpp_type_name, normalize_dim, scalar_type_name
 
 _INDEX_DTYPES = (torch.int64, torch.int32)
 
@@ -154,11 +154,7 @@ def index_fill_int_Tensor_output_shape(self, dim, index, value):
 
 def _check_mask(op, mask):
     if mask.dtype is not torch.bool:
-        names = {torch.uint8: "unsigned char"}
-        raise RuntimeError(
-            f"{op} only supports boolean masks, but got mask with dtype "
-            f"{names.get(mask.dtype, str(mask.dtype).removeprefix('torch.'))}"
-        )
+        raise RuntimeError(f"{op} only supports boolean masks, but got mask with dtype {cpp_type_name(mask.dtype)}")
 
 
 def _check_fill_value(self, value_dtype_is_complex):

@@ -5,12 +5,8 @@ PyTorch CPU's kernels make."""
 
 from __future__ import annotations
 
-from .common import TensorMeta, checked_meta
+from .common import TensorMeta, checked_meta, cpp_type_name
 from .pointwise import no_complex_clamp, no_complex_ordering, sub_Tensor_output_shape
-
-
-def _dtype_name(dtype):
-    return str(dtype).replace("torch.", "")
 
 
 def _no_complex(name, *operands):
@@ -152,10 +148,12 @@ def addcdiv_output_shape(self, tensor1, tensor2, *, value=1):
 
 def _lerp_check(self, end, weight=None):
     if end.dtype != self.dtype:
-        raise RuntimeError(f"expected dtype {_dtype_name(self.dtype)} for `end` but got dtype {_dtype_name(end.dtype)}")
+        raise RuntimeError(
+            f"expected dtype {cpp_type_name(self.dtype)} for `end` but got dtype {cpp_type_name(end.dtype)}"
+        )
     if isinstance(weight, TensorMeta) and weight.dtype != self.dtype:
         raise RuntimeError(
-            f"expected dtype {_dtype_name(self.dtype)} for `weight` but got dtype {_dtype_name(weight.dtype)}"
+            f"expected dtype {cpp_type_name(self.dtype)} for `weight` but got dtype {cpp_type_name(weight.dtype)}"
         )
 
 

@@ -134,14 +134,15 @@ def test_torch_save_of_views_keeps_their_sharing():
     assert loaded["row"][2].item() == 100.0 and loaded["col"][1].item() == 100.0
 
 
-def test_transformers_save_pretrained_writes_the_cpu_bytes(tmp_path):
+@pytest.mark.parametrize("move", ["to_xla", "Module.to"])
+def test_transformers_save_pretrained_writes_the_cpu_bytes(tmp_path, move):
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=8, vocab_size=16, n_positions=8)
     torch.manual_seed(0)
     cpu = transformers.GPT2LMHeadModel(config)
     moved = transformers.GPT2LMHeadModel(config)
     moved.load_state_dict(cpu.state_dict())
-    xnf.to_xla(moved)
+    xnf.to_xla(moved) if move == "to_xla" else moved.to("jax")
     assert moved.lm_head.weight is moved.transformer.wte.weight  # tied: save_pretrained drops one
     cpu.save_pretrained(tmp_path / "cpu")
     moved.save_pretrained(tmp_path / "moved")

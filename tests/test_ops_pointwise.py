@@ -942,6 +942,13 @@ REFUSED = {
     "bmm of other dtypes": lambda i, f, z: torch.bmm(i.reshape(1, 1, 2), f.reshape(1, 2, 1)),
     "bool bmm": lambda i, f, z: torch.bmm((i > 0).reshape(1, 1, 2), (i > 0).reshape(1, 2, 1)),
     "mv of other dtypes": lambda i, f, z: torch.mv(i.reshape(1, 2), f),
+    "int mean": lambda i, f, z: i.mean(),
+    "bool mean": lambda i, f, z: (i > 0).mean(),
+    "mean as an int": lambda i, f, z: f.mean(dtype=torch.int64),
+    "lerp to another dtype": lambda i, f, z: f.lerp(f.double(), 0.5),
+    "lerp weight of another dtype": lambda i, f, z: f.bfloat16().lerp(f.bfloat16(), f),
+    "int mask": lambda i, f, z: f.masked_fill(i > 0, 1.0).masked_fill(i, 1.0),
+    "float mask": lambda i, f, z: f.masked_fill(f, 1.0),
 }
 
 

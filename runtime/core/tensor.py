@@ -280,6 +280,12 @@ class XlaTensor(torch.Tensor):
     def data(self, new: torch.Tensor) -> None:
         # torch copies sizes, strides and offset into this TensorImpl (and rejects a
         # tensor of another device), but our storage lives on the Python object.
+        if not isinstance(new, XlaTensor):
+            raise RuntimeError(
+                "Attempted to call `variable.set_data(tensor)`, but `variable` and `tensor` have incompatible tensor "
+                f"type: `variable` is on {self.device} and `tensor` on {new.device}. Move the tensor first "
+                "(`p.data = t.to(p.device)`) or copy its values in (`p.data.copy_(t)`)"
+            )
         if new.__class__ is XlaTensor:
             # torch also copies the key set, and refuses one that differs on a device
             # like ours: `self` stays what it is (Note [Inference mode] in
