@@ -1,6 +1,7 @@
 """Internal nodes of the runtime's storage model (Note [Views and mutation] in
-runtime/core/tensor.py): reading and writing a view of a storage, the cast of a value
-written into a tensor of another dtype, and the value `copy_` writes."""
+runtime/core/tensor.py): reading and writing a view of a storage, a storage's memory
+read as another dtype and written back, the cast of a value written into a tensor of
+another dtype, and the value `copy_` writes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..shape_fns.common import NUMPY_TO_TORCH, to_numpy_dtype
 from ..shape_fns.storage_size import check_storage_size
@@ -108,3 +110,89 @@ def lower_pairs_as_complex(self):
     lax.complex, not re + 1j * im, whose product turns an infinite imaginary part into
     a NaN real one."""
     return jax.lax.complex(self[..., 0], self[..., 1])
+
+
+# Note [Memory as another dtype]
+# PyTorch's memory is bytes, which a view may read as any dtype (x.view(torch.int32) of
+# float32, view_as_real, view_as_complex); a storage here holds an array of one dtype.
+# memory_as reads the storage's array as the flat sequence of `dtype` elements its bytes
+# make in PyTorch's memory (a complex element is its real part, then its imaginary part;
+# a bool is one byte, 0 or 1). memory_write replaces the elements of a view of that
+# sequence and gives the storage's array with those bytes. Both move bits as unsigned
+# integers, never as floats, whose operations may rewrite a NaN's payload
+# (float8_e5m2's, on XLA CPU); bytes past the last whole element (a float32 view of 6
+# bytes reads one element) stay as they were.
+
+
+def _unsigned(itemsize: int):
+    return {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[itemsize]
+
+
+def _unit(dtype):
+    """The scalar a dtype's bits are made of: a complex type's real part, else itself."""
+    dtype = np.dtype(dtype)
+    return np.dtype(jnp.finfo(dtype).dtype) if jnp.issubdtype(dtype, jnp.complexfloating) else dtype
+
+
+def _to_bits(flat):
+    """A flat array as the unsigned integers of its units (complex elements as two)."""
+    if jnp.iscomplexobj(flat):
+        flat = jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
+    if flat.dtype == jnp.bool_:
+        return flat.astype(jnp.uint8)
+    return jax.lax.bitcast_convert_type(flat, _unsigned(flat.dtype.itemsize))
+
+
+def _from_bits(bits, dtype):
+    """Unsigned integers as the flat array of `dtype` they are the units of."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return bits != 0
+    unit = _unit(dtype)
+    values = jax.lax.bitcast_convert_type(bits, unit)
+    if unit != dtype:
+        values = jax.lax.complex(values[0::2], values[1::2])
+    return values
+
+
+def _resized(bits, itemsize: int):
+    """Flat unsigned integers as unsigned integers of another width (whole ones only)."""
+    if bits.dtype.itemsize > itemsize:
+        return jax.lax.bitcast_convert_type(bits, _unsigned(itemsize)).reshape(-1)
+    if bits.dtype.itemsize < itemsize:
+        k = itemsize // bits.dtype.itemsize
+        n = bits.shape[0] // k
+        return jax.lax.bitcast_convert_type(bits[: n * k].reshape(n, k), _unsigned(itemsize))
+    return bits
+
+
+def lower_memory_as(base, dtype):
+    """`base`'s memory read as flat `dtype` elements (Note [Memory as another dtype])."""
+    target = np.dtype(to_numpy_dtype(dtype))
+    flat = base.reshape(-1)
+    if flat.dtype == target:
+        return flat
+    bits = _resized(_to_bits(flat), _unit(target).itemsize)
+    if target != _unit(target):  # whole complex elements only
+        bits = bits[: bits.shape[0] // 2 * 2]
+    return _from_bits(bits, target)
+
+
+def lower_memory_write(base, src, dtype, size, stride, offset):
+    """`base` with the view (size, stride, offset) of its memory read as `dtype` replaced
+    by `src` (broadcast to size): Note [Memory as another dtype]."""
+    target = np.dtype(to_numpy_dtype(dtype))
+    unit = _unit(target)
+    check_storage_size(size, dtype)
+    flat = base.reshape(-1)
+    old = _to_bits(flat)
+    memory = _resized(old, unit.itemsize)
+    written = _to_bits(jnp.broadcast_to(cast(src, target), size).reshape(-1)).reshape(tuple(size) + (
+        (2,) if unit != target else ()))
+    if unit != target:  # a complex view's parts: view_as_real's layout of it
+        size, stride = tuple(size) + (2,), tuple(2 * s for s in stride) + (1,)
+        offset *= 2
+    memory = lower_strided_write(memory, written, size, stride, offset)
+    new = _resized(memory, old.dtype.itemsize)
+    new = jnp.concatenate([new, old[new.shape[0]:]])
+    return _from_bits(new, flat.dtype).reshape(base.shape)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .common import TensorMeta, broadcast_shapes
@@ -40,3 +42,12 @@ def pairs_as_complex_output_shape(self):
     if not self.shape or self.shape[-1] != 2:
         raise RuntimeError("Tensor must have a last dimension of size 2")
     return TensorMeta(tuple(self.shape[:-1]), self.dtype.to_complex())
+
+
+def memory_as_output_shape(base, dtype):
+    nbytes = math.prod(base.shape) * base.dtype.itemsize
+    return TensorMeta((nbytes // dtype.itemsize,), dtype)
+
+
+def memory_write_output_shape(base, src, dtype, size, stride, offset):
+    return TensorMeta(tuple(base.shape), base.dtype)

@@ -271,9 +271,9 @@ def test_inference_tensors_outside_inference_mode():
 
 
 def test_views_we_make_as_new_tensors_take_their_base_kind():
-    """view_as_real, view_as_complex and conj are views in PyTorch and new tensors here
-    (docs/semantics.md, Aliasing): under inference mode they still come back as what
-    PyTorch's view of a normal tensor is, with its version counter."""
+    """view_as_real and view_as_complex are views here too, and conj is a view in PyTorch
+    and a new tensor here (docs/semantics.md, Aliasing): under inference mode they come
+    back as what PyTorch's view of a normal tensor is, with its version counter."""
 
     def program(rec):
         a = rec.move(A)

@@ -209,8 +209,10 @@ def host_array(t) -> np.ndarray:
     if t._whole:
         return host
     shape = tuple(t.shape)
-    if t._real:  # a view of complex memory as reals: the same bytes, two reals per element
-        host = np.ascontiguousarray(host).reshape(-1).view(TORCH_TO_NUMPY[t.dtype])
+    if t._reinterprets:  # the storage's bytes as t's dtype (whole elements)
+        memory = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+        itemsize = t.dtype.itemsize
+        host = memory[: memory.size // itemsize * itemsize].view(TORCH_TO_NUMPY[t.dtype])
     if 0 in shape:  # PyTorch lets an empty view's offset lie past the storage's end
         return np.empty(shape, host.dtype)
     if host.flags.c_contiguous:

@@ -15,14 +15,17 @@ cached view values. The new value always has the old one's shape and dtype: a te
 that needs another (resize_ beyond the storage) gets a new Storage, so compile()'s
 replay guards a storage's identity, not its array's shape.
 
-A storage holds one array of one dtype, while PyTorch can view a complex tensor's memory
-as reals (`view_as_real`, and so `z.real` and `z.imag`): each complex element is two
-reals side by side. A tensor with `_real` set is such a view of a complex storage: its
-size, stride and offset count reals in the storage's array read as pairs
-(core/views.py `real_pairs`), and a write through it lands in the complex array
-(`complex_from_pairs`), so `z.real.mul_(2)` and `z.imag[1] = -1` change `z` as in
-PyTorch. Such a view is never `_whole`, so only the view paths (strided reads and
-writes) ask for the flag; every other tensor reads the class default, False.
+A storage holds one array of one dtype, while PyTorch's memory is bytes that a view may
+read as another dtype: a complex tensor as reals (`view_as_real`, and so `z.real` and
+`z.imag`: each complex element two reals side by side), reals as complex
+(`view_as_complex`), any tensor as another dtype (`x.view(torch.int32)`). A tensor with
+`_reinterprets` set is such a view: its size, stride and offset count elements of its
+own dtype in the storage's memory read as that dtype (lowerings/storage.py
+`memory_as`, Note [Memory as another dtype]), and a write through it lands in the
+storage's array (`memory_write`), so `z.real.mul_(2)`, `z.imag[1] = -1` and
+`x.view(torch.int32)[0] = 0` change `z` and `x` as in PyTorch. Such a view is never
+`_whole`, so only the view paths (strided reads and writes) ask for the flag; every
+other tensor reads the class default, False.
 
 While a trace records (Note [Per-thread trace] in core/context.py), the storages it
 reads or writes also hold their IR value (`pending`) and the trace that owns it
@@ -185,6 +188,17 @@ class Storage:
             if not wait_for_write(self) and self.array is None and self.pending is None:
                 raise RuntimeError(NO_VALUE_MESSAGE)
 
+    def dtype(self) -> torch.dtype:
+        while True:
+            pending, array = self.pending, self.array
+            if pending is not None:
+                return pending.meta.dtype
+            if array is not None:
+                return NUMPY_TO_TORCH[array.dtype]
+            # a write in flight in another thread (Note [Threads and storages]), or none
+            if not wait_for_write(self) and self.array is None and self.pending is None:
+                raise RuntimeError(NO_VALUE_MESSAGE)
+
 
 _NO_KWARGS: dict[str, Any] = {}
 _dispatch: Any = None
@@ -238,7 +252,7 @@ class XlaTensor(torch.Tensor):
     _store: Storage
     _whole: bool
     _cache: Any  # (storage version, value) of a view's last read
-    _real = False  # a view of a complex storage as reals (Note [Views and mutation])
+    _reinterprets = False  # a view of its storage's memory as another dtype (Note [Views and mutation])
 
     @staticmethod
     def __new__(
@@ -296,7 +310,7 @@ class XlaTensor(torch.Tensor):
             if new.is_inference() is not inference:
                 new = made_in_mode(inference, same_layout, new)
         torch.Tensor.data.__set__(self, new)
-        self._store, self._whole, self._cache, self._real = new._store, new._whole, None, new._real
+        self._store, self._whole, self._cache, self._reinterprets = new._store, new._whole, None, new._reinterprets
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -431,11 +445,11 @@ def tensor_on(store: Storage, shape, dtype: torch.dtype, view: tuple | None = No
     return r
 
 
-def real_view_on(store: Storage, shape, dtype: torch.dtype, view: tuple) -> XlaTensor:
-    """A view of a complex storage as reals, with view = (strides, offset) counted in
-    reals (Note [Views and mutation])."""
+def reinterpreting_view_on(store: Storage, shape, dtype: torch.dtype, view: tuple) -> XlaTensor:
+    """A view of a storage's memory as `dtype`, with view = (strides, offset) counted in
+    elements of `dtype` (Note [Views and mutation])."""
     r = tensor_on(store, shape, dtype, view)
-    r._real = True
+    r._reinterprets = True
     return r
 
 
@@ -444,6 +458,6 @@ def same_layout(t: XlaTensor) -> XlaTensor:
     if t._whole:
         return tensor_on(t._store, tuple(t.shape), t.dtype)
     view = (tuple(t.stride()), t.storage_offset())
-    if t._real:
-        return real_view_on(t._store, tuple(t.shape), t.dtype, view)
+    if t._reinterprets:
+        return reinterpreting_view_on(t._store, tuple(t.shape), t.dtype, view)
     return tensor_on(t._store, tuple(t.shape), t.dtype, view)

@@ -8,7 +8,7 @@ import math
 import jax
 import torch
 
-from ...lowerings.storage import lower_complex_as_pairs, lower_pairs_as_complex, lower_strided_read, lower_strided_write
+from ...lowerings.storage import lower_memory_as, lower_memory_write, lower_strided_read, lower_strided_write
 from ..platform.executable_cache import eager_jit
 from .tensor import contiguous_strides
 
@@ -19,22 +19,24 @@ strided_read_jit = eager_jit(lower_strided_read, static_argnums=(1, 2, 3))
 strided_write_jit = eager_jit(lower_strided_write, static_argnums=(2, 3, 4))
 
 
-# A view of a complex storage as reals (a `_real` tensor, Note [Views and mutation] in
-# tensor.py) reads and writes the storage's array as PyTorch's memory holds it: each
-# element two reals (complex_as_pairs), written back by pairs_as_complex. Traced graphs
-# record the same two internal nodes around their strided_read and strided_write.
+# A view of its storage's memory as another dtype (a `_reinterprets` tensor, Note [Views
+# and mutation] in tensor.py) reads the storage's array as PyTorch's memory holds it,
+# its elements as the view's dtype (memory_as), and writes it by memory_write (Note
+# [Memory as another dtype] in lowerings/storage.py). Traced graphs record the same
+# internal nodes.
 
 
-def real_strided_read(base: jax.Array, size, stride, offset) -> jax.Array:
-    return lower_strided_read(lower_complex_as_pairs(base), size, stride, offset)
+def reinterpreted_read(base: jax.Array, dtype, size, stride, offset) -> jax.Array:
+    return lower_strided_read(lower_memory_as(base, dtype), size, stride, offset)
 
 
-def real_strided_write(base: jax.Array, src: jax.Array, size, stride, offset) -> jax.Array:
-    return lower_pairs_as_complex(lower_strided_write(lower_complex_as_pairs(base), src, size, stride, offset))
+reinterpreted_read_jit = eager_jit(reinterpreted_read, static_argnums=(1, 2, 3, 4))
+reinterpreted_write_jit = eager_jit(lower_memory_write, static_argnums=(2, 3, 4, 5))
 
 
-real_strided_read_jit = eager_jit(real_strided_read, static_argnums=(1, 2, 3))
-real_strided_write_jit = eager_jit(real_strided_write, static_argnums=(2, 3, 4))
+def memory_numel(store_numel: int, store_dtype: torch.dtype, dtype: torch.dtype) -> int:
+    """Whole elements of `dtype` in a storage of `store_numel` elements of `store_dtype`."""
+    return store_numel * store_dtype.itemsize // dtype.itemsize
 
 
 def as_real_layout(size, stride, offset) -> tuple:

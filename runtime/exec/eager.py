@@ -18,7 +18,7 @@ from ..core.convert import X64, cpu_to_jax, current_array
 from ..core.ir import OPT_TENSOR, SCALAR, STATIC_KINDS, TENSOR, TENSOR_LIST, Node
 from ..core.tensor import XlaTensor, from_array
 from ...lowerings.storage import lower_strided_read
-from ..core.views import real_strided_read_jit, strided_read_jit
+from ..core.views import reinterpreted_read_jit, strided_read_jit
 from ..platform.executable_cache import eager_jit
 from .keys import next_key
 
@@ -88,7 +88,7 @@ def operand(t: Any) -> Any:
         if t._whole:
             v = store.array
             return v if v is not None and store.pending is None else current_array(store)
-        if t.storage_offset() == 0 and not t._real:
+        if t.storage_offset() == 0 and not t._reinterprets:
             v = store.array
             if v is None or store.pending is not None:
                 v = current_array(store)
@@ -185,7 +185,10 @@ def read_view(t: XlaTensor) -> Any:
     if base is None or store.pending is not None:
         base = current_array(store)
     with X64:
-        out = (real_strided_read_jit if t._real else strided_read_jit)(base, *layout)
+        if t._reinterprets:
+            out = reinterpreted_read_jit(base, t.dtype, *layout)
+        else:
+            out = strided_read_jit(base, *layout)
     t._cache = (store.version, out)
     return out
 

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..core.tensor import XlaTensor, contiguous_strides, real_view_on, tensor_on
+from ..core.tensor import XlaTensor, contiguous_strides, reinterpreting_view_on, tensor_on
 from ..core.views import is_whole, non_overlapping_and_dense
 from .eager import run_node
 from .registry import node
@@ -256,7 +256,7 @@ def _pointwise_in_place(handler: Callable[..., Any]) -> Callable[..., Any]:
     result back through the view."""
 
     def run(self, *args, **kwargs):
-        if self.__class__ is not XlaTensor or self._whole or kwargs or self._real or self.dim() < 2:
+        if self.__class__ is not XlaTensor or self._whole or kwargs or self._reinterprets or self.dim() < 2:
             return handler(self, *args, **kwargs)
         order = memory_order(tuple(self.stride()))
         physical = _in_order(self, order)
@@ -297,8 +297,8 @@ def _in_order(a: Any, order: tuple) -> Any:
     size = tuple(size[d] for d in order)
     stride = tuple(stride[d] for d in order)
     offset = a.storage_offset()
-    if a._real:
-        return real_view_on(a._store, size, a.dtype, (stride, offset))
+    if a._reinterprets:
+        return reinterpreting_view_on(a._store, size, a.dtype, (stride, offset))
     if is_whole(size, stride, offset, a._store.shape()):
         return tensor_on(a._store, size, a.dtype)
     return tensor_on(a._store, size, a.dtype, (stride, offset))

@@ -19,9 +19,9 @@ from ..core.context import context
 from ..core.convert import X64, jax_to_cpu, current_array
 from ..core.inference import inference_mode_enabled, made_in_mode, made_like
 from ..core.ir import Node
-from ..core.tensor import Storage, XlaTensor, contiguous_strides, real_view_on, same_layout, tensor_on
-from ..core.views import (is_whole, non_overlapping_and_dense, overlapping, real_strided_write_jit, strided_write_jit,
-                          view_meta)
+from ..core.tensor import Storage, XlaTensor, contiguous_strides, reinterpreting_view_on, same_layout, tensor_on
+from ..core.views import (is_whole, memory_numel, non_overlapping_and_dense, overlapping, reinterpreted_write_jit,
+                          strided_write_jit, view_meta)
 from ..platform.config import config
 from .eager import check_in_place_result, value
 from .graph import copy_array
@@ -33,22 +33,26 @@ def make_view(cls: type[Node], args: tuple[Any, ...]) -> Any:
     base = args[0]
     store = base._store
     storage_shape = store.shape()
-    real = base._real
-    layout = view_meta(cls.name, cls.op, base, tuple(base.shape), tuple(base.stride()), base.storage_offset(),
-                       math.prod(storage_shape) * (2 if real else 1), args)
+    reinterprets = base._reinterprets
+    numel = math.prod(storage_shape)
+    if reinterprets:
+        numel = memory_numel(numel, store.dtype(), base.dtype)
+    layout = view_meta(cls.name, cls.op, base, tuple(base.shape), tuple(base.stride()), base.storage_offset(), numel,
+                       args)
     if isinstance(layout, list):
-        return [alias(store, base.dtype, *lo, storage_shape, real, base=base) for lo in layout]
-    return alias(store, base.dtype, *layout, storage_shape, real, base=base)
+        return [alias(store, base.dtype, *lo, storage_shape, reinterprets, base=base) for lo in layout]
+    return alias(store, base.dtype, *layout, storage_shape, reinterprets, base=base)
 
 
-def alias(store: Storage, dtype: torch.dtype, size, stride, offset, storage_shape=None, real: bool = False, *,
-          base: torch.Tensor) -> XlaTensor:
-    """A view of `base` on its storage `store` with this layout; `real`: a view of the
-    complex storage as reals (Note [Views and mutation]). It is an inference tensor
-    exactly when `base` is one (Note [Inference mode] in core/inference.py)."""
-    make = real_view_on if real else tensor_on
+def alias(store: Storage, dtype: torch.dtype, size, stride, offset, storage_shape=None, reinterprets: bool = False,
+          *, base: torch.Tensor) -> XlaTensor:
+    """A view of `base` on its storage `store` with this layout; `reinterprets`: a view of
+    the storage's memory as `dtype`, another dtype than the storage's (Note [Views and
+    mutation]). It is an inference tensor exactly when `base` is one (Note [Inference
+    mode] in core/inference.py)."""
+    make = reinterpreting_view_on if reinterprets else tensor_on
     view = (stride, offset)
-    if not real and is_whole(size, stride, offset, store.shape() if storage_shape is None else storage_shape):
+    if not reinterprets and is_whole(size, stride, offset, store.shape() if storage_shape is None else storage_shape):
         view = None
     inference = base.is_inference()
     if inference is not inference_mode_enabled():  # only across the edge of an inference_mode block
@@ -92,8 +96,11 @@ def write_into(t: Any, new: Any, check_cast: bool = True) -> None:
             base = store.array
             if base is None or store.pending is not None:
                 base = current_array(store)
-            write = real_strided_write_jit if t._real else strided_write_jit
-            store.array = write(base, new, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+            layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
+            if t._reinterprets:
+                store.array = reinterpreted_write_jit(base, new, t.dtype, *layout)
+            else:
+                store.array = strided_write_jit(base, new, *layout)
     store.version += 1
     t._cache = None
 
@@ -207,7 +214,7 @@ def restride_inplace(self: Any, view: XlaTensor) -> Any:
     storage, keeping its identity and autograd state."""
     with torch._C._DisableTorchDispatch():
         self.data = view  # TensorImpl::shallow_copy_from: sizes, strides, offset
-    self._store, self._whole, self._cache, self._real = view._store, view._whole, None, view._real
+    self._store, self._whole, self._cache, self._reinterprets = view._store, view._whole, None, view._reinterprets
     return self
 
 
@@ -305,7 +312,7 @@ def overlap_status(a: XlaTensor, b: XlaTensor) -> int:
         return FULL_OVERLAP
     if a._store is not b._store or not a.numel() or not b.numel():
         return NO_OVERLAP
-    if a._real != b._real:  # complex memory seen as reals and as complex: not compared
+    if a._reinterprets != b._reinterprets or a.dtype != b.dtype:  # memory seen as two dtypes: not compared
         return TOO_HARD
     size_a, stride_a, size_b, stride_b = tuple(a.shape), a.stride(), tuple(b.shape), b.stride()
     if not non_overlapping_and_dense(size_a, stride_a) or not non_overlapping_and_dense(size_b, stride_b):
@@ -398,7 +405,7 @@ def resize_out(out: XlaTensor, shape: tuple[int, ...]) -> None:
             stacklevel=4,
         )
     store, offset = out._store, out.storage_offset()
-    if not out._real and offset + math.prod(shape) <= math.prod(store.shape()):
+    if not out._reinterprets and offset + math.prod(shape) <= math.prod(store.shape()):
         restride_inplace(out, XlaTensor(store, shape, out.dtype, contiguous_strides(shape), offset))
     else:
         restride_inplace(out, XlaTensor(Storage(None), shape, out.dtype))

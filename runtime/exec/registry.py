@@ -83,9 +83,9 @@ DEVICE_KERNEL_CODES: list[Any] = []
 NODES: dict[str, type[Node]] = {}
 
 
-# Internal nodes the tracer itself records (reading and writing views, casting a
-# written value): every manifest must list them.
-TRACER_NODES = ("cast_to", "strided_read", "strided_write")
+# Internal nodes the tracer itself records (reading and writing views, the memory of
+# views as another dtype, casting a written value): every manifest must list them.
+TRACER_NODES = ("cast_to", "memory_as", "memory_write", "strided_read", "strided_write")
 
 
 def check_tracer_nodes() -> None:

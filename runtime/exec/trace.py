@@ -82,10 +82,9 @@ def _arg_meta(kind: str, a: Any) -> Any:
     return a
 
 
-def _record(name: str, v: Value) -> Value:
-    """An internal node of one tensor argument (complex_as_pairs, pairs_as_complex)."""
-    cls = node(name)
-    return _emit(cls((v,)), cls.output_shape(v.meta))
+def _memory_as(v: Value, dtype: torch.dtype) -> Value:
+    cls = node("memory_as")
+    return _emit(cls((v, dtype)), cls.output_shape(v.meta, dtype))
 
 
 def record_strided_read(base: Value, dtype: torch.dtype, size, stride, offset) -> Value:
@@ -173,8 +172,8 @@ class Trace:
                 v = self._enter(store, t)
             if t._whole:
                 return v
-            if t._real:
-                v = _record("complex_as_pairs", v)
+            if t._reinterprets:
+                v = _memory_as(v, t.dtype)
             return record_strided_read(v, t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
         if isinstance(t, torch.Tensor):
             return self.input(foreign_value(t))
@@ -238,10 +237,8 @@ class Trace:
             base = old if mine else self._enter(store, t, writing=True)
             old = base
             layout = (tuple(t.shape), tuple(t.stride()), t.storage_offset())
-            if t._real:  # through the complex storage's reals (Note [Views and mutation])
-                pairs = _record("complex_as_pairs", base)
-                written = _emit(node("strided_write")((pairs, new) + layout), pairs.meta)
-                store.pending = _record("pairs_as_complex", written)
+            if t._reinterprets:  # through the storage's memory as t's dtype (Note [Views and mutation])
+                store.pending = _emit(node("memory_write")((base, new, t.dtype) + layout), base.meta)
             else:
                 store.pending = _emit(node("strided_write")((base, new) + layout), base.meta)
         if old is not None and old.node is None:

@@ -165,7 +165,7 @@ from ..core.context import context
 from ..core.convert import X64
 from ..core.inference import made_in_mode, made_like
 from ..core.sharing import WRITE_LOCK
-from ..core.tensor import DEVICE, Storage, XlaTensor, real_view_on, storage_of, tensor_on
+from ..core.tensor import DEVICE, Storage, XlaTensor, reinterpreting_view_on, storage_of, tensor_on
 from ..exec.eager import scalar_operand
 from ..exec.graph import copy_array
 from ..exec.graph_first_call import compiles_held
@@ -398,7 +398,7 @@ def _hyperparameters(opt: Any) -> tuple:
 
 
 def _layout(t: XlaTensor) -> tuple:
-    return tuple(t.shape), t.dtype, None if t._whole else (tuple(t.stride()), t.storage_offset()), t._real
+    return tuple(t.shape), t.dtype, None if t._whole else (tuple(t.stride()), t.storage_offset()), t._reinterprets
 
 
 def _orphans(probe: Probe, arg_stores: dict[int, int]) -> set[int]:
@@ -959,7 +959,8 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
     env: dict[str, Any] = {
         "FAILED": _GUARD_FAILED, "grad_enabled": torch.is_grad_enabled, "hyper": _hyperparameters, "X64": X64,
         "key_array": key_array, "copy": copy_array, "same": _same_value, "metrics": metrics, "perf": time.perf_counter,
-        "Storage": storage_of, "tensor_on": tensor_on, "real_view_on": real_view_on, "unflatten": tree_unflatten,
+        "Storage": storage_of, "tensor_on": tensor_on, "reinterpreting_view_on": reinterpreting_view_on,
+        "unflatten": tree_unflatten,
         "write_lock": WRITE_LOCK, "active_traces": active_traces, "owned": _owned,
         "made_like": made_like, "made_in_mode": made_in_mode, "inference_mode": torch.is_inference_mode_enabled,
         "bump": torch._C._increment_version, "torch_equal": torch.equal,
@@ -1036,12 +1037,12 @@ def generate_replay(plan: Plan) -> Callable[[Any], Any]:
         return "key_array()" if kind is KEY else const(x)
 
     def on(store: str, spec: tuple, like: str | None = None, inference: bool | None = None) -> str:
-        """A tensor on `store` with a _layout; a view of a complex storage as reals
-        keeps its flag (Note [Views and mutation]); `like`: a tensor whose kind it takes,
+        """A tensor on `store` with a _layout; a view of its storage's memory as another
+        dtype keeps its flag (Note [Views and mutation]); `like`: a tensor whose kind it takes,
         `inference`: the kind it has (Note [Inference mode] in core/inference.py), when
         not that of the mode the replay runs in, which its guard fixes."""
-        shape, dtype, view, real = spec
-        make = 'real_view_on' if real else 'tensor_on'
+        shape, dtype, view, reinterprets = spec
+        make = 'reinterpreting_view_on' if reinterprets else 'tensor_on'
         if like is not None:
             return f"made_like({like}, {make}, {store}, {shape!r}, {const(dtype)}, {view!r})"
         if inference is not None and inference is not plan.inference_mode:

@@ -61,10 +61,10 @@ def impl_resize_(self, size, *, memory_format=None):
         strides = contiguous_strides(size)
     else:
         raise RuntimeError(f"resize_ with memory_format {memory_format} is not supported for a {len(size)}-d size")
-    if self._real:
+    if self._reinterprets:
         raise RuntimeError(
-            "resize_ of a view of a complex tensor as reals (view_as_real, .real, .imag) is not supported: resize the "
-            "complex tensor, or clone() the view first"
+            "resize_ of a view of a tensor as another dtype (view_as_real, .real, .imag, view_as_complex, "
+            "x.view(dtype)) is not supported: resize the tensor it views, or clone() the view first"
         )
     store = self._store
     offset = self.storage_offset()
@@ -100,9 +100,9 @@ def _check_set_source(self, source):
     if source.dtype != self.dtype:
         raise RuntimeError(f"Could not set tensor of type {cpp_type_name(source.dtype)} to a tensor of type "
                            f"{cpp_type_name(self.dtype)}")
-    if source._real:
-        raise RuntimeError("set_ to a view of a complex tensor as reals (view_as_real, .real, .imag) is not supported: "
-                           "clone() the view first")
+    if source._reinterprets:
+        raise RuntimeError("set_ to a view of a tensor as another dtype (view_as_real, .real, .imag, view_as_complex, "
+                           "x.view(dtype)) is not supported: clone() the view first")
 
 
 def impl_set__source_Tensor(self, source):

@@ -13,7 +13,7 @@ from ...shape_fns.storage_size import check_strided_storage_size
 from ..core.context import context
 from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from ..core.tensor import XlaTensor, from_array
-from ..core.views import as_complex_layout, as_real_layout
+from ..core.views import as_complex_layout, as_real_layout, memory_numel
 from ..exec.eager import run_node
 from ..exec.mutation import alias, of_kind, write_inplace
 from ..exec.registry import handler, node
@@ -79,7 +79,7 @@ def _host_cpu(t):
 
 def impl_alias(self):
     return alias(self._store, self.dtype, tuple(self.shape), tuple(self.stride()), self.storage_offset(),
-                 real=self._real, base=self)
+                 reinterprets=self._reinterprets, base=self)
 
 
 def impl_detach(self):
@@ -216,7 +216,8 @@ def _storage_numel(t: torch.Tensor) -> int:
     on our device ends at the view's last element: Note [Device addresses])."""
     if not isinstance(t, XlaTensor):
         return t.untyped_storage().nbytes() // t.element_size()
-    return math.prod(t._store.shape()) * (2 if t._real else 1)
+    numel = math.prod(t._store.shape())
+    return memory_numel(numel, t._store.dtype(), t.dtype) if t._reinterprets else numel
 
 
 def impl_is_same_size(self, other):
@@ -257,21 +258,27 @@ def impl_conj_physical_(self):
     return write_inplace(self, torch.ops.aten._conj_physical.default(self))
 
 
-# view_as_real / view_as_complex reinterpret PyTorch's memory (a complex element is two
-# reals side by side). view_as_real of a complex tensor is a view of its storage as
-# reals (`_real`, Note [Views and mutation] in runtime/core/tensor.py), and so are
-# z.real and z.imag, which PyTorch builds on it: writes through them land in z.
-# view_as_complex of such a view is a complex view of the storage again. A storage holds
-# an array of one dtype, so view_as_complex of any other real tensor computes the
-# complex values into a new tensor: right values, but a write into the result does not
-# reach `self` (docs/semantics.md).
+# Note [Views as another dtype]
+# view_as_real, view_as_complex and x.view(dtype) reinterpret PyTorch's memory (a
+# complex element is two reals side by side; x.view(torch.int32) reads a float32's
+# bits). Each is a view of the storage, with the layout PyTorch computes counted in
+# elements of the new dtype: one of the storage's own dtype is a plain view, one of
+# another dtype reads and writes the storage's memory as its own (`_reinterprets`,
+# Note [Views and mutation] in runtime/core/tensor.py), so z.real.mul_(2) and
+# x.view(torch.int32)[0] = 0 land in z and x. z.real and z.imag are views PyTorch builds
+# on view_as_real.
+
+
+def _view_as(self, dtype, size, stride, offset):
+    """A view of self's storage as `dtype` with this layout (in elements of `dtype`)."""
+    return alias(self._store, dtype, size, stride, offset, reinterprets=dtype != self._store.dtype(), base=self)
 
 
 def impl_view_as_real(self):
     if self.__class__ is not XlaTensor or not self.is_complex():
         return run_node(node("complex_as_pairs"), (self,))  # raises PyTorch's error for a real tensor
-    size, stride, offset = as_real_layout(tuple(self.shape), self.stride(), self.storage_offset())
-    return alias(self._store, self.dtype.to_real(), size, stride, offset, real=True, base=self)
+    return _view_as(self, self.dtype.to_real(), *as_real_layout(tuple(self.shape), self.stride(),
+                                                                 self.storage_offset()))
 
 
 def impl_view_as_complex(self):
@@ -282,34 +289,30 @@ def impl_view_as_complex(self):
             raise RuntimeError("Tensor must have a stride divisible by 2 for all but last dimension")
         if self.storage_offset() % 2:
             raise RuntimeError("Tensor must have a storage_offset divisible by 2")
-    if self.__class__ is XlaTensor and self._real:
+    if self.__class__ is XlaTensor and self.dtype in (torch.float32, torch.float64):
         layout = as_complex_layout(tuple(self.shape), self.stride(), self.storage_offset())
         if layout is not None:
-            return alias(self._store, self.dtype.to_complex(), *layout, base=self)
-    return of_kind(self, run_node(node("pairs_as_complex"), (self,)))
-
-
-# Note [Views as another dtype]
-# x.view(dtype) reinterprets x's memory. A storage here holds an array of one dtype, so
-# the views it can have are those of its own dtype and, for a complex storage, of its
-# reals (as view_as_real: each element two reals side by side, `_real`); x.view(dtype)
-# is one of those where it can be, and otherwise raises rather than copy (a write into
-# a copy would not reach x).
+            return _view_as(self, self.dtype.to_complex(), *layout)
+    return of_kind(self, run_node(node("pairs_as_complex"), (self,)))  # PyTorch's errors, or not our tensor
 
 
 def impl_view_dtype(self, dtype):
     if dtype == self.dtype:
         return impl_alias(self)
     size, stride, offset = tuple(self.shape), tuple(self.stride()), self.storage_offset()
-    ratio = self.dtype.itemsize / dtype.itemsize
     what = f"to view {scalar_type_name(self.dtype)} as {scalar_type_name(dtype)}"
-    if ratio != 1:  # PyTorch's checks, in its order
+    if self.dtype.itemsize != dtype.itemsize:  # PyTorch's checks, in its order
         if not size:
             raise RuntimeError(f"self.dim() cannot be 0 {what} (different element sizes)")
         if stride[-1] != 1:
             raise RuntimeError(f"self.stride(-1) must be 1 {what} (different element sizes), but got {stride[-1]}")
-    if ratio < 1:
-        n = round(1 / ratio)
+    if self.dtype.itemsize > dtype.itemsize:  # each element becomes n
+        n = self.dtype.itemsize // dtype.itemsize
+        size = size[:-1] + (size[-1] * n,)
+        stride = tuple(st * n for st in stride[:-1]) + (1,)
+        offset *= n
+    elif self.dtype.itemsize < dtype.itemsize:  # n elements become one
+        n = dtype.itemsize // self.dtype.itemsize
         if size[-1] % n:
             raise RuntimeError(f"self.size(-1) must be divisible by {n} {what} (different element sizes), but got "
                                f"{size[-1]}")
@@ -320,15 +323,9 @@ def impl_view_dtype(self, dtype):
             if st % n:
                 raise RuntimeError(f"self.stride({i}) must be divisible by {n} {what} (different element sizes), "
                                    f"but got {st}")
-    if self.__class__ is XlaTensor:
-        if self.is_complex() and dtype == self.dtype.to_real():  # (a complex tensor is never `_real`)
-            layout = (size[:-1] + (2 * size[-1],), tuple(2 * st for st in stride[:-1]) + (1,), 2 * offset)
-            return alias(self._store, dtype, *layout, real=True, base=self)
-        if self._real and dtype.is_complex and dtype.to_real() == self.dtype:
-            layout = (size[:-1] + (size[-1] // 2,), tuple(st // 2 for st in stride[:-1]) + (1,), offset // 2)
-            return alias(self._store, dtype, *layout, base=self)
-    raise NotImplementedError(
-        f"x.view({dtype}) of a {self.dtype} tensor reinterprets its memory, which the jax device holds as an array "
-        f"of one dtype: views as another dtype are not supported (docs/semantics.md), except a complex tensor's "
-        f"view as its reals and back. For the values alone, x.cpu().view({dtype}).to(x.device) copies them."
-    )
+        size = size[:-1] + (size[-1] // n,)
+        stride = tuple(st // n for st in stride[:-1]) + (1,)
+        offset //= n
+    if self.__class__ is not XlaTensor:
+        raise NotImplementedError(f"x.view({dtype}) of a {type(self).__name__} on the {self.device} device")
+    return _view_as(self, dtype, size, stride, offset)
