@@ -29,7 +29,7 @@ from .frontends.hlo import hlo
 from .frontends.interop import call_jax, jax_function, jax_jit, to_jax, to_torch_tensor, x64
 from .frontends.lazy import lazy_mode, mark_step
 from .frontends.moved_models import watch_graph_breaks
-from .frontends.parameter_moves import swappable
+from .frontends.parameter_moves import swap_keeping_attributes, swappable
 from .frontends.replay import compile
 from .platform.config import config
 from .platform.debug_env import apply_debug_env
@@ -86,7 +86,7 @@ def _move_module(module: torch.nn.Module, convert, convert_lazy) -> torch.nn.Mod
                     # the same object, as Module.to keeps it (Note [Parameters keep their identity
                     # across devices] in runtime/frontends/parameter_moves.py)
                     if swappable(p, moved):
-                        torch.utils.swap_tensors(p, moved)
+                        swap_keeping_attributes(p, moved)
                         moved = p
                     memo[id(p)] = moved
             m._parameters[name] = memo[id(p)]

@@ -85,6 +85,23 @@ def test_to_torch_keeps_the_objects_and_the_tie():
     assert model.head.weight is model.emb.weight
 
 
+@pytest.mark.parametrize("move", list(MOVES))
+def test_attributes_a_program_set_on_parameters_move_with_them(move):
+    # Mamba marks parameters `_no_weight_decay` and reads the mark when it builds the
+    # optimizer's groups, after the model moved
+    layer = torch.nn.Linear(3, 2)
+    layer.weight._no_weight_decay = True
+    MOVES[move](layer)
+    assert layer.weight.__class__ is XlaTensor and layer.weight._no_weight_decay is True
+    decay = [p for p in layer.parameters() if not getattr(p, "_no_weight_decay", False)]
+    assert _same(decay, [layer.bias])
+    if move == "to_xla":
+        xnf.to_torch(layer)
+    else:
+        layer.cpu()
+    assert layer.weight.__class__ is torch.nn.Parameter and layer.weight._no_weight_decay is True
+
+
 def test_gradients_move_with_their_parameters():
     layer, x = torch.nn.Linear(3, 2), torch.randn(4, 3)
     layer(x).sum().backward()

@@ -16,9 +16,12 @@ So Module._apply's question "swap this parameter with its converted self?" is an
 yes when the parameter crosses between our device and the CPU (where PyTorch keeps the
 object for CUDA) and swap_tensors' conditions hold: no weak references, no owner of the
 tensor but an AccumulateGrad node. Otherwise PyTorch's own answer stands and a new
-Parameter is made, as it is for CUDA from the meta device (`to_empty`). `to_xla` and
-`to_torch` keep the objects by the same swap (runtime/api.py). Dtype conversions on our
-device take PyTorch's path (`param.data = converted`, which our tensor implements)."""
+Parameter is made, as it is for CUDA from the meta device (`to_empty`). A swap also
+exchanges the objects' Python attributes; those a program set on a parameter (Mamba's
+`_no_weight_decay`, read when optimizer groups are built) are put back after it, as
+`param.data = ...` keeps them. `to_xla` and `to_torch` keep the objects by the same swap
+(runtime/api.py). Dtype conversions on our device take PyTorch's path (`param.data =
+converted`, which our tensor implements)."""
 
 from __future__ import annotations
 
@@ -32,6 +35,22 @@ from torch.nn.modules import module as _module
 from ..core.tensor import XlaTensor
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+# Attributes of our tensors' own, which a swap must exchange (the rest are a program's).
+_OWN_ATTRIBUTES = frozenset({"_store", "_whole", "_cache", "_reinterprets", "_is_param"})
+# Parameters swapped by the Module._apply running, with the attributes to put back.
+_swapped: list[tuple[Any, dict]] = []
+
+
+def program_attributes(t: Any) -> dict:
+    """The Python attributes a program set on tensor `t`."""
+    return {k: v for k, v in t.__dict__.items() if k not in _OWN_ATTRIBUTES}
+
+
+def swap_keeping_attributes(old: Any, new: Any) -> None:
+    """torch.utils.swap_tensors(old, new), `old` keeping the attributes a program set on it."""
+    attributes = program_attributes(old)
+    torch.utils.swap_tensors(old, new)
+    old.__dict__.update(attributes)
 
 
 def swappable(old: Any, new: Any) -> bool:
@@ -56,11 +75,28 @@ def _swaps_parameter(param_applied: Any) -> bool:
     if _traceable_wrapper_subclass(param_applied):
         return True
     param = sys._getframe(1).f_locals.get("param")
-    return param is not None and swappable(param, param_applied)
+    if param is None or not swappable(param, param_applied):
+        return False
+    attributes = program_attributes(param)
+    if attributes:
+        _swapped.append((param, attributes))
+    return True
+
+
+def _apply(self: torch.nn.Module, fn: Any, recurse: bool = True) -> torch.nn.Module:
+    """Module._apply, then the attributes of the parameters it swapped put back."""
+    try:
+        return _module_apply(self, fn, recurse)
+    finally:
+        while _swapped:
+            param, attributes = _swapped.pop()
+            param.__dict__.update(attributes)
 
 
 _traceable_wrapper_subclass = _module.is_traceable_wrapper_subclass
+_module_apply = torch.nn.Module._apply
 
 
 def install() -> None:
     _module.is_traceable_wrapper_subclass = _swaps_parameter
+    torch.nn.Module._apply = _apply
