@@ -141,3 +141,13 @@ def test_setting_a_moved_parameters_data_to_a_cpu_tensor_names_the_fix():
     layer.weight.data = torch.ones(2, 2).to(layer.weight.device)
     layer.bias.data.copy_(torch.full((2,), 3.0))
     assert layer.weight.sum().item() == 4.0 and layer.bias.sum().item() == 6.0
+
+
+def test_moving_between_a_forward_and_its_backward_raises():
+    # as with torch.__future__.set_swap_module_params_on_conversion(True): the backward
+    # would otherwise accumulate into the CPU tensor the move replaced
+    layer = torch.nn.Linear(2, 2)
+    loss = layer(torch.ones(1, 2)).sum()
+    layer.to("jax")
+    with pytest.raises(RuntimeError, match="poisoned by swap_tensors"):
+        loss.backward()
