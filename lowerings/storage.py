@@ -134,10 +134,24 @@ def _unit(dtype):
     return np.dtype(jnp.finfo(dtype).dtype) if jnp.issubdtype(dtype, jnp.complexfloating) else dtype
 
 
+def as_real_layout(size, stride, offset) -> tuple:
+    """view_as_real's layout of a complex view: a trailing dim of the two parts, strides
+    and offset counted in reals."""
+    return tuple(size) + (2,), tuple(2 * s for s in stride) + (1,), 2 * offset
+
+
+def as_complex_layout(size, stride, offset) -> tuple | None:
+    """view_as_complex's layout of a view as reals, or None if its parts are not pairs
+    of one element (PyTorch raises for such a view)."""
+    if not size or size[-1] != 2 or stride[-1] != 1 or offset % 2 or any(s % 2 for s in stride[:-1]):
+        return None
+    return tuple(size[:-1]), tuple(s // 2 for s in stride[:-1]), offset // 2
+
+
 def _to_bits(flat):
     """A flat array as the unsigned integers of its units (complex elements as two)."""
     if jnp.iscomplexobj(flat):
-        flat = jnp.stack([jnp.real(flat), jnp.imag(flat)], axis=-1).reshape(-1)
+        flat = lower_complex_as_pairs(flat).reshape(-1)
     if flat.dtype == jnp.bool_:
         return flat.astype(jnp.uint8)
     return jax.lax.bitcast_convert_type(flat, _unsigned(flat.dtype.itemsize))
@@ -150,9 +164,7 @@ def _from_bits(bits, dtype):
         return bits != 0
     unit = _unit(dtype)
     values = jax.lax.bitcast_convert_type(bits, unit)
-    if unit != dtype:
-        values = jax.lax.complex(values[0::2], values[1::2])
-    return values
+    return lower_pairs_as_complex(values.reshape(-1, 2)) if unit != dtype else values
 
 
 def _resized(bits, itemsize: int):
@@ -187,11 +199,10 @@ def lower_memory_write(base, src, dtype, size, stride, offset):
     flat = base.reshape(-1)
     old = _to_bits(flat)
     memory = _resized(old, unit.itemsize)
-    written = _to_bits(jnp.broadcast_to(cast(src, target), size).reshape(-1)).reshape(tuple(size) + (
-        (2,) if unit != target else ()))
+    written = _to_bits(jnp.broadcast_to(cast(src, target), size).reshape(-1))
     if unit != target:  # a complex view's parts: view_as_real's layout of it
-        size, stride = tuple(size) + (2,), tuple(2 * s for s in stride) + (1,)
-        offset *= 2
+        size, stride, offset = as_real_layout(size, stride, offset)
+    written = written.reshape(size)
     memory = lower_strided_write(memory, written, size, stride, offset)
     new = _resized(memory, old.dtype.itemsize)
     new = jnp.concatenate([new, old[new.shape[0]:]])

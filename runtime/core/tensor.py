@@ -248,6 +248,11 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return strides
 
 
+# The attributes by which an XlaTensor holds its storage (the class's own; any other is
+# a program's, copied with the tensor and kept across moves).
+STORAGE_ATTRIBUTES = frozenset({"_store", "_whole", "_cache", "_reinterprets"})
+
+
 class XlaTensor(torch.Tensor):
     _store: Storage
     _whole: bool
@@ -394,7 +399,7 @@ class XlaTensor(torch.Tensor):
         memo[id(self)] = new
         if self.grad is not None:
             new.grad = copy.deepcopy(self.grad, memo)
-        extra = {k: v for k, v in self.__dict__.items() if k not in ("_store", "_whole", "_cache")}
+        extra = {k: v for k, v in self.__dict__.items() if k not in STORAGE_ATTRIBUTES}
         if extra:
             new.__dict__.update(copy.deepcopy(extra, memo))
         return new

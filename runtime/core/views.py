@@ -39,20 +39,6 @@ def memory_numel(store_numel: int, store_dtype: torch.dtype, dtype: torch.dtype)
     return store_numel * store_dtype.itemsize // dtype.itemsize
 
 
-def as_real_layout(size, stride, offset) -> tuple:
-    """view_as_real's layout of a complex view: a trailing dim of the two parts, strides
-    and offset counted in reals."""
-    return tuple(size) + (2,), tuple(2 * s for s in stride) + (1,), 2 * offset
-
-
-def as_complex_layout(size, stride, offset) -> tuple | None:
-    """view_as_complex's layout of a view as reals, or None if its parts are not pairs
-    of one element (PyTorch raises for such a view)."""
-    if not size or size[-1] != 2 or stride[-1] != 1 or offset % 2 or any(s % 2 for s in stride[:-1]):
-        return None
-    return tuple(size[:-1]), tuple(s // 2 for s in stride[:-1]), offset // 2
-
-
 def _fast_view_meta(name: str, size, stride, offset, args) -> tuple | None:
     """Sizes and strides of the most frequent views, computed as PyTorch's view kernels do;
     None when the general path below must decide (including every error case)."""

@@ -32,11 +32,11 @@ from typing import Any
 import torch
 from torch.nn.modules import module as _module
 
-from ..core.tensor import XlaTensor
+from ..core.tensor import STORAGE_ATTRIBUTES, XlaTensor
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-# Attributes of our tensors' own, which a swap must exchange (the rest are a program's).
-_OWN_ATTRIBUTES = frozenset({"_store", "_whole", "_cache", "_reinterprets", "_is_param"})
+# What a swap must exchange: the storage and the mark of a Parameter of our tensor class.
+_OWN_ATTRIBUTES = STORAGE_ATTRIBUTES | {"_is_param"}
 # Parameters swapped by the Module._apply running, with the attributes to put back.
 _swapped: list[tuple[Any, dict]] = []
 

@@ -8,12 +8,13 @@ import math
 import numpy as np
 import torch
 
+from ...lowerings.storage import as_complex_layout, as_real_layout
 from ...shape_fns.common import scalar_type_name
 from ...shape_fns.storage_size import check_strided_storage_size
 from ..core.context import context
 from ..core.convert import X64, cpu_to_jax, host_array, jax_to_cpu
 from ..core.tensor import XlaTensor, from_array
-from ..core.views import as_complex_layout, as_real_layout, memory_numel
+from ..core.views import memory_numel
 from ..exec.eager import run_node
 from ..exec.mutation import alias, of_kind, write_inplace
 from ..exec.registry import handler, node
